@@ -1,0 +1,1 @@
+"""FSDP2 conformance harness: spec -> run -> observation -> checks -> report."""
