@@ -1,0 +1,143 @@
+"""pytest plugin: every entry of every spec under specs/ is one test item.
+
+``pytest -n auto`` runs them all; each distinct setup runs once per session (harness/cache.py),
+shared by the xdist workers. A failing item shows the document section, what the document
+says, expected and observed per field, and the failing ranks. A spec that fails to load is one
+failing item with the load error.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from harness.cache import CachedRunError, cached_run, run_key
+from harness.checks import CheckResult
+from harness.evaluate import FAILING, evaluate_item
+from harness.spec import Spec, SpecError, SpecItem, load_spec
+
+SPECS_DIR = Path(__file__).parent / "specs"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("fsdp2", "FSDP2 conformance specs")
+    group.addoption("--backend", default=None, choices=("auto", "gloo", "nccl", "fake"),
+                    help="process-group backend for every spec (default: each spec's own, else auto: "
+                         "nccl with one GPU per rank when enough GPUs are visible, gloo otherwise)")
+    group.addoption("--run-timeout", type=float, default=None,
+                    help="seconds before a spec's run is declared hung (default: the spec's timeout_s, else 300)")
+
+
+def pytest_collect_file(parent: pytest.Collector, file_path: Path):
+    if file_path.suffix in (".yaml", ".yml") and SPECS_DIR in file_path.parents:
+        return SpecFile.from_parent(parent, path=file_path)
+    return None
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.\-]+", "_", text).strip("_")
+
+
+class SpecFile(pytest.File):
+    """One spec: its tables as collectors, its entries as items (file order, same in every worker)."""
+
+    def collect(self):
+        try:
+            spec = load_spec(self.path)
+        except SpecError as exc:
+            yield SpecLoadError.from_parent(self, name="load", error=exc)
+            return
+        tables: dict[str, list[SpecItem]] = {}
+        for item in spec.items:
+            tables.setdefault(item.entry.table, []).append(item)
+        for title, items in tables.items():
+            yield SpecTable.from_parent(self, name=_slug(title), spec=spec, items=items)
+
+
+class SpecTable(pytest.Collector):
+    def __init__(self, *, spec: Spec, items: list[SpecItem], **kwargs):
+        super().__init__(**kwargs)
+        self.spec, self.spec_items = spec, items
+
+    def collect(self):
+        for item in self.spec_items:
+            yield SpecEntryItem.from_parent(self, name=item.entry.id, spec=self.spec, spec_item=item)
+
+
+class EntryFailed(Exception):
+    def __init__(self, result: CheckResult):
+        super().__init__(result.explain())
+        self.result = result
+
+
+class SpecEntryItem(pytest.Item):
+    def __init__(self, *, spec: Spec, spec_item: SpecItem, **kwargs):
+        super().__init__(**kwargs)
+        self.spec, self.spec_item = spec, spec_item
+        self.add_marker(pytest.mark.spec)
+        if spec_item.drafted:
+            self.add_marker(pytest.mark.drafted)
+
+    def runtest(self) -> None:
+        observation = _observation(self.config, self.spec)
+        result = evaluate_item(self.spec_item, observation)
+        if result.status == "skip":
+            pytest.skip(result.message)
+        if result.status == "xfail":
+            pytest.xfail(result.message)
+        if result.status in FAILING:
+            raise EntryFailed(result)
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, EntryFailed):
+            return str(excinfo.value)
+        if isinstance(excinfo.value, CachedRunError):
+            e = self.spec_item.entry
+            return f"{e.spec}:{e.line}: [{e.table}] {e.id}\n  the run of this spec's setup failed:\n{excinfo.value}"
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self):
+        e = self.spec_item.entry
+        return self.path, max(e.line - 1, 0), f"{self.spec.name}: {e.table}: {e.id}"
+
+
+class SpecLoadError(pytest.Item):
+    def __init__(self, *, error: SpecError, **kwargs):
+        super().__init__(**kwargs)
+        self.error = error
+
+    def runtest(self) -> None:
+        raise self.error
+
+    def repr_failure(self, excinfo, style=None):
+        return f"spec does not load: {self.error}"
+
+    def reportinfo(self):
+        return self.path, max(self.error.line - 1, 0), f"load {self.path.name}"
+
+
+def _shared_cache_dir(config: pytest.Config) -> Path:
+    base = config._tmp_path_factory.getbasetemp()  # xdist workers: <session basetemp>/popen-gwN
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "fsdp2-runs"
+
+
+def _observation(config: pytest.Config, spec: Spec):
+    import torch
+
+    from harness.run import run_setup
+
+    backend = config.getoption("--backend") or spec.backend
+    if backend == "nccl" and torch.cuda.device_count() < spec.setup.world_size:
+        pytest.skip(f"needs {spec.setup.world_size} GPUs for nccl (one per rank); {torch.cuda.device_count()} visible")
+    timeout_s = config.getoption("--run-timeout") or spec.timeout_s
+    key = run_key(spec.setup, backend, torch.__version__)
+    return cached_run(_shared_cache_dir(config), key,
+                      lambda: run_setup(spec.setup, backend=backend, timeout_s=timeout_s),
+                      lock_timeout_s=timeout_s * 3 + 120)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "drafted: written by 'harness draft', not yet reviewed against a document")

@@ -1,0 +1,130 @@
+"""Command line: ``python -m harness run|validate|draft``.
+
+  run SPEC...       run each spec's setup on real ranks (or simulated ones) and check every entry;
+                    exit 0 only when every entry holds.
+  validate SPEC...  load and check specs without running anything.
+  draft             write a spec for a config and world size from the closed-form calculator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+
+def _cmd_validate(args: argparse.Namespace, console: Console) -> int:
+    from harness.spec import SpecError, load_spec
+
+    status = 0
+    for path in args.specs:
+        try:
+            spec = load_spec(path)
+        except SpecError as exc:
+            console.print(f"[bold red]✗[/] {exc}", highlight=False)
+            status = 1
+        else:
+            console.print(f"[green]✓[/] {path}: {len(spec.items)} entries, world size {spec.setup.world_size}", highlight=False)
+    return status
+
+
+def _cmd_run(args: argparse.Namespace, console: Console) -> int:
+    import torch
+
+    from harness.evaluate import FAILING, evaluate_spec
+    from harness.report import print_report, result_to_json, summary_line
+    from harness.run import RunError, run_setup
+    from harness.spec import SpecError, load_spec
+
+    all_results, documents, status = [], {}, 0
+    for path in args.specs:
+        try:
+            spec = load_spec(path)
+        except SpecError as exc:
+            console.print(f"[bold red]✗[/] {exc}", highlight=False)
+            status = 2
+            continue
+        backend = args.backend or spec.backend
+        timeout_s = args.timeout or spec.timeout_s
+        started = time.perf_counter()
+        with console.status(f"{spec.name}: running {spec.setup.world_size} ranks ({backend}), timeout {timeout_s:.0f} s ..."):
+            try:
+                observation = run_setup(spec.setup, backend=backend, timeout_s=timeout_s)
+            except RunError as exc:
+                console.print(f"[bold red]✗[/] {path}: the run failed:\n{exc}", highlight=False)
+                status = 2
+                continue
+        if observation is None:  # a non-zero rank under torchrun: rank 0 reports
+            continue
+        env = observation["environment"]
+        results = evaluate_spec(spec, observation)
+        print_report(results, console, title=f"{spec.name} — {spec.title}", only_failures=args.failures_only)
+        console.print(
+            f"{spec.name}: {summary_line(results)}  (torch {env['torch_version']}, {env['backend']}, "
+            f"{env['world_size']} ranks, mesh {env['mesh_shape']} {env['mesh_dim_names']}, "
+            f"{time.perf_counter() - started:.1f} s)", highlight=False)
+        if any(r.status in FAILING for r in results):
+            status = max(status, 1)
+        all_results.extend(results)
+        documents[str(path)] = observation
+    if len(args.specs) > 1 and all_results:
+        console.print(f"all specs: {summary_line(all_results)}", highlight=False)
+    if args.json:
+        payload = {"torch_version": torch.__version__, "results": [result_to_json(r) for r in all_results],
+                   "observations": documents}
+        Path(args.json).write_text(json.dumps(payload, indent=1, ensure_ascii=False))
+        console.print(f"wrote {args.json}", highlight=False)
+    return status
+
+
+def _cmd_draft(args: argparse.Namespace, console: Console) -> int:
+    from harness.draft import draft_spec
+
+    text = draft_spec(args.config, args.world_size, layers=args.layers, param_dtype=args.dtype,
+                      batch_per_rank=args.batch_per_rank, seq_len=args.seq_len, backend=args.backend or "auto")
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        console.print(f"wrote {args.output}", highlight=False)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run specs and check every entry")
+    run.add_argument("specs", nargs="+", type=Path)
+    run.add_argument("--backend", choices=("auto", "gloo", "nccl", "fake"), default=None,
+                     help="override each spec's backend (auto: nccl with one GPU per rank if enough GPUs, else gloo)")
+    run.add_argument("--timeout", type=float, default=None, help="seconds before a run is declared hung")
+    run.add_argument("--json", metavar="PATH", help="write results and observation documents as JSON")
+    run.add_argument("--failures-only", action="store_true", help="print only failing entries")
+
+    validate = sub.add_parser("validate", help="check specs without running")
+    validate.add_argument("specs", nargs="+", type=Path)
+
+    draft = sub.add_parser("draft", help="draft a spec for a config from the closed-form calculator")
+    draft.add_argument("--config", required=True, help="a known config name (e.g. Qwen3-14B) or a YAML/JSON file of Qwen3Config fields")
+    draft.add_argument("--world-size", type=int, required=True)
+    draft.add_argument("--layers", type=int, default=2, help="decoder layers to run (default 2)")
+    draft.add_argument("--dtype", default="bfloat16", choices=("float16", "bfloat16", "float32"))
+    draft.add_argument("--batch-per-rank", type=int, default=1)
+    draft.add_argument("--seq-len", type=int, default=16)
+    draft.add_argument("--backend", choices=("auto", "gloo", "nccl", "fake"), default=None)
+    draft.add_argument("-o", "--output", help="write the spec here instead of stdout")
+
+    args = parser.parse_args(argv)
+    console = Console(stderr=False, highlight=False)
+    handler = {"run": _cmd_run, "validate": _cmd_validate, "draft": _cmd_draft}[args.command]
+    return handler(args, console)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

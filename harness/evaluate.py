@@ -1,0 +1,47 @@
+"""Evaluate spec items against an observation: the checks plus the spec's gating.
+
+Statuses beyond a check's pass/fail/error:
+  skip  - the item's torch range excludes the running torch (reason names the range);
+  xfail - a declared deviation (reality known to differ from the document) is still observed;
+  xpass - a declared deviation is no longer observed: the spec needs updating (a failure).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from harness.checks import CheckResult, check
+from harness.spec import Spec, SpecItem
+
+FAILING = frozenset({"fail", "error", "xpass"})
+
+
+def evaluate_item(item: SpecItem, observation: Mapping[str, Any]) -> CheckResult:
+    """Check one item, honouring its torch range and declared deviation."""
+    reason = item.skip_reason(observation["environment"]["torch_version"])
+    if reason:
+        return CheckResult(item.entry, "skip", message=reason)
+    if item.entry.kind == "numerics" and observation["environment"]["simulated"]:
+        return CheckResult(item.entry, "skip", message="a simulated run (fake backend) records no numerics")
+    result = check(item.entry, observation)
+    if item.deviation:
+        link = f" ({item.deviation['link']})" if item.deviation.get("link") else ""
+        if result.status == "fail":
+            result.status, result.message = "xfail", f"known deviation: {item.deviation['reason']}{link}"
+        elif result.status == "pass":
+            result.status = "xpass"
+            result.message = f"declared deviation no longer observed, update the spec: {item.deviation['reason']}{link}"
+    return result
+
+
+def evaluate_spec(spec: Spec, observation: Mapping[str, Any]) -> list[CheckResult]:
+    """Every item of ``spec`` in file order."""
+    return [evaluate_item(item, observation) for item in spec.items]
+
+
+def counts(results: list[CheckResult]) -> dict[str, int]:
+    """Status -> number of results (every status present, zero or not)."""
+    out = dict.fromkeys(("pass", "fail", "error", "skip", "xfail", "xpass"), 0)
+    for r in results:
+        out[r.status] += 1
+    return out
