@@ -12,6 +12,11 @@ Shapes are symbolic, in the document's symbols:
   h_kv = num_key_value_heads, d_h = head_dim, d_ffn = intermediate_size.
 Head tensors are reported in the document's layout (B, L, h, d_h), whatever layout the
 kernel uses internally.
+
+How they are emitted: ``model.observe.observe_steps(module, callback)`` makes every decoder
+layer in ``module`` call ``callback(layer_idx, name, tensor)`` once per name, in the order of
+:data:`STEPS`, each forward (``model/qwen3.py`` holds the emitting lines; a test checks that
+they are exactly these names).
 """
 
 from __future__ import annotations
