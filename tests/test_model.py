@@ -545,7 +545,7 @@ def test_observe_nesting_restores_and_lone_submodules():
 
 def test_observation_off_costs_nothing_measurable():
     """Observation off is 3 attribute reads + 23 None tests per layer forward; measure them
-    against the walkthrough layer's forward (B=2, L=8, CPU fp32). See model/bench_observe.py."""
+    against the walkthrough layer's forward (B=2, L=8, CPU fp32). See benchmarks/bench_observe.py."""
     config = get_config("walkthrough")
     layer = randomize(Qwen3DecoderLayer(config, 0))
     x = walkthrough_input(config)

@@ -1,4 +1,4 @@
-"""What observation costs when it is off: ``python -m model.bench_observe [--config NAME]``.
+"""What observation costs when it is off: ``python benchmarks/bench_observe.py [--config NAME]``.
 
 With no observer, a decoder layer's forward pays one attribute read per observable module
 (layer, attention, MLP) and one ``is not None`` test per step (23 steps). This script
@@ -13,6 +13,10 @@ and reports ``check_ns / forward_off`` as the relative cost of having observatio
 """
 
 from __future__ import annotations
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 import argparse
 import statistics
@@ -21,10 +25,10 @@ import timeit
 
 import torch
 
-from .config import get_config
-from .observe import observe_steps
-from .qwen3 import Qwen3DecoderLayer, _rope_tables, init_weights
-from .steps import STEP_NAMES
+from model.config import get_config
+from model.observe import observe_steps
+from model.qwen3 import Qwen3DecoderLayer, _rope_tables, init_weights
+from model.steps import STEP_NAMES
 
 
 def _checks_ns(layer: Qwen3DecoderLayer, number: int = 200_000) -> float:
