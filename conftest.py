@@ -32,9 +32,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collect_file(parent: pytest.Collector, file_path: Path):
-    if file_path.suffix in (".yaml", ".yml") and SPECS_DIR in file_path.parents:
+    if _is_spec_file(file_path, parent.config.rootpath):
         return SpecFile.from_parent(parent, path=file_path)
     return None
+
+
+def _is_spec_file(file_path: Path, rootpath: Path) -> bool:
+    """A YAML file under this repo's specs/, or under a directory named 'specs' below the rootdir."""
+    if file_path.suffix not in (".yaml", ".yml"):
+        return False
+    if SPECS_DIR in file_path.parents:
+        return True
+    try:
+        return "specs" in file_path.relative_to(rootpath).parts[:-1]
+    except ValueError:
+        return False
 
 
 def _slug(text: str) -> str:

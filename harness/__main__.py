@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     draft.add_argument("-o", "--output", help="write the spec here instead of stdout")
 
     args = parser.parse_args(argv)
-    console = Console(stderr=False, highlight=False)
+    console = Console(highlight=False, soft_wrap=True)  # one error per line, even when piped
     handler = {"run": _cmd_run, "validate": _cmd_validate, "draft": _cmd_draft}[args.command]
     return handler(args, console)
 

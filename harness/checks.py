@@ -324,21 +324,21 @@ def _common(values: list) -> Any:
 
 
 _COLLECTIVE_FIELDS = ("op", "dtype", "numel_in", "numel_out", "buffer_bytes", "group_size",
-                      "mesh_dim", "fsdp_label", "unit", "phase", "element_size")
+                      "mesh_dim", "fsdp_label", "hook", "unit", "phase", "element_size")
 
 
 def select_collectives(obs: Mapping[str, Any], rank_doc: Mapping[str, Any], select: Mapping[str, Any]) -> list[dict]:
     """Collectives of one rank matching ``select``.
 
-    Keys: phase, op, dtype, mesh_dim, fsdp_label, group_size (a value or a list of values),
+    Keys: phase, op, dtype, mesh_dim, fsdp_label, hook, group_size (a value or a list of values),
     layer (int, list or 'all'), unit (name, 'root' or list), kind ('layer' | 'root'),
     and ``not`` (a mapping of the same keys, excluded).
     """
     def matches(c, sel) -> bool:
-        for key in ("phase", "op", "dtype", "mesh_dim", "fsdp_label", "group_size"):
+        for key in ("phase", "op", "dtype", "mesh_dim", "fsdp_label", "hook", "group_size"):
             if key in sel:
                 allowed = sel[key] if isinstance(sel[key], list) else [sel[key]]
-                if c[key] not in allowed:
+                if c.get(key) not in allowed:
                     return False
         names = _unit_names(obs, sel)
         if names is not None and c["unit"] not in names:
@@ -351,6 +351,13 @@ def select_collectives(obs: Mapping[str, Any], rank_doc: Mapping[str, Any], sele
     return chosen
 
 
+def _unit_label(unit: str | None) -> str:
+    """How a sequence names a collective's unit: its FQN, 'root' for the root ('') and '-' for none."""
+    if unit is None:
+        return "-"
+    return unit or "root"
+
+
 def _measure_collectives(sel, obs):
     select = sel.get("select", {})
     out = {}
@@ -360,11 +367,11 @@ def _measure_collectives(sel, obs):
             "count": len(cs),
             "total_buffer_bytes": sum(c["buffer_bytes"] for c in cs),
             "total_ring_bytes": sum(ring_bytes(c) for c in cs),
-            "sequence": [f"{c['op']} {c['unit'] if c['unit'] is not None else '-'}" for c in cs],
+            "sequence": [f"{c['op']} {_unit_label(c['unit'])}" for c in cs],
         }
         # per-collective fields: the common value, or the list when they differ
         for key in _COLLECTIVE_FIELDS + ("ring_bytes",):
-            vals = [ring_bytes(c) if key == "ring_bytes" else c[key] for c in cs]
+            vals = [ring_bytes(c) if key == "ring_bytes" else c.get(key) for c in cs]
             values[key] = vals[0] if vals and all(v == vals[0] for v in vals) else (vals or None)
         out[r["rank"]] = values
     return out

@@ -35,7 +35,7 @@ class SpecError(ValueError):
     def __init__(self, path: str | Path, line: int, key_path: str, message: str):
         self.path, self.line, self.key_path, self.message = str(path), line, key_path, message
         where = f"{self.path}:{line}" if line else self.path
-        super().__init__(f"{where}: {key_path or '<top>'}: {message}")
+        super().__init__(f"{where}: {key_path + ': ' if key_path else ''}{message}")
 
 
 @dataclass
@@ -56,7 +56,8 @@ class SpecItem:
 
     def skip_reason(self, torch_version: str) -> str | None:
         """Why this item does not apply to ``torch_version`` (None when it applies)."""
-        if self.torch_range and Version(_release(torch_version)) not in SpecifierSet(self.torch_range):
+        # prereleases=True: a nightly (2.14.0.dev20260101) is a torch 2.14 for a range like '>=2.6'
+        if self.torch_range and not SpecifierSet(self.torch_range).contains(Version(_release(torch_version)), prereleases=True):
             return f"requires torch {self.torch_range}; running {torch_version}"
         return None
 
@@ -100,11 +101,26 @@ def _line_index(node: yaml.Node, path: tuple = ()) -> Iterator[tuple[tuple, int]
     yield path, node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
-            yield path + (key.value,), key.start_mark.line + 1
             yield from _line_index(value, path + (key.value,))
+            yield path + (key.value,), key.start_mark.line + 1  # a key's own line, not its value's
     elif isinstance(node, yaml.SequenceNode):
         for i, child in enumerate(node.value):
             yield from _line_index(child, path + (i,))
+
+
+def _check_duplicate_keys(spec_path: Path, node: yaml.Node, path: tuple = ()) -> None:
+    """YAML keeps the last of two equal keys silently; in a spec that would drop a check."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
+        for key, value in node.value:
+            if key.value in seen:
+                raise SpecError(spec_path, key.start_mark.line + 1, _dotted(path + (key.value,)),
+                                f"duplicate key {key.value!r} (first at line {seen[key.value]}); each key once per mapping")
+            seen[key.value] = key.start_mark.line + 1
+            _check_duplicate_keys(spec_path, value, path + (key.value,))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, child in enumerate(node.value):
+            _check_duplicate_keys(spec_path, child, path + (i,))
 
 
 def _dotted(path: tuple) -> str:
@@ -145,12 +161,16 @@ def load_spec(path: str | Path) -> Spec:
         raise SpecError(path, mark.line + 1 if mark else 0, "", f"not valid YAML: {getattr(exc, 'problem', exc)}") from None
     if node is None or not isinstance(data, dict):
         raise SpecError(path, 0, "", "expected a mapping with keys spec, title, document, setup, tables")
+    _check_duplicate_keys(path, node)
     lines = _Lines(dict(_line_index(node)))
 
     errors = sorted(_validator().iter_errors(data), key=lambda e: (len(list(e.absolute_path)), list(map(str, e.absolute_path))))
     if errors:
         err = _most_specific(errors)
         p = tuple(err.absolute_path)
+        if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+            extra = [k for k in err.instance if k not in err.schema.get("properties", {})]
+            p += tuple(extra[:1])  # point at the unexpected key, not at its mapping
         raise SpecError(path, lines(p), _dotted(p), _schema_message(err)) from None
 
     try:
@@ -162,17 +182,23 @@ def load_spec(path: str | Path) -> Spec:
     _check_range(path, lines, ("torch",), spec_range)
     spec = Spec(path=path, name=data["spec"], title=data["title"], document=data["document"], setup=setup,
                 backend=data.get("backend", "auto"), timeout_s=float(data.get("timeout_s", 300)), raw=data)
+    seen_ids: dict[tuple[str, str], int] = {}
     for t_index, table in enumerate(data["tables"]):
-        spec.items.extend(_table_items(path, lines, t_index, table, spec_range))
+        spec.items.extend(_table_items(path, lines, t_index, table, spec_range, seen_ids))
     return spec
 
 
 def _most_specific(errors: list[jsonschema.ValidationError]) -> jsonschema.ValidationError:
     """The deepest error, descending into oneOf/anyOf contexts to the branch that got furthest."""
     err = max(errors, key=lambda e: len(list(e.absolute_path)))
-    while err.context:
+    while err.context and not _is_table_form(err):
         err = max(err.context, key=lambda e: len(list(e.absolute_path)))
     return err
+
+
+def _is_table_form(err: jsonschema.ValidationError) -> bool:
+    """The table's oneOf (columns+rows | entries): its branches' 'required' errors say less than it."""
+    return err.validator in ("oneOf", "not") and "columns" in str(err.schema)
 
 
 def _schema_message(err: jsonschema.ValidationError) -> str:
@@ -183,8 +209,8 @@ def _schema_message(err: jsonschema.ValidationError) -> str:
         return f"expected one of {err.validator_value}, got {err.instance!r}"
     if err.validator == "required":
         return err.message
-    if err.validator in ("oneOf", "not") and "columns" in str(err.schema):
-        return "a table holds either 'columns' with 'rows', or 'entries', not both"
+    if _is_table_form(err):
+        return "a table holds either 'columns' with 'rows', or 'entries' (one of the two forms, not both)"
     return f"{err.message} (schema: {err.validator} {json.dumps(err.validator_value, ensure_ascii=False)[:120]})"
 
 
@@ -204,7 +230,10 @@ def _slug(value: Any) -> str:
     return re.sub(r"[^A-Za-z0-9_.\-]+", "_", str(value)).strip("_")
 
 
-def _table_items(path: Path, lines: _Lines, t_index: int, table: Mapping[str, Any], spec_range: str) -> list[SpecItem]:
+def _table_items(path: Path, lines: _Lines, t_index: int, table: Mapping[str, Any], spec_range: str,
+                 seen_ids: dict[tuple[str, str], int]) -> list[SpecItem]:
+    """Expand one table; ``seen_ids`` maps (table title, entry id) to its line across the spec,
+    since tables sharing a title share a pytest collector and ids must stay unique there."""
     base = ("tables", t_index)
     kind = table["check"]
     shared = dict(table.get("with", {}))
@@ -223,15 +252,16 @@ def _table_items(path: Path, lines: _Lines, t_index: int, table: Mapping[str, An
         for e_index, entry in enumerate(table["entries"]):
             raw_entries.append((base + ("entries", e_index), dict(entry)))
 
-    items, seen = [], {}
+    items = []
     for key, values in raw_entries:
         meta = {k: values.pop(k) for k in _ENTRY_META if k in values}
         merged = {**shared, **values}
         entry_id = meta.get("id") or _default_id(kind, values) or f"row{key[-1]}"
-        if entry_id in seen:
+        if (title, entry_id) in seen_ids:
             raise SpecError(path, lines(key), _dotted(key),
-                            f"duplicate entry id {entry_id!r} in table {title!r} (first at line {seen[entry_id]}); give one an 'id'")
-        seen[entry_id] = lines(key)
+                            f"duplicate entry id {entry_id!r} in table {title!r} (first at line {seen_ids[title, entry_id]}); "
+                            "give one an 'id' or its table another 'title'")
+        seen_ids[title, entry_id] = lines(key)
         _check_range(path, lines, key + ("torch",), meta.get("torch", ""))
         try:
             _semantic_checks(kind, merged)
@@ -257,11 +287,13 @@ def _semantic_checks(kind: str, values: Mapping[str, Any]) -> None:
 
     if kind == "step" and values.get("step") not in STEP_NAMES:
         raise ValueError(f"unknown step {values.get('step')!r}; steps: {list(STEP_NAMES)}")
-    if kind == "param" and not ("param" in values or "fqn" in values):
-        raise ValueError("a 'param' entry names 'param' (relative to its layer) or 'fqn'")
+    if kind == "param" and not ("fqn" in values or ("param" in values and "layer" in values)):
+        raise ValueError("a 'param' entry names 'param' with its 'layer' (e.g. with: {layer: 0}), or a full 'fqn'")
     if kind == "param_state" and values.get("point") not in ("pre_forward", "post_forward"):
         raise ValueError(f"'point' must be pre_forward or post_forward, got {values.get('point')!r}")
     if kind == "memory" and "state" not in values:
         raise ValueError("a 'memory' entry names an FSDPMemTracker 'state', e.g. 'After Pre-Forward'")
+    if kind == "memory" and not any(k in values for k in ("layer", "unit", "module")):
+        raise ValueError("a 'memory' entry names its module: 'layer' (decoder layer index), 'unit' ('root' or a name) or 'module' (FQN)")
     if kind == "collectives" and not isinstance(values.get("select", {}), Mapping):
         raise ValueError("'select' must be a mapping, e.g. {phase: forward, op: all_gather, layer: 0}")

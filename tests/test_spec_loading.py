@@ -1,0 +1,312 @@
+"""Tests of harness/spec.py, the validate command and the pytest plugin on malformed specs,
+and of the torch-range and deviation gates of harness/evaluate.py.
+
+A malformed spec gives one SpecError reading ``file:line: key.path: what was expected``; the
+command line prints that one line (no traceback) and exits 1; under pytest it is one failing
+item, not a collection crash.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.evaluate import FAILING, evaluate_spec
+from harness.spec import SpecError, load_spec
+from observations import walkthrough_observation
+
+pytest_plugins = ["pytester"]
+
+REPO = Path(__file__).resolve().parent.parent
+
+# A small valid spec; each case below changes it in one place. Line numbers are looked up by
+# marker, so the cases stay right when this text changes.
+BASE = """\
+spec: tiny
+title: a tiny spec
+document: a document
+setup:
+  model: {config: walkthrough, overrides: {num_hidden_layers: 2}}
+  param_dtype: float16
+  mesh: {shape: [4], dim_names: [dp]}
+tables:
+  - section: "Forward"
+    title: shapes
+    check: step
+    entries:
+      - {id: x_norm, step: step1.x_norm, shape: [2, 8, 512]}
+      - {id: k_heads, step: step2.k_heads, shape: [2, 8, 4, 64]}
+  - section: "Shards"
+    title: shard per rank
+    check: param
+    with: {layer: 0}
+    columns: [param, local_shape, local_numel]
+    rows:
+      - [self_attn.q_proj.weight, [128, 512], 65536]
+      - [self_attn.k_proj.weight, [64, 512], 32768]
+  - section: "Totals"
+    check: params_total
+    entries:
+      - id: layer_bytes
+        layer: 0
+        bytes: "4.72 MB"
+"""
+
+
+def line_of(text: str, marker: str) -> int:
+    hits = [i + 1 for i, line in enumerate(text.splitlines()) if marker in line]
+    assert len(hits) == 1, (marker, hits)
+    return hits[0]
+
+
+def edit(old: str, new: str) -> str:
+    assert BASE.count(old) == 1, old
+    return BASE.replace(old, new)
+
+
+def write(tmp_path: Path, text: str, name: str = "spec.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_the_base_spec_loads(tmp_path):
+    spec = load_spec(write(tmp_path, BASE))
+    assert [i.entry.id for i in spec.items] == ["x_norm", "k_heads", "self_attn.q_proj.weight",
+                                                 "self_attn.k_proj.weight", "layer_bytes"]
+    assert [i.entry.line for i in spec.items] == [13, 14, 21, 22, 26]
+    assert spec.items[-1].entry.table == "Totals"  # no title: the section
+    assert spec.setup.world_size == 4 and spec.backend == "auto" and spec.timeout_s == 300
+    assert all(r.status == "pass" for r in evaluate_spec(spec, walkthrough_observation()))
+
+
+# (text, marker of the line reported, key path ('' for none), what the message says was expected)
+MALFORMED = [
+    pytest.param(edit("shape: [2, 8, 4, 64]}", "shape: [2, 8, 4, 64}"), "{id: k_heads", "",
+                 "not valid YAML: expected ',' or ']'", id="yaml-syntax"),
+    pytest.param(edit("document: a document\n", ""), "spec: tiny", "",
+                 "'document' is a required property", id="missing-top-level-key"),
+    pytest.param(edit("  param_dtype: float16\n", "  param_dtype: float16\n  seeed: 1\n"), "seeed", "setup.seeed",
+                 "('seeed' was unexpected); allowed keys: ['batch_per_rank', 'fsdp', 'mesh', 'model',",
+                 id="unknown-setup-key"),
+    pytest.param(edit("dim_names: [dp]}", "dimnames: [dp]}"), "dimnames", "setup.mesh.dimnames",
+                 "allowed keys: ['dim_names', 'shape']", id="unknown-nested-setup-key"),
+    pytest.param(edit("param_dtype: float16", "param_dtype: fp16"), "param_dtype", "setup.param_dtype",
+                 "expected one of ['float16', 'bfloat16', 'float32'], got 'fp16'", id="wrong-dtype"),
+    pytest.param(edit("check: param\n", "check: parm\n"), "check: parm", "tables[1].check",
+                 "expected one of ['param', 'params_total', 'input', 'step',", id="wrong-check-enum"),
+    pytest.param(edit("[self_attn.k_proj.weight, [64, 512], 32768]", "[self_attn.k_proj.weight, [64, 512]]"),
+                 "[self_attn.k_proj.weight", "tables[1].rows[1]",
+                 "expected 3 values for columns ['param', 'local_shape', 'local_numel'], got 2", id="row-columns"),
+    pytest.param(edit("step: step1.x_norm, shape:", "step: step1.x_norm, shap:"), "{id: x_norm",
+                 "tables[0].entries[0]", "'shap' is not a selector or field of check kind 'step'; selectors: "
+                 "['layer', 'ranks', 'step']; fields: ['dim0', 'dtype', 'layers', 'shape']", id="unknown-field"),
+    pytest.param(edit("step: step2.k_heads", "step: step2.kv_heads"), "{id: k_heads", "tables[0].entries[1]",
+                 "unknown step 'step2.kv_heads'; steps: ['step1.x_norm', 'step2.q',", id="unknown-step"),
+    pytest.param(edit("{id: x_norm,", '{id: x_norm, torch: "2.6",'), "{id: x_norm", "tables[0].entries[0].torch",
+                 "expected a PEP 440 range like '>=2.6,<2.15', got '2.6'", id="bad-entry-torch-range"),
+    pytest.param(edit("    title: shapes\n", '    title: shapes\n    torch: ">=2.x"\n'), ">=2.x", "tables[0].torch",
+                 "expected a PEP 440 range like '>=2.6,<2.15', got '>=2.x'", id="bad-table-torch-range"),
+    pytest.param(edit("document: a document\n", 'document: a document\ntorch: "2.6+"\n'), "2.6+", "torch",
+                 "expected a PEP 440 range", id="bad-spec-torch-range"),
+    pytest.param(edit("{id: k_heads", "{id: x_norm"), "step2.k_heads", "tables[0].entries[1]",
+                 "duplicate entry id 'x_norm' in table 'shapes' (first at line 13); give one an 'id'",
+                 id="duplicate-id"),
+    pytest.param(edit("[self_attn.k_proj.weight,", "[self_attn.q_proj.weight,"), "[64, 512]", "tables[1].rows[1]",
+                 "duplicate entry id 'self_attn.q_proj.weight' in table 'shard per rank' (first at line 21)",
+                 id="duplicate-default-id"),
+    pytest.param(edit('"4.72 MB"', '"4.7.2 MB"'), "id: layer_bytes", "tables[2].entries[0]",
+                 "cannot read '4.7.2 MB' as a figure: expected e.g. '4.72 MB'", id="unreadable-figure"),
+    pytest.param(edit('"4.72 MB"', '"≈ MB"'), "id: layer_bytes", "tables[2].entries[0]",
+                 "cannot read '≈ MB' as a figure", id="unreadable-approx-figure"),
+    pytest.param(edit("    check: params_total\n", "    check: params_total\n    columns: [layer, bytes]\n"),
+                 "- section: \"Totals\"", "tables[2]",
+                 "a table holds either 'columns' with 'rows', or 'entries'", id="columns-and-entries"),
+    pytest.param(edit("{id: x_norm, step: step1.x_norm,", "{id: x_norm, step: step1.x_norm, step: step2.q,"),
+                 "{id: x_norm", "tables[0].entries[0].step", "duplicate key 'step' (first at line 13)",
+                 id="duplicate-yaml-key"),
+    pytest.param(edit("        bytes: \"4.72 MB\"\n", "        bytes: \"4.72 MB\"\n        bytes: \"4.73 MB\"\n"),
+                 "4.73 MB", "tables[2].entries[0].bytes", "duplicate key 'bytes' (first at line 28)",
+                 id="duplicate-yaml-key-drops-a-check"),
+    pytest.param(edit("{id: k_heads,", "{id: \"k heads\","), "k heads", "tables[0].entries[1].id",
+                 "does not match", id="bad-id"),
+    pytest.param(edit("{id: k_heads,", "{deviation: {link: x}, id: k_heads,"), "deviation", "tables[0].entries[1].deviation",
+                 "'reason' is a required property", id="deviation-without-reason"),
+    pytest.param(edit("{id: k_heads,", "{deviation: {why: x}, id: k_heads,"), "deviation", "tables[0].entries[1].deviation.why",
+                 "('why' was unexpected); allowed keys: ['link', 'reason']", id="deviation-unknown-key"),
+    pytest.param(edit("mesh: {shape: [4], dim_names: [dp]}", "mesh: {shape: [2, 2], dim_names: [dp]}"),
+                 "setup:", "setup", "expected 2 names for shape [2, 2], got ['dp']", id="mesh-names"),
+]
+
+
+@pytest.mark.parametrize("text, marker, key_path, expected", MALFORMED)
+def test_malformed_spec_gives_one_spec_error(tmp_path, text, marker, key_path, expected):
+    path = write(tmp_path, text)
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    err = info.value
+    line = line_of(text, marker)
+    where = f"{path}:{line}: " + (f"{key_path}: " if key_path else "")  # no key path: a syntax error, the top
+    assert str(err).startswith(where), str(err)
+    assert expected in str(err), str(err)
+    assert (err.path, err.line, err.key_path) == (str(path), line, key_path)
+    assert "\n" not in str(err)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "expected a mapping with keys spec, title, document, setup, tables"),
+    ("- a\n- b\n", "expected a mapping"),
+    ("spec: a\n---\nspec: b\n", "not valid YAML"),
+])
+def test_not_a_spec_at_all(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(SpecError, match=message) as info:
+        load_spec(path)
+    assert str(info.value).startswith(str(path))
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(SpecError, match="cannot read file") as info:
+        load_spec(tmp_path / "nope.yaml")
+    assert str(info.value).startswith(f"{tmp_path / 'nope.yaml'}: cannot read file: ")
+
+
+# --- the command line --------------------------------------------------------------------
+
+def validate(*paths: Path, columns: int | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    if columns:
+        env["COLUMNS"] = str(columns)
+    return subprocess.run([sys.executable, "-m", "harness", "validate", *map(str, paths)], cwd=REPO, env=env,
+                          capture_output=True, text=True, encoding="utf-8", timeout=120)
+
+
+def test_validate_prints_one_line_per_bad_spec_and_exits_1(tmp_path):
+    bad_text = edit("check: param\n", "check: parm\n")
+    bad, good = write(tmp_path, bad_text, "bad.yaml"), write(tmp_path, BASE, "good.yaml")
+    proc = validate(bad, good, columns=1000)
+    assert proc.returncode == 1, proc
+    assert "Traceback" not in proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 2, proc.stdout
+    assert lines[0].startswith(f"✗ {bad}:{line_of(bad_text, 'check: parm')}: tables[1].check: expected one of [")
+    assert lines[1] == f"✓ {good}: 5 entries, world size 4"
+
+
+def test_validate_error_is_one_line_when_piped(tmp_path):
+    bad = write(tmp_path, edit("check: param\n", "check: parm\n"), "bad.yaml")
+    proc = validate(bad)
+    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr
+    assert len(proc.stdout.splitlines()) == 1, proc.stdout
+
+
+# --- under pytest: one failing item, not a collection crash ------------------------------
+
+def test_malformed_spec_is_one_failing_pytest_item(pytester, monkeypatch):
+    """The repo's conftest.py as a plugin (-p conftest) collects specs/*.yaml below the rootdir."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    bad_text = edit("check: param\n", "check: parm\n")
+    pytester.mkdir("specs")
+    bad = pytester.path / "specs" / "bad.yaml"
+    bad.write_text(bad_text, encoding="utf-8")
+    (pytester.path / "specs" / "notes.txt").write_text("not a spec")
+    (pytester.path / "elsewhere.yaml").write_text("{not: a spec, outside specs/}")  # not collected
+
+    result = pytester.runpytest_subprocess("-p", "conftest", "-v", "-p", "no:cacheprovider")
+    out = result.stdout.str()
+    result.assert_outcomes(failed=1)  # and no errors: collection did not crash
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*collected 1 item*", "specs/bad.yaml::load FAILED*"])
+    line = line_of(bad_text, "check: parm")
+    assert f"spec does not load: {bad}:{line}: tables[1].check: expected one of [" in out
+    assert "Traceback" not in out and "elsewhere.yaml" not in out
+
+
+# --- gates: torch range, deviation -------------------------------------------------------
+
+GATES = """\
+spec: gates
+title: torch ranges and deviations
+document: a document
+setup: {model: {config: walkthrough, overrides: {num_hidden_layers: 2}}}
+tables:
+  - section: "Forward"
+    title: gated
+    check: step
+    entries:
+      - {id: ancient, torch: "<1.0", step: step1.x_norm, shape: [2, 8, 512]}
+      - {id: current, torch: ">=2.6", step: step1.x_norm, shape: [2, 8, 512]}
+      - {id: deviation_seen, deviation: {reason: "the kernel pads heads", link: "https://example.org/1"}, step: step2.q_heads, shape: [2, 8, 16, 64]}
+      - {id: deviation_gone, deviation: {reason: "fixed upstream"}, step: step2.q_heads, shape: [2, 8, 8, 64]}
+      - {id: deviation_error, deviation: {reason: "x"}, step: step1.x_norm, layer: 7, shape: [2, 8, 512]}
+  - section: "Table range"
+    title: table gated
+    check: step
+    torch: ">=2.6"
+    entries:
+      - {id: narrowed, torch: "<2.10", step: step1.x_norm, shape: [2, 8, 512]}
+"""
+
+
+@pytest.fixture
+def gated(tmp_path):
+    spec = load_spec(write(tmp_path, GATES))
+    return {r.entry.id: r for r in evaluate_spec(spec, walkthrough_observation())}, spec
+
+
+def test_torch_range_outside_is_skip_with_the_range(gated):
+    results, _ = gated
+    assert results["ancient"].status == "skip" and results["ancient"].ok
+    assert results["ancient"].message == "requires torch <1.0; running 2.13.0+cpu"
+    assert results["current"].status == "pass"
+    # table and entry ranges both apply
+    assert results["narrowed"].status == "skip"
+    assert results["narrowed"].message == "requires torch >=2.6,<2.10; running 2.13.0+cpu"
+
+
+def test_deviation_still_observed_is_xfail(gated):
+    r = gated[0]["deviation_seen"]
+    assert r.status == "xfail" and r.ok and r.status not in FAILING
+    assert r.message == "known deviation: the kernel pads heads (https://example.org/1)"
+    assert r.fields and not r.fields[0].ok  # the observed values stay in the report
+
+
+def test_deviation_no_longer_observed_is_xpass_and_fails(gated):
+    r = gated[0]["deviation_gone"]
+    assert r.status == "xpass" and not r.ok and r.status in FAILING
+    assert r.message == "declared deviation no longer observed, update the spec: fixed upstream"
+    assert "xpass: declared deviation no longer observed" in r.explain()
+
+
+def test_deviation_does_not_hide_an_error(gated):
+    r = gated[0]["deviation_error"]
+    assert r.status == "error" and "(layer 7) not observed" in r.message
+
+
+@pytest.mark.parametrize("version, skipped", [
+    ("2.13.0", False), ("2.13.0+cu128", False), ("2.14.0.dev20260101+cpu", False), ("2.14.0a0+git1234", False),
+    ("2.5.1", True), ("1.13.1", True),
+])
+def test_torch_range_on_releases_and_nightlies(gated, version, skipped):
+    """A nightly of a newer torch is inside '>=2.6' (pre-releases count)."""
+    _, spec = gated
+    (item,) = [i for i in spec.items if i.entry.id == "current"]
+    assert item.torch_range == ">=2.6"
+    assert (item.skip_reason(version) is not None) == skipped
+
+
+def test_numerics_skip_on_a_simulated_run(tmp_path):
+    text = GATES.split("tables:")[0] + """tables:
+  - section: "Backward"
+    check: numerics
+    entries:
+      - {id: grads, grads_count: 22}
+"""
+    obs = walkthrough_observation()
+    obs["environment"]["simulated"] = True
+    (r,) = evaluate_spec(load_spec(write(tmp_path, text)), obs)
+    assert r.status == "skip" and "simulated" in r.message
