@@ -51,7 +51,8 @@ class FSDPSetup:
     Attributes:
         reshard_after_forward: for the layer units: True, False, or an int (reshard to a
             group of that size after forward).
-        root_reshard_after_forward: for the root unit; None means the same as the layers.
+        root_reshard_after_forward: for the root unit; None passes nothing, so torch's own
+            default for the root applies, as in the document's ``fully_shard(model, mesh=mesh)``.
         mixed_precision: None for no ``MixedPrecisionPolicy``.
     """
 
@@ -84,6 +85,11 @@ class RunSetup:
         optimizer: see :class:`OptimizerSetup`.
         seed: seeds weights and the global batch.
         observe_ranks: simulated runs only: which global ranks to record (None: rank 0).
+        numerics: compare with a non-sharded replica (real runs; every rank then holds the
+            full model, its full gradients and runs one more forward and backward). Off: the
+            model is built on the meta device and each rank materializes only its shards
+            after fully_shard (values then differ from init_weights'), for models too big to
+            hold unsharded on every rank at once. The observation is otherwise the same.
     """
 
     model: ModelSetup = field(default_factory=ModelSetup)
@@ -96,6 +102,7 @@ class RunSetup:
     optimizer: OptimizerSetup = field(default_factory=OptimizerSetup)
     seed: int = 0
     observe_ranks: tuple[int, ...] | None = None
+    numerics: bool = True
 
     @property
     def world_size(self) -> int:
@@ -124,7 +131,7 @@ class RunSetup:
         Keys: model {config, overrides, body}, param_dtype, mesh {shape, dim_names},
         batch_per_rank, seq_len, fsdp {reshard_after_forward, root_reshard_after_forward,
         mixed_precision {param_dtype, reduce_dtype, output_dtype, cast_forward_inputs}},
-        optimizer {name, lr}, seed, observe_ranks.
+        optimizer {name, lr}, seed, observe_ranks, numerics.
 
         Raises:
             ValueError: naming the key path, for a value the schema cannot catch (a mesh

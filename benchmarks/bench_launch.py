@@ -1,0 +1,67 @@
+"""Cold start: the harness's walkthrough run against a plain 4-rank FSDP2 script.
+
+Each measurement is a fresh Python process, timed from start to exit:
+
+- harness: ``run_setup(RunSetup())`` (the walkthrough setup: 4 gloo ranks, fp16, 2 layers)
+  in a fresh interpreter: the forkserver starts, preloads torch/FSDP/the rank step, forks
+  4 ranks, which run the step with every recorder on (collectives + profiler labels,
+  FSDPMemTracker, parameter states, step shapes, the replica numerics) and the document is
+  validated;
+- plain: ``benchmarks/plain_step.py``, the same step with ``torch.multiprocessing.spawn``
+  and nothing recorded;
+- plain, 1 thread: the same script with ``OMP_NUM_THREADS=1`` (what torchrun sets; the
+  harness gives each CPU rank cores / world size threads), to show how much of the gap is
+  start-up and how much is 4 ranks x 2 threads on 2 cores.
+
+The two alternate, ``--repeat`` times each (default 3); the median and the minimum of each
+are printed. Not a test: the figures depend on the machine and its load.
+
+Run: ``python benchmarks/bench_launch.py [--repeat N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+HARNESS = (
+    "from harness.run import run_setup\n"
+    "from harness.setup import RunSetup\n"
+    "doc = run_setup(RunSetup(), backend='gloo', timeout_s=300)\n"
+    "assert len(doc['ranks']) == 4\n"
+)
+
+
+def timed(cmd: list[str], **extra_env: str) -> float:
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra_env)
+    start = time.perf_counter()
+    subprocess.run(cmd, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    harness, plain, plain1 = [], [], []
+    script = os.path.join(ROOT, "benchmarks", "plain_step.py")
+    for i in range(args.repeat):
+        harness.append(timed([sys.executable, "-c", HARNESS]))
+        plain.append(timed([sys.executable, script]))
+        plain1.append(timed([sys.executable, script], OMP_NUM_THREADS="1"))
+        print(f"round {i + 1}: harness {harness[-1]:.2f} s, plain {plain[-1]:.2f} s, plain 1 thread {plain1[-1]:.2f} s", flush=True)
+    h, p, p1 = statistics.median(harness), statistics.median(plain), statistics.median(plain1)
+    print(f"harness cold run (walkthrough, 4 gloo ranks, all recorders): median {h:.2f} s, min {min(harness):.2f} s")
+    print(f"plain mp.spawn script (same step, nothing recorded):          median {p:.2f} s, min {min(plain):.2f} s")
+    print(f"plain mp.spawn script, OMP_NUM_THREADS=1:                     median {p1:.2f} s, min {min(plain1):.2f} s")
+    print(f"ratio harness/plain (medians): {h / p:.2f} (target <= 0.5); harness/plain 1 thread: {h / p1:.2f}")
+
+
+if __name__ == "__main__":
+    main()

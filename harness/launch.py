@@ -1,0 +1,354 @@
+"""Launching ranks: local (spawned here), joined (torchrun's world), errors and clean-up.
+
+Local launch (:func:`run_local`): N rank processes started from a ``multiprocessing``
+forkserver whose preload list holds torch, FSDP and the rank step, so a rank starts by
+``fork()`` of an interpreter that has already imported them (a spawn would import torch in
+every rank: seconds each on this 2-core machine). The forkserver is started once per
+process and reused by later runs. Ranks meet through a file store in a fresh temporary
+directory (``init_method="file://..."``): no TCP port, so parallel pytest-xdist workers
+never collide.
+
+Each rank sends one message on its own pipe: its observation, or its traceback. The parent
+waits on all pipes against one deadline (a pipe also reports its rank's death: EOF):
+
+- a rank that raises: its traceback arrives, every other rank is killed, :class:`RunError`
+  names the rank and carries the traceback;
+- a rank that dies without a message (killed, ``os._exit``, segfault): the same, with its
+  exit code;
+- the deadline passes (a hang, e.g. mismatched collectives): every rank is killed,
+  :class:`RunTimeout` lists the ranks that had not finished and the phase each was in;
+- in every case all rank processes are killed and joined before returning or raising.
+  Ranks also hold a lifeline pipe to the parent and exit if it disappears, so not even a
+  killed parent leaves ranks behind.
+
+Backend ``auto`` is resolved in the ranks (the parent need not import torch): NCCL with one
+GPU per rank (``cuda:<local rank>``) when at least world-size GPUs are visible, gloo on CPU
+otherwise.
+
+Joined launch (:func:`joined_world`, used by ``harness.run``): under ``torchrun`` (RANK,
+WORLD_SIZE, MASTER_ADDR set) the world already exists; see ``harness/run.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import multiprocessing
+import os
+import shutil
+import tempfile
+import threading
+import time
+import traceback
+from multiprocessing.connection import wait
+from typing import Any, Iterator, Mapping
+
+__all__ = [
+    "RunError",
+    "RunTimeout",
+    "BACKENDS",
+    "PRELOAD",
+    "run_local",
+    "joined_world",
+    "resolve_backend",
+    "forkserver_context",
+]
+
+BACKENDS = ("auto", "gloo", "nccl", "fake")
+
+# Imported once by the forkserver, inherited by every rank. torch._dynamo: FSDP's hooks are
+# wrapped in torch._dynamo.disable, which imports torch._dynamo on first call (~1 s).
+PRELOAD = ["torch", "torch.distributed.fsdp", "torch._dynamo", "harness.rank_step"]
+
+_PHASE_CODES = ("starting", "init_process_group", "setup", "replica", "forward", "backward", "optimizer", "observe", "done")
+
+
+class RunError(RuntimeError):
+    """A run failed. ``rank`` is the failing rank (None if not one rank's fault); the message
+    names it and carries its traceback text (``traceback``)."""
+
+    def __init__(self, message: str, *, rank: int | None = None, traceback: str = "") -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.traceback = traceback
+
+
+class RunTimeout(RunError):
+    """A run did not finish before the caller's timeout. ``pending`` lists the ranks that
+    had not finished, ``phases`` the phase each was last in."""
+
+    def __init__(self, message: str, *, pending: list[int], phases: Mapping[int, str]) -> None:
+        super().__init__(message, rank=pending[0] if pending else None)
+        self.pending = pending
+        self.phases = dict(phases)
+
+
+def resolve_backend(backend: str, world_size: int, local_world_size: int | None = None) -> tuple[str, str]:
+    """(process-group backend, device type) for ``backend`` in :data:`BACKENDS` minus "fake".
+
+    ``auto``: NCCL on CUDA when at least ``local_world_size`` (default ``world_size``) GPUs
+    are visible, else gloo on CPU.
+    """
+    import torch
+
+    if backend not in ("auto", "gloo", "nccl"):
+        raise ValueError(f"backend {backend!r}: expected one of {BACKENDS}")
+    needed = local_world_size or world_size
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= needed else "gloo"
+    if backend == "nccl":
+        if torch.cuda.device_count() < needed:
+            raise RunError(f"backend nccl needs {needed} GPUs (one per rank), {torch.cuda.device_count()} visible")
+        return "nccl", "cuda"
+    return "gloo", "cpu"
+
+
+def joined_world(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """The world torchrun (or any launcher) set up, from its environment; None if not joined.
+
+    Returns ``{"rank", "world_size", "local_rank", "local_world_size"}`` when RANK,
+    WORLD_SIZE and MASTER_ADDR are all set.
+    """
+    env = os.environ if environ is None else environ
+    if not all(k in env for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR")):
+        return None
+    world_size = int(env["WORLD_SIZE"])
+    return {
+        "rank": int(env["RANK"]),
+        "world_size": world_size,
+        "local_rank": int(env.get("LOCAL_RANK", env["RANK"])),
+        "local_world_size": int(env.get("LOCAL_WORLD_SIZE", world_size)),
+    }
+
+
+_CONTEXT: Any = None
+_START_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _ranks_skip_main() -> Iterator[None]:
+    """While starting ranks: do not make them re-run the caller's ``__main__``.
+
+    A spawn/forkserver child normally re-imports the parent's main module (as
+    ``__mp_main__``) so that a target defined there can be found. The rank target lives in
+    this module, so that re-import only costs start-up time (a pytest or CLI entry script,
+    per rank) and forces an ``if __name__ == "__main__":`` guard on every script that calls
+    ``run_setup``. Dropping the two ``init_main_from_*`` keys of the preparation data skips it.
+    """
+    from multiprocessing import spawn
+
+    original = spawn.get_preparation_data
+
+    def preparation_data(name: str) -> dict[str, Any]:
+        data = original(name)
+        data.pop("init_main_from_path", None)
+        data.pop("init_main_from_name", None)
+        return data
+
+    with _START_LOCK:
+        spawn.get_preparation_data = preparation_data
+        try:
+            yield
+        finally:
+            spawn.get_preparation_data = original
+
+
+def forkserver_context() -> Any:
+    """The forkserver context with :data:`PRELOAD` set (the server starts on first use)."""
+    global _CONTEXT
+    if _CONTEXT is None:
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(PRELOAD)
+        _CONTEXT = ctx
+    return _CONTEXT
+
+
+def _watch_lifeline(lifeline: Any) -> None:
+    """In a rank: exit at once when the parent's end of the lifeline closes (parent gone)."""
+    try:
+        lifeline.recv_bytes()
+    except (EOFError, OSError):
+        pass
+    os._exit(70)
+
+
+def _rank_main(
+    rank: int,
+    world_size: int,
+    setup: Any,
+    backend: str,
+    init_file: str,
+    timeout_s: float,
+    conn: Any,
+    lifeline: Any,
+    phase_codes: Any,
+    fault: Mapping[str, Any] | None,
+) -> None:
+    """A rank process: init the process group, run the step, send the result or traceback."""
+    threading.Thread(target=_watch_lifeline, args=(lifeline,), daemon=True).start()
+
+    def on_phase(name: str) -> None:
+        phase_codes[rank] = _PHASE_CODES.index(name) if name in _PHASE_CODES else 0
+
+    try:
+        from datetime import timedelta
+
+        import torch
+        import torch.distributed as dist
+
+        from harness.rank_step import run_step
+
+        pg_backend, device_type = resolve_backend(backend, world_size)
+        if device_type == "cuda":
+            torch.cuda.set_device(rank % torch.cuda.device_count())
+        elif "OMP_NUM_THREADS" not in os.environ:
+            # Ranks share this machine's cores: one rank per core's worth of threads, as
+            # torchrun does (OMP_NUM_THREADS=1), instead of every rank using every core.
+            torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // world_size))
+        on_phase("init_process_group")
+        # The harness's deadline, not the backend's, ends a hang: give the backend more time.
+        dist.init_process_group(
+            pg_backend,
+            init_method="file://" + init_file,
+            rank=rank,
+            world_size=world_size,
+            timeout=timedelta(seconds=timeout_s + 60),
+        )
+        try:
+            result = run_step(setup, rank, world_size, device_type, fault=fault, on_phase=on_phase)
+        finally:
+            on_phase("done")
+        # As JSON text: the document is JSON anyway, and the parent then unpickles nothing
+        # that would make it import torch.
+        conn.send(("ok", time.time(), json.dumps(result)))
+        # No destroy_process_group: it can block on peers; the process exits now.
+    except BaseException:  # noqa: BLE001 - everything a rank raises goes to the parent
+        try:
+            conn.send(("error", time.time(), traceback.format_exc()))
+        except Exception:
+            pass
+    finally:
+        conn.close()
+    os._exit(0)
+
+
+def _receive(reader: Any, pending: dict[Any, int], procs: list[Any], results: dict[int, Any]) -> tuple[float, RunError] | None:
+    """Read a ready rank pipe: store a result, or return (when it failed, the RunError)."""
+    rank = pending.pop(reader)
+    try:
+        kind, when, payload = reader.recv()
+    except (EOFError, OSError):
+        procs[rank].join(timeout=5)
+        code = procs[rank].exitcode
+        hint = " (SIGKILL: often the kernel's out-of-memory killer)" if code == -9 else ""
+        return time.time(), RunError(
+            f"rank {rank} died without a result (exit code {code}{hint}); no traceback: "
+            f"the process ended abruptly (killed, os._exit, or a crash in native code)",
+            rank=rank,
+        )
+    if kind == "error":
+        return when, RunError(f"rank {rank} failed:\n{payload}", rank=rank, traceback=payload)
+    results[rank] = json.loads(payload)
+    return None
+
+
+def _kill_all(procs: list[Any]) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    for p in procs:
+        p.join(timeout=10)
+
+
+def run_local(
+    setup: Any,
+    *,
+    backend: str = "auto",
+    timeout_s: float = 300.0,
+    fault: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Run ``setup`` on ``setup.world_size`` ranks spawned here; results in rank order.
+
+    Args:
+        setup: a :class:`harness.setup.RunSetup`.
+        backend: "auto", "gloo" or "nccl".
+        timeout_s: the whole run's deadline, from the first process start.
+        fault: TESTS ONLY, passed to every rank (see ``harness.rank_step.run_step``).
+
+    Returns:
+        Per rank, ``harness.rank_step.run_step``'s result.
+
+    Raises:
+        RunError: a rank raised or died (message names the rank, carries its traceback).
+        RunTimeout: the deadline passed first.
+    """
+    if backend not in ("auto", "gloo", "nccl"):
+        raise ValueError(f"backend {backend!r}: run_local takes auto, gloo or nccl")
+    world_size = setup.world_size
+    if backend == "nccl":
+        resolve_backend(backend, world_size)  # too few GPUs: fail here, before any process starts
+    ctx = forkserver_context()
+    tmpdir = tempfile.mkdtemp(prefix="fsdp2-harness-")
+    init_file = os.path.join(tmpdir, "rendezvous")
+    phase_codes = ctx.Array("i", world_size, lock=False)
+    procs: list[Any] = []
+    readers: dict[Any, int] = {}
+    lifelines: list[Any] = []
+    start = time.monotonic()
+    deadline = start + timeout_s
+    results: dict[int, dict[str, Any]] = {}
+    try:
+        for rank in range(world_size):
+            reader, writer = ctx.Pipe(duplex=False)
+            life_r, life_w = ctx.Pipe(duplex=False)
+            p = ctx.Process(
+                target=_rank_main,
+                name=f"fsdp2-rank-{rank}",
+                args=(rank, world_size, setup, backend, init_file, timeout_s, writer, life_r, phase_codes, dict(fault) if fault else None),
+                daemon=True,
+            )
+            with _ranks_skip_main():
+                p.start()
+            writer.close()
+            life_r.close()
+            procs.append(p)
+            readers[reader] = rank
+            lifelines.append(life_w)
+        pending_readers = dict(readers)
+        while pending_readers:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                pending = sorted(pending_readers.values())
+                phases = {r: _PHASE_CODES[phase_codes[r]] for r in pending}
+                where = ", ".join(f"rank {r} in {phases[r]}" for r in pending)
+                finished = sorted(results)
+                raise RunTimeout(
+                    f"run timed out after {timeout_s:g} s: {len(pending)} of {world_size} ranks had not "
+                    f"finished ({where}); finished: {finished or 'none'}. A hang: mismatched or "
+                    f"missing collectives, or a stuck rank. All ranks were killed.",
+                    pending=pending,
+                    phases=phases,
+                )
+            # A rank's pipe becomes ready with its message, or at EOF when the rank dies
+            # (the rank holds the only write end), so the pipes alone cover every ending.
+            ready = wait(list(pending_readers), timeout=min(remaining, 1.0))
+            failures = [f for f in (_receive(r, pending_readers, procs, results) for r in ready) if f]
+            if failures:
+                # Peers of a failing rank fail too, a moment later (a closed connection): give
+                # them a moment, then blame the rank that failed first.
+                grace = time.monotonic() + 0.5
+                while pending_readers and time.monotonic() < grace:
+                    more = wait(list(pending_readers), timeout=max(0.0, grace - time.monotonic()))
+                    failures += [f for f in (_receive(r, pending_readers, procs, results) for r in more) if f]
+                failures.sort(key=lambda f: f[0])
+                first = failures[0][1]
+                others = sorted(f[1].rank for f in failures[1:])
+                if others:
+                    first.args = (f"{first.args[0]}\n(ranks {others} failed after it)",)
+                raise first
+        return [results[r] for r in range(world_size)]
+    finally:
+        _kill_all(procs)
+        for conn in list(readers) + lifelines:
+            conn.close()
+        shutil.rmtree(tmpdir, ignore_errors=True)

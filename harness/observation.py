@@ -1,0 +1,96 @@
+"""The observation document: assembled from the ranks' entries, validated against its schema.
+
+Schema: ``harness/schemas/observation.schema.json`` (format ``fsdp2-observation/1``).
+:func:`build_observation` puts the parts together; :func:`validate_observation` checks a
+document and raises :class:`ObservationError` listing every violation with its JSON path.
+Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+__all__ = ["FORMAT", "SCHEMA_PATH", "ObservationError", "load_schema", "validate_observation", "build_observation"]
+
+FORMAT = "fsdp2-observation/1"
+SCHEMA_PATH = Path(__file__).parent / "schemas" / "observation.schema.json"
+
+
+class ObservationError(ValueError):
+    """A document does not match the observation schema; ``errors`` lists each violation."""
+
+    def __init__(self, errors: list[str]) -> None:
+        shown = errors[:20]
+        more = f"\n  ... and {len(errors) - len(shown)} more" if len(errors) > len(shown) else ""
+        super().__init__(
+            f"observation document does not match {SCHEMA_PATH.name} ({len(errors)} errors):\n  "
+            + "\n  ".join(shown)
+            + more
+        )
+        self.errors = errors
+
+
+@lru_cache(maxsize=1)
+def load_schema() -> dict[str, Any]:
+    """The observation schema (parsed once)."""
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+@lru_cache(maxsize=1)
+def _validator() -> Any:
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(load_schema())
+
+
+def _path(error: Any) -> str:
+    out = "$"
+    for part in error.absolute_path:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def validate_observation(doc: Mapping[str, Any]) -> None:
+    """Raise :class:`ObservationError` unless ``doc`` matches the schema."""
+    errors = sorted(_validator().iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        raise ObservationError([f"{_path(e)}: {e.message[:300]}" for e in errors])
+
+
+def build_observation(
+    setup: Any,
+    *,
+    environment: Mapping[str, Any],
+    fsdp_units: list[dict[str, Any]],
+    ranks: Iterable[dict[str, Any]],
+    launcher: str,
+    simulated: bool,
+) -> dict[str, Any]:
+    """The document for ``setup`` (a ``RunSetup``) from the ranks' entries (sorted by rank).
+
+    Args:
+        environment: what a rank reported (torch_version, python_version, backend,
+            device_type, device_name); world and mesh come from ``setup``.
+        fsdp_units: the units as a rank described them (identical on every rank).
+        ranks: the ranks' entries.
+        launcher: "local", "joined" or "simulated".
+        simulated: True for the fake backend.
+    """
+    entries = sorted(ranks, key=lambda e: e["rank"])
+    env = {
+        "torch_version": environment["torch_version"],
+        "python_version": environment["python_version"],
+        "backend": environment["backend"],
+        "device_type": environment["device_type"],
+        "device_name": environment.get("device_name", environment["device_type"]),
+        "world_size": setup.world_size,
+        "mesh_shape": list(setup.mesh_shape),
+        "mesh_dim_names": list(setup.mesh_dim_names),
+        "simulated": simulated,
+        "launcher": launcher,
+        "observed_ranks": [e["rank"] for e in entries],
+    }
+    return {"format": FORMAT, "environment": env, "setup": setup.to_dict(), "fsdp_units": fsdp_units, "ranks": entries}

@@ -1,0 +1,165 @@
+"""The FSDP step against a plain replica: same full weights, same inputs, no FSDP.
+
+The reference is computed on the rank's own full model BEFORE ``fully_shard`` (the same
+tensors FSDP then shards, so no copy is held; a cast copy only when a
+``MixedPrecisionPolicy`` computes in another dtype):
+
+- the replica runs this rank's chunk of the global batch (forward, the step's loss,
+  backward): its output and loss are kept, and its full local gradients;
+- the mean over ranks of those full local gradients is taken with a plain all-reduce (sum in
+  float32, in flat buckets of whole parameters, then / W) over the default group, before FSDP exists;
+  only the rows of this rank's shard are kept (``torch.chunk`` along dim 0 over the shard
+  mesh dim's size, at this rank's coordinate on that dim: FSDP2's ``Shard(0)``).
+
+Each rank thus does one extra forward and backward, not W (running the whole global batch on
+every rank would cost W^2 chunk passes over the world on a 2-core machine); the all-reduce of
+unflattened, unpadded float32 gradients shares nothing with FSDP's reduce-scatter path
+(flatten, pad, copy-in, reduce-scatter in the reduce dtype, divide, copy-out to shards).
+
+After FSDP's backward, :func:`compare` puts this rank's reduce-scattered gradient shard (the
+``DTensor``'s local tensor) and its forward output and loss against those:
+``max_abs_diff`` and ``max_abs_ref`` per item. The tolerance lives in specs.
+
+What differs on purpose: the reference averages in float32 the gradients the replica computed
+in the parameter dtype; FSDP sums them in the reduce dtype (fp16 for an fp16 model without a
+``MixedPrecisionPolicy``) with its pre/post division by the world size. The forward runs the
+same kernels on the same chunk, so outputs agree bit for bit on CPU.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.distributed.tensor import DTensor
+
+from .collectives import dtype_name
+
+__all__ = ["Reference", "compute_reference", "compare"]
+
+_BUCKET_NUMEL = 64 * 2**20  # float32 elements per all-reduce of the reference (256 MiB)
+
+
+@dataclass
+class Reference:
+    """What the replica computed that this rank's FSDP step is compared with."""
+
+    replica_dtype: torch.dtype
+    output: torch.Tensor
+    loss: torch.Tensor
+    grad_rows: dict[str, torch.Tensor]
+    shard_count: int
+    shard_index: int
+
+
+def _rows(t: torch.Tensor, count: int, index: int) -> torch.Tensor:
+    """Rows of shard ``index`` of ``count`` along dim 0, ``torch.chunk`` semantics (FSDP2's)."""
+    chunks = torch.chunk(t, count, dim=0)
+    return chunks[index] if index < len(chunks) else t[:0]
+
+
+def compute_reference(
+    model: nn.Module,
+    inputs: torch.Tensor,
+    *,
+    world_size: int,
+    shard_count: int,
+    shard_index: int,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    replica_dtype: torch.dtype,
+    all_reduce_sum: Callable[[torch.Tensor], None],
+) -> Reference:
+    """Run the replica on this rank's inputs and average the gradients over ranks.
+
+    Args:
+        model: the full, not yet sharded model (left with ``grad=None`` everywhere).
+        inputs: this rank's chunk of the global batch.
+        world_size: number of data-parallel ranks (the mean's divisor).
+        shard_count, shard_index: size of the shard mesh dim and this rank's coordinate on it.
+        loss_fn: ``loss_fn(output, inputs)`` -> scalar, the one the FSDP step uses.
+        replica_dtype: the dtype the replica computes in; a cast copy is made if it differs
+            from the model's.
+        all_reduce_sum: in-place sum of a float32 tensor over all ranks (every rank calls it
+            with the same parameter sequence).
+    """
+    param_dtype = next(model.parameters()).dtype
+    replica = model if replica_dtype == param_dtype else copy.deepcopy(model).to(replica_dtype)
+    if replica is not model and inputs.is_floating_point():
+        inputs = inputs.to(replica_dtype)
+    for p in replica.parameters():
+        p.grad = None
+    out = replica(inputs)
+    loss = loss_fn(out, inputs)
+    loss.backward()
+    grad_rows: dict[str, torch.Tensor] = {}
+    named = list(replica.named_parameters())
+    # Sum over ranks in float32, in buckets of about _BUCKET_NUMEL elements (one all-reduce
+    # per bucket: few round trips, bounded memory).
+    start = 0
+    while start < len(named):
+        stop, numel = start, 0
+        while stop < len(named) and (stop == start or numel + named[stop][1].numel() <= _BUCKET_NUMEL):
+            numel += named[stop][1].numel()
+            stop += 1
+        bucket = torch.cat([p.grad.reshape(-1).float() for _, p in named[start:stop]])
+        all_reduce_sum(bucket)
+        offset = 0
+        for fqn, p in named[start:stop]:
+            full = bucket[offset : offset + p.numel()].view(p.shape)
+            grad_rows[fqn] = _rows(full, shard_count, shard_index).div(world_size)  # a copy
+            offset += p.numel()
+            p.grad = None
+        del bucket
+        start = stop
+    del replica
+    return Reference(
+        replica_dtype=replica_dtype,
+        output=out.detach(),
+        loss=loss.detach(),
+        grad_rows=grad_rows,
+        shard_count=shard_count,
+        shard_index=shard_index,
+    )
+
+
+def _diff(actual: torch.Tensor, expected: torch.Tensor) -> dict[str, float]:
+    a, e = actual.detach().double(), expected.detach().double()
+    if a.shape != e.shape:
+        raise ValueError(f"shape {list(a.shape)} is compared with the replica's {list(e.shape)}")
+    if a.numel() == 0:
+        return {"max_abs_diff": 0.0, "max_abs_ref": 0.0}
+    return {"max_abs_diff": float((a - e).abs().max()), "max_abs_ref": float(e.abs().max())}
+
+
+def compare(reference: Reference, model: nn.Module, output: torch.Tensor, loss: torch.Tensor) -> dict[str, Any]:
+    """The schema's ``numerics`` object for this rank, after backward, before the optimizer.
+
+    Raises:
+        ValueError: a gradient is not a ``Shard(0)`` DTensor on the shard dim, or its local
+            shape is not the rows the replica kept (the comparison would be meaningless).
+    """
+    grads = []
+    for fqn, p in model.named_parameters():
+        expected = reference.grad_rows[fqn]
+        grad = p.grad
+        if grad is None:
+            raise ValueError(f"{fqn}: no gradient after backward")
+        if isinstance(grad, DTensor):
+            placements = [repr(pl) for pl in grad.placements]
+            if placements[-1] != "Shard(dim=0)" or any(pl != "Replicate()" for pl in placements[:-1]):
+                raise ValueError(f"{fqn}: gradient placements {placements}, expected Shard(dim=0) on the shard dim")
+            grad = grad.to_local()
+        try:
+            diff = _diff(grad, expected)
+        except ValueError as exc:
+            raise ValueError(f"{fqn}: {exc}") from None
+        grads.append({"fqn": fqn, **diff})
+    return {
+        "replica_dtype": dtype_name(reference.replica_dtype),
+        "forward_output": _diff(output, reference.output),
+        "loss": _diff(loss.reshape(1), reference.loss.reshape(1)),
+        "grads": grads,
+    }

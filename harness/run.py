@@ -1,0 +1,116 @@
+"""Running a setup: the one entry point the CLI, the checks' fixtures and tests call.
+
+``run_setup(setup, backend=..., timeout_s=...)`` returns the observation document
+(``harness/schemas/observation.schema.json``), validated. Where the ranks come from:
+
+- ``backend="fake"``: simulated in this process (``harness.simulate``), any world size;
+- under ``torchrun`` or any launcher that sets RANK, WORLD_SIZE and MASTER_ADDR: this process
+  is one rank of that world ("joined"): every rank runs the step, rank 0 gathers all ranks'
+  entries (``gather_object``) and returns the document, the other ranks return None. This is
+  how a real multi-node cluster is validated. The launcher owns failure handling there; a
+  hang ends at the process group's timeout (``timeout_s``) with an error;
+- otherwise ``setup.world_size`` ranks are started here (``harness.launch.run_local``).
+
+``backend="auto"``: NCCL with one GPU per rank when at least world-size GPUs are visible
+(per node when joined: LOCAL_WORLD_SIZE), gloo on CPU otherwise.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+from harness.launch import BACKENDS, RunError, RunTimeout, joined_world, resolve_backend, run_local
+from harness.observation import ObservationError, build_observation, validate_observation
+from harness.setup import RunSetup
+
+__all__ = ["run_setup", "RunError", "RunTimeout", "ObservationError"]
+
+
+def run_setup(setup: RunSetup, *, backend: str = "auto", timeout_s: float = 300.0) -> dict | None:
+    """Run one FSDP2 training step as ``setup`` says and return its observation document.
+
+    Args:
+        setup: the run setup.
+        backend: "auto", "gloo", "nccl" or "fake".
+        timeout_s: deadline for the whole run (local), or the process group timeout (joined).
+
+    Returns:
+        The validated observation document; None on a non-zero rank of a joined world.
+
+    Raises:
+        RunError: a rank failed; the message names it and carries its traceback.
+        RunTimeout: (a RunError) the run did not finish in ``timeout_s``.
+        ObservationError: the recorded document does not match the schema (a harness bug).
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend {backend!r}: expected one of {BACKENDS}")
+    if backend == "fake":
+        from harness.simulate import run_simulated
+
+        return run_simulated(setup, timeout_s=timeout_s)
+    world = joined_world()
+    if world is not None:
+        return _run_joined(setup, backend, timeout_s, world)
+    results = run_local(setup, backend=backend, timeout_s=timeout_s)
+    doc = build_observation(
+        setup,
+        environment=results[0]["environment"],
+        fsdp_units=results[0]["fsdp_units"],
+        ranks=[r["entry"] for r in results],
+        launcher="local",
+        simulated=False,
+    )
+    validate_observation(doc)
+    return doc
+
+
+def _run_joined(setup: RunSetup, backend: str, timeout_s: float, world: dict[str, Any]) -> dict | None:
+    """This process is one rank of a launcher's world (see module docstring)."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    from harness.rank_step import run_step
+
+    rank, world_size = world["rank"], world["world_size"]
+    if world_size != setup.world_size:
+        raise RunError(
+            f"joined a world of {world_size} ranks, but setup.mesh.shape {list(setup.mesh_shape)} "
+            f"needs {setup.world_size}",
+            rank=rank,
+        )
+    pg_backend, device_type = resolve_backend(backend, world_size, world["local_world_size"])
+    created = False
+    if not dist.is_initialized():
+        if device_type == "cuda":
+            torch.cuda.set_device(world["local_rank"])
+        dist.init_process_group(pg_backend, init_method="env://", timeout=timedelta(seconds=timeout_s))
+        created = True
+    elif dist.get_backend() != pg_backend:
+        pg_backend = str(dist.get_backend())
+        device_type = "cuda" if pg_backend == "nccl" else "cpu"
+    try:
+        try:
+            result = run_step(setup, rank, world_size, device_type)
+        except Exception as exc:
+            tb = traceback.format_exc()
+            raise RunError(f"rank {rank} failed:\n{tb}", rank=rank, traceback=tb) from exc
+        gathered: list[Any] | None = [None] * world_size if rank == 0 else None
+        dist.gather_object(result, gathered, dst=0)
+        if rank != 0:
+            return None
+        doc = build_observation(
+            setup,
+            environment=gathered[0]["environment"],
+            fsdp_units=gathered[0]["fsdp_units"],
+            ranks=[r["entry"] for r in gathered],
+            launcher="joined",
+            simulated=False,
+        )
+        validate_observation(doc)
+        return doc
+    finally:
+        if created:
+            dist.destroy_process_group()
