@@ -685,7 +685,9 @@ def unit_tables(
     local_numels = tuple(sum(p.local_numels[r] for p in rows_out) for r in range(shard))
 
     collectives: list[Collective] = []
-    if rows_out:
+    # A shard group of one rank issues no all-gather and no reduce-scatter: torch
+    # FSDPParamGroup.unshard returns early "if world_size == 1" and copies the shard in place.
+    if rows_out and shard > 1:
         collectives.append(_collective("all_gather", "forward", "shard", shard, gather,
                                        padded_shard_numel, padded_numel))
         if post_forward is not None:
@@ -694,9 +696,9 @@ def unit_tables(
                                            padded_numel // post_forward, padded_numel))
         collectives.append(_collective("reduce_scatter", "backward", "shard", shard, reduce,
                                        padded_numel, padded_shard_numel))
-        if replicate > 1:
-            collectives.append(_collective("all_reduce", "backward", "replicate", replicate,
-                                           reduce, padded_shard_numel, padded_shard_numel))
+    if rows_out and replicate > 1:  # HSDP: the shard-sized gradient, across replicas
+        collectives.append(_collective("all_reduce", "backward", "replicate", replicate,
+                                       reduce, padded_shard_numel, padded_shard_numel))
     step = sum(c.ring_bytes_sent for c in collectives)
     if isinstance(step, float) and step.is_integer():
         step = int(step)

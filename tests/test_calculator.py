@@ -375,3 +375,13 @@ def test_calculator_does_not_import_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1])
     assert out.stdout.strip() == "False"
+
+
+def test_one_rank_shard_group_issues_no_collective():
+    # torch FSDPParamGroup.unshard: "if world_size == 1" it copies the shard in place and
+    # returns before any all-gather; the reduce-scatter is skipped the same way. Found by
+    # tests/test_calculator_vs_fake.py, which the first version of this calculator failed.
+    t = calc.layer_tables(calc.WALKTHROUGH, 1)
+    assert t.collectives == ()
+    assert t.step_bytes_sent == 0
+    assert t.local_numels == (t.numel,)
