@@ -58,6 +58,38 @@ __all__ = ["run_rank", "run_step", "FAULT_KINDS"]
 FAULT_KINDS = ("raise", "hang", "exit")
 
 
+
+@contextlib.contextmanager
+def _muted_stderr_fd():
+    """Send fd 2 to /dev/null for the block (native code writes there, not to sys.stderr)."""
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+@contextlib.contextmanager
+def _quiet(profiler: Any):
+    """Enter and exit the profiler with fd 2 muted: kineto prints "USDT: ... profiler_start" and
+    "profiler_stop" lines from every rank, with no setting to turn them off. Errors raised in
+    between still reach stderr."""
+    with _muted_stderr_fd():
+        profiler.__enter__()
+    exc_info: tuple = (None, None, None)
+    try:
+        yield profiler
+    except BaseException as exc:
+        exc_info = (type(exc), exc, exc.__traceback__)
+        raise
+    finally:
+        with _muted_stderr_fd():
+            profiler.__exit__(*exc_info)
+
 def _dtype(name: str | None) -> torch.dtype | None:
     return getattr(torch, name) if name else None
 
@@ -309,7 +341,7 @@ def run_step(
             n_setup = len(recorder.records)
             params = param_table(root, unit_names)
             memory = MemoryRecorder(root, optimizer, {u.module: u.name for u in units}, inputs=(inputs,))
-            with profiler, memory:
+            with _quiet(profiler), memory:
                 # After entering FSDPMemTracker: it re-registers FSDP's forward hooks.
                 hooks = ParamStateHooks(units, is_backward=_in_backward).install()
                 try:

@@ -175,16 +175,19 @@ def collective_records() -> list[dict[str, Any]]:
 
 
 def memory_records() -> list[dict[str, Any]]:
-    """FSDPMemTracker snapshots of every layer unit around forward and backward."""
+    """FSDPMemTracker snapshots around each layer unit. A snapshot counts the whole rank at that
+    moment (as the real tracker does): every layer's shards, the one unsharded layer, and by the
+    end of backward every layer's gradient shards."""
+    all_shards = len(LAYER_UNITS) * LAYER_LOCAL_BYTES
     out = []
     for unit in LAYER_UNITS:
         out += [
             {"module": unit, "state": "After Pre-Forward",
-             "bytes": {"sharded_param": LAYER_LOCAL_BYTES, "unsharded_param": LAYER_BYTES, "sharded_grad": 0}},
+             "bytes": {"sharded_param": all_shards, "unsharded_param": LAYER_BYTES, "sharded_grad": 0}},
             {"module": unit, "state": "After Post-Forward",
-             "bytes": {"sharded_param": LAYER_LOCAL_BYTES, "unsharded_param": 0, "sharded_grad": 0}},
+             "bytes": {"sharded_param": all_shards, "unsharded_param": 0, "sharded_grad": 0}},
             {"module": unit, "state": "After Post-Backward",
-             "bytes": {"sharded_param": LAYER_LOCAL_BYTES, "unsharded_param": 0, "sharded_grad": LAYER_LOCAL_BYTES}},
+             "bytes": {"sharded_param": all_shards, "unsharded_param": 0, "sharded_grad": all_shards}},
         ]
     return out
 

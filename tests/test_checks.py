@@ -359,10 +359,10 @@ def test_select_collectives_in_issue_order(obs):
 # --- memory -------------------------------------------------------------------------------
 
 def test_memory_pass(obs):
-    r = run("memory", obs, layer=0, state="After Pre-Forward", sharded_param="1.18 MB", unsharded_param="4.72 MB")
+    r = run("memory", obs, layer=0, state="After Pre-Forward", sharded_param="2 × 1.18 MB", unsharded_param="4.72 MB")
     assert r.status == "pass", r.explain()
     assert run("memory", obs, module="layers.0", state="After Post-Forward", unsharded_param=0).ok
-    assert run("memory", obs, unit="layers.1", state="After Post-Backward", sharded_grad="1.18 MB", unsharded_param=0).ok
+    assert run("memory", obs, unit="layers.1", state="After Post-Backward", sharded_grad="2 × 1.18 MB", unsharded_param=0).ok
 
 
 def test_memory_fail(obs):
