@@ -136,19 +136,28 @@ def _shared_cache_dir(config: pytest.Config) -> Path:
     return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "fsdp2-runs"
 
 
-def _observation(config: pytest.Config, spec: Spec):
+def _observation(config: pytest.Config, spec: Spec, setup=None, backend: str | None = None):
+    """The observation of ``spec``'s setup (or ``setup``), run once per session across workers."""
     import torch
 
     from harness.run import run_setup
 
-    backend = config.getoption("--backend") or spec.backend
-    if backend == "nccl" and torch.cuda.device_count() < spec.setup.world_size:
-        pytest.skip(f"needs {spec.setup.world_size} GPUs for nccl (one per rank); {torch.cuda.device_count()} visible")
+    setup = setup or spec.setup
+    backend = backend or config.getoption("--backend") or spec.backend
+    if backend == "nccl" and torch.cuda.device_count() < setup.world_size:
+        pytest.skip(f"needs {setup.world_size} GPUs for nccl (one per rank); {torch.cuda.device_count()} visible")
     timeout_s = config.getoption("--run-timeout") or spec.timeout_s
-    key = run_key(spec.setup, backend, torch.__version__)
+    key = run_key(setup, backend, torch.__version__)
     return cached_run(_shared_cache_dir(config), key,
-                      lambda: run_setup(spec.setup, backend=backend, timeout_s=timeout_s),
+                      lambda: run_setup(setup, backend=backend, timeout_s=timeout_s),
                       lock_timeout_s=timeout_s * 3 + 120)
+
+
+@pytest.fixture(scope="session")
+def spec_observation(request):
+    """``spec_observation(spec, setup=None, backend=None)``: the observation the spec items use,
+    from the same per-session cache, so tests reuse the spec runs instead of launching again."""
+    return lambda spec, setup=None, backend=None: _observation(request.config, spec, setup, backend)
 
 
 def pytest_configure(config: pytest.Config) -> None:

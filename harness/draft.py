@@ -11,7 +11,6 @@ calculator and FSDP2 agree; where they do not, the failing entry is the finding.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -43,7 +42,9 @@ def _config(name_or_file: str) -> tuple[Any, Any]:
 
 
 def _flow(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    """One-line YAML for a value. Not JSON: YAML 1.1 (PyYAML) reads JSON's 1e-06 as a string."""
+    text = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=10**9, sort_keys=False)
+    return text.removesuffix("\n").removesuffix("\n...").strip()
 
 
 def _slug(name: str) -> str:

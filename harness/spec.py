@@ -177,6 +177,7 @@ def load_spec(path: str | Path) -> Spec:
         setup = RunSetup.from_mapping(data["setup"])
     except (ValueError, TypeError) as exc:
         raise SpecError(path, lines(("setup",)), "setup", str(exc)) from None
+    _check_model_config(path, lines, setup)
 
     spec_range = data.get("torch", "")
     _check_range(path, lines, ("torch",), spec_range)
@@ -186,6 +187,17 @@ def load_spec(path: str | Path) -> Spec:
     for t_index, table in enumerate(data["tables"]):
         spec.items.extend(_table_items(path, lines, t_index, table, spec_range, seen_ids))
     return spec
+
+
+def _check_model_config(path: Path, lines: "_Lines", setup: RunSetup) -> None:
+    """Build the Qwen3Config now, so a bad model config fails at load, not inside a rank."""
+    from model import get_config
+
+    key = ("setup", "model", "overrides") if setup.model.overrides else ("setup", "model", "config")
+    try:
+        get_config(setup.model.config, **setup.model.overrides)
+    except (ValueError, TypeError) as exc:
+        raise SpecError(path, lines(key), _dotted(key), str(exc)) from None
 
 
 def _most_specific(errors: list[jsonschema.ValidationError]) -> jsonschema.ValidationError:

@@ -310,3 +310,32 @@ def test_numerics_skip_on_a_simulated_run(tmp_path):
     obs["environment"]["simulated"] = True
     (r,) = evaluate_spec(load_spec(write(tmp_path, text)), obs)
     assert r.status == "skip" and "simulated" in r.message
+
+
+def test_impossible_model_config_fails_at_load_naming_the_field(tmp_path):
+    text = edit("overrides: {num_hidden_layers: 2}", "overrides: {num_hidden_layers: 2, num_key_value_heads: 3}")
+    with pytest.raises(SpecError) as exc:
+        load_spec(write(tmp_path, text))
+    assert exc.value.line == line_of(text, "num_key_value_heads: 3")
+    assert exc.value.key_path == "setup.model.overrides"
+    assert "num_key_value_heads" in exc.value.message
+
+
+def test_same_title_tables_cannot_repeat_an_id(tmp_path):
+    text = BASE + """\
+  - section: "Forward again"
+    title: shapes
+    check: step
+    entries:
+      - {id: x_norm, step: step1.x_norm, shape: [2, 8, 512]}
+"""
+    with pytest.raises(SpecError, match="duplicate entry id 'x_norm' in table 'shapes'"):
+        load_spec(write(tmp_path, text))
+
+
+@pytest.mark.parametrize("old, new, needs", [
+    ("    with: {layer: 0}\n", "", "'layer'"),
+])
+def test_param_entry_must_name_its_layer(tmp_path, old, new, needs):
+    with pytest.raises(SpecError, match=needs):
+        load_spec(write(tmp_path, edit(old, new)))

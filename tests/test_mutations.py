@@ -1,0 +1,95 @@
+"""Every spec can fail: change one figure in a copy and exactly that entry fails.
+
+Each case copies a spec, changes one value in its text, loads the copy and evaluates it
+against the real observation of that spec's setup (the same per-session run the spec items
+use, see conftest.py ``spec_observation``). Exactly the one mutated entry must fail, and its
+report must show the new expectation, the observed value and the document section.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.evaluate import FAILING, evaluate_spec
+from harness.spec import load_spec
+
+SPECS = Path(__file__).resolve().parents[1] / "specs"
+
+# (spec, text in the spec, replacement, failing entry id, text the failure must show)
+CASES = [
+    # the walkthrough: a shard shape, a byte figure, a step's shape, an invariant
+    ("qwen3_walkthrough", "[self_attn.q_proj.weight, [512, 512], [128, 512], 65536]",
+     "[self_attn.q_proj.weight, [512, 512], [128, 256], 65536]", "self_attn.q_proj.weight", "[128, 256]"),
+    ("qwen3_walkthrough", 'buffer_bytes: "4.72 MB"', 'buffer_bytes: "4.73 MB"', "gathers_the_whole_layer", "4.73 MB"),
+    ("qwen3_walkthrough", "[step2.k_heads, [2, 8, 4, 64]", "[step2.k_heads, [2, 8, 8, 64]", "step2.k_heads", "[2, 8, 8, 64]"),
+    ("qwen3_walkthrough", "        select: {phase: optimizer}\n        count: 0",
+     "        select: {phase: optimizer}\n        count: 1", "optimizer_needs_no_communication", "expected 1"),
+    ("qwen3_walkthrough", 'total_ring_bytes]\n    rows:\n      - [forward_all_gather, "前向 All-Gather 层参数 3/4 × 4.72 ≈ 3.54 MB", {phase: forward, layer: 0}, 1, "≈3.54 MB"]',
+     'total_ring_bytes]\n    rows:\n      - [forward_all_gather, "前向 All-Gather 层参数 3/4 × 4.72 ≈ 3.54 MB", {phase: forward, layer: 0}, 1, "≈3.56 MB"]',
+     "forward_all_gather", "3.56 MB"),
+    # the other specs: one figure each
+    ("qwen3_walkthrough_as_written", 'buffer_bytes: "9.44 MB"', 'buffer_bytes: "9.45 MB"', "gathers_9_44_mb", "9.45 MB"),
+    ("uneven_3_ranks", "[q_proj.rank2, self_attn.q_proj.weight, [2], [170, 512], 87040]",
+     "[q_proj.rank2, self_attn.q_proj.weight, [2], [171, 512], 87040]", "q_proj.rank2", "[171, 512]"),
+    ("uneven_3_ranks", "numel_out: 2366598", "numel_out: 2360448", "padded_buffer", "2,360,448"),
+    ("mixed_precision", "        dtype: float32\n        numel_in: 2360448",
+     "        dtype: bfloat16\n        numel_in: 2360448", "reduce_scatter_fp32", "bfloat16"),
+    ("reshard_after_forward_false", "{id: no_backward_all_gather, select: {phase: backward, op: all_gather}, count: 0}",
+     "{id: no_backward_all_gather, select: {phase: backward, op: all_gather}, count: 2}", "no_backward_all_gather", "expected 2"),
+    ("reshard_after_forward_int", "        group_size: 2\n", "        group_size: 4\n", "backward_all_gather_on_2", "expected 4"),
+    ("hsdp_2x2", "        mesh_dim: dp_replicate\n", "        mesh_dim: dp_shard\n", "all_reduce_across_replicas", "dp_shard"),
+    ("whole_model", "        numel_out: 524800\n", "        numel_out: 524288\n", "root_gathers_embedding_and_norm", "524,288"),
+    ("backward_prefetch", '"reduce_scatter layers.2", "all_gather layers.0"', '"all_gather layers.0", "reduce_scatter layers.2"',
+     "backward_sequence", "all_gather layers.0"),
+    ("qwen3_8b_64_ranks", "local_numel: 3014788", "local_numel: 3014789", "per_rank", "3,014,789"),
+    ("qwen3_32b_1024_ranks", "[q_norm.ranks128-1023, self_attn.q_norm.weight, [128, 1023], [0], 0]",
+     "[q_norm.ranks128-1023, self_attn.q_norm.weight, [128, 1023], [1], 0]", "q_norm.ranks128-1023", "[1]"),
+    ("qwen3_0_6b_8_ranks", "ring_bytes: 272271104", "ring_bytes: 311166976", "root_all_gather", "311,166,976"),
+]
+
+
+def test_every_spec_has_a_mutation_case():
+    assert {p.stem for p in SPECS.glob("*.yaml")} <= {c[0] for c in CASES}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec_name, old, new, failing_id, shown", CASES,
+                         ids=[f"{c[0]}-{c[3]}" for c in CASES])
+def test_one_changed_figure_fails_exactly_that_entry(spec_name, old, new, failing_id, shown, tmp_path, spec_observation):
+    original = SPECS / f"{spec_name}.yaml"
+    text = original.read_text(encoding="utf-8")
+    assert text.count(old) == 1, f"the text to change must occur once in {original.name}"
+    mutated = tmp_path / original.name
+    mutated.write_text(text.replace(old, new), encoding="utf-8")
+
+    spec = load_spec(original)
+    observation = spec_observation(spec)
+    assert not [r.entry.id for r in evaluate_spec(spec, observation) if r.status in FAILING]
+
+    results = evaluate_spec(load_spec(mutated), observation)
+    failing = [r for r in results if r.status in FAILING]
+    assert [r.entry.id for r in failing] == [failing_id]
+    message = failing[0].explain()
+    assert shown in message and "observed" in message
+    assert failing[0].entry.section in message
+
+
+@pytest.mark.slow
+def test_cli_exits_nonzero_and_names_the_entry(tmp_path):
+    text = (SPECS / "qwen3_walkthrough.yaml").read_text(encoding="utf-8")
+    mutated = tmp_path / "walkthrough_mutated.yaml"
+    old = 'memory_falls_back, says: "显存从 4.72 MB 回落到 1.18 MB", bytes: "1.18 MB"}'
+    assert text.count(old) == 1
+    mutated.write_text(text.replace(old, old.replace('bytes: "1.18 MB"', 'bytes: "1.28 MB"')), encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "harness", "run", str(mutated), "--failures-only"],
+                          capture_output=True, text=True, timeout=600, cwd=SPECS.parent,
+                          env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "memory_falls_back" in proc.stdout and "1.28 MB" in proc.stdout and "1.18 MB" in proc.stdout
+    assert "1 failed" in proc.stdout.splitlines()[-1]
+    assert "Traceback" not in proc.stdout + proc.stderr
