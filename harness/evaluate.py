@@ -21,8 +21,13 @@ def evaluate_item(item: SpecItem, observation: Mapping[str, Any]) -> CheckResult
     reason = item.skip_reason(observation["environment"]["torch_version"])
     if reason:
         return CheckResult(item.entry, "skip", message=reason)
-    if item.entry.kind == "numerics" and observation["environment"]["simulated"]:
+    env = observation["environment"]
+    if item.entry.kind == "numerics" and env["simulated"]:
         return CheckResult(item.entry, "skip", message="a simulated run (fake backend) records no numerics")
+    wanted = _explicit_ranks(item.entry.selectors)
+    if env["simulated"] and wanted and not set(wanted) & set(env["observed_ranks"]):
+        return CheckResult(item.entry, "skip",
+                           message=f"rank(s) {wanted} not simulated; setup.observe_ranks chose {env['observed_ranks']}")
     result = check(item.entry, observation)
     if item.deviation:
         link = f" ({item.deviation['link']})" if item.deviation.get("link") else ""
@@ -32,6 +37,13 @@ def evaluate_item(item: SpecItem, observation: Mapping[str, Any]) -> CheckResult
             result.status = "xpass"
             result.message = f"declared deviation no longer observed, update the spec: {item.deviation['reason']}{link}"
     return result
+
+
+def _explicit_ranks(selectors) -> list[int]:
+    ranks = selectors.get("rank", selectors.get("ranks"))
+    if isinstance(ranks, int):
+        return [ranks]
+    return list(ranks) if isinstance(ranks, list) else []
 
 
 def evaluate_spec(spec: Spec, observation: Mapping[str, Any]) -> list[CheckResult]:

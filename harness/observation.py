@@ -62,24 +62,28 @@ def validate_observation(doc: Mapping[str, Any]) -> None:
 
 def build_observation(
     setup: Any,
+    results: list[Mapping[str, Any]],
     *,
-    environment: Mapping[str, Any],
-    fsdp_units: list[dict[str, Any]],
-    ranks: Iterable[dict[str, Any]],
     launcher: str,
     simulated: bool,
+    environment: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The document for ``setup`` (a ``RunSetup``) from the ranks' entries (sorted by rank).
+    """The validated document for ``setup`` (a ``RunSetup``) from the ranks' step results.
 
     Args:
-        environment: what a rank reported (torch_version, python_version, backend,
-            device_type, device_name); world and mesh come from ``setup``.
-        fsdp_units: the units as a rank described them (identical on every rank).
-        ranks: the ranks' entries.
+        results: one per observed rank, as ``harness.rank_step.run_step`` returns them:
+            ``{"environment", "fsdp_units", "entry"}``; entries are sorted by rank.
         launcher: "local", "joined" or "simulated".
         simulated: True for the fake backend.
+        environment: replaces the first rank's reported environment (torch_version,
+            python_version, backend, device_type, device_name); world and mesh come from ``setup``.
+
+    Raises:
+        ObservationError: the document does not match the schema (a harness bug).
     """
-    entries = sorted(ranks, key=lambda e: e["rank"])
+    environment = environment or results[0]["environment"]
+    fsdp_units = results[0]["fsdp_units"]
+    entries = sorted((r["entry"] for r in results), key=lambda e: e["rank"])
     env = {
         "torch_version": environment["torch_version"],
         "python_version": environment["python_version"],
@@ -93,4 +97,6 @@ def build_observation(
         "launcher": launcher,
         "observed_ranks": [e["rank"] for e in entries],
     }
-    return {"format": FORMAT, "environment": env, "setup": setup.to_dict(), "fsdp_units": fsdp_units, "ranks": entries}
+    doc = {"format": FORMAT, "environment": env, "setup": setup.to_dict(), "fsdp_units": fsdp_units, "ranks": entries}
+    validate_observation(doc)
+    return doc

@@ -21,7 +21,7 @@ import traceback
 from typing import Any
 
 from harness.launch import BACKENDS, RunError, RunTimeout, joined_world, resolve_backend, run_local
-from harness.observation import ObservationError, build_observation, validate_observation
+from harness.observation import ObservationError, build_observation
 from harness.setup import RunSetup
 
 __all__ = ["run_setup", "RunError", "RunTimeout", "ObservationError"]
@@ -53,16 +53,7 @@ def run_setup(setup: RunSetup, *, backend: str = "auto", timeout_s: float = 300.
     if world is not None:
         return _run_joined(setup, backend, timeout_s, world)
     results = run_local(setup, backend=backend, timeout_s=timeout_s)
-    doc = build_observation(
-        setup,
-        environment=results[0]["environment"],
-        fsdp_units=results[0]["fsdp_units"],
-        ranks=[r["entry"] for r in results],
-        launcher="local",
-        simulated=False,
-    )
-    validate_observation(doc)
-    return doc
+    return build_observation(setup, results, launcher="local", simulated=False)
 
 
 def _run_joined(setup: RunSetup, backend: str, timeout_s: float, world: dict[str, Any]) -> dict | None:
@@ -101,16 +92,7 @@ def _run_joined(setup: RunSetup, backend: str, timeout_s: float, world: dict[str
         dist.gather_object(result, gathered, dst=0)
         if rank != 0:
             return None
-        doc = build_observation(
-            setup,
-            environment=gathered[0]["environment"],
-            fsdp_units=gathered[0]["fsdp_units"],
-            ranks=[r["entry"] for r in gathered],
-            launcher="joined",
-            simulated=False,
-        )
-        validate_observation(doc)
-        return doc
+        return build_observation(setup, gathered, launcher="joined", simulated=False)
     finally:
         if created:
             dist.destroy_process_group()

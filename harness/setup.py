@@ -84,7 +84,8 @@ class RunSetup:
         fsdp: see :class:`FSDPSetup`.
         optimizer: see :class:`OptimizerSetup`.
         seed: seeds weights and the global batch.
-        observe_ranks: simulated runs only: which global ranks to record (None: rank 0).
+        observe_ranks: simulated runs only: which global ranks to record (None: every rank up
+            to 8 ranks, else rank 0).
         numerics: compare with a non-sharded replica (real runs; every rank then holds the
             full model, its full gradients and runs one more forward and backward). Off: the
             model is built on the meta device and each rank materializes only its shards

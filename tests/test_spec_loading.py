@@ -312,6 +312,23 @@ def test_numerics_skip_on_a_simulated_run(tmp_path):
     assert r.status == "skip" and "simulated" in r.message
 
 
+def test_unsimulated_ranks_skip_and_observed_ones_are_checked(tmp_path):
+    text = GATES.split("tables:")[0] + """tables:
+  - section: "Inputs"
+    check: input
+    columns: [rank, shape]
+    rows:
+      - [0, [2, 8, 512]]
+      - [2, [2, 8, 512]]
+"""
+    obs = walkthrough_observation()
+    obs["environment"].update(simulated=True, observed_ranks=[0])
+    obs["ranks"] = obs["ranks"][:1]
+    r0, r2 = evaluate_spec(load_spec(write(tmp_path, text)), obs)
+    assert r0.status == "pass"
+    assert r2.status == "skip" and "[2] not simulated" in r2.message
+
+
 def test_impossible_model_config_fails_at_load_naming_the_field(tmp_path):
     text = edit("overrides: {num_hidden_layers: 2}", "overrides: {num_hidden_layers: 2, num_key_value_heads: 3}")
     with pytest.raises(SpecError) as exc:
