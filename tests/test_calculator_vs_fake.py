@@ -9,7 +9,7 @@ from torch.chunk semantics and FSDP2's padding rule. Neither side reads the othe
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from harness import calculator as calc
@@ -44,6 +44,10 @@ def layer_and_world(draw):
 @pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(layer_and_world())
+# the walkthrough layer on 4096 ranks, last rank: every parameter has fewer rows than ranks
+@example(({"hidden_size": 512, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 64,
+           "intermediate_size": 1024, "num_hidden_layers": 1, "vocab_size": 32, "rms_norm_eps": 1e-6,
+           "rope_theta": 10000.0, "tie_word_embeddings": False}, 4096, 4095, "float16"))
 def test_calculator_matches_fake_backend(case):
     config, world, rank, dtype = case
     setup = RunSetup.from_mapping({
