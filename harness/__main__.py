@@ -4,17 +4,28 @@
                     exit 0 only when every entry holds.
   validate SPEC...  load and check specs without running anything.
   draft             write a spec for a config and world size from the closed-form calculator.
+
+Exit status: 0 when every entry holds (run) or every spec is valid (validate); 1 when an
+entry fails (run) or a spec is invalid (validate); 2 when run cannot check a spec at all
+(the spec is invalid or its run failed).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.text import Text
+
+
+def _mark(ok: bool, text: str) -> Text:
+    """A line starting with ✓ or ✗; the text is printed as is (no rich markup)."""
+    return Text.assemble(("✓ " if ok else "✗ ", "green" if ok else "bold red"), text)
 
 
 def _cmd_validate(args: argparse.Namespace, console: Console) -> int:
@@ -25,10 +36,10 @@ def _cmd_validate(args: argparse.Namespace, console: Console) -> int:
         try:
             spec = load_spec(path)
         except SpecError as exc:
-            console.print(f"[bold red]✗[/] {exc}", highlight=False)
+            console.print(_mark(False, str(exc)))
             status = 1
         else:
-            console.print(f"[green]✓[/] {path}: {len(spec.items)} entries, world size {spec.setup.world_size}", highlight=False)
+            console.print(_mark(True, f"{path}: {len(spec.items)} entries, world size {spec.setup.world_size}"))
     return status
 
 
@@ -45,7 +56,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
         try:
             spec = load_spec(path)
         except SpecError as exc:
-            console.print(f"[bold red]✗[/] {exc}", highlight=False)
+            console.print(_mark(False, str(exc)))
             status = 2
             continue
         backend = args.backend or spec.backend
@@ -55,7 +66,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
             try:
                 observation = run_setup(spec.setup, backend=backend, timeout_s=timeout_s)
             except RunError as exc:
-                console.print(f"[bold red]✗[/] {path}: the run failed:\n{exc}", highlight=False)
+                console.print(_mark(False, f"{path}: the run failed:\n{exc}"))
                 status = 2
                 continue
         if observation is None:  # a non-zero rank under torchrun: rank 0 reports
@@ -63,21 +74,22 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
         env = observation["environment"]
         results = evaluate_spec(spec, observation)
         print_report(results, console, title=f"{spec.name} — {spec.title}", only_failures=args.failures_only)
-        console.print(
-            f"{spec.name}: {summary_line(results)}  (torch {env['torch_version']}, {env['backend']}, "
+        drafted = sum(item.drafted for item in spec.items)
+        console.print(Text(
+            f"{spec.name}: {summary_line(results, drafted)}  (torch {env['torch_version']}, {env['backend']}, "
             f"{env['world_size']} ranks, mesh {env['mesh_shape']} {env['mesh_dim_names']}, "
-            f"{time.perf_counter() - started:.1f} s)", highlight=False)
+            f"{time.perf_counter() - started:.1f} s)"))
         if any(r.status in FAILING for r in results):
             status = max(status, 1)
         all_results.extend(results)
         documents[str(path)] = observation
     if len(args.specs) > 1 and all_results:
-        console.print(f"all specs: {summary_line(all_results)}", highlight=False)
+        console.print(Text(f"all specs: {summary_line(all_results)}"))
     if args.json:
         payload = {"torch_version": torch.__version__, "results": [result_to_json(r) for r in all_results],
                    "observations": documents}
         Path(args.json).write_text(json.dumps(payload, indent=1, ensure_ascii=False))
-        console.print(f"wrote {args.json}", highlight=False)
+        console.print(Text(f"wrote {args.json}"))
     return status
 
 
@@ -121,7 +133,14 @@ def main(argv: list[str] | None = None) -> int:
     draft.add_argument("-o", "--output", help="write the spec here instead of stdout")
 
     args = parser.parse_args(argv)
-    console = Console(highlight=False, soft_wrap=True)  # one error per line, even when piped
+    if args.command == "draft":
+        for name in ("world_size", "layers", "batch_per_rank", "seq_len"):
+            if getattr(args, name) < 1:
+                parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    # Piped output is not cut to 80 columns: tables get 160, and an error stays on one line.
+    console = Console(highlight=False, soft_wrap=True)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(highlight=False, soft_wrap=True, width=160)
     handler = {"run": _cmd_run, "validate": _cmd_validate, "draft": _cmd_draft}[args.command]
     return handler(args, console)
 

@@ -85,13 +85,13 @@ class FieldResult:
         return not self.failed_ranks
 
     def observed_text(self) -> str:
-        """One value when every rank agrees, else ``rank r: value`` per rank (first few)."""
-        values = list(self.observed.values())
-        if values and all(v == values[0] for v in values):
-            return values[0] if len(self.observed) == 1 else f"{values[0]} (ranks {_ranks(self.observed)})"
-        shown = [f"rank {r}: {v}" for r, v in list(self.observed.items())[:8]]
-        if len(self.observed) > 8:
-            shown.append(f"... {len(self.observed) - 8} more")
+        """Each distinct value with the ranks that observed it: ``[74] (ranks 0-5); [68] (rank 6)``."""
+        by_value: dict[str, list[int]] = {}
+        for rank, value in self.observed.items():
+            by_value.setdefault(value, []).append(rank)
+        shown = [f"{v} (rank{'s' if len(rs) > 1 else ''} {_ranks(rs)})" for v, rs in list(by_value.items())[:8]]
+        if len(by_value) > 8:
+            shown.append(f"... {len(by_value) - 8} more values")
         return "; ".join(shown)
 
 

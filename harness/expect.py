@@ -141,8 +141,8 @@ def _show(value: Any) -> str:
         if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e6):
             return f"{value:.3e}"
         return f"{value:.6g}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_show(v) for v in value) + "]"
+    if isinstance(value, (list, tuple)):  # a shape or a list: [2, 8, 1024], no separators
+        return "[" + ", ".join(str(v) if isinstance(v, int) and not isinstance(v, bool) else _show(v) for v in value) + "]"
     return str(value)
 
 

@@ -322,10 +322,15 @@ def run_local(
                 phases = {r: _PHASE_CODES[phase_codes[r]] for r in pending}
                 where = ", ".join(f"rank {r} in {phases[r]}" for r in pending)
                 finished = sorted(results)
+                starting = {"starting", "init_process_group"}
+                if all(p in starting for p in phases.values()):
+                    cause = ("No rank got past start-up: the timeout is likely too short for starting "
+                             f"{world_size} ranks on this machine; raise it (--timeout / --run-timeout).")
+                else:
+                    cause = "A hang: mismatched or missing collectives, or a stuck rank."
                 raise RunTimeout(
                     f"run timed out after {timeout_s:g} s: {len(pending)} of {world_size} ranks had not "
-                    f"finished ({where}); finished: {finished or 'none'}. A hang: mismatched or "
-                    f"missing collectives, or a stuck rank. All ranks were killed.",
+                    f"finished ({where}); finished: {finished or 'none'}. {cause} All ranks were killed.",
                     pending=pending,
                     phases=phases,
                 )

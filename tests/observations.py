@@ -189,6 +189,11 @@ def memory_records() -> list[dict[str, Any]]:
             {"module": unit, "state": "After Post-Backward",
              "bytes": {"sharded_param": all_shards, "unsharded_param": 0, "sharded_grad": all_shards}},
         ]
+    # the root ('') after AdamW's step: exp_avg and exp_avg_sq shaped like every shard, plus a
+    # 4-byte step counter per parameter (22)
+    out.append({"module": "", "state": "After Optimizer Step",
+                "bytes": {"sharded_param": all_shards, "unsharded_param": 0, "sharded_grad": all_shards,
+                          "optstate": 2 * all_shards + 4 * 22}})
     return out
 
 

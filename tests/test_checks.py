@@ -115,8 +115,8 @@ def test_param_fail_on_one_rank(obs):
         find(doc["params"], fqn="layers.0.self_attn.k_proj.weight")["local_shape"] = [63, 512]
     odd = with_rank(obs, 2, edit)
     r = run("param", odd, param="self_attn.k_proj.weight", layer=0, local_shape=[64, 512])
-    assert_fails(r, "local_shape", "[64, 512]", "rank 2: [63, 512]", [2])
-    assert "rank 0: [64, 512]; rank 1: [64, 512]; rank 2: [63, 512]; rank 3: [64, 512]" in r.explain()
+    assert_fails(r, "local_shape", "[64, 512]", "[63, 512] (rank 2)", [2])
+    assert "observed [64, 512] (ranks 0, 1, 3); [63, 512] (rank 2)" in r.explain()
     assert run("param", odd, param="self_attn.k_proj.weight", layer=0, ranks=[0, 1, 3], local_shape=[64, 512]).ok
 
 
@@ -150,7 +150,7 @@ def test_params_total_fail(obs):
 def test_params_total_fail_on_one_rank(obs):
     odd = with_rank(obs, 3, lambda doc: doc["params"].pop())
     r = run("params_total", odd, layer="all", count=22)
-    assert_fails(r, "count", "22", "rank 3: 21", [3])
+    assert_fails(r, "count", "22", "21 (rank 3)", [3])
 
 
 def test_params_total_unknown(obs):
@@ -177,7 +177,7 @@ def test_input_fail(obs):
 
 def test_input_fail_on_one_rank(obs):
     odd = with_rank(obs, 0, lambda doc: doc["input"].update(shape=[1, 8, 512]))
-    assert_fails(run("input", odd, shape=[2, 8, 512]), "shape", "[2, 8, 512]", "rank 0: [1, 8, 512]", [0])
+    assert_fails(run("input", odd, shape=[2, 8, 512]), "shape", "[2, 8, 512]", "[1, 8, 512] (rank 0)", [0])
 
 
 def test_input_unknown(obs):
@@ -204,7 +204,7 @@ def test_step_fail_on_one_rank_and_one_layer(obs):
         find(doc["steps"], name="step2.k_heads", layer=1)["shape"] = [2, 8, 8, 64]
     odd = with_rank(obs, 1, edit)
     r = run("step", odd, step="step2.k_heads", layer="all", shape=[2, 8, 4, 64])
-    assert_fails(r, "shape", "[2, 8, 4, 64]", "rank 1: [[2, 8, 4, 64], [2, 8, 8, 64]]", [1])
+    assert_fails(r, "shape", "[2, 8, 4, 64]", "[[2, 8, 4, 64], [2, 8, 8, 64]] (rank 1)", [1])
     assert run("step", odd, step="step2.k_heads", layer=0, shape=[2, 8, 4, 64]).ok
 
 
@@ -238,11 +238,11 @@ def test_param_state_fail_on_one_rank(obs):
         state["params"][1].update(is_dtensor=False, shape=[512, 512])
     odd = with_rank(obs, 2, edit)
     r = run("param_state", odd, layer=0, point="post_forward", dtensors=11, local_shapes=True)
-    assert_fails(r, "dtensors", "11", "rank 2: 10", [2])
+    assert_fails(r, "dtensors", "11", "10 (rank 2)", [2])
     assert field(r, "local_shapes").failed_ranks == [2]
     # layer: all, units disagreeing on rank 2: the per-unit values are shown
     r = run("param_state", odd, layer="all", point="post_forward", dtensors=11)
-    assert_fails(r, "dtensors", "11", "rank 2: [10, 11]", [2])
+    assert_fails(r, "dtensors", "11", "[10, 11] (rank 2)", [2])
 
 
 def test_param_state_unknown(obs):
@@ -326,11 +326,11 @@ def test_collectives_fail_on_one_rank(obs):
         doc["collectives"].append(extra)
     odd = with_rank(obs, 3, edit)
     assert_fails(run("collectives", odd, select={"not": {"op": ["all_gather", "reduce_scatter"]}}, count=0),
-                 "count", "0", "rank 3: 1", [3])
-    assert_fails(run("collectives", odd, select={"not": {"kind": "layer"}}, count=0), "count", "0", "rank 3: 1", [3])
-    assert_fails(run("collectives", odd, select={"phase": "optimizer"}, count=0), "count", "0", "rank 3: 1", [3])
+                 "count", "0", "1 (rank 3)", [3])
+    assert_fails(run("collectives", odd, select={"not": {"kind": "layer"}}, count=0), "count", "0", "1 (rank 3)", [3])
+    assert_fails(run("collectives", odd, select={"phase": "optimizer"}, count=0), "count", "0", "1 (rank 3)", [3])
     r = run("collectives", odd, select={}, sequence=[f"{c['op']} {c['unit']}" for c in obs["ranks"][0]["collectives"]])
-    assert_fails(r, "sequence", "[all_gather layers.0", "rank 3: [all_gather layers.0", [3])
+    assert_fails(r, "sequence", "[all_gather layers.0", "reduce_scatter layers.0, all_reduce -] (rank 3)", [3])
     assert "all_reduce -]" in r.explain()  # a collective without an FSDP unit shows as '-'
 
 
@@ -375,7 +375,7 @@ def test_memory_fail_on_one_rank(obs):
         find(doc["memory"], module="layers.0", state="After Post-Forward")["bytes"]["unsharded_param"] = LAYER_BYTES
     odd = with_rank(obs, 1, edit)
     r = run("memory", odd, layer=0, state="After Post-Forward", unsharded_param=0)
-    assert_fails(r, "unsharded_param", "0", "rank 1: 4,720,896", [1])
+    assert_fails(r, "unsharded_param", "0", "4,720,896 (rank 1)", [1])
 
 
 def test_memory_unknown(obs):
@@ -407,7 +407,7 @@ def test_numerics_fail_on_one_rank(obs):
         doc["numerics"]["grads"][5]["max_abs_diff"] = 0.5
     odd = with_rank(obs, 1, edit)
     r = run("numerics", odd, grads_rel_diff="<= 1e-2")
-    assert_fails(r, "grads_rel_diff", "<= 0.01", "rank 1: 45.4545", [1])
+    assert_fails(r, "grads_rel_diff", "<= 0.01", "45.4545 (rank 1)", [1])
 
 
 def test_numerics_unknown(obs):
