@@ -28,6 +28,12 @@ def _mark(ok: bool, text: str) -> Text:
     return Text.assemble(("✓ " if ok else "✗ ", "green" if ok else "bold red"), text)
 
 
+def _print_spec_error(console: Console, exc: Exception) -> None:
+    """One ✗ line per error of a spec (a SpecError lists every error, in file order)."""
+    for line in str(exc).splitlines():
+        console.print(_mark(False, line))
+
+
 def _cmd_validate(args: argparse.Namespace, console: Console) -> int:
     from harness.spec import SpecError, load_spec
 
@@ -36,7 +42,7 @@ def _cmd_validate(args: argparse.Namespace, console: Console) -> int:
         try:
             spec = load_spec(path)
         except SpecError as exc:
-            console.print(_mark(False, str(exc)))
+            _print_spec_error(console, exc)
             status = 1
         else:
             console.print(_mark(True, f"{path}: {len(spec.items)} entries, world size {spec.setup.world_size}"))
@@ -56,7 +62,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
         try:
             spec = load_spec(path)
         except SpecError as exc:
-            console.print(_mark(False, str(exc)))
+            _print_spec_error(console, exc)
             status = 2
             continue
         backend = args.backend or spec.backend

@@ -16,6 +16,21 @@ from typing import Any, Mapping
 DTYPES = ("float16", "bfloat16", "float32")
 
 
+class SetupError(ValueError):
+    """A ``setup:`` mapping the schema accepts but the harness cannot run.
+
+    Attributes:
+        key_path: where, as a spec key path (``setup.mesh.dim_names``).
+        message: what was expected (without the key path).
+        errors: every problem found, as (key_path, message) pairs; the first is the one above.
+    """
+
+    def __init__(self, key_path: str, message: str, errors: list[tuple[str, str]] | None = None):
+        self.key_path, self.message = key_path, message
+        self.errors = list(errors) if errors else [(key_path, message)]
+        super().__init__("\n".join(f"{k}: {m}" for k, m in self.errors))
+
+
 @dataclass(frozen=True)
 class ModelSetup:
     """Which model to build.
@@ -135,23 +150,34 @@ class RunSetup:
         optimizer {name, lr}, seed, observe_ranks, numerics.
 
         Raises:
-            ValueError: naming the key path, for a value the schema cannot catch (a mesh
-                whose dim names do not match its shape).
+            SetupError: naming the key path, for values the schema cannot catch (a mesh whose
+                dim names do not match its shape, an observed rank outside the world).
         """
         data = dict(data)
         model = ModelSetup(**data.pop("model", {}))
         mesh = data.pop("mesh", {})
         shape = tuple(mesh.get("shape", (4,)))
         names = tuple(mesh.get("dim_names", ("dp",) if len(shape) == 1 else ()))
+        problems: list[tuple[str, str]] = []
         if len(names) != len(shape):
-            raise ValueError(
-                f"setup.mesh.dim_names: expected {len(shape)} names for shape {list(shape)}, got {list(names)}"
-            )
+            problems.append(("setup.mesh.dim_names",
+                             f"expected {len(shape)} name{'s' if len(shape) != 1 else ''} for shape {list(shape)}, "
+                             f"got {list(names)}"))
         fsdp = dict(data.pop("fsdp", {}))
         mp = fsdp.pop("mixed_precision", None)
         fsdp_setup = FSDPSetup(**fsdp, mixed_precision=MixedPrecision(**mp) if mp else None)
         optimizer = OptimizerSetup(**data.pop("optimizer", {}))
         observe = data.pop("observe_ranks", None)
+        world = 1
+        for n in shape:
+            world *= n
+        outside = [r for r in (observe or ()) if not 0 <= r < world]
+        if outside:
+            problems.append(("setup.observe_ranks",
+                             f"rank(s) {outside} outside the world: world size {world} (mesh shape {list(shape)}), "
+                             f"ranks 0-{world - 1}"))
+        if problems:
+            raise SetupError(*problems[0], errors=problems)
         return cls(
             model=model,
             mesh_shape=shape,

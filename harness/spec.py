@@ -22,20 +22,49 @@ import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-from harness.checks import Entry, make_entry
-from harness.expect import ExpectationError
-from harness.setup import RunSetup
+from harness.checks import FIELDS, SELECTORS, Entry, make_entry
+from harness.expect import ExpectationError, parse_expectation
+from harness.setup import RunSetup, SetupError
 
 _ENTRY_META = ("id", "says", "torch", "deviation", "drafted")
 
 
 class SpecError(ValueError):
-    """A spec that cannot be used. ``str()`` reads ``file:line: key.path: what was expected``."""
+    """A spec that cannot be used.
 
-    def __init__(self, path: str | Path, line: int, key_path: str, message: str):
-        self.path, self.line, self.key_path, self.message = str(path), line, key_path, message
+    ``str()`` has one line per error, in file order: ``file:line: key.path: what was expected``.
+    ``line``, ``key_path`` and ``message`` are the first error's; ``errors`` lists every error as
+    (line, key path, message).
+    """
+
+    def __init__(self, path: str | Path, line: int, key_path: str, message: str,
+                 errors: list[tuple[int, str, str]] | None = None):
+        self.path = str(path)
+        self.errors = list(errors) if errors else [(line, key_path, message)]
+        self.line, self.key_path, self.message = self.errors[0]
+        super().__init__("\n".join(self._format(*e) for e in self.errors))
+
+    def _format(self, line: int, key_path: str, message: str) -> str:
         where = f"{self.path}:{line}" if line else self.path
-        super().__init__(f"{where}: {key_path + ': ' if key_path else ''}{message}")
+        return f"{where}: {key_path + ': ' if key_path else ''}{message}"
+
+
+class _Errors:
+    """Every error of one spec file, raised together as one SpecError sorted by line."""
+
+    def __init__(self, path: Path, lines: "_Lines"):
+        self.path, self.lines = path, lines
+        self.items: list[tuple[int, str, str]] = []
+
+    def add(self, key: tuple, message: str, line: int | None = None) -> None:
+        item = (self.lines(key) if line is None else line, _dotted(key), message)
+        if item not in self.items:
+            self.items.append(item)
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            ordered = sorted(self.items, key=lambda e: e[0])  # stable: same line keeps discovery order
+            raise SpecError(self.path, *ordered[0], errors=ordered)
 
 
 @dataclass
@@ -108,19 +137,20 @@ def _line_index(node: yaml.Node, path: tuple = ()) -> Iterator[tuple[tuple, int]
             yield from _line_index(child, path + (i,))
 
 
-def _check_duplicate_keys(spec_path: Path, node: yaml.Node, path: tuple = ()) -> None:
+def _check_duplicate_keys(errors: "_Errors", node: yaml.Node, path: tuple = ()) -> None:
     """YAML keeps the last of two equal keys silently; in a spec that would drop a check."""
     if isinstance(node, yaml.MappingNode):
         seen: dict[Any, int] = {}
         for key, value in node.value:
             if key.value in seen:
-                raise SpecError(spec_path, key.start_mark.line + 1, _dotted(path + (key.value,)),
-                                f"duplicate key {key.value!r} (first at line {seen[key.value]}); each key once per mapping")
-            seen[key.value] = key.start_mark.line + 1
-            _check_duplicate_keys(spec_path, value, path + (key.value,))
+                errors.add(path + (key.value,), f"duplicate key {key.value!r} (first at line {seen[key.value]}); "
+                           "each key once per mapping", line=key.start_mark.line + 1)
+            else:
+                seen[key.value] = key.start_mark.line + 1
+            _check_duplicate_keys(errors, value, path + (key.value,))
     elif isinstance(node, yaml.SequenceNode):
         for i, child in enumerate(node.value):
-            _check_duplicate_keys(spec_path, child, path + (i,))
+            _check_duplicate_keys(errors, child, path + (i,))
 
 
 def _dotted(path: tuple) -> str:
@@ -141,12 +171,21 @@ class _Lines:
         return self.index.get(path, 0)
 
 
+def _undotted(key_path: str) -> tuple:
+    """``setup.mesh.dim_names`` or ``tables[2].rows[0]`` -> a key tuple (the inverse of _dotted)."""
+    return tuple(int(i) if i else k for k, i in re.findall(r"([^.\[\]]+)|\[(\d+)\]", key_path))
+
+
 def load_spec(path: str | Path) -> Spec:
     """Read, validate and expand one spec file.
 
+    Every error found is reported at once: one SpecError, one line per error in file order.
+    Where the schema fails, the entry-level checks of that part are skipped.
+
     Raises:
         SpecError: unreadable YAML, schema violation, unknown check field or selector,
-            unreadable figure, unknown step name, bad torch range, duplicate entry id.
+            unreadable figure, unknown step name, parameter name, memory state or rank, bad
+            setup, bad torch range, duplicate key or entry id.
     """
     path = Path(path)
     try:
@@ -161,43 +200,97 @@ def load_spec(path: str | Path) -> Spec:
         raise SpecError(path, mark.line + 1 if mark else 0, "", f"not valid YAML: {getattr(exc, 'problem', exc)}") from None
     if node is None or not isinstance(data, dict):
         raise SpecError(path, 0, "", "expected a mapping with keys spec, title, document, setup, tables")
-    _check_duplicate_keys(path, node)
     lines = _Lines(dict(_line_index(node)))
+    errors = _Errors(path, lines)
+    _check_duplicate_keys(errors, node)
 
-    errors = sorted(_validator().iter_errors(data), key=lambda e: (len(list(e.absolute_path)), list(map(str, e.absolute_path))))
-    if errors:
-        err = _most_specific(errors)
-        p = tuple(err.absolute_path)
-        if err.validator == "additionalProperties" and isinstance(err.instance, dict):
-            extra = [k for k in err.instance if k not in err.schema.get("properties", {})]
-            p += tuple(extra[:1])  # point at the unexpected key, not at its mapping
-        raise SpecError(path, lines(p), _dotted(p), _schema_message(err)) from None
+    broken = []  # key paths of schema errors: the entry-level checks skip what is below them
+    for key, message in _schema_errors(data):
+        errors.add(key, message)
+        broken.append(key)
 
-    try:
-        setup = RunSetup.from_mapping(data["setup"])
-    except (ValueError, TypeError) as exc:
-        raise SpecError(path, lines(("setup",)), "setup", str(exc)) from None
-    _check_model_config(path, lines, setup)
+    setup, world_size = None, None
+    if isinstance(data.get("setup"), dict) and ("setup",) not in broken:
+        # the setup's keys the schema accepted: checked further even when a sibling key is broken
+        valid = {k: v for k, v in data["setup"].items() if not any(b[:2] == ("setup", k) for b in broken)}
+        world_size = _world_size(valid)
+        try:
+            setup = RunSetup.from_mapping(valid)
+        except SetupError as exc:
+            for key_path, message in exc.errors:
+                errors.add(_undotted(key_path), message)
+        if "model" in valid:
+            _check_model_config(errors, valid["model"])
 
     spec_range = data.get("torch", "")
-    _check_range(path, lines, ("torch",), spec_range)
-    spec = Spec(path=path, name=data["spec"], title=data["title"], document=data["document"], setup=setup,
-                backend=data.get("backend", "auto"), timeout_s=float(data.get("timeout_s", 300)), raw=data)
+    if ("torch",) not in broken:
+        _check_range(errors, ("torch",), spec_range)
+    items: list[SpecItem] = []
     seen_ids: dict[tuple[str, str], int] = {}
-    for t_index, table in enumerate(data["tables"]):
-        spec.items.extend(_table_items(path, lines, t_index, table, spec_range, seen_ids))
-    return spec
+    tables = data.get("tables")
+    for t_index, table in enumerate(tables if isinstance(tables, list) else []):
+        base = ("tables", t_index)
+        below = [k[2:] for k in broken if k[:2] == base]
+        if not isinstance(table, dict) or any(len(k) < 2 or k[0] not in ("rows", "entries") for k in below):
+            continue  # the table's own form is broken; its schema errors say how
+        skip = {k[1] for k in below}  # rows or entries the schema rejected
+        items.extend(_table_items(errors, lines, t_index, table, spec_range, seen_ids, world_size, skip))
+
+    errors.raise_if_any()
+    return Spec(path=path, name=data["spec"], title=data["title"], document=data["document"], setup=setup,
+                backend=data.get("backend", "auto"), timeout_s=float(data.get("timeout_s", 300)), raw=data,
+                items=items)
 
 
-def _check_model_config(path: Path, lines: "_Lines", setup: RunSetup) -> None:
-    """Build the Qwen3Config now, so a bad model config fails at load, not inside a rank."""
+def _world_size(setup: Mapping[str, Any]) -> int:
+    size = 1
+    for n in setup.get("mesh", {}).get("shape", (4,)):
+        size *= n
+    return size
+
+
+def _check_model_config(errors: _Errors, model: Mapping[str, Any]) -> None:
+    """Build the Qwen3Config now, so a bad model config fails at load, not inside a rank.
+
+    The named (or inline) config is built first and blamed for its own failure; the overrides
+    are blamed only when applying them is what fails.
+    """
     from model import get_config
 
-    key = ("setup", "model", "overrides") if setup.model.overrides else ("setup", "model", "config")
+    config, overrides = model.get("config", "walkthrough"), model.get("overrides", {})
+    config_key, overrides_key = ("setup", "model", "config"), ("setup", "model", "overrides")
     try:
-        get_config(setup.model.config, **setup.model.overrides)
+        base = get_config(config)
     except (ValueError, TypeError) as exc:
-        raise SpecError(path, lines(key), _dotted(key), str(exc)) from None
+        if isinstance(config, Mapping) and overrides:  # an inline mapping may take fields from overrides
+            try:
+                get_config(config, **overrides)
+                return
+            except (ValueError, TypeError) as combined:
+                exc = combined
+        errors.add(config_key, str(exc))
+        return
+    if overrides:
+        try:
+            get_config(base, **overrides)
+        except (ValueError, TypeError) as exc:
+            errors.add(overrides_key, str(exc))
+
+
+def _schema_errors(data: Any) -> list[tuple[tuple, str]]:
+    """Every schema error as (key path, message): the most specific of each, one per unexpected key."""
+    out: list[tuple[tuple, str]] = []
+    for err in _validator().iter_errors(data):
+        err = _most_specific([err])
+        key = tuple(err.absolute_path)
+        if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+            allowed = err.schema.get("properties", {})
+            for extra in (k for k in err.instance if k not in allowed):  # point at each unexpected key
+                out.append((key + (extra,), f"Additional properties are not allowed ({extra!r} was unexpected); "
+                                            f"allowed keys: {sorted(allowed)}"))
+        else:
+            out.append((key, _schema_message(err)))
+    return out
 
 
 def _most_specific(errors: list[jsonschema.ValidationError]) -> jsonschema.ValidationError:
@@ -221,17 +314,27 @@ def _schema_message(err: jsonschema.ValidationError) -> str:
         return f"expected one of {err.validator_value}, got {err.instance!r}"
     if err.validator == "required":
         return err.message
+    types = err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]
+    if err.validator == "type" and "object" in types:
+        keys = list(err.schema.get("properties", {}))
+        if err.schema == _validator().schema["$defs"]["entry"]:  # open: the check kind's keys besides these
+            expected = f"a mapping of the table's check kind's selectors and fields (and optionally {', '.join(keys)})"
+        else:
+            expected = f"a mapping with keys {', '.join(keys)}" if keys else "a mapping"
+        expected += "".join(f" or {t}" for t in types if t != "object")
+        return f"expected {expected}, got {err.instance!r}"
     if _is_table_form(err):
         return "a table holds either 'columns' with 'rows', or 'entries' (one of the two forms, not both)"
     return f"{err.message} (schema: {err.validator} {json.dumps(err.validator_value, ensure_ascii=False)[:120]})"
 
 
-def _check_range(path: Path, lines: _Lines, key: tuple, value: str) -> None:
-    if value:
-        try:
-            SpecifierSet(value)
-        except InvalidSpecifier:
-            raise SpecError(path, lines(key), _dotted(key), f"expected a PEP 440 range like '>=2.6,<2.15', got {value!r}") from None
+def _check_range(errors: _Errors, key: tuple, value: Any) -> None:
+    if value == "":
+        return
+    try:
+        SpecifierSet(value)
+    except (InvalidSpecifier, TypeError):
+        errors.add(key, f"expected a PEP 440 range like '>=2.6,<2.15', got {value!r}")
 
 
 def _slug(value: Any) -> str:
@@ -242,45 +345,115 @@ def _slug(value: Any) -> str:
     return re.sub(r"[^A-Za-z0-9_.\-]+", "_", str(value)).strip("_")
 
 
-def _table_items(path: Path, lines: _Lines, t_index: int, table: Mapping[str, Any], spec_range: str,
-                 seen_ids: dict[tuple[str, str], int]) -> list[SpecItem]:
-    """Expand one table; ``seen_ids`` maps (table title, entry id) to its line across the spec,
-    since tables sharing a title share a pytest collector and ids must stay unique there."""
+def _unknown_key(kind: str, key: Any, *, meta_ok: bool) -> str | None:
+    """Why ``key`` is not a selector or field of ``kind`` (as make_entry says it), None if it is."""
+    fields = FIELDS[kind]
+    if key in SELECTORS[kind] or fields is None or key in fields or (meta_ok and key in _ENTRY_META):
+        return None
+    return (f"{key!r} is not a selector or field of check kind {kind!r}; "
+            f"selectors: {sorted(SELECTORS[kind])}; fields: {sorted(fields)}")
+
+
+def _table_items(errors: _Errors, lines: _Lines, t_index: int, table: Mapping[str, Any], spec_range: str,
+                 seen_ids: dict[tuple[str, str], int], world_size: int | None, skip: set[int]) -> list[SpecItem]:
+    """Expand one table, adding every error to ``errors``; ``seen_ids`` maps (table title, entry id)
+    to its line across the spec, since tables sharing a title share a pytest collector and ids
+    must stay unique there. ``skip``: rows or entries the schema rejected."""
     base = ("tables", t_index)
     kind = table["check"]
-    shared = dict(table.get("with", {}))
     title = table.get("title", table["section"])
-    _check_range(path, lines, base + ("torch",), table.get("torch", ""))
-    raw_entries: list[tuple[tuple, dict]] = []
+    _check_range(errors, base + ("torch",), table.get("torch", ""))
+    # an unknown key of 'with' or 'columns' is reported once, where it is written, not per row
+    shared = dict(table.get("with", {}))
+    dropped = False
+    for key in list(shared):
+        message = _unknown_key(kind, key, meta_ok=False)
+        if message:
+            errors.add(base + ("with", key), message)
+            del shared[key]
+            dropped = True
+
+    # (entry key, its values, where each of its own values is written, whether a key was dropped)
+    raw_entries: list[tuple[tuple, dict, dict, bool]] = []
     if "rows" in table:
         columns = table["columns"]
+        bad = set()
+        for j, column in enumerate(columns):
+            message = _unknown_key(kind, column, meta_ok=True)
+            if message:
+                errors.add(base + ("columns", j), message)
+                bad.add(j)
+            elif column in columns[:j]:
+                errors.add(base + ("columns", j), f"duplicate column {column!r} (column {columns.index(column)})")
+                bad.add(j)
         for r_index, row in enumerate(table["rows"]):
             key = base + ("rows", r_index)
+            if r_index in skip:
+                continue
             if len(row) != len(columns):
-                raise SpecError(path, lines(key), _dotted(key),
-                                f"expected {len(columns)} values for columns {columns}, got {len(row)}")
-            raw_entries.append((key, dict(zip(columns, row))))
+                errors.add(key, f"expected {len(columns)} values for columns {columns}, got {len(row)}")
+                continue
+            values = {c: v for j, (c, v) in enumerate(zip(columns, row)) if j not in bad}
+            where = {c: key + (j,) for j, c in enumerate(columns) if j not in bad}
+            raw_entries.append((key, values, where, dropped or bool(bad)))
     else:
         for e_index, entry in enumerate(table["entries"]):
-            raw_entries.append((base + ("entries", e_index), dict(entry)))
+            key = base + ("entries", e_index)
+            if e_index in skip:
+                continue
+            if not isinstance(entry, Mapping):
+                errors.add(key, f"expected a mapping of selectors and fields of check kind {kind!r} "
+                                f"(selectors: {sorted(SELECTORS[kind])}), got {entry!r}")
+                continue
+            values, unknown = {}, False
+            for k, v in entry.items():
+                message = _unknown_key(kind, k, meta_ok=True)
+                if message:
+                    errors.add(key, message)
+                    unknown = True
+                else:
+                    values[k] = v
+            raw_entries.append((key, values, {k: key + (k,) for k in values}, dropped or unknown))
 
     items = []
-    for key, values in raw_entries:
+    for key, values, where, some_dropped in raw_entries:
         meta = {k: values.pop(k) for k in _ENTRY_META if k in values}
         merged = {**shared, **values}
+
+        def at(k: str) -> tuple:
+            return where.get(k, base + ("with", k))
+
+        ok = True
         entry_id = meta.get("id") or _default_id(kind, values) or f"row{key[-1]}"
-        if (title, entry_id) in seen_ids:
-            raise SpecError(path, lines(key), _dotted(key),
-                            f"duplicate entry id {entry_id!r} in table {title!r} (first at line {seen_ids[title, entry_id]}); "
+        if not isinstance(entry_id, str) or not re.fullmatch(r"[A-Za-z0-9_.\-]+", entry_id):
+            errors.add(at("id"), f"an id is a string of letters, digits, '_', '.' or '-', got {entry_id!r}")
+            ok = False
+        elif (title, entry_id) in seen_ids:
+            errors.add(key, f"duplicate entry id {entry_id!r} in table {title!r} (first at line {seen_ids[title, entry_id]}); "
                             "give one an 'id' or its table another 'title'")
-        seen_ids[title, entry_id] = lines(key)
-        _check_range(path, lines, key + ("torch",), meta.get("torch", ""))
+            ok = False
+        else:
+            seen_ids[title, entry_id] = lines(key)
+        if "torch" in meta:
+            _check_range(errors, at("torch"), meta["torch"])
+        for sub, message in _semantic_checks(kind, merged, world_size, some_dropped):
+            errors.add(at(sub) if sub else key, message)
+            ok = False
+        expected = [k for k in merged if k not in SELECTORS[kind]]
+        for k in expected:
+            try:
+                parse_expectation(merged[k])
+            except ExpectationError as exc:  # a figure of 'with' once, where it is written
+                errors.add(key if k in values else at(k), str(exc))
+                ok = False
+        if not ok or (some_dropped and not expected):  # the dropped key's error says why there is no field
+            continue
         try:
-            _semantic_checks(kind, merged)
             entry = make_entry(kind, merged, id=entry_id, says=meta.get("says", ""), section=table["section"],
-                               table=title, spec=str(path), line=lines(key))
+                               table=title, spec=str(errors.path), line=lines(key))
         except (ValueError, ExpectationError) as exc:
-            raise SpecError(path, lines(key), _dotted(key), str(exc)) from None
+            errors.add(key, str(exc))
+            continue
         ranges = [r for r in (spec_range, table.get("torch", ""), meta.get("torch", "")) if r]
         items.append(SpecItem(entry, ",".join(ranges), meta.get("deviation"), bool(meta.get("drafted"))))
     return items
@@ -294,18 +467,88 @@ def _default_id(kind: str, values: Mapping[str, Any]) -> str:
     return "-".join(p for p in parts if p)
 
 
-def _semantic_checks(kind: str, values: Mapping[str, Any]) -> None:
+# FSDPMemTracker states a 'memory' entry may name. The per-unit states are the values of
+# torch.distributed._tools.fsdp2_mem_tracker._FSDPModState (torch 2.13) that the tracker records
+# without activation checkpointing (so not "Pre-Forward AC"/"Post-Forward AC"; the plain
+# mem_tracker._ModState names like "Pre-Forward" are not FSDPMemTracker's). The root's two
+# extra states are the whole-rank snapshots harness/recorders/memory.py
+# (MemoryRecorder.snapshots) adds under module "" (the root unit).
+MEMORY_UNIT_STATES: tuple[str, ...] = (
+    "Before Pre-Forward", "After Pre-Forward", "Before Post-Forward", "After Post-Forward",  # _FSDPModState
+    "Before Pre-Backward", "After Pre-Backward", "Before Post-Backward", "After Post-Backward",  # _FSDPModState
+    "Peak Forward", "Peak Backward",  # _FSDPModState.PEAK_FW, PEAK_BW
+)
+MEMORY_ROOT_STATES: tuple[str, ...] = MEMORY_UNIT_STATES + (
+    "After Optimizer Step",  # MemoryRecorder.mark_after_step
+    "Peak",  # MemoryRecorder.snapshots: the tracker's peak over the step
+)
+
+
+def _semantic_checks(kind: str, values: Mapping[str, Any], world_size: int | None,
+                     some_dropped: bool = False) -> list[tuple[str | None, str]]:
+    """What the schema cannot say about one entry: (the key to blame, None for the entry; message).
+
+    ``some_dropped``: an unknown key was dropped from the entry (and reported); a selector then
+    found missing is likely that key misspelt, so it is not reported a second time.
+    """
+    from harness.calculator import LAYER_PARAM_NAMES_REGISTRATION
     from model.steps import STEP_NAMES
 
+    out: list[tuple[str | None, str]] = []
     if kind == "step" and values.get("step") not in STEP_NAMES:
-        raise ValueError(f"unknown step {values.get('step')!r}; steps: {list(STEP_NAMES)}")
-    if kind == "param" and not ("fqn" in values or ("param" in values and "layer" in values)):
-        raise ValueError("a 'param' entry names 'param' with its 'layer' (e.g. with: {layer: 0}), or a full 'fqn'")
-    if kind == "param_state" and values.get("point") not in ("pre_forward", "post_forward"):
-        raise ValueError(f"'point' must be pre_forward or post_forward, got {values.get('point')!r}")
-    if kind == "memory" and "state" not in values:
-        raise ValueError("a 'memory' entry names an FSDPMemTracker 'state', e.g. 'After Pre-Forward'")
-    if kind == "memory" and not any(k in values for k in ("layer", "unit", "module")):
-        raise ValueError("a 'memory' entry names its module: 'layer' (decoder layer index), 'unit' ('root' or a name) or 'module' (FQN)")
+        out.append((None, f"unknown step {values.get('step')!r}; steps: {list(STEP_NAMES)}"))
+    if kind == "param" and not some_dropped and not ("fqn" in values or ("param" in values and "layer" in values)):
+        out.append((None, "a 'param' entry names 'param' with its 'layer' (e.g. with: {layer: 0}), or a full 'fqn'"))
+    if kind == "param" and "param" in values and "fqn" not in values \
+            and values["param"] not in LAYER_PARAM_NAMES_REGISTRATION:
+        out.append(("param", f"{values['param']!r} is not the name of a parameter inside a decoder layer; names: "
+                             f"{list(LAYER_PARAM_NAMES_REGISTRATION)} (outside the layers, name the full 'fqn')"))
+    if kind == "param_state" and values.get("point") not in ("pre_forward", "post_forward") \
+            and not (some_dropped and "point" not in values):
+        out.append((None, f"'point' must be pre_forward or post_forward, got {values.get('point')!r}"))
+    if kind == "memory" and not some_dropped and "state" not in values:
+        out.append((None, "a 'memory' entry names an FSDPMemTracker 'state', e.g. 'After Pre-Forward'"))
+    if kind == "memory" and not some_dropped and not any(k in values for k in ("layer", "unit", "module")):
+        out.append((None, "a 'memory' entry names its module: 'layer' (decoder layer index), 'unit' ('root' or a name) "
+                          "or 'module' (FQN)"))
+    if kind == "memory" and "state" in values:
+        out.extend(_memory_state_check(values))
     if kind == "collectives" and not isinstance(values.get("select", {}), Mapping):
-        raise ValueError("'select' must be a mapping, e.g. {phase: forward, op: all_gather, layer: 0}")
+        out.append((None, "'select' must be a mapping, e.g. {phase: forward, op: all_gather, layer: 0}"))
+    for key in ("rank", "ranks"):
+        if key in SELECTORS[kind] and key in values and world_size is not None:
+            message = _rank_check(values[key], world_size)
+            if message:
+                out.append((key, message))
+    return out
+
+
+def _memory_state_check(values: Mapping[str, Any]) -> list[tuple[str, str]]:
+    state = values["state"]
+    if "module" in values:
+        root, what = values["module"] == "", f"module {values['module']!r}"
+    elif "unit" in values:
+        root, what = values["unit"] in ("root", ""), f"unit {values['unit']!r}"
+    else:
+        root, what = False, "a decoder layer's unit"
+    valid = MEMORY_ROOT_STATES if root else MEMORY_UNIT_STATES
+    if state in valid:
+        return []
+    hint = ""
+    if state in MEMORY_ROOT_STATES:
+        hint = f" ({state!r} is a whole-rank snapshot recorded under the root unit: unit: root)"
+    return [("state", f"{state!r} is not an FSDPMemTracker state of {what}; states: {list(valid)}{hint}")]
+
+
+def _rank_check(value: Any, world_size: int) -> str | None:
+    """Why a 'rank'/'ranks' selector does not name ranks of the world (None when it does)."""
+    valid = f"a rank 0-{world_size - 1} (world size {world_size}), a list of them, or 'all'"
+    if value == "all":
+        return None
+    ranks = value if isinstance(value, list) else [value]
+    if not all(isinstance(r, int) and not isinstance(r, bool) for r in ranks):
+        return f"expected {valid}, got {value!r}"
+    outside = [r for r in ranks if not 0 <= r < world_size]
+    if outside:
+        return f"rank(s) {outside} outside the world; expected {valid}"
+    return None

@@ -1,9 +1,9 @@
 """Tests of harness/spec.py, the validate command and the pytest plugin on malformed specs,
 and of the torch-range and deviation gates of harness/evaluate.py.
 
-A malformed spec gives one SpecError reading ``file:line: key.path: what was expected``; the
-command line prints that one line (no traceback) and exits 1; under pytest it is one failing
-item, not a collection crash.
+A malformed spec gives one SpecError with a line ``file:line: key.path: what was expected``
+per error, every error of the file at once, in file order; the command line prints those lines
+(no traceback) and exits 1; under pytest it is one failing item, not a collection crash.
 """
 
 from __future__ import annotations
@@ -136,10 +136,42 @@ MALFORMED = [
                  "does not match", id="bad-id"),
     pytest.param(edit("{id: k_heads,", "{deviation: {link: x}, id: k_heads,"), "deviation", "tables[0].entries[1].deviation",
                  "'reason' is a required property", id="deviation-without-reason"),
-    pytest.param(edit("{id: k_heads,", "{deviation: {why: x}, id: k_heads,"), "deviation", "tables[0].entries[1].deviation.why",
+    pytest.param(edit("{id: k_heads,", "{deviation: {reason: x, why: x}, id: k_heads,"), "deviation", "tables[0].entries[1].deviation.why",
                  "('why' was unexpected); allowed keys: ['link', 'reason']", id="deviation-unknown-key"),
     pytest.param(edit("mesh: {shape: [4], dim_names: [dp]}", "mesh: {shape: [2, 2], dim_names: [dp]}"),
-                 "setup:", "setup", "expected 2 names for shape [2, 2], got ['dp']", id="mesh-names"),
+                 "mesh: {shape", "setup.mesh.dim_names", "expected 2 names for shape [2, 2], got ['dp']", id="mesh-names"),
+    pytest.param(edit("mesh: {shape: [4], dim_names: [dp]}", "mesh: {shape: [4], dim_names: [a, b]}"),
+                 "mesh: {shape", "setup.mesh.dim_names", "expected 1 name for shape [4], got ['a', 'b']",
+                 id="mesh-names-singular"),
+    pytest.param(edit("config: walkthrough,", "config: Qwen3-1.8B,"), "Qwen3-1.8B", "setup.model.config",
+                 "unknown config name 'Qwen3-1.8B'; known names: walkthrough, Qwen3-0.6B", id="unknown-config-name"),
+    pytest.param(edit("  model: {config: walkthrough, overrides: {num_hidden_layers: 2}}", "  model: Qwen3-1.7B"),
+                 "model: Qwen3-1.7B", "setup.model",
+                 "expected a mapping with keys config, overrides, body, got 'Qwen3-1.7B'", id="model-not-a-mapping"),
+    pytest.param(edit("    check: step\n", "    check: step\n    with: wrong\n"), "with: wrong", "tables[0].with",
+                 "expected a mapping, got 'wrong'", id="with-not-a-mapping"),
+    pytest.param(edit("[param, local_shape, local_numel]", "[param, local_shap, local_numel]"), "columns:",
+                 "tables[1].columns[1]", "'local_shap' is not a selector or field of check kind 'param'",
+                 id="unknown-column"),
+    pytest.param(edit("with: {layer: 0}", "with: {layr: 0}"), "with: {layr", "tables[1].with.layr",
+                 "'layr' is not a selector or field of check kind 'param'", id="unknown-with-key"),
+    pytest.param(edit("[self_attn.k_proj.weight,", "[self_attn.k_prj.weight,"), "k_prj", "tables[1].rows[1][0]",
+                 "'self_attn.k_prj.weight' is not the name of a parameter inside a decoder layer; names: "
+                 "['self_attn.q_proj.weight', 'self_attn.k_proj.weight',", id="unknown-param-name"),
+    pytest.param(edit("{id: k_heads,", "{id: k_heads, ranks: [0, 4],"), "{id: k_heads", "tables[0].entries[1].ranks",
+                 "rank(s) [4] outside the world; expected a rank 0-3 (world size 4), a list of them, or 'all'",
+                 id="rank-outside-world"),
+    pytest.param(edit("        layer: 0\n", "        layer: 0\n        ranks: -1\n"), "ranks: -1",
+                 "tables[2].entries[0].ranks", "rank(s) [-1] outside the world; expected a rank 0-3", id="negative-rank"),
+    pytest.param(edit("{id: k_heads,", "{id: k_heads, ranks: first,"), "{id: k_heads", "tables[0].entries[1].ranks",
+                 "expected a rank 0-3 (world size 4), a list of them, or 'all', got 'first'", id="rank-not-a-number"),
+    pytest.param(edit("  param_dtype: float16\n", "  param_dtype: float16\n  observe_ranks: [0, 3, 4]\n"),
+                 "observe_ranks", "setup.observe_ranks", "rank(s) [4] outside the world: world size 4 (mesh shape [4]), ranks 0-3",
+                 id="observe-rank-outside-world"),
+    pytest.param(edit("- {id: x_norm, step: step1.x_norm, shape: [2, 8, 512]}", "- x_norm"), "- x_norm",
+                 "tables[0].entries[0]", "expected a mapping of the table's check kind's selectors and fields (and optionally id, says, torch, "
+                 "deviation, drafted), got 'x_norm'",
+                 id="entry-not-a-mapping"),
 ]
 
 
@@ -155,6 +187,167 @@ def test_malformed_spec_gives_one_spec_error(tmp_path, text, marker, key_path, e
     assert expected in str(err), str(err)
     assert (err.path, err.line, err.key_path) == (str(path), line, key_path)
     assert "\n" not in str(err)
+
+
+def test_every_error_at_once_in_file_order(tmp_path):
+    """Schema errors (at any depth) and entry-level errors together, one line each, sorted by line."""
+    text = (BASE.replace("  param_dtype: float16\n", "  param_dtype: float16\n  seeed: 1\n  batch_per_rnk: 2\n")
+                .replace("    check: step\n", "    check: stepp\n")
+                .replace("[param, local_shape, local_numel]", "[param, local_shap, local_numel]")
+                .replace('"4.72 MB"', '"4.7.2 MB"'))
+    path = write(tmp_path, text)
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    err = info.value
+    expected = [
+        (line_of(text, "seeed"), "setup.seeed", "Additional properties are not allowed ('seeed' was unexpected)"),
+        (line_of(text, "batch_per_rnk"), "setup.batch_per_rnk", "('batch_per_rnk' was unexpected); allowed keys:"),
+        (line_of(text, "check: stepp"), "tables[0].check", "expected one of ['param', 'params_total',"),
+        (line_of(text, "columns:"), "tables[1].columns[1]", "'local_shap' is not a selector or field of check kind 'param'"),
+        (line_of(text, "id: layer_bytes"), "tables[2].entries[0]", "cannot read '4.7.2 MB' as a figure"),
+    ]
+    assert [(line, key) for line, key, _ in err.errors] == [(line, key) for line, key, _ in expected]
+    assert all(want in message for (_, _, message), (_, _, want) in zip(err.errors, expected)), err.errors
+    assert (err.line, err.key_path, err.message) == err.errors[0]
+    shown = str(err).splitlines()
+    assert len(shown) == len(expected)
+    for text_line, (line, key, message) in zip(shown, err.errors):
+        assert text_line == f"{path}:{line}: {key}: {message}"
+
+
+def test_a_mapping_with_a_missing_and_an_unexpected_key_reports_both(tmp_path):
+    text = edit("{id: k_heads,", "{deviation: {why: x}, id: k_heads,")
+    with pytest.raises(SpecError) as info:
+        load_spec(write(tmp_path, text))
+    assert sorted((key, message.split(";")[0]) for _, key, message in info.value.errors) == [
+        ("tables[0].entries[1].deviation", "'reason' is a required property"),
+        ("tables[0].entries[1].deviation.why", "Additional properties are not allowed ('why' was unexpected)"),
+    ]
+
+
+def test_a_schema_error_skips_only_its_entry(tmp_path):
+    """A rejected entry is not checked further; its table's other entries and other tables are."""
+    text = edit("{id: k_heads,", '{id: "k heads",').replace("step: step1.x_norm", "step: step1.x_nrm")
+    with pytest.raises(SpecError) as info:
+        load_spec(write(tmp_path, text))
+    assert [(line, key) for line, key, _ in info.value.errors] == [
+        (line_of(text, "step1.x_nrm"), "tables[0].entries[0]"), (line_of(text, "k heads"), "tables[0].entries[1].id")]
+
+
+def test_validate_prints_every_error_without_traceback(tmp_path):
+    text = edit("check: param\n", "check: parm\n").replace("step: step2.k_heads", "step: step2.kv_heads")
+    bad = write(tmp_path, text, "bad.yaml")
+    proc = validate(bad, columns=1000)
+    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 2, proc.stdout
+    assert lines[0].startswith(f"✗ {bad}:{line_of(text, 'kv_heads')}: tables[0].entries[1]: unknown step 'step2.kv_heads'")
+    assert lines[1].startswith(f"✗ {bad}:{line_of(text, 'check: parm')}: tables[1].check: expected one of [")
+
+
+def test_overrides_are_blamed_only_when_they_fail(tmp_path):
+    text = edit("config: walkthrough, overrides: {num_hidden_layers: 2}",
+                "config: Qwen3-1.8B, overrides: {num_hidden_layers: 2, num_key_value_heads: 3}")
+    with pytest.raises(SpecError) as info:
+        load_spec(write(tmp_path, text))
+    assert [key for _, key, _ in info.value.errors] == ["setup.model.config"]  # the overrides are not judged on no config
+
+
+def test_run_setup_raises_setup_error_with_every_problem():
+    from harness.setup import RunSetup, SetupError
+
+    with pytest.raises(SetupError) as info:
+        RunSetup.from_mapping({"mesh": {"shape": [2, 2], "dim_names": ["dp"]}, "observe_ranks": [0, 3, 4, 7]})
+    err = info.value
+    assert isinstance(err, ValueError)
+    assert (err.key_path, err.message) == ("setup.mesh.dim_names", "expected 2 names for shape [2, 2], got ['dp']")
+    assert err.errors[1] == ("setup.observe_ranks",
+                             "rank(s) [4, 7] outside the world: world size 4 (mesh shape [2, 2]), ranks 0-3")
+    assert RunSetup.from_mapping({"mesh": {"shape": [8]}, "observe_ranks": [0, 7]}).observe_ranks == (0, 7)
+
+
+MEMORY = BASE + """\
+  - section: "Memory"
+    check: memory
+    entries:
+      - {id: m, SELECTOR, state: STATE, unsharded_param: 0}
+"""
+
+
+@pytest.mark.parametrize("selector, state", [
+    ("layer: 0", "After Pre-Forward"), ("layer: 1", "Peak Backward"), ("module: layers.0", "Before Post-Backward"),
+    ("unit: root", "After Optimizer Step"), ("unit: root", "Peak"), ('module: ""', "Peak"),
+    ("unit: root", "After Post-Backward"),
+])
+def test_memory_states_that_load(tmp_path, selector, state):
+    load_spec(write(tmp_path, MEMORY.replace("SELECTOR", selector).replace("STATE", f'"{state}"')))
+
+
+@pytest.mark.parametrize("selector, state, says", [
+    ("layer: 0", "After Pre-Forwrd", "'After Pre-Forwrd' is not an FSDPMemTracker state of a decoder layer's unit; "
+     "states: ['Before Pre-Forward', 'After Pre-Forward', 'Before Post-Forward', 'After Post-Forward', "
+     "'Before Pre-Backward', 'After Pre-Backward', 'Before Post-Backward', 'After Post-Backward', 'Peak Forward', "
+     "'Peak Backward']"),
+    ("layer: 0", "Pre-Forward", "not an FSDPMemTracker state"),  # mem_tracker._ModState's name, not FSDPMemTracker's
+    ("layer: 0", "After Optimizer Step", "is a whole-rank snapshot recorded under the root unit: unit: root"),
+    ("module: layers.0", "Peak", "not an FSDPMemTracker state of module 'layers.0'"),
+    ("unit: root", "Peak Optimizer", "states: ['Before Pre-Forward', 'After Pre-Forward', 'Before Post-Forward', "
+     "'After Post-Forward', 'Before Pre-Backward', 'After Pre-Backward', 'Before Post-Backward', "
+     "'After Post-Backward', 'Peak Forward', 'Peak Backward', 'After Optimizer Step', 'Peak']"),
+])
+def test_unknown_memory_state_fails_at_load(tmp_path, selector, state, says):
+    text = MEMORY.replace("SELECTOR", selector).replace("STATE", f'"{state}"')
+    with pytest.raises(SpecError) as info:
+        load_spec(write(tmp_path, text))
+    assert (info.value.line, info.value.key_path) == (line_of(text, "{id: m,"), "tables[3].entries[0].state")
+    assert says in info.value.message and "\n" not in str(info.value)
+
+
+def test_memory_state_of_a_with_is_reported_once(tmp_path):
+    text = BASE + """\
+  - section: "Memory"
+    check: memory
+    with: {layer: 0, state: "After Forward"}
+    entries:
+      - {id: a, unsharded_param: 0}
+      - {id: b, sharded_param: 0}
+"""
+    with pytest.raises(SpecError) as info:
+        load_spec(write(tmp_path, text))
+    assert [(line, key) for line, key, _ in info.value.errors] == [(line_of(text, "After Forward"), "tables[3].with.state")]
+
+
+def test_ranks_inside_the_world_load(tmp_path):
+    text = BASE + """\
+  - section: "Inputs"
+    check: input
+    columns: [rank, shape]
+    rows:
+      - [0, [2, 8, 512]]
+      - [3, [2, 8, 512]]
+  - section: "More"
+    check: step
+    entries:
+      - {id: all_ranks, ranks: all, step: step1.x_norm, shape: [2, 8, 512]}
+      - {id: two_ranks, ranks: [0, 3], step: step1.x_norm, shape: [2, 8, 512]}
+      - {id: one_rank, ranks: 2, step: step1.x_norm, shape: [2, 8, 512]}
+"""
+    assert len(load_spec(write(tmp_path, text)).items) == 10
+
+
+def test_input_rank_outside_the_world(tmp_path):
+    text = BASE + """\
+  - section: "Inputs"
+    check: input
+    columns: [rank, shape]
+    rows:
+      - [0, [2, 8, 512]]
+      - [4, [2, 8, 512]]
+"""
+    with pytest.raises(SpecError) as info:
+        load_spec(write(tmp_path, text))
+    assert (info.value.line, info.value.key_path) == (line_of(text, "[4, [2"), "tables[3].rows[1][0]")
+    assert info.value.message == "rank(s) [4] outside the world; expected a rank 0-3 (world size 4), a list of them, or 'all'"
 
 
 @pytest.mark.parametrize("text, message", [
