@@ -281,13 +281,11 @@ def _measure_step(sel, obs):
         if not found:
             names = sorted({s["name"] for s in r["steps"]})
             raise CheckError(f"rank {r['rank']}: step {name!r} (layer {layers}) not observed; observed steps: {names}")
-        # one value when every selected layer agrees, else the distinct values (a failure shows them)
-        shapes = [s["shape"] for s in found]
-        dtypes = [s["dtype"] for s in found]
+        # one value when every selected layer agrees, else the per-layer values (a failure shows them)
         out[r["rank"]] = {
-            "shape": shapes[0] if all(s == shapes[0] for s in shapes) else shapes,
-            "dtype": dtypes[0] if len(set(dtypes)) == 1 else dtypes,
-            "dim0": shapes[0][0] if all(s[0] == shapes[0][0] for s in shapes) else [s[0] for s in shapes],
+            "shape": _common([s["shape"] for s in found]),
+            "dtype": _common([s["dtype"] for s in found]),
+            "dim0": _common([s["shape"][0] for s in found]),
             "layers": len(found),
         }
     return out
@@ -320,6 +318,9 @@ def _measure_param_state(sel, obs):
 
 
 def _common(values: list) -> Any:
+    """The value every element shares, else the list itself (None for no elements)."""
+    if not values:
+        return None
     return values[0] if all(v == values[0] for v in values) else values
 
 
@@ -372,7 +373,7 @@ def _measure_collectives(sel, obs):
         # per-collective fields: the common value, or the list when they differ
         for key in _COLLECTIVE_FIELDS + ("ring_bytes",):
             vals = [ring_bytes(c) if key == "ring_bytes" else c.get(key) for c in cs]
-            values[key] = vals[0] if vals and all(v == vals[0] for v in vals) else (vals or None)
+            values[key] = _common(vals)
         out[r["rank"]] = values
     return out
 
