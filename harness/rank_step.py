@@ -128,9 +128,11 @@ def _loss_fn(body: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
 
 
 def _make_inputs(setup: RunSetup, config: Any, rank: int, world_size: int, dtype: torch.dtype, *, local_only: bool):
-    """(this rank's inputs, input name): samples r*B .. r*B+B-1 of the seeded global batch.
+    """(this rank's inputs, input name, samples): samples r*B .. r*B+B-1 of the seeded global batch.
 
-    ``local_only`` (simulated runs): make just a tensor of the local shape (values unused).
+    ``samples`` is observed, not assumed: the global batch's rows that the local tensor's rows
+    equal, in local order. ``local_only`` (simulated runs): make just a tensor of the local
+    shape (values unused, no global batch), and ``samples`` is the assignment above.
     """
     B, L = setup.batch_per_rank, setup.seq_len
     n = B if local_only else world_size * B
@@ -142,8 +144,19 @@ def _make_inputs(setup: RunSetup, config: Any, rank: int, world_size: int, dtype
         batch = torch.randint(0, config.vocab_size, (n, L), generator=generator)  # (W*B, L)
         name = "input_ids"
     if local_only:
-        return batch, name
-    return batch[rank * B : (rank + 1) * B].clone(), name
+        return batch, name, list(range(rank * B, rank * B + B))
+    local = batch[rank * B : (rank + 1) * B].clone()
+    return local, name, _rows_of(local, batch)
+
+
+def _rows_of(local: torch.Tensor, batch: torch.Tensor) -> list[int]:
+    """For each row of ``local``, the index of the equal row of ``batch`` (-1 if none)."""
+    flat = batch.reshape(batch.shape[0], -1)
+    found = []
+    for row in local.reshape(local.shape[0], -1):
+        hits = torch.nonzero((flat == row).all(dim=1)).flatten().tolist()
+        found.append(hits[0] if hits else -1)
+    return found
 
 
 def _build(setup: RunSetup, config: Any, dtype: torch.dtype, device: torch.device, *, init: bool) -> nn.Module:
@@ -285,7 +298,7 @@ def run_step(
         with phases.phase("setup"):
             build_device = torch.device("meta") if meta_init else device
             root = _build(setup, config, dtype, build_device, init=not simulated and not meta_init)
-            inputs, input_name = _make_inputs(setup, config, rank, world_size, dtype, local_only=simulated)
+            inputs, input_name, samples = _make_inputs(setup, config, rank, world_size, dtype, local_only=simulated)
             inputs = inputs.to(device)
         reference = None
         if numerics_on:
@@ -368,7 +381,6 @@ def run_step(
     timings = dict(phases.timings_s)
     timings["observe"] = time.perf_counter() - t_observe
     timings["total"] = time.perf_counter() - t_start
-    B = setup.batch_per_rank
     entry = {
         "rank": rank,
         "coords": [int(c) for c in coords],
@@ -376,7 +388,7 @@ def run_step(
             "name": input_name,
             "shape": list(inputs.shape),
             "dtype": dtype_name(inputs.dtype),
-            "samples": list(range(rank * B, rank * B + B)),
+            "samples": samples,
         },
         "params": params,
         "param_states": hooks.states,
