@@ -232,8 +232,13 @@ def _rank_main(
     os._exit(0)
 
 
-def _receive(reader: Any, pending: dict[Any, int], procs: list[Any], results: dict[int, Any]) -> tuple[float, RunError] | None:
-    """Read a ready rank pipe: store a result, or return (when it failed, the RunError)."""
+def _receive(reader: Any, pending: dict[Any, int], procs: list[Any], results: dict[int, Any]) -> tuple[int, float, RunError] | None:
+    """Read a ready rank pipe: store a result, or return (cause order, when, the RunError).
+
+    A rank that died without a message sorts first (cause order 0): its peers then fail in
+    their next collective on a closed connection and report their own, earlier-stamped error
+    time, while a death is only seen when its pipe closes, possibly later.
+    """
     rank = pending.pop(reader)
     try:
         kind, when, payload = reader.recv()
@@ -241,13 +246,13 @@ def _receive(reader: Any, pending: dict[Any, int], procs: list[Any], results: di
         procs[rank].join(timeout=5)
         code = procs[rank].exitcode
         hint = " (SIGKILL: often the kernel's out-of-memory killer)" if code == -9 else ""
-        return time.time(), RunError(
+        return 0, time.time(), RunError(
             f"rank {rank} died without a result (exit code {code}{hint}); no traceback: "
             f"the process ended abruptly (killed, os._exit, or a crash in native code)",
             rank=rank,
         )
     if kind == "error":
-        return when, RunError(f"rank {rank} failed:\n{payload}", rank=rank, traceback=payload)
+        return 1, when, RunError(f"rank {rank} failed:\n{payload}", rank=rank, traceback=payload)
     results[rank] = json.loads(payload)
     return None
 
@@ -340,14 +345,14 @@ def run_local(
             failures = [f for f in (_receive(r, pending_readers, procs, results) for r in ready) if f]
             if failures:
                 # Peers of a failing rank fail too, a moment later (a closed connection): give
-                # them a moment, then blame the rank that failed first.
+                # them a moment, then blame a rank that died, else the rank that failed first.
                 grace = time.monotonic() + 0.5
                 while pending_readers and time.monotonic() < grace:
                     more = wait(list(pending_readers), timeout=max(0.0, grace - time.monotonic()))
                     failures += [f for f in (_receive(r, pending_readers, procs, results) for r in more) if f]
-                failures.sort(key=lambda f: f[0])
-                first = failures[0][1]
-                others = sorted(f[1].rank for f in failures[1:])
+                failures.sort(key=lambda f: f[:2])
+                first = failures[0][2]
+                others = sorted(f[2].rank for f in failures[1:])
                 if others:
                     first.args = (f"{first.args[0]}\n(ranks {others} failed after it)",)
                 raise first
