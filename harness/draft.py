@@ -72,7 +72,6 @@ def draft_spec(config: str, world_size: int, *, layers: int = 2, param_dtype: st
     layer = calc.layer_tables(dims, world_size, param_dtype=param_dtype)
     model = calc.model_tables(dims, world_size, param_dtype=param_dtype)
     symbols = calc.step_symbols(dims, batch_per_rank, seq_len)
-    size = calc.DTYPE_BYTES[param_dtype]
     name = _slug(f"{setup_config if isinstance(setup_config, str) else 'custom'}_w{world_size}")
     d = "drafted: true"
     out: list[str] = []
@@ -190,7 +189,7 @@ def draft_spec(config: str, world_size: int, *, layers: int = 2, param_dtype: st
     w(f"      - {{id: after_step0, point: pre_forward, plain_tensors: {len(layer.params)}, full_shapes: true, bytes: {layer.unsharded_bytes}, {d}}}")
     for r in observe:
         w(f"      - {{id: after_step11_rank{r}, ranks: [{r}], point: post_forward, dtensors: {len(layer.params)}, "
-          f"local_shapes: true, bytes: {layer.local_numels[r] * size}, {d}}}")
+          f"local_shapes: true, bytes: {layer.sharded_bytes[r]}, {d}}}")
     return "\n".join(out) + "\n"
 
 

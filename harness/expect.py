@@ -17,7 +17,6 @@ read, so a typo in a spec fails loudly at load time rather than comparing as tex
 
 from __future__ import annotations
 
-import math
 import operator
 import re
 from dataclasses import dataclass
@@ -151,4 +150,4 @@ def show(value: Any) -> str:
     return _show(value)
 
 
-__all__ = ["Expectation", "ExpectationError", "parse_expectation", "show", "UNIT_SCALE", "math"]
+__all__ = ["Expectation", "ExpectationError", "parse_expectation", "show", "UNIT_SCALE"]

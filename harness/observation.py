@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 __all__ = ["FORMAT", "SCHEMA_PATH", "ObservationError", "load_schema", "validate_observation", "build_observation"]
 

@@ -262,13 +262,14 @@ def _check_model_config(errors: _Errors, model: Mapping[str, Any]) -> None:
     try:
         base = get_config(config)
     except (ValueError, TypeError) as exc:
+        message = str(exc)
         if isinstance(config, Mapping) and overrides:  # an inline mapping may take fields from overrides
             try:
                 get_config(config, **overrides)
                 return
             except (ValueError, TypeError) as combined:
-                exc = combined
-        errors.add(config_key, str(exc))
+                message = str(combined)
+        errors.add(config_key, message)
         return
     if overrides:
         try:
