@@ -1,6 +1,6 @@
 """pytest plugin: every entry of every spec under specs/ is one test item.
 
-``pytest -n auto`` runs them all; each distinct setup runs once per session (harness/cache.py),
+``pytest -n auto`` runs them all; each distinct setup runs once per session (harness/run/cache.py),
 shared by the xdist workers. A failing item shows the document section, what the document
 says, expected and observed per field, and the failing ranks. A spec that fails to load is one
 failing item with the load error.
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.cache import CachedRunError, cached_run, run_key
-from harness.checks import CheckResult
-from harness.evaluate import FAILING, evaluate_item
-from harness.spec import Spec, SpecError, SpecItem, load_spec
+from harness.run.cache import CachedRunError, cached_run, run_key
+from harness.judge.checks import CheckResult
+from harness.judge.evaluate import FAILING, evaluate_item
+from harness.load.spec import Spec, SpecError, SpecItem, load_spec
 
 SPECS_DIR = Path(__file__).parent / "specs"
 
@@ -140,7 +140,7 @@ def _observation(config: pytest.Config, spec: Spec, setup=None, backend: str | N
     """The observation of ``spec``'s setup (or ``setup``), run once per session across workers."""
     import torch
 
-    from harness.run import run_setup
+    from harness.run.runner import run_setup
 
     setup = setup or spec.setup
     backend = backend or config.getoption("--backend") or spec.backend

@@ -30,8 +30,8 @@ def main() -> None:
     args = parser.parse_args()
 
     t0 = time.perf_counter()
-    from harness.run import run_setup
-    from harness.setup import ModelSetup, RunSetup
+    from harness.run.runner import run_setup
+    from harness.load.setup import ModelSetup, RunSetup
 
     print(f"import harness: {time.perf_counter() - t0:.2f} s")
 

@@ -31,8 +31,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 HARNESS = (
-    "from harness.run import run_setup\n"
-    "from harness.setup import RunSetup\n"
+    "from harness.run.runner import run_setup\n"
+    "from harness.load.setup import RunSetup\n"
     "doc = run_setup(RunSetup(), backend='gloo', timeout_s=300)\n"
     "assert len(doc['ranks']) == 4\n"
 )

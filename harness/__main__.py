@@ -35,7 +35,7 @@ def _print_spec_error(console: Console, exc: Exception) -> None:
 
 
 def _cmd_validate(args: argparse.Namespace, console: Console) -> int:
-    from harness.spec import SpecError, load_spec
+    from harness.load.spec import SpecError, load_spec
 
     status = 0
     for path in args.specs:
@@ -52,10 +52,10 @@ def _cmd_validate(args: argparse.Namespace, console: Console) -> int:
 def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     import torch
 
-    from harness.evaluate import FAILING, evaluate_spec
-    from harness.report import print_report, result_to_json, summary_line
-    from harness.run import RunError, run_setup
-    from harness.spec import SpecError, load_spec
+    from harness.judge.evaluate import FAILING, evaluate_spec
+    from harness.report.terminal import print_report, result_to_json, summary_line
+    from harness.run.runner import RunError, run_setup
+    from harness.load.spec import SpecError, load_spec
 
     all_results, documents, status = [], {}, 0
     for path in args.specs:
@@ -100,7 +100,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_draft(args: argparse.Namespace, console: Console) -> int:
-    from harness.draft import draft_spec
+    from harness.author.draft import draft_spec
 
     text = draft_spec(args.config, args.world_size, layers=args.layers, param_dtype=args.dtype,
                       batch_per_rank=args.batch_per_rank, seq_len=args.seq_len, backend=args.backend or "auto")

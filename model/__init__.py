@@ -10,19 +10,28 @@
 """
 
 from .config import KNOWN_CONFIGS, Qwen3Config, get_config
-from .observe import StepCallback, StepRecord, StepRecorder, observe_steps
-from .qwen3 import (
-    Qwen3Attention,
-    Qwen3DecoderLayer,
-    Qwen3DecoderStack,
-    Qwen3ForCausalLM,
-    Qwen3MLP,
-    Qwen3Model,
-    Qwen3RMSNorm,
-    Qwen3RotaryEmbedding,
-    init_weights,
-)
+from .names import LAYER_PARAM_NAMES_DOCUMENT, LAYER_PARAM_NAMES_REGISTRATION
 from .steps import STEP_NAMES, STEPS, STEPS_BY_NAME, Step, resolve_shape
+
+# The modules need torch (a second or two to import); the config, names and steps do not, and
+# spec validation uses only those. So the torch side is imported on first use (PEP 562).
+_LAZY = {
+    "StepCallback": "observe", "StepRecord": "observe", "StepRecorder": "observe", "observe_steps": "observe",
+    "Qwen3Attention": "qwen3", "Qwen3DecoderLayer": "qwen3", "Qwen3DecoderStack": "qwen3",
+    "Qwen3ForCausalLM": "qwen3", "Qwen3MLP": "qwen3", "Qwen3Model": "qwen3", "Qwen3RMSNorm": "qwen3",
+    "Qwen3RotaryEmbedding": "qwen3", "init_weights": "qwen3",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Qwen3Config",
@@ -42,6 +51,8 @@ __all__ = [
     "STEP_NAMES",
     "STEPS_BY_NAME",
     "resolve_shape",
+    "LAYER_PARAM_NAMES_REGISTRATION",
+    "LAYER_PARAM_NAMES_DOCUMENT",
     "observe_steps",
     "StepCallback",
     "StepRecord",

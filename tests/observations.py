@@ -18,7 +18,7 @@ import copy
 import math
 from typing import Any, Callable, Iterable
 
-from harness.setup import ModelSetup, RunSetup
+from harness.load.setup import ModelSetup, RunSetup
 from model.steps import STEPS, resolve_shape
 
 # --- the document's setup ------------------------------------------------------------------

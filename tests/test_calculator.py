@@ -1,4 +1,4 @@
-"""Tests of harness/calculator.py: the document's figures, torch.chunk agreement, padding."""
+"""Tests of harness/author/calculator.py: the document's figures, torch.chunk agreement, padding."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness import calculator as calc
-from harness.calculator import MB, WALKTHROUGH, Dims, layer_tables
+from harness.author import calculator as calc
+from harness.author.calculator import MB, WALKTHROUGH, Dims, layer_tables
 
 # Qwen3-32B-sized layer (shared/notes/fsdp2-facts.md, "Simulating large world sizes").
 QWEN3_32B = Dims(hidden_size=5120, num_attention_heads=64, num_key_value_heads=8, head_dim=128,
@@ -370,7 +370,7 @@ def test_to_dict_is_plain():
 
 
 def test_calculator_does_not_import_torch():
-    code = ("import sys, harness.calculator as c; c.layer_tables(c.WALKTHROUGH, 4); "
+    code = ("import sys, harness.author.calculator as c; c.layer_tables(c.WALKTHROUGH, 4); "
             "print(any(m == 'torch' or m.startswith('torch.') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1])

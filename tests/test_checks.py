@@ -1,4 +1,4 @@
-"""Tests of harness/checks.py (and evaluate/report) on a synthetic observation: no ranks launched.
+"""Tests of harness/judge/checks.py (and evaluate/report) on a synthetic observation: no ranks launched.
 
 Every check kind gets a passing entry, a failing one (status, expected and observed text, the
 failing ranks, one rank made to differ to show per-rank reporting) and an unmeasurable one
@@ -17,10 +17,10 @@ import jsonschema
 import pytest
 from rich.console import Console
 
-from harness.checks import CheckResult, check, make_entry, ring_bytes, select_collectives
-from harness.evaluate import counts, evaluate_spec
-from harness.report import print_report, result_to_json, summary_line
-from harness.spec import load_spec
+from harness.judge.checks import CheckResult, check, make_entry, ring_bytes, select_collectives
+from harness.judge.evaluate import counts, evaluate_spec
+from harness.report.terminal import print_report, result_to_json, summary_line
+from harness.load.spec import load_spec
 from observations import (DOC_LOCAL_NUMEL, DOC_LAYER_NUMEL, DOC_PARAM_ROWS, LAYER_BYTES, LAYER_LOCAL_BYTES,
                           LAYER_LOCAL_NUMEL, LAYER_NUMEL, find, layer_param_shapes, shard_shape,
                           walkthrough_observation, with_rank)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.evaluate import FAILING, evaluate_spec
-from harness.spec import load_spec
+from harness.judge.evaluate import FAILING, evaluate_spec
+from harness.load.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[1]
 

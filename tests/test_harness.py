@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from harness.launch import RunError, joined_world
+from harness.run.launch import RunError, joined_world
 from harness.observation import ObservationError, validate_observation
-from harness.recorders.collectives import AttributionError, Span, attribute, parse_fsdp_label
-from harness.run import run_setup
-from harness.setup import ModelSetup, RunSetup
+from harness.run.recorders.collectives import AttributionError, Span, attribute, parse_fsdp_label
+from harness.run.runner import run_setup
+from harness.load.setup import ModelSetup, RunSetup
 
 # --- FSDP's profiler labels (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py) ----------
 

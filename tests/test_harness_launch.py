@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from harness.launch import RunError, RunTimeout, run_local
-from harness.run import run_setup
-from harness.setup import RunSetup
+from harness.run.launch import RunError, RunTimeout, run_local
+from harness.run.runner import run_setup
+from harness.load.setup import RunSetup
 
 pytestmark = pytest.mark.slow
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.evaluate import FAILING, evaluate_spec
-from harness.spec import load_spec
+from harness.judge.evaluate import FAILING, evaluate_spec
+from harness.load.spec import load_spec
 
 SPECS = Path(__file__).resolve().parents[1] / "specs"
 

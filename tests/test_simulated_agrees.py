@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.spec import load_spec
+from harness.load.spec import load_spec
 
 SPEC = Path(__file__).resolve().parents[1] / "specs" / "qwen3_0_6b_8_ranks.yaml"
 PEAK_STATES = {"Peak", "Peak Backward"}

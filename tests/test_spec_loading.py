@@ -1,5 +1,5 @@
-"""Tests of harness/spec.py, the validate command and the pytest plugin on malformed specs,
-and of the torch-range and deviation gates of harness/evaluate.py.
+"""Tests of harness/load/spec.py, the validate command and the pytest plugin on malformed specs,
+and of the torch-range and deviation gates of harness/judge/evaluate.py.
 
 A malformed spec gives one SpecError with a line ``file:line: key.path: what was expected``
 per error, every error of the file at once, in file order; the command line prints those lines
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.evaluate import FAILING, evaluate_spec
-from harness.spec import SpecError, load_spec
+from harness.judge.evaluate import FAILING, evaluate_spec
+from harness.load.spec import SpecError, load_spec
 from observations import walkthrough_observation
 
 pytest_plugins = ["pytester"]
@@ -254,7 +254,7 @@ def test_overrides_are_blamed_only_when_they_fail(tmp_path):
 
 
 def test_run_setup_raises_setup_error_with_every_problem():
-    from harness.setup import RunSetup, SetupError
+    from harness.load.setup import RunSetup, SetupError
 
     with pytest.raises(SetupError) as info:
         RunSetup.from_mapping({"mesh": {"shape": [2, 2], "dim_names": ["dp"]}, "observe_ranks": [0, 3, 4, 7]})

@@ -9,7 +9,7 @@ in a second or two, issuing every collective with its real sizes.
 For each rank in ``setup.observe_ranks`` (default: every rank of a world of at most
 :data:`ALL_RANKS_UP_TO` ranks, else rank 0) :func:`run_simulated` initializes
 the fake group as that rank, runs the same rank step as a real run
-(``harness.rank_step.run_step(..., simulated=True)``) and destroys the group. The document
+(``harness.run.rank_step.run_step(..., simulated=True)``) and destroys the group. The document
 has the same form as a real run's: parameters and local shapes, every collective with sizes
 and bytes, memory from ``FSDPMemTracker`` (which works on fake tensors: sizes from their
 metadata); ``numerics: null``; ``environment.simulated: true``, launcher "simulated", backend
@@ -26,7 +26,7 @@ import time
 import traceback
 from typing import Any
 
-from harness.launch import RunError, RunTimeout
+from harness.run.launch import RunError, RunTimeout
 from harness.observation import build_observation
 
 __all__ = ["run_simulated", "ALL_RANKS_UP_TO"]
@@ -47,7 +47,7 @@ def run_simulated(setup: Any, *, timeout_s: float = 300.0) -> dict[str, Any]:
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from harness.rank_step import run_step
+    from harness.run.rank_step import run_step
 
     world_size = setup.world_size
     default = range(world_size) if world_size <= ALL_RANKS_UP_TO else (0,)

@@ -14,8 +14,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from harness.checks import CheckResult
-from harness.evaluate import FAILING, counts
+from harness.judge.checks import CheckResult
+from harness.judge.evaluate import FAILING, counts
 
 MARKS = {"pass": ("✓", "green"), "fail": ("✗", "bold red"), "error": ("!", "bold red"),
          "skip": ("-", "yellow"), "xfail": ("x", "yellow"), "xpass": ("X", "bold red")}

@@ -39,11 +39,13 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
+from model.names import LAYER_PARAM_NAMES_DOCUMENT, LAYER_PARAM_NAMES_REGISTRATION  # torch-free
+
 MB = 10**6
 """The document's megabyte: 10**6 bytes."""
 
 DTYPE_BYTES: Mapping[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4}
-"""Element size in bytes of each dtype the harness supports (``harness.setup.DTYPES``)."""
+"""Element size in bytes of each dtype the harness supports (``harness.load.setup.DTYPES``)."""
 
 _DTYPE_ALIASES = {
     "half": "float16",
@@ -52,40 +54,6 @@ _DTYPE_ALIASES = {
     "float": "float32",
     "fp32": "float32",
 }
-
-# transformers 5.x Qwen3DecoderLayer.named_parameters() order (checked with transformers
-# 5.24.0): __init__ assigns self_attn, mlp, input_layernorm, post_attention_layernorm, and
-# Qwen3Attention assigns q/k/v/o_proj before q_norm/k_norm. FSDP2 packs a unit's
-# all-gather input in its parameters' order, so this order fixes the per-param offsets.
-LAYER_PARAM_NAMES_REGISTRATION: tuple[str, ...] = (
-    "self_attn.q_proj.weight",
-    "self_attn.k_proj.weight",
-    "self_attn.v_proj.weight",
-    "self_attn.o_proj.weight",
-    "self_attn.q_norm.weight",
-    "self_attn.k_norm.weight",
-    "mlp.gate_proj.weight",
-    "mlp.up_proj.weight",
-    "mlp.down_proj.weight",
-    "input_layernorm.weight",
-    "post_attention_layernorm.weight",
-)
-
-# The document's table order (section "参数列表（单层）"): forward order of use, with q_norm and
-# k_norm before o_proj.
-LAYER_PARAM_NAMES_DOCUMENT: tuple[str, ...] = (
-    "input_layernorm.weight",
-    "self_attn.q_proj.weight",
-    "self_attn.k_proj.weight",
-    "self_attn.v_proj.weight",
-    "self_attn.q_norm.weight",
-    "self_attn.k_norm.weight",
-    "self_attn.o_proj.weight",
-    "post_attention_layernorm.weight",
-    "mlp.gate_proj.weight",
-    "mlp.up_proj.weight",
-    "mlp.down_proj.weight",
-)
 
 _ORDERS = {"registration": LAYER_PARAM_NAMES_REGISTRATION, "document": LAYER_PARAM_NAMES_DOCUMENT}
 
@@ -623,7 +591,7 @@ def unit_tables(
         world_size: ranks in the mesh; may be None when ``mesh_shape`` is given.
         mesh_shape: ``(W,)`` (default ``(world_size,)``) or ``(R, S)`` for HSDP.
         param_dtype: storage dtype of the parameters before fully_shard (the document:
-            float16; ``harness.setup.RunSetup.param_dtype``).
+            float16; ``harness.load.setup.RunSetup.param_dtype``).
         gather_dtype: ``MixedPrecisionPolicy.param_dtype``: the all-gather and compute
             dtype; None keeps ``param_dtype``.
         reduce_dtype: ``MixedPrecisionPolicy.reduce_dtype``; None follows the gather dtype
@@ -813,7 +781,7 @@ def model_tables(
     root_reshard_after_forward: bool | int = False,
     order: str = "registration",
 ) -> ModelTables:
-    """Every unit of a model (``harness.setup.ModelSetup.body``) for one training step.
+    """Every unit of a model (``harness.load.setup.ModelSetup.body``) for one training step.
 
     Args:
         body: "decoder_layers" (root has no parameters) or "causal_lm" (root holds

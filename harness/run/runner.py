@@ -3,13 +3,13 @@
 ``run_setup(setup, backend=..., timeout_s=...)`` returns the observation document
 (``harness/schemas/observation.schema.json``), validated. Where the ranks come from:
 
-- ``backend="fake"``: simulated in this process (``harness.simulate``), any world size;
+- ``backend="fake"``: simulated in this process (``harness.run.simulate``), any world size;
 - under ``torchrun`` or any launcher that sets RANK, WORLD_SIZE and MASTER_ADDR: this process
   is one rank of that world ("joined"): every rank runs the step, rank 0 gathers all ranks'
   entries (``gather_object``) and returns the document, the other ranks return None. This is
   how a real multi-node cluster is validated. The launcher owns failure handling there; a
   hang ends at the process group's timeout (``timeout_s``) with an error;
-- otherwise ``setup.world_size`` ranks are started here (``harness.launch.run_local``).
+- otherwise ``setup.world_size`` ranks are started here (``harness.run.launch.run_local``).
 
 ``backend="auto"``: NCCL with one GPU per rank when at least world-size GPUs are visible
 (per node when joined: LOCAL_WORLD_SIZE), gloo on CPU otherwise.
@@ -20,9 +20,9 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
-from harness.launch import BACKENDS, RunError, RunTimeout, joined_world, resolve_backend, run_local
+from harness.run.launch import BACKENDS, RunError, RunTimeout, joined_world, resolve_backend, run_local
 from harness.observation import ObservationError, build_observation
-from harness.setup import RunSetup
+from harness.load.setup import RunSetup
 
 __all__ = ["run_setup", "RunError", "RunTimeout", "ObservationError"]
 
@@ -46,7 +46,7 @@ def run_setup(setup: RunSetup, *, backend: str = "auto", timeout_s: float = 300.
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r}: expected one of {BACKENDS}")
     if backend == "fake":
-        from harness.simulate import run_simulated
+        from harness.run.simulate import run_simulated
 
         return run_simulated(setup, timeout_s=timeout_s)
     world = joined_world()
@@ -63,7 +63,7 @@ def _run_joined(setup: RunSetup, backend: str, timeout_s: float, world: dict[str
     import torch
     import torch.distributed as dist
 
-    from harness.rank_step import run_step
+    from harness.run.rank_step import run_step
 
     rank, world_size = world["rank"], world["world_size"]
     if world_size != setup.world_size:

@@ -25,8 +25,8 @@ Backend ``auto`` is resolved in the ranks (the parent need not import torch): NC
 GPU per rank (``cuda:<local rank>``) when at least world-size GPUs are visible, gloo on CPU
 otherwise.
 
-Joined launch (:func:`joined_world`, used by ``harness.run``): under ``torchrun`` (RANK,
-WORLD_SIZE, MASTER_ADDR set) the world already exists; see ``harness/run.py``.
+Joined launch (:func:`joined_world`, used by ``harness.run.runner``): under ``torchrun`` (RANK,
+WORLD_SIZE, MASTER_ADDR set) the world already exists; see ``harness/run/runner.py``.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ BACKENDS = ("auto", "gloo", "nccl", "fake")
 
 # Imported once by the forkserver, inherited by every rank. torch._dynamo: FSDP's hooks are
 # wrapped in torch._dynamo.disable, which imports torch._dynamo on first call (~1 s).
-PRELOAD = ["torch", "torch.distributed.fsdp", "torch._dynamo", "harness.rank_step"]
+PRELOAD = ["torch", "torch.distributed.fsdp", "torch._dynamo", "harness.run.rank_step"]
 
 _PHASE_CODES = ("starting", "init_process_group", "setup", "replica", "forward", "backward", "optimizer", "observe", "done")
 
@@ -196,7 +196,7 @@ def _rank_main(
         import torch
         import torch.distributed as dist
 
-        from harness.rank_step import run_step
+        from harness.run.rank_step import run_step
 
         pg_backend, device_type = resolve_backend(backend, world_size)
         if device_type == "cuda":
@@ -275,13 +275,13 @@ def run_local(
     """Run ``setup`` on ``setup.world_size`` ranks spawned here; results in rank order.
 
     Args:
-        setup: a :class:`harness.setup.RunSetup`.
+        setup: a :class:`harness.load.setup.RunSetup`.
         backend: "auto", "gloo" or "nccl".
         timeout_s: the whole run's deadline, from the first process start.
-        fault: TESTS ONLY, passed to every rank (see ``harness.rank_step.run_step``).
+        fault: TESTS ONLY, passed to every rank (see ``harness.run.rank_step.run_step``).
 
     Returns:
-        Per rank, ``harness.rank_step.run_step``'s result.
+        Per rank, ``harness.run.rank_step.run_step``'s result.
 
     Raises:
         RunError: a rank raised or died (message names the rank, carries its traceback).

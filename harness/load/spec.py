@@ -2,7 +2,7 @@
 
 A spec (see harness/schemas/spec.schema.json) holds a ``setup`` for the harness and
 ``tables``, one per table or claim of the document. Every row or entry of a table becomes one
-:class:`harness.checks.Entry`, i.e. one test item.
+:class:`harness.judge.checks.Entry`, i.e. one test item.
 
 Every error raises :class:`SpecError` naming the file, the line, the key path and what was
 expected; nothing here raises a bare traceback for bad input.
@@ -22,9 +22,9 @@ import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-from harness.checks import FIELDS, SELECTORS, Entry, make_entry
-from harness.expect import ExpectationError, parse_expectation
-from harness.setup import RunSetup, SetupError
+from harness.judge.checks import FIELDS, SELECTORS, Entry, make_entry
+from harness.load.expect import ExpectationError, parse_expectation
+from harness.load.setup import RunSetup, SetupError
 
 _ENTRY_META = ("id", "says", "torch", "deviation", "drafted")
 
@@ -472,7 +472,7 @@ def _default_id(kind: str, values: Mapping[str, Any]) -> str:
 # torch.distributed._tools.fsdp2_mem_tracker._FSDPModState (torch 2.13) that the tracker records
 # without activation checkpointing (so not "Pre-Forward AC"/"Post-Forward AC"; the plain
 # mem_tracker._ModState names like "Pre-Forward" are not FSDPMemTracker's). The root's two
-# extra states are the whole-rank snapshots harness/recorders/memory.py
+# extra states are the whole-rank snapshots harness/run/recorders/memory.py
 # (MemoryRecorder.snapshots) adds under module "" (the root unit).
 MEMORY_UNIT_STATES: tuple[str, ...] = (
     "Before Pre-Forward", "After Pre-Forward", "Before Post-Forward", "After Post-Forward",  # _FSDPModState
@@ -492,7 +492,7 @@ def _semantic_checks(kind: str, values: Mapping[str, Any], world_size: int | Non
     ``some_dropped``: an unknown key was dropped from the entry (and reported); a selector then
     found missing is likely that key misspelt, so it is not reported a second time.
     """
-    from harness.calculator import LAYER_PARAM_NAMES_REGISTRATION
+    from model.names import LAYER_PARAM_NAMES_REGISTRATION
     from model.steps import STEP_NAMES
 
     out: list[tuple[str | None, str]] = []

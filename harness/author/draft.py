@@ -2,7 +2,7 @@
 
 ``python -m harness draft --config Qwen3-14B --world-size 128`` writes the walkthrough's tables
 (parameter list, shard per rank, step shapes, collectives and bytes, per-layer per-step
-totals, reshard state) for that config, each figure computed by :mod:`harness.calculator`,
+totals, reshard state) for that config, each figure computed by :mod:`harness.author.calculator`,
 never by running anything. Every entry is marked ``drafted: true``: the author reviews it
 against their own document before relying on it. The drafted spec passes when run, because the
 calculator and FSDP2 agree; where they do not, the failing entry is the finding.
@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from harness import calculator as calc
+from harness.author import calculator as calc
 from model.steps import STEPS, resolve_shape
 
 # Above this many ranks the draft uses the fake backend (one process, simulated ranks).
@@ -78,12 +78,12 @@ def draft_spec(config: str, world_size: int, *, layers: int = 2, param_dtype: st
     w = out.append
 
     w(f"# Drafted on {_dt.date.today().isoformat()} by: python -m harness draft --config {config} --world-size {world_size}")
-    w("# Every figure comes from harness/calculator.py (closed form), not from a run. Each entry is")
+    w("# Every figure comes from harness/author/calculator.py (closed form), not from a run. Each entry is")
     w("# marked 'drafted: true': review it against your own document, then remove the mark.")
     w(f"spec: {name}")
     label = setup_config if isinstance(setup_config, str) else Path(config).stem
     w(f"title: {_flow(f'{label}: {layers} decoder layers under FSDP2 on {world_size} ranks (drafted)')}")
-    w(f"document: {_flow('drafted from harness/calculator.py; name the document you review it against')}")
+    w(f"document: {_flow('drafted from harness/author/calculator.py; name the document you review it against')}")
     if backend != "auto":
         w(f"backend: {backend}")
     w("setup:")

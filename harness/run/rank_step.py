@@ -1,4 +1,4 @@
-"""One rank's FSDP2 training step, as a :class:`~harness.setup.RunSetup` describes it, observed.
+"""One rank's FSDP2 training step, as a :class:`~harness.load.setup.RunSetup` describes it, observed.
 
 Given an initialized default process group (gloo, NCCL or the fake one), :func:`run_rank`:
 
@@ -46,12 +46,12 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 import model as qwen3
-from harness.recorders.collectives import CollectiveRecorder, attribute, dtype_name, profiler_spans
-from harness.recorders.memory import MemoryRecorder
-from harness.recorders.numerics import compare, compute_reference
-from harness.recorders.params import ParamStateHooks, Unit, param_owner, param_table
-from harness.recorders.phases import Phases
-from harness.setup import RunSetup
+from harness.run.recorders.collectives import CollectiveRecorder, attribute, dtype_name, profiler_spans
+from harness.run.recorders.memory import MemoryRecorder
+from harness.run.recorders.numerics import compare, compute_reference
+from harness.run.recorders.params import ParamStateHooks, Unit, param_owner, param_table
+from harness.run.recorders.phases import Phases
+from harness.load.setup import RunSetup
 
 __all__ = ["run_rank", "run_step", "FAULT_KINDS"]
 

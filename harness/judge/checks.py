@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-from harness.expect import Expectation, parse_expectation
+from harness.load.expect import Expectation, parse_expectation
 
 FieldValues = dict[str, Any]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from harness.checks import CheckResult, check
-from harness.spec import Spec, SpecItem
+from harness.judge.checks import CheckResult, check
+from harness.load.spec import Spec, SpecItem
 
 FAILING = frozenset({"fail", "error", "xpass"})
 

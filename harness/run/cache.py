@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping
 
 from filelock import FileLock
 
-from harness.setup import RunSetup
+from harness.load.setup import RunSetup
 
 
 class CachedRunError(RuntimeError):

@@ -1,0 +1,1 @@
+"""Report: how results reach people (terminal tables, JSON)."""

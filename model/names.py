@@ -1,0 +1,42 @@
+"""Parameter names of one Qwen3 decoder layer, as transformers names them (no torch import).
+
+Two orders of the same 11 names: the order the modules register them (what FSDP2 packs into a
+unit's all-gather buffer) and the order the walkthrough's parameter table lists them
+("FSDP2 Qwen3 Decoder Layer Walkthrough", section "参数列表（单层）").
+"""
+
+from __future__ import annotations
+
+# transformers 5.x Qwen3DecoderLayer.named_parameters() order (checked with transformers
+# 5.24.0): __init__ assigns self_attn, mlp, input_layernorm, post_attention_layernorm, and
+# Qwen3Attention assigns q/k/v/o_proj before q_norm/k_norm. FSDP2 packs a unit's
+# all-gather input in its parameters' order, so this order fixes the per-param offsets.
+LAYER_PARAM_NAMES_REGISTRATION: tuple[str, ...] = (
+    "self_attn.q_proj.weight",
+    "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight",
+    "self_attn.q_norm.weight",
+    "self_attn.k_norm.weight",
+    "mlp.gate_proj.weight",
+    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
+    "input_layernorm.weight",
+    "post_attention_layernorm.weight",
+)
+
+# The document's table order (section "参数列表（单层）"): forward order of use, with q_norm and
+# k_norm before o_proj.
+LAYER_PARAM_NAMES_DOCUMENT: tuple[str, ...] = (
+    "input_layernorm.weight",
+    "self_attn.q_proj.weight",
+    "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight",
+    "self_attn.q_norm.weight",
+    "self_attn.k_norm.weight",
+    "self_attn.o_proj.weight",
+    "post_attention_layernorm.weight",
+    "mlp.gate_proj.weight",
+    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
+)
