@@ -40,3 +40,18 @@ LAYER_PARAM_NAMES_DOCUMENT: tuple[str, ...] = (
     "mlp.up_proj.weight",
     "mlp.down_proj.weight",
 )
+
+
+def param_fqns(body: str, num_layers: int, *, tie_word_embeddings: bool = True) -> tuple[str, ...]:
+    """Every parameter FQN of a model in ``named_parameters()`` order (a tied weight once).
+
+    ``body`` "decoder_layers" (model.qwen3.Qwen3DecoderStack): ``layers.{i}.<name>``;
+    "causal_lm" (Qwen3ForCausalLM): ``model.embed_tokens.weight``, ``model.layers.{i}.<name>``,
+    ``model.norm.weight``, and ``lm_head.weight`` unless tied to the embedding.
+    """
+    prefix = "layers" if body == "decoder_layers" else "model.layers"
+    layers = tuple(f"{prefix}.{i}.{name}" for i in range(num_layers) for name in LAYER_PARAM_NAMES_REGISTRATION)
+    if body == "decoder_layers":
+        return layers
+    head = () if tie_word_embeddings else ("lm_head.weight",)
+    return ("model.embed_tokens.weight",) + layers + ("model.norm.weight",) + head

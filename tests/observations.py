@@ -94,10 +94,10 @@ LAYER_LOCAL_BYTES = LAYER_LOCAL_NUMEL * ELEMENT_SIZE  # 1,180,224: "1.18 MB"
 
 def fsdp_units() -> list[dict[str, Any]]:
     """Layers first, root last (the order of fully_shard in the document's setup code)."""
-    units = [{"name": unit, "kind": "layer", "layer": i,
+    units = [{"name": unit, "role": "layer", "layer": i,
               "params": [f"{unit}.{name}" for name, _ in layer_param_shapes()]}
              for i, unit in enumerate(LAYER_UNITS)]
-    units.append({"name": ROOT_UNIT, "kind": "root", "layer": None, "params": []})
+    units.append({"name": ROOT_UNIT, "role": "root", "layer": None, "params": []})
     return units
 
 

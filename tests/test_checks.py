@@ -58,7 +58,7 @@ def assert_fails(result: CheckResult, name: str, expected: str, observed: str, r
     ranks_text = "0-3" if ranks == [0, 1, 2, 3] else ", ".join(map(str, ranks))
     assert f"failing ranks: {ranks_text}" in text
     assert "specs/x.yaml:7: [some table] test-" in text
-    assert "document section: Some section" in text and "document says:    the document says so" in text
+    assert "the document claims: the document says so (section: Some section)" in text
 
 
 def assert_error(result: CheckResult, *names: str) -> None:
@@ -138,7 +138,7 @@ def test_params_total_pass(obs):
     assert run("params_total", obs, layer="all", count=22, numel="2 × 2.36M").ok
     assert run("params_total", obs, unit="layers.1", count=11, numel=LAYER_NUMEL).ok
     assert run("params_total", obs, layer=[0, 1], unit="layers.1", count=11).ok  # layer ∩ unit
-    assert run("params_total", obs, kind="layer", count=22).ok
+    assert run("params_total", obs, role="layer", count=22).ok
     assert run("params_total", obs, count=22, local_bytes=2 * LAYER_LOCAL_BYTES).ok  # no selector: all
 
 
@@ -155,7 +155,7 @@ def test_params_total_fail_on_one_rank(obs):
 
 def test_params_total_unknown(obs):
     assert_error(run("params_total", obs, unit="layers.7", count=11), "'layers.7'", "units: ['layers.0', 'layers.1', '']")
-    assert_error(run("params_total", obs, kind="root", count=0), "no parameters selected", "'kind': 'root'")
+    assert_error(run("params_total", obs, role="root", count=0), "no parameters selected", "'role': 'root'")
     assert_error(run("params_total", obs, layer=2, count=11), "decoder layer 2", "layers: [0, 1]")
 
 
@@ -271,9 +271,9 @@ def test_collectives_pass(obs):
     ({"not": {"op": ["all_gather", "reduce_scatter"]}}, 0, []),
     ({"op": "reduce_scatter", "layer": [0, 1]}, 2, ["reduce_scatter layers.1", "reduce_scatter layers.0"]),
     ({"layer": "all"}, 6, None),
-    ({"kind": "layer"}, 6, None),
-    ({"kind": "root"}, 0, []),
-    ({"not": {"kind": "layer"}}, 0, []),
+    ({"role": "layer"}, 6, None),
+    ({"role": "root"}, 0, []),
+    ({"not": {"role": "layer"}}, 0, []),
     ({"not": {"layer": 1}}, 3, ["all_gather layers.0", "all_gather layers.0", "reduce_scatter layers.0"]),
     ({"unit": ["layers.0", "layers.1"], "phase": "forward"}, 2, ["all_gather layers.0", "all_gather layers.1"]),
     ({"unit": "root"}, 0, []),
@@ -327,7 +327,7 @@ def test_collectives_fail_on_one_rank(obs):
     odd = with_rank(obs, 3, edit)
     assert_fails(run("collectives", odd, select={"not": {"op": ["all_gather", "reduce_scatter"]}}, count=0),
                  "count", "0", "1 (rank 3)", [3])
-    assert_fails(run("collectives", odd, select={"not": {"kind": "layer"}}, count=0), "count", "0", "1 (rank 3)", [3])
+    assert_fails(run("collectives", odd, select={"not": {"role": "layer"}}, count=0), "count", "0", "1 (rank 3)", [3])
     assert_fails(run("collectives", odd, select={"phase": "optimizer"}, count=0), "count", "0", "1 (rank 3)", [3])
     r = run("collectives", odd, select={}, sequence=[f"{c['op']} {c['unit']}" for c in obs["ranks"][0]["collectives"]])
     assert_fails(r, "sequence", "[all_gather layers.0", "reduce_scatter layers.0, all_reduce -] (rank 3)", [3])
@@ -418,7 +418,7 @@ def test_numerics_unknown(obs):
 # --- make_entry ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kind, values, message", [
-    ("parm", {"numel": 1}, "unknown check kind 'parm'; expected one of ['collectives', 'input', 'memory'"),
+    ("parm", {"numel": 1}, "unknown check kind 'parm'; expected one of ['param', 'params_total', 'input'"),
     ("param", {"param": "x", "shap": [1]}, "'shap' is not a selector or field of check kind 'param'"),
     ("step", {"step": "step1.x_norm"}, "no expected field; fields of 'step': ['dim0', 'dtype', 'layers', 'shape']"),
     ("params_total", {"layer": 0, "bytes": "4.7.2 MB"}, "cannot read '4.7.2 MB'"),
@@ -432,7 +432,7 @@ def test_make_entry_rejects(kind, values, message):
 def test_make_entry_splits_selectors_and_fields():
     e = make_entry("memory", {"layer": 0, "state": "After Pre-Forward", "all_gather": "4.72 MB"}, id="m")
     assert dict(e.selectors) == {"layer": 0, "state": "After Pre-Forward"}
-    assert list(e.expect) == ["all_gather"] and e.expect["all_gather"].kind == "rounded"
+    assert list(e.expect) == ["all_gather"] and e.expect["all_gather"].form == "rounded"
 
 
 # --- the walkthrough spec against the synthetic observation --------------------------------
@@ -511,6 +511,6 @@ def test_mutating_one_value_fails_exactly_that_item(tmp_path, obs, marker, old, 
     assert r.entry.line == line or (r.entry.line < line and "grads_count" in marker)
     text = r.explain()
     assert text.startswith(f"{path}:{r.entry.line}: ")
-    assert f"document section: {section}" in text
+    assert f"(section: {section})" in text or f"document section: {section}" in text
     assert expected in text and observed in text, text
     assert "failing ranks: 0-3" in text

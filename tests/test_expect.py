@@ -1,4 +1,4 @@
-"""Tests of harness/load/expect.py: how a figure written as the document prints it holds a value."""
+"""Tests of harness/judge/expect.py: how a figure written as the document prints it holds a value."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from harness.load.expect import UNIT_SCALE, Expectation, ExpectationError, parse_expectation, show
+from harness.judge.expect import UNIT_SCALE, Expectation, ExpectationError, parse_expectation, show
 
 # The document's own figures and what they must hold (observed values of the walkthrough setup).
 LAYER_BYTES = 4_720_896       # 2,360,448 fp16 elements
@@ -32,7 +32,7 @@ RING_BYTES = LAYER_BYTES * 3 // 4   # 3,540,672: (N-1)/N x 4.72 MB
 ])
 def test_rounded_figure_holds_half_a_printed_unit(figure, holds, misses):
     e = parse_expectation(figure)
-    assert e.kind == "rounded"
+    assert e.form == "rounded"
     for value in holds:
         assert e.holds(value), f"{figure} should hold {value:,}"
         assert e.holds(float(value)), f"{figure} should hold {float(value)}"
@@ -51,7 +51,7 @@ def test_rounded_figure_holds_half_a_printed_unit(figure, holds, misses):
 ])
 def test_rounded_figure_value_and_tolerance(figure, value, tolerance, unit):
     e = parse_expectation(figure)
-    assert (e.kind, e.unit) == ("rounded", unit)
+    assert (e.form, e.unit) == ("rounded", unit)
     assert e.value == pytest.approx(value)
     assert e.tolerance == pytest.approx(tolerance)
 
@@ -68,7 +68,7 @@ def test_rounded_figure_describes_itself_and_shows_observed_in_its_units():
 ])
 def test_ints_are_exact(raw, value):
     e = parse_expectation(raw)
-    assert (e.kind, e.value) == ("exact", value)
+    assert (e.form, e.value) == ("exact", value)
     assert e.holds(value) and e.holds(float(value))
     assert not e.holds(value + 1)
     assert e.describe() == show(value)
@@ -89,7 +89,7 @@ def test_ints_are_exact(raw, value):
 ])
 def test_non_numeric_values_stay_exact(raw, equal, different):
     e = parse_expectation(raw)
-    assert e.kind == "exact"
+    assert e.form == "exact"
     assert e.holds(equal)
     assert not e.holds(different)
 
@@ -112,7 +112,7 @@ def test_numeric_expectations_never_hold_non_numbers():
 ])
 def test_bounds(raw, holds, misses):
     e = parse_expectation(raw)
-    assert e.kind == "bound"
+    assert e.form == "bound"
     assert e.describe().startswith(raw.lstrip()[:2].strip())
     for value in holds:
         assert e.holds(value), (raw, value)
@@ -133,7 +133,7 @@ def test_malformed_figures_raise(raw):
 
 @pytest.mark.parametrize("raw", ["Shard(dim=0)", "After Pre-Forward", "layers.0", "-", "FSDP::all_gather"])
 def test_strings_that_are_not_figures_do_not_raise(raw):
-    assert parse_expectation(raw).kind == "exact"
+    assert parse_expectation(raw).form == "exact"
 
 
 # --- property: a printed figure holds its own value and not one printed unit away --------
@@ -162,7 +162,7 @@ def printed_figures(draw):
 def test_printed_figure_holds_itself_not_its_neighbours(case):
     figure, value, step = case
     e = parse_expectation(figure)
-    assert e.kind == "rounded"
+    assert e.form == "rounded"
     assert e.holds(value)
     assert e.holds(value + 0.49 * step) and e.holds(value - 0.49 * step)
     assert not e.holds(value + step) and not e.holds(value - step)

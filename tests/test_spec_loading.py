@@ -103,9 +103,9 @@ MALFORMED = [
                  "[self_attn.k_proj.weight", "tables[1].rows[1]",
                  "expected 3 values for columns ['param', 'local_shape', 'local_numel'], got 2", id="row-columns"),
     pytest.param(edit("step: step1.x_norm, shape:", "step: step1.x_norm, shap:"), "{id: x_norm",
-                 "tables[0].entries[0]", "'shap' is not a selector or field of check kind 'step'; selectors: "
+                 "tables[0].entries[0].shap", "'shap' is not a selector or field of check kind 'step'; selectors: "
                  "['layer', 'ranks', 'step']; fields: ['dim0', 'dtype', 'layers', 'shape']", id="unknown-field"),
-    pytest.param(edit("step: step2.k_heads", "step: step2.kv_heads"), "{id: k_heads", "tables[0].entries[1]",
+    pytest.param(edit("step: step2.k_heads", "step: step2.kv_heads"), "{id: k_heads", "tables[0].entries[1].step",
                  "unknown step 'step2.kv_heads'; steps: ['step1.x_norm', 'step2.q',", id="unknown-step"),
     pytest.param(edit("{id: x_norm,", '{id: x_norm, torch: "2.6",'), "{id: x_norm", "tables[0].entries[0].torch",
                  "expected a PEP 440 range like '>=2.6,<2.15', got '2.6'", id="bad-entry-torch-range"),
@@ -231,7 +231,7 @@ def test_a_schema_error_skips_only_its_entry(tmp_path):
     with pytest.raises(SpecError) as info:
         load_spec(write(tmp_path, text))
     assert [(line, key) for line, key, _ in info.value.errors] == [
-        (line_of(text, "step1.x_nrm"), "tables[0].entries[0]"), (line_of(text, "k heads"), "tables[0].entries[1].id")]
+        (line_of(text, "step1.x_nrm"), "tables[0].entries[0].step"), (line_of(text, "k heads"), "tables[0].entries[1].id")]
 
 
 def test_validate_prints_every_error_without_traceback(tmp_path):
@@ -241,7 +241,7 @@ def test_validate_prints_every_error_without_traceback(tmp_path):
     assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert len(lines) == 2, proc.stdout
-    assert lines[0].startswith(f"✗ {bad}:{line_of(text, 'kv_heads')}: tables[0].entries[1]: unknown step 'step2.kv_heads'")
+    assert lines[0].startswith(f"✗ {bad}:{line_of(text, 'kv_heads')}: tables[0].entries[1].step: unknown step 'step2.kv_heads'")
     assert lines[1].startswith(f"✗ {bad}:{line_of(text, 'check: parm')}: tables[1].check: expected one of [")
 
 
@@ -425,7 +425,7 @@ GATES = """\
 spec: gates
 title: torch ranges and deviations
 document: a document
-setup: {model: {config: walkthrough, overrides: {num_hidden_layers: 2}}}
+setup: {model: {config: walkthrough, overrides: {num_hidden_layers: 8}}}  # 8: layer 7 loads; the observation has 2
 tables:
   - section: "Forward"
     title: gated

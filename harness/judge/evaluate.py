@@ -22,7 +22,7 @@ def evaluate_item(item: SpecItem, observation: Mapping[str, Any]) -> CheckResult
     if reason:
         return CheckResult(item.entry, "skip", message=reason)
     env = observation["environment"]
-    if item.entry.kind == "numerics" and env["simulated"]:
+    if item.entry.check == "numerics" and env["simulated"]:
         return CheckResult(item.entry, "skip", message="a simulated run (fake backend) records no numerics")
     wanted = _explicit_ranks(item.entry.selectors)
     if env["simulated"] and wanted and not set(wanted) & set(env["observed_ranks"]):

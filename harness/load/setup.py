@@ -127,6 +127,12 @@ class RunSetup:
             size *= n
         return size
 
+    def unit_names(self, num_layers: int) -> tuple[str, ...]:
+        """FQNs of the FSDP units this setup creates, in ``fully_shard`` order ("" is the root):
+        one per decoder layer, then the root (the document's section "FSDP2 设置")."""
+        prefix = "layers" if self.model.body == "decoder_layers" else "model.layers"
+        return tuple(f"{prefix}.{i}" for i in range(num_layers)) + ("",)
+
     @property
     def data_parallel_size(self) -> int:
         """Ranks that each hold distinct samples: every rank of the mesh (FSDP and HSDP)."""

@@ -22,9 +22,13 @@ import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-from harness.judge.checks import FIELDS, SELECTORS, Entry, make_entry
-from harness.load.expect import ExpectationError, parse_expectation
+from harness.judge.checks import Entry
+from harness.judge.expect import ExpectationError, parse_expectation
+from harness.judge.kinds import REGISTRY
+from harness.judge.kinds.docs import ENTRY_TITLE
+from harness.judge.vocabulary import CheckKind, Context
 from harness.load.setup import RunSetup, SetupError
+from model.names import param_fqns
 
 _ENTRY_META = ("id", "says", "torch", "deviation", "drafted")
 
@@ -209,18 +213,19 @@ def load_spec(path: str | Path) -> Spec:
         errors.add(key, message)
         broken.append(key)
 
-    setup, world_size = None, None
+    setup, context = None, Context()
     if isinstance(data.get("setup"), dict) and ("setup",) not in broken:
         # the setup's keys the schema accepted: checked further even when a sibling key is broken
         valid = {k: v for k, v in data["setup"].items() if not any(b[:2] == ("setup", k) for b in broken)}
-        world_size = _world_size(valid)
+        context = Context(world_size=_world_size(valid))
         try:
             setup = RunSetup.from_mapping(valid)
         except SetupError as exc:
             for key_path, message in exc.errors:
                 errors.add(_undotted(key_path), message)
-        if "model" in valid:
-            _check_model_config(errors, valid["model"])
+        config = _check_model_config(errors, valid.get("model", {}))
+        if setup is not None:
+            context = _context(setup, config)
 
     spec_range = data.get("torch", "")
     if ("torch",) not in broken:
@@ -234,7 +239,7 @@ def load_spec(path: str | Path) -> Spec:
         if not isinstance(table, dict) or any(len(k) < 2 or k[0] not in ("rows", "entries") for k in below):
             continue  # the table's own form is broken; its schema errors say how
         skip = {k[1] for k in below}  # rows or entries the schema rejected
-        items.extend(_table_items(errors, lines, t_index, table, spec_range, seen_ids, world_size, skip))
+        items.extend(_table_items(errors, lines, t_index, table, spec_range, seen_ids, context, skip))
 
     errors.raise_if_any()
     return Spec(path=path, name=data["spec"], title=data["title"], document=data["document"], setup=setup,
@@ -249,11 +254,21 @@ def _world_size(setup: Mapping[str, Any]) -> int:
     return size
 
 
-def _check_model_config(errors: _Errors, model: Mapping[str, Any]) -> None:
+def _context(setup: RunSetup, config: Any) -> Context:
+    """What entries may select in a run of ``setup`` (``config``: its Qwen3Config, None if invalid)."""
+    if config is None:
+        return Context(world_size=setup.world_size, mesh_dim_names=tuple(setup.mesh_dim_names))
+    n = config.num_hidden_layers
+    return Context(world_size=setup.world_size, mesh_dim_names=tuple(setup.mesh_dim_names), num_layers=n,
+                   unit_names=setup.unit_names(n),
+                   param_fqns=param_fqns(setup.model.body, n, tie_word_embeddings=config.tie_word_embeddings))
+
+
+def _check_model_config(errors: _Errors, model: Mapping[str, Any]) -> Any:
     """Build the Qwen3Config now, so a bad model config fails at load, not inside a rank.
 
     The named (or inline) config is built first and blamed for its own failure; the overrides
-    are blamed only when applying them is what fails.
+    are blamed only when applying them is what fails. Returns the config, None if it fails.
     """
     from model import get_config
 
@@ -265,17 +280,18 @@ def _check_model_config(errors: _Errors, model: Mapping[str, Any]) -> None:
         message = str(exc)
         if isinstance(config, Mapping) and overrides:  # an inline mapping may take fields from overrides
             try:
-                get_config(config, **overrides)
-                return
+                return get_config(config, **overrides)
             except (ValueError, TypeError) as combined:
                 message = str(combined)
         errors.add(config_key, message)
-        return
+        return None
     if overrides:
         try:
-            get_config(base, **overrides)
+            return get_config(base, **overrides)
         except (ValueError, TypeError) as exc:
             errors.add(overrides_key, str(exc))
+            return None
+    return base
 
 
 def _schema_errors(data: Any) -> list[tuple[tuple, str]]:
@@ -286,12 +302,20 @@ def _schema_errors(data: Any) -> list[tuple[tuple, str]]:
         key = tuple(err.absolute_path)
         if err.validator == "additionalProperties" and isinstance(err.instance, dict):
             allowed = err.schema.get("properties", {})
+            kind = _entry_kind(err.schema)
             for extra in (k for k in err.instance if k not in allowed):  # point at each unexpected key
-                out.append((key + (extra,), f"Additional properties are not allowed ({extra!r} was unexpected); "
-                                            f"allowed keys: {sorted(allowed)}"))
+                out.append((key + (extra,), kind.unknown_key(extra) if kind else
+                            f"Additional properties are not allowed ({extra!r} was unexpected); "
+                            f"allowed keys: {sorted(allowed)}"))
         else:
             out.append((key, _schema_message(err)))
     return out
+
+
+def _entry_kind(schema: Mapping[str, Any]) -> CheckKind | None:
+    """The check kind whose generated entry definition ``schema`` is (harness/judge/kinds/docs.py)."""
+    title = schema.get("title", "") if isinstance(schema, Mapping) else ""
+    return REGISTRY.get(title.removeprefix(ENTRY_TITLE)) if title.startswith(ENTRY_TITLE) else None
 
 
 def _most_specific(errors: list[jsonschema.ValidationError]) -> jsonschema.ValidationError:
@@ -318,8 +342,8 @@ def _schema_message(err: jsonschema.ValidationError) -> str:
     types = err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]
     if err.validator == "type" and "object" in types:
         keys = list(err.schema.get("properties", {}))
-        if err.schema == _validator().schema["$defs"]["entry"]:  # open: the check kind's keys besides these
-            expected = f"a mapping of the table's check kind's selectors and fields (and optionally {', '.join(keys)})"
+        if _entry_kind(err.schema) or err.schema == _validator().schema["$defs"]["table"]["properties"]["entries"]["items"]:
+            expected = "a mapping of the table's check kind's selectors and fields (and optionally id, says, torch, deviation, drafted)"
         else:
             expected = f"a mapping with keys {', '.join(keys)}" if keys else "a mapping"
         expected += "".join(f" or {t}" for t in types if t != "object")
@@ -346,22 +370,20 @@ def _slug(value: Any) -> str:
     return re.sub(r"[^A-Za-z0-9_.\-]+", "_", str(value)).strip("_")
 
 
-def _unknown_key(kind: str, key: Any, *, meta_ok: bool) -> str | None:
-    """Why ``key`` is not a selector or field of ``kind`` (as make_entry says it), None if it is."""
-    fields = FIELDS[kind]
-    if key in SELECTORS[kind] or fields is None or key in fields or (meta_ok and key in _ENTRY_META):
+def _unknown_key(kind: CheckKind, key: Any, *, meta_ok: bool) -> str | None:
+    """Why ``key`` is not a selector or field of ``kind`` (None if it is, or is entry metadata)."""
+    if meta_ok and key in _ENTRY_META:
         return None
-    return (f"{key!r} is not a selector or field of check kind {kind!r}; "
-            f"selectors: {sorted(SELECTORS[kind])}; fields: {sorted(fields)}")
+    return kind.unknown_key(key)
 
 
 def _table_items(errors: _Errors, lines: _Lines, t_index: int, table: Mapping[str, Any], spec_range: str,
-                 seen_ids: dict[tuple[str, str], int], world_size: int | None, skip: set[int]) -> list[SpecItem]:
+                 seen_ids: dict[tuple[str, str], int], context: Context, skip: set[int]) -> list[SpecItem]:
     """Expand one table, adding every error to ``errors``; ``seen_ids`` maps (table title, entry id)
     to its line across the spec, since tables sharing a title share a pytest collector and ids
     must stay unique there. ``skip``: rows or entries the schema rejected."""
     base = ("tables", t_index)
-    kind = table["check"]
+    kind = REGISTRY[table["check"]]  # the schema admits registered kinds only
     title = table.get("title", table["section"])
     _check_range(errors, base + ("torch",), table.get("torch", ""))
     # an unknown key of 'with' or 'columns' is reported once, where it is written, not per row
@@ -403,8 +425,8 @@ def _table_items(errors: _Errors, lines: _Lines, t_index: int, table: Mapping[st
             if e_index in skip:
                 continue
             if not isinstance(entry, Mapping):
-                errors.add(key, f"expected a mapping of selectors and fields of check kind {kind!r} "
-                                f"(selectors: {sorted(SELECTORS[kind])}), got {entry!r}")
+                errors.add(key, f"expected a mapping of selectors and fields of check kind {kind.name!r} "
+                                f"(selectors: {sorted(kind.selector_index)}), got {entry!r}")
                 continue
             values, unknown = {}, False
             for k, v in entry.items():
@@ -437,27 +459,60 @@ def _table_items(errors: _Errors, lines: _Lines, t_index: int, table: Mapping[st
             seen_ids[title, entry_id] = lines(key)
         if "torch" in meta:
             _check_range(errors, at("torch"), meta["torch"])
-        for sub, message in _semantic_checks(kind, merged, world_size, some_dropped):
+        for sub, message in _entry_problems(kind, merged, context, some_dropped):
             errors.add(at(sub) if sub else key, message)
             ok = False
-        expected = [k for k in merged if k not in SELECTORS[kind]]
-        for k in expected:
+        expect = {}
+        for k in (k for k in merged if k in kind.field_index):
+            blame = key if k in values else at(k)  # a figure of 'with' once, where it is written
             try:
-                parse_expectation(merged[k])
-            except ExpectationError as exc:  # a figure of 'with' once, where it is written
-                errors.add(key if k in values else at(k), str(exc))
+                expect[k] = parse_expectation(merged[k])
+            except ExpectationError as exc:
+                errors.add(blame, str(exc))
                 ok = False
-        if not ok or (some_dropped and not expected):  # the dropped key's error says why there is no field
+                continue
+            problem = kind.field_index[k].type.problem(expect[k]) or _field_rule(kind, k, expect[k], context)
+            if problem:
+                errors.add(blame, f"{k}: {problem}")
+                ok = False
+        if not ok or (some_dropped and not expect):  # the dropped key's error says why there is no field
             continue
-        try:
-            entry = make_entry(kind, merged, id=entry_id, says=meta.get("says", ""), section=table["section"],
-                               table=title, spec=str(errors.path), line=lines(key))
-        except (ValueError, ExpectationError) as exc:
-            errors.add(key, str(exc))
+        if not expect:
+            errors.add(key, f"no expected field; fields of {kind.name!r}: {sorted(kind.field_index)}")
             continue
+        entry = Entry(id=entry_id, check=kind.name, selectors={k: v for k, v in merged.items() if k in kind.selector_index},
+                      expect=expect, says=meta.get("says", ""), section=table["section"], table=title,
+                      spec=str(errors.path), line=lines(key))
         ranges = [r for r in (spec_range, table.get("torch", ""), meta.get("torch", "")) if r]
         items.append(SpecItem(entry, ",".join(ranges), meta.get("deviation"), bool(meta.get("drafted"))))
     return items
+
+
+def _entry_problems(kind: CheckKind, values: Mapping[str, Any], context: Context,
+                    some_dropped: bool) -> list[tuple[str | None, str]]:
+    """What the schema cannot say about one entry: (the key to blame, None for the entry; message).
+
+    Each selector's rule (a layer, unit, step, state or rank the setup can never produce is an
+    error), then the kind's rules over the whole entry. ``some_dropped``: an unknown key was
+    dropped (and reported); a required selector then found missing is likely that key misspelt,
+    so the entry-wide rules are not reported a second time.
+    """
+    out: list[tuple[str | None, str]] = []
+    for name, value in values.items():
+        selector = kind.selector_index.get(name)
+        problem = selector.check(value, context) if selector is not None and selector.check else None
+        if problem:
+            out.append((name, problem))
+    for rule in kind.rules:
+        out.extend((k, m) for k, m in rule(values, context) if k is not None or not some_dropped)
+    return out
+
+
+def _field_rule(kind: CheckKind, name: str, expectation: Any, context: Context) -> str | None:
+    rule = kind.field_index[name].check
+    if rule is None or expectation.form != "exact":
+        return None
+    return rule(expectation.value, context)
 
 
 _ID_KEYS = ("param", "fqn", "step", "rank", "module", "unit", "layer", "point", "state", "select")
@@ -466,90 +521,3 @@ _ID_KEYS = ("param", "fqn", "step", "rank", "module", "unit", "layer", "point", 
 def _default_id(kind: str, values: Mapping[str, Any]) -> str:
     parts = [f"{k}{_slug(values[k])}" if k in ("rank", "layer") else _slug(values[k]) for k in _ID_KEYS if k in values]
     return "-".join(p for p in parts if p)
-
-
-# FSDPMemTracker states a 'memory' entry may name. The per-unit states are the values of
-# torch.distributed._tools.fsdp2_mem_tracker._FSDPModState (torch 2.13) that the tracker records
-# without activation checkpointing (so not "Pre-Forward AC"/"Post-Forward AC"; the plain
-# mem_tracker._ModState names like "Pre-Forward" are not FSDPMemTracker's). The root's two
-# extra states are the whole-rank snapshots harness/run/recorders/memory.py
-# (MemoryRecorder.snapshots) adds under module "" (the root unit).
-MEMORY_UNIT_STATES: tuple[str, ...] = (
-    "Before Pre-Forward", "After Pre-Forward", "Before Post-Forward", "After Post-Forward",  # _FSDPModState
-    "Before Pre-Backward", "After Pre-Backward", "Before Post-Backward", "After Post-Backward",  # _FSDPModState
-    "Peak Forward", "Peak Backward",  # _FSDPModState.PEAK_FW, PEAK_BW
-)
-MEMORY_ROOT_STATES: tuple[str, ...] = MEMORY_UNIT_STATES + (
-    "After Optimizer Step",  # MemoryRecorder.mark_after_step
-    "Peak",  # MemoryRecorder.snapshots: the tracker's peak over the step
-)
-
-
-def _semantic_checks(kind: str, values: Mapping[str, Any], world_size: int | None,
-                     some_dropped: bool = False) -> list[tuple[str | None, str]]:
-    """What the schema cannot say about one entry: (the key to blame, None for the entry; message).
-
-    ``some_dropped``: an unknown key was dropped from the entry (and reported); a selector then
-    found missing is likely that key misspelt, so it is not reported a second time.
-    """
-    from model.names import LAYER_PARAM_NAMES_REGISTRATION
-    from model.steps import STEP_NAMES
-
-    out: list[tuple[str | None, str]] = []
-    if kind == "step" and values.get("step") not in STEP_NAMES:
-        out.append((None, f"unknown step {values.get('step')!r}; steps: {list(STEP_NAMES)}"))
-    if kind == "param" and not some_dropped and not ("fqn" in values or ("param" in values and "layer" in values)):
-        out.append((None, "a 'param' entry names 'param' with its 'layer' (e.g. with: {layer: 0}), or a full 'fqn'"))
-    if kind == "param" and "param" in values and "fqn" not in values \
-            and values["param"] not in LAYER_PARAM_NAMES_REGISTRATION:
-        out.append(("param", f"{values['param']!r} is not the name of a parameter inside a decoder layer; names: "
-                             f"{list(LAYER_PARAM_NAMES_REGISTRATION)} (outside the layers, name the full 'fqn')"))
-    if kind == "param_state" and values.get("point") not in ("pre_forward", "post_forward") \
-            and not (some_dropped and "point" not in values):
-        out.append((None, f"'point' must be pre_forward or post_forward, got {values.get('point')!r}"))
-    if kind == "memory" and not some_dropped and "state" not in values:
-        out.append((None, "a 'memory' entry names an FSDPMemTracker 'state', e.g. 'After Pre-Forward'"))
-    if kind == "memory" and not some_dropped and not any(k in values for k in ("layer", "unit", "module")):
-        out.append((None, "a 'memory' entry names its module: 'layer' (decoder layer index), 'unit' ('root' or a name) "
-                          "or 'module' (FQN)"))
-    if kind == "memory" and "state" in values:
-        out.extend(_memory_state_check(values))
-    if kind == "collectives" and not isinstance(values.get("select", {}), Mapping):
-        out.append((None, "'select' must be a mapping, e.g. {phase: forward, op: all_gather, layer: 0}"))
-    for key in ("rank", "ranks"):
-        if key in SELECTORS[kind] and key in values and world_size is not None:
-            message = _rank_check(values[key], world_size)
-            if message:
-                out.append((key, message))
-    return out
-
-
-def _memory_state_check(values: Mapping[str, Any]) -> list[tuple[str, str]]:
-    state = values["state"]
-    if "module" in values:
-        root, what = values["module"] == "", f"module {values['module']!r}"
-    elif "unit" in values:
-        root, what = values["unit"] in ("root", ""), f"unit {values['unit']!r}"
-    else:
-        root, what = False, "a decoder layer's unit"
-    valid = MEMORY_ROOT_STATES if root else MEMORY_UNIT_STATES
-    if state in valid:
-        return []
-    hint = ""
-    if state in MEMORY_ROOT_STATES:
-        hint = f" ({state!r} is a whole-rank snapshot recorded under the root unit: unit: root)"
-    return [("state", f"{state!r} is not an FSDPMemTracker state of {what}; states: {list(valid)}{hint}")]
-
-
-def _rank_check(value: Any, world_size: int) -> str | None:
-    """Why a 'rank'/'ranks' selector does not name ranks of the world (None when it does)."""
-    valid = f"a rank 0-{world_size - 1} (world size {world_size}), a list of them, or 'all'"
-    if value == "all":
-        return None
-    ranks = value if isinstance(value, list) else [value]
-    if not all(isinstance(r, int) and not isinstance(r, bool) for r in ranks):
-        return f"expected {valid}, got {value!r}"
-    outside = [r for r in ranks if not 0 <= r < world_size]
-    if outside:
-        return f"rank(s) {outside} outside the world; expected {valid}"
-    return None

@@ -97,7 +97,7 @@ def result_to_json(r: CheckResult) -> dict[str, Any]:
     e = r.entry
     return {
         "spec": e.spec, "line": e.line, "section": e.section, "table": e.table, "id": e.id, "says": e.says,
-        "kind": e.kind, "status": r.status, "message": r.message,
+        "check": e.check, "status": r.status, "message": r.message,
         "fields": [{"field": f.field, "expected": f.expected, "observed": f.observed, "failed_ranks": f.failed_ranks}
                    for f in r.fields],
     }

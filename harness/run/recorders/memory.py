@@ -32,23 +32,12 @@ import torch
 from torch import nn
 from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
+from .names import MEMORY_CATEGORIES
+
 __all__ = ["MemoryRecorder", "CATEGORIES"]
 
 # FSDPMemTracker's reference types (_FSDPRefType values) -> the schema's category names.
-CATEGORIES = {
-    "Sharded Param": "sharded_param",
-    "Unsharded Param": "unsharded_param",
-    "Buffer": "buffer",
-    "Sharded Grad": "sharded_grad",
-    "Unsharded Grad": "unsharded_grad",
-    "Activation": "activation",
-    "Temp": "temp",
-    "All Gather": "all_gather",
-    "Reduce Scatter": "reduce_scatter",
-    "OptState": "optstate",
-    "Inputs": "inputs",
-    "Total": "total",
-}
+CATEGORIES = MEMORY_CATEGORIES
 
 
 def _bytes(snapshot: Mapping[Any, Mapping[Any, int]]) -> dict[str, int]:

@@ -29,21 +29,21 @@ class Unit:
 
     Attributes:
         name: module FQN relative to the root ('' for the root).
-        kind: "layer" or "root".
+        role: "layer" or "root".
         layer: decoder layer index for a layer unit, else None.
         module: the module itself.
         params: FQNs (relative to the root) of the parameters it manages, registration order.
     """
 
     name: str
-    kind: str
+    role: str
     layer: int | None
     module: nn.Module
     params: tuple[str, ...]
 
     def describe(self) -> dict[str, Any]:
         """The schema's ``fsdp_units`` entry."""
-        return {"name": self.name, "kind": self.kind, "layer": self.layer, "params": list(self.params)}
+        return {"name": self.name, "role": self.role, "layer": self.layer, "params": list(self.params)}
 
 
 def param_owner(fqn: str, unit_names: list[str]) -> str:

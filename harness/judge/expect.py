@@ -28,7 +28,10 @@ UNIT_SCALE: dict[str, float] = {
     "B": 1.0, "KB": 1e3, "MB": 1e6, "GB": 1e9,
     "KiB": 2.0**10, "MiB": 2.0**20, "GiB": 2.0**30,
 }
-_BYTE_UNITS = {"B", "KB", "MB", "GB", "KiB", "MiB", "GiB"}
+BYTE_UNITS = frozenset({"B", "KB", "MB", "GB", "KiB", "MiB", "GiB"})
+"""Units of a rounded size in bytes."""
+COUNT_UNITS = frozenset({"", "K", "M", "G"})
+"""Units of a rounded count (K = 10^3 ...); "" is a plain rounded number."""
 
 _ROUNDED = re.compile(
     r"^\s*(?P<approx>[≈~])?\s*(?:(?P<mult>\d+)\s*[×x*]\s*)?"
@@ -51,7 +54,7 @@ class Expectation:
 
     Attributes:
         raw: the value as written in the spec.
-        kind: "exact", "rounded" or "bound".
+        form: "exact", "rounded" or "bound".
         value: the target (for rounded: in base units, elements or bytes).
         tolerance: absolute tolerance in base units (rounded only), else 0.
         unit: the printed unit ("MB", "K", ...), "" if none.
@@ -59,7 +62,7 @@ class Expectation:
     """
 
     raw: Any
-    kind: str
+    form: str
     value: Any
     tolerance: float = 0.0
     unit: str = ""
@@ -67,27 +70,27 @@ class Expectation:
 
     def holds(self, observed: Any) -> bool:
         """True when ``observed`` meets this expectation. Non-numbers never meet a numeric one."""
-        if self.kind == "exact":
+        if self.form == "exact":
             return _normalize(observed) == _normalize(self.value)
         if isinstance(observed, bool) or not isinstance(observed, (int, float)):
             return False
-        if self.kind == "rounded":
+        if self.form == "rounded":
             return abs(observed - self.value) <= self.tolerance * (1 + 1e-12)
         return _OPS[self.op](observed, self.value)
 
     def describe(self) -> str:
         """Human text of what is expected, with the tolerance spelled out."""
-        if self.kind == "exact":
+        if self.form == "exact":
             return _show(self.value)
-        if self.kind == "bound":
+        if self.form == "bound":
             return f"{self.op} {_show(self.value)}"
         scale = UNIT_SCALE[self.unit]
         return f"{self.raw} (= {_show(self.value / scale)} {self.unit} ± {_show(self.tolerance / scale)} {self.unit})".replace("  ", " ")
 
     def show_observed(self, observed: Any) -> str:
         """Observed value in the expectation's units, e.g. ``4,720,896 B = 4.7209 MB``."""
-        if self.kind == "rounded" and isinstance(observed, (int, float)) and not isinstance(observed, bool) and self.unit:
-            base = "B" if self.unit in _BYTE_UNITS else ""
+        if self.form == "rounded" and isinstance(observed, (int, float)) and not isinstance(observed, bool) and self.unit:
+            base = "B" if self.unit in BYTE_UNITS else ""
             scaled = observed / UNIT_SCALE[self.unit]
             return f"{_show(observed)}{' ' + base if base else ''} = {scaled:.4g} {self.unit}"
         return _show(observed)
@@ -150,4 +153,4 @@ def show(value: Any) -> str:
     return _show(value)
 
 
-__all__ = ["Expectation", "ExpectationError", "parse_expectation", "show", "UNIT_SCALE"]
+__all__ = ["Expectation", "ExpectationError", "parse_expectation", "show", "UNIT_SCALE", "BYTE_UNITS", "COUNT_UNITS"]

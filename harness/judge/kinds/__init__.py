@@ -1,0 +1,28 @@
+"""The check kinds, one module each; :data:`REGISTRY` maps a table's ``check:`` to its definition.
+
+Adding a kind: a module here defining ``KIND`` (a :class:`harness.judge.vocabulary.CheckKind`),
+listed below; then regenerate the schema and README table (``python -m harness.judge.kinds``).
+"""
+
+from __future__ import annotations
+
+from harness.judge.kinds import collectives, input, memory, numerics, param, param_state, params_total, step
+from harness.judge.vocabulary import CheckKind
+
+REGISTRY: dict[str, CheckKind] = {
+    m.KIND.name: m.KIND
+    for m in (param, params_total, input, step, param_state, collectives, memory, numerics)
+}
+"""Check kind name -> definition, in the order the README lists them."""
+
+
+def get_kind(name: str) -> CheckKind:
+    """The definition of check kind ``name``.
+
+    Raises:
+        ValueError: no such kind (the message lists the kinds).
+    """
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown check kind {name!r}; expected one of {list(REGISTRY)}") from None

@@ -1,0 +1,79 @@
+"""``memory``: FSDPMemTracker's snapshot of a rank's bytes by category at a unit's state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.judge.kinds.common import LAYER, RANKS, UNIT
+from harness.judge.observed import CheckError, rank_docs, unit_name
+from harness.judge.vocabulary import BYTES, CheckKind, Context, Field, Selector
+from harness.run.recorders.names import MEMORY_CATEGORIES, MEMORY_ROOT_STATES, MEMORY_UNIT_STATES
+
+
+def _check_module(value: Any, ctx: Context) -> str | None:
+    if not isinstance(value, str):
+        return f"expected an FSDP unit's module FQN ('' for the root), got {value!r}"
+    if ctx.unit_names is not None and value not in ctx.unit_names:
+        return f"no FSDP unit with module {value!r} in this setup; units: {list(ctx.unit_names)}"
+    return None
+
+
+def _names_module_and_state(values, ctx):
+    out = []
+    if "state" not in values:
+        out.append((None, "a 'memory' entry names an FSDPMemTracker 'state', e.g. 'After Pre-Forward'"))
+    if not any(k in values for k in ("layer", "unit", "module")):
+        out.append((None, "a 'memory' entry names its module: 'layer' (decoder layer index), 'unit' ('root' or a name) "
+                          "or 'module' (FQN)"))
+    return out
+
+
+def _state_of_its_unit(values, ctx):
+    """A decoder layer's unit has the per-unit states only; the root also the whole-rank ones."""
+    if "state" not in values:
+        return []
+    state = values["state"]
+    if "module" in values:
+        root, what = values["module"] == "", f"module {values['module']!r}"
+    elif "unit" in values:
+        root, what = values["unit"] in ("root", ""), f"unit {values['unit']!r}"
+    else:
+        root, what = False, "a decoder layer's unit"
+    valid = MEMORY_ROOT_STATES if root else MEMORY_UNIT_STATES
+    if state in valid:
+        return []
+    hint = ""
+    if state in MEMORY_ROOT_STATES:
+        hint = f" ({state!r} is a whole-rank snapshot recorded under the root unit: unit: root)"
+    return [("state", f"{state!r} is not an FSDPMemTracker state of {what}; states: {list(valid)}{hint}")]
+
+
+def measure(sel, obs):
+    module = sel["module"] if "module" in sel else unit_name(obs, layer=sel.get("layer"), unit=sel.get("unit"))
+    state = sel["state"]
+    out = {}
+    for r in rank_docs(obs, sel.get("ranks")):
+        snaps = [m for m in r["memory"] if m["module"] == module and m["state"] == state]
+        if not snaps:
+            states = sorted({m["state"] for m in r["memory"] if m["module"] == module})
+            raise CheckError(f"rank {r['rank']}: no memory snapshot {state!r} for module {module!r}; states: {states}")
+        out[r["rank"]] = dict(snaps[0]["bytes"])
+    return out
+
+
+KIND = CheckKind(
+    name="memory",
+    doc="FSDPMemTracker's whole-rank bytes by category at a unit's state (a snapshot counts the whole rank)",
+    selectors=(
+        Selector("module", "the unit's module FQN ('' for the root)", _check_module),
+        LAYER,
+        UNIT,
+        Selector("state", "Before/After + Pre-Forward, Post-Forward, Pre-Backward, Post-Backward, or Peak Forward/Backward; "
+                          "on the root also 'After Optimizer Step' and 'Peak'"),
+        RANKS,
+    ),
+    fields=tuple(Field(name, BYTES, f"bytes of FSDPMemTracker's {label!r} category")
+                 for label, name in MEMORY_CATEGORIES.items()),
+    measure=measure,
+    rules=(_names_module_and_state, _state_of_its_unit),
+)

@@ -1,0 +1,49 @@
+"""``numerics``: the FSDP step against a non-sharded replica with the same weights and batch."""
+
+from __future__ import annotations
+
+from harness.judge.kinds.common import RANKS
+from harness.judge.observed import CheckError, rank_docs
+from harness.judge.vocabulary import COUNT, DTYPE, NUMBER, CheckKind, Field
+
+
+def _rel(diff):
+    ref = diff["max_abs_ref"]
+    return diff["max_abs_diff"] / ref if ref else diff["max_abs_diff"]
+
+
+def measure(sel, obs):
+    out = {}
+    for r in rank_docs(obs, sel.get("ranks")):
+        n = r["numerics"]
+        if n is None:
+            raise CheckError(f"rank {r['rank']}: no numerics recorded (simulated run)")
+        grads = n["grads"]
+        worst = max(grads, key=lambda g: g["max_abs_diff"]) if grads else None
+        out[r["rank"]] = {
+            "forward_max_abs_diff": n["forward_output"]["max_abs_diff"],
+            "forward_rel_diff": _rel(n["forward_output"]),
+            "grads_max_abs_diff": worst["max_abs_diff"] if worst else 0.0,
+            "grads_rel_diff": max((_rel(g) for g in grads), default=0.0),
+            "grads_count": len(grads),
+            "loss_max_abs_diff": (n.get("loss") or {}).get("max_abs_diff"),
+            "replica_dtype": n["replica_dtype"],
+        }
+    return out
+
+
+KIND = CheckKind(
+    name="numerics",
+    doc="the sharded step against a non-sharded replica: forward output and each gradient shard (real runs only)",
+    selectors=(RANKS,),
+    fields=(
+        Field("forward_max_abs_diff", NUMBER, "largest |output - replica output|"),
+        Field("forward_rel_diff", NUMBER, "forward_max_abs_diff / largest |replica output|"),
+        Field("grads_max_abs_diff", NUMBER, "largest |gradient shard - replica's mean gradient rows|"),
+        Field("grads_rel_diff", NUMBER, "the worst gradient's max abs diff / its largest |reference|"),
+        Field("grads_count", COUNT, "gradient shards compared"),
+        Field("loss_max_abs_diff", NUMBER, "|loss - replica loss|"),
+        Field("replica_dtype", DTYPE, "the dtype the replica computed in"),
+    ),
+    measure=measure,
+)

@@ -1,0 +1,74 @@
+"""``param``: one parameter after ``fully_shard``, per rank (the document's parameter and shard tables)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.judge.kinds.common import LAYER, RANKS
+from harness.judge.observed import find_param, param_fqn, rank_docs
+from harness.judge.vocabulary import (BOOL, BYTES, COUNT, DTYPE, SHAPE, TEXTS, CheckKind, Context, Field,
+                                      Selector)
+from model.names import LAYER_PARAM_NAMES_REGISTRATION
+
+
+def _check_param(value: Any, ctx: Context) -> str | None:
+    if value in LAYER_PARAM_NAMES_REGISTRATION:
+        return None
+    return (f"{value!r} is not the name of a parameter inside a decoder layer; names: "
+            f"{list(LAYER_PARAM_NAMES_REGISTRATION)} (outside the layers, name the full 'fqn')")
+
+
+def _check_fqn(value: Any, ctx: Context) -> str | None:
+    if not isinstance(value, str):
+        return f"expected a parameter's fully qualified name, got {value!r}"
+    if ctx.param_fqns is not None and value not in ctx.param_fqns:
+        return f"the model of this setup has no parameter {value!r}; e.g. {list(ctx.param_fqns[:4])}"
+    return None
+
+
+def _names_one(values, ctx):
+    if "fqn" in values or ("param" in values and "layer" in values):
+        return []
+    return [(None, "a 'param' entry names 'param' with its 'layer' (e.g. with: {layer: 0}), or a full 'fqn'")]
+
+
+def measure(sel, obs):
+    fqn = param_fqn(obs, sel)
+    out = {}
+    for r in rank_docs(obs, sel.get("ranks")):
+        p = find_param(r, fqn)
+        out[r["rank"]] = {
+            **{k: p[k] for k in ("full_shape", "local_shape", "numel", "local_numel", "dtype",
+                                  "element_size", "is_dtensor", "placements", "mesh_dim_names")},
+            "bytes": p["numel"] * p["element_size"],
+            "local_bytes": p["local_numel"] * p["element_size"],
+        }
+    return out
+
+
+KIND = CheckKind(
+    name="param",
+    doc="one parameter after fully_shard: full and local (shard) shape, elements, bytes, DTensor placements",
+    selectors=(
+        Selector("param", "a parameter's name inside a decoder layer, e.g. self_attn.q_proj.weight (with 'layer')",
+                 _check_param),
+        Selector("fqn", "a parameter's fully qualified name, e.g. model.embed_tokens.weight", _check_fqn),
+        LAYER,
+        RANKS,
+    ),
+    fields=(
+        Field("full_shape", SHAPE, "the unsharded shape"),
+        Field("local_shape", SHAPE, "this rank's shard shape (DTensor.to_local())"),
+        Field("numel", COUNT, "elements of the full parameter"),
+        Field("local_numel", COUNT, "elements of this rank's shard"),
+        Field("dtype", DTYPE, "the parameter's dtype"),
+        Field("element_size", COUNT, "bytes per element"),
+        Field("bytes", BYTES, "bytes of the full parameter"),
+        Field("local_bytes", BYTES, "bytes of this rank's shard"),
+        Field("is_dtensor", BOOL, "the parameter is a DTensor"),
+        Field("placements", TEXTS, "DTensor placements, e.g. ['Shard(dim=0)']"),
+        Field("mesh_dim_names", TEXTS, "the DeviceMesh dims the placements refer to"),
+    ),
+    measure=measure,
+    rules=(_names_one,),
+)

@@ -1,0 +1,46 @@
+"""``params_total``: sums over the parameters of some FSDP units, per rank (the tables' totals)."""
+
+from __future__ import annotations
+
+from harness.judge.kinds.common import LAYER, RANKS, ROLE, UNIT
+from harness.judge.observed import CheckError, rank_docs, unit_names
+from harness.judge.vocabulary import BYTES, COUNT, CheckKind, Field
+
+
+def _params_of(obs, sel, rank_doc):
+    names = unit_names(obs, sel)
+    params = rank_doc["params"]
+    if names is not None:
+        params = [p for p in params if p["unit"] in names]
+    if not params:
+        raise CheckError(f"no parameters selected by {dict(sel)}")
+    return params
+
+
+def measure(sel, obs):
+    out = {}
+    for r in rank_docs(obs, sel.get("ranks")):
+        params = _params_of(obs, sel, r)
+        out[r["rank"]] = {
+            "count": len(params),
+            "numel": sum(p["numel"] for p in params),
+            "local_numel": sum(p["local_numel"] for p in params),
+            "bytes": sum(p["numel"] * p["element_size"] for p in params),
+            "local_bytes": sum(p["local_numel"] * p["element_size"] for p in params),
+        }
+    return out
+
+
+KIND = CheckKind(
+    name="params_total",
+    doc="totals over the parameters of the selected units (default: all): count, elements, bytes, per-rank shares",
+    selectors=(LAYER, UNIT, ROLE, RANKS),
+    fields=(
+        Field("count", COUNT, "number of parameters"),
+        Field("numel", COUNT, "elements of the full parameters"),
+        Field("local_numel", COUNT, "elements this rank holds"),
+        Field("bytes", BYTES, "bytes of the full parameters"),
+        Field("local_bytes", BYTES, "bytes this rank holds"),
+    ),
+    measure=measure,
+)

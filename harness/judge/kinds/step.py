@@ -1,0 +1,57 @@
+"""``step``: a named tensor of the document's Steps 1-10 (model/steps.py), per layer and rank."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.judge.kinds.common import LAYER, RANKS
+from harness.judge.observed import CheckError, common, rank_docs
+from harness.judge.vocabulary import COUNT, DTYPE, SHAPE, CheckKind, Context, Field, Selector
+from model.steps import STEP_NAMES
+
+
+def _check_step(value: Any, ctx: Context) -> str | None:
+    return None if value in STEP_NAMES else f"unknown step {value!r}; steps: {list(STEP_NAMES)}"
+
+
+def _names_step(values, ctx):
+    return [] if "step" in values else [(None, f"a 'step' entry names its 'step', one of {list(STEP_NAMES)}")]
+
+
+def measure(sel, obs):
+    name = sel["step"]
+    layers = sel.get("layer", "all")
+    wanted = layers if isinstance(layers, list) else [layers]
+    out = {}
+    for r in rank_docs(obs, sel.get("ranks")):
+        found = [s for s in r["steps"] if s["name"] == name and (layers == "all" or s["layer"] in wanted)]
+        if not found:
+            names = sorted({s["name"] for s in r["steps"]})
+            raise CheckError(f"rank {r['rank']}: step {name!r} (layer {layers}) not observed; observed steps: {names}")
+        # one value when every selected layer agrees, else the per-layer values (a failure shows them)
+        out[r["rank"]] = {
+            "shape": common([s["shape"] for s in found]),
+            "dtype": common([s["dtype"] for s in found]),
+            "dim0": common([s["shape"][0] for s in found]),
+            "layers": len(found),
+        }
+    return out
+
+
+KIND = CheckKind(
+    name="step",
+    doc="a named tensor of Steps 1-10 (model/steps.py) in the selected layers (default: all)",
+    selectors=(
+        Selector("step", "a step tensor's name from model/steps.py, e.g. step2.q_heads", _check_step),
+        LAYER,
+        RANKS,
+    ),
+    fields=(
+        Field("shape", SHAPE, "the tensor's shape (the same in every selected layer)"),
+        Field("dtype", DTYPE, "the tensor's dtype"),
+        Field("dim0", COUNT, "the tensor's first dimension"),
+        Field("layers", COUNT, "how many of the selected layers produced the tensor"),
+    ),
+    measure=measure,
+    rules=(_names_step,),
+)

@@ -1,0 +1,147 @@
+"""Reading an observation document (``harness/schemas/observation.schema.json``) for the checks.
+
+Pure functions over the JSON document: which ranks, which FSDP unit, which parameter, which
+collectives. They raise :class:`CheckError` when the entry names something the observation
+does not hold, with what it holds instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+
+class CheckError(Exception):
+    """The entry cannot be measured on this observation (unknown parameter, no such unit...).
+
+    The message says what was looked for and what exists.
+    """
+
+
+def ranks_text(ranks: Iterable[int]) -> str:
+    """``0-5`` for a run of ranks, else ``0, 2, 7``."""
+    ranks = sorted(ranks)
+    if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"{ranks[0]}-{ranks[-1]}"
+    return ", ".join(map(str, ranks))
+
+
+def rank_docs(obs: Mapping[str, Any], ranks: Any) -> list[Mapping[str, Any]]:
+    """The rank entries selected by a ``rank``/``ranks`` selector (None or 'all': every rank)."""
+    docs = obs["ranks"]
+    if ranks in (None, "all"):
+        return list(docs)
+    wanted = [ranks] if isinstance(ranks, int) else list(ranks)
+    by_rank = {d["rank"]: d for d in docs}
+    missing = [r for r in wanted if r not in by_rank]
+    if missing:
+        raise CheckError(f"rank(s) {missing} not observed; observed ranks: {ranks_text(by_rank)}")
+    return [by_rank[r] for r in wanted]
+
+
+def units(obs: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return obs["fsdp_units"]
+
+
+def unit_name(obs: Mapping[str, Any], *, layer: Any = None, unit: Any = None) -> str:
+    """The FSDP unit's module FQN for ``layer=i`` (decoder layer i) or ``unit`` (a name or 'root')."""
+    all_units = units(obs)
+    if unit is not None:
+        if unit == "root":
+            for u in all_units:
+                if u["role"] == "root":
+                    return u["name"]
+            raise CheckError("no root FSDP unit in the observation")
+        if any(u["name"] == unit for u in all_units):
+            return unit
+        raise CheckError(f"no FSDP unit named {unit!r}; units: {[u['name'] for u in all_units]}")
+    for u in all_units:
+        if u["role"] == "layer" and u.get("layer") == layer:
+            return u["name"]
+    layers = [u.get("layer") for u in all_units if u["role"] == "layer"]
+    raise CheckError(f"no FSDP unit for decoder layer {layer!r}; layers: {layers}")
+
+
+def unit_names(obs: Mapping[str, Any], sel: Mapping[str, Any]) -> set[str] | None:
+    """Unit names selected by 'layer'/'unit'/'role' selectors, None when unconstrained."""
+    names: set[str] | None = None
+    if "layer" in sel:
+        layers = sel["layer"]
+        if layers == "all":
+            chosen = {u["name"] for u in units(obs) if u["role"] == "layer"}
+        else:
+            layers = layers if isinstance(layers, list) else [layers]
+            chosen = {unit_name(obs, layer=i) for i in layers}
+        names = chosen
+    if "unit" in sel:
+        wanted = sel["unit"] if isinstance(sel["unit"], list) else [sel["unit"]]
+        chosen = {unit_name(obs, unit=u) for u in wanted}
+        names = chosen if names is None else names & chosen
+    if "role" in sel:
+        chosen = {u["name"] for u in units(obs) if u["role"] == sel["role"]}
+        names = chosen if names is None else names & chosen
+    return names
+
+
+def param_fqn(obs: Mapping[str, Any], sel: Mapping[str, Any]) -> str:
+    """The FQN an entry names: ``fqn``, or ``param`` inside decoder layer ``layer``."""
+    if "fqn" in sel:
+        return sel["fqn"]
+    prefix = unit_name(obs, layer=sel.get("layer", 0))
+    return f"{prefix}.{sel['param']}" if prefix else sel["param"]
+
+
+def find_param(rank_doc: Mapping[str, Any], fqn: str) -> Mapping[str, Any]:
+    for p in rank_doc["params"]:
+        if p["fqn"] == fqn:
+            return p
+    known = [p["fqn"] for p in rank_doc["params"]][:40]
+    raise CheckError(f"rank {rank_doc['rank']} has no parameter {fqn!r}; parameters: {known}")
+
+
+def common(values: list) -> Any:
+    """The value every element shares, else the list itself (None for no elements)."""
+    if not values:
+        return None
+    return values[0] if all(v == values[0] for v in values) else values
+
+
+def ring_bytes(collective: Mapping[str, Any]) -> float:
+    """Bytes one rank sends for this collective under the ring model (nccl-tests' busbw basis).
+
+    all-gather / reduce-scatter: S x (N-1)/N; all-reduce: 2 x S x (N-1)/N; others: S.
+    S = ``buffer_bytes``, N = ``group_size``.
+    """
+    s, n = collective["buffer_bytes"], collective["group_size"]
+    if collective["op"] in ("all_gather", "reduce_scatter"):
+        return s * (n - 1) / n
+    if collective["op"] == "all_reduce":
+        return 2 * s * (n - 1) / n
+    return float(s)
+
+
+COLLECTIVE_MATCH_KEYS = ("phase", "op", "dtype", "mesh_dim", "fsdp_label", "hook", "group_size")
+"""Record fields a collectives ``select`` may filter on directly (a value or a list of values)."""
+
+
+def select_collectives(obs: Mapping[str, Any], rank_doc: Mapping[str, Any], select: Mapping[str, Any]) -> list[dict]:
+    """Collectives of one rank matching ``select``.
+
+    Keys: phase, op, dtype, mesh_dim, fsdp_label, hook, group_size (a value or a list of values),
+    layer (int, list or 'all'), unit (name, 'root' or list), role ('layer' | 'root'),
+    and ``not`` (a mapping of the same keys, excluded).
+    """
+    def matches(c, sel) -> bool:
+        for key in COLLECTIVE_MATCH_KEYS:
+            if key in sel:
+                allowed = sel[key] if isinstance(sel[key], list) else [sel[key]]
+                if c.get(key) not in allowed:
+                    return False
+        names = unit_names(obs, sel)
+        if names is not None and c["unit"] not in names:
+            return False
+        return True
+
+    chosen = [c for c in rank_doc["collectives"] if matches(c, select)]
+    if "not" in select:
+        chosen = [c for c in chosen if not matches(c, select["not"])]
+    return chosen

@@ -1,0 +1,187 @@
+"""The vocabulary of check kinds: one declarative definition per kind.
+
+A :class:`CheckKind` says everything about one kind of spec entry: its selectors (which part of
+the observation), its fields (what is measured there) with the type of value each accepts, the
+extra rules an entry must meet, the measure function, and one line of docs per key. The loader
+(:mod:`harness.load.spec`), the checks (:mod:`harness.judge.checks`), the JSON Schema's entry
+definitions (``harness/schemas/spec.schema.json``) and the README's table of kinds all come
+from these definitions (:mod:`harness.judge.kinds` registers them); ``tests/test_vocabulary.py``
+fails when the shipped schema or README disagree.
+
+Imports neither torch nor the run side's torch modules: loading a spec must stay fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from harness.judge.expect import BYTE_UNITS, COUNT_UNITS, Expectation
+
+DTYPE_NAMES: tuple[str, ...] = (
+    "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2",
+    "int64", "int32", "int16", "int8", "uint8", "bool",
+)
+"""torch dtype names an observation can hold (``str(dtype)`` without ``torch.``)."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the loader knows about the run a spec describes, from its setup alone (no torch).
+
+    Attributes:
+        world_size: ranks in the mesh.
+        mesh_dim_names: the DeviceMesh's dimension names.
+        num_layers: decoder layers the model has.
+        unit_names: FQNs of the FSDP units the setup creates ("" is the root).
+        param_fqns: FQNs of the model's parameters (tied weights once), or None if unknown.
+    """
+
+    world_size: int | None = None
+    mesh_dim_names: tuple[str, ...] = ()
+    num_layers: int | None = None
+    unit_names: tuple[str, ...] | None = None
+    param_fqns: tuple[str, ...] | None = None
+
+
+Check = Callable[[Any, Context], "str | None"]
+"""A rule on a written value: None when it holds, else what was expected (one line)."""
+
+
+@dataclass(frozen=True)
+class ValueType:
+    """The values an expected field accepts, checked at load on the parsed :class:`Expectation`.
+
+    Attributes:
+        name: short name shown in the README ("bytes", "shape", ...).
+        doc: what a value looks like, for errors and docs.
+        check: None when an expectation is possible for this type, else what was expected.
+    """
+
+    name: str
+    doc: str
+    check: Callable[[Expectation], bool]
+
+    def problem(self, expectation: Expectation) -> str | None:
+        return None if self.check(expectation) else f"expected {self.doc}, got {expectation.raw!r}"
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _figure(units: frozenset[str], exact: Callable[[Any], bool]) -> Callable[[Expectation], bool]:
+    def ok(e: Expectation) -> bool:
+        if e.form == "exact":
+            return exact(e.value)
+        if e.form == "rounded":
+            return e.unit in units
+        return True  # a bound on a number
+
+    return ok
+
+
+def _exact(rule: Callable[[Any], bool]) -> Callable[[Expectation], bool]:
+    return lambda e: e.form == "exact" and rule(e.value)
+
+
+COUNT = ValueType("count", "a count: an integer >= 0, a rounded figure like '≈590K' or a bound like '>= 1'",
+                  _figure(frozenset(COUNT_UNITS), lambda v: _is_int(v) and v >= 0))
+BYTES = ValueType("bytes", "a size in bytes: an integer >= 0, a rounded figure like '4.72 MB' (MB = 10^6 B) "
+                  "or a bound like '<= 1e6'", _figure(frozenset(BYTE_UNITS), lambda v: _is_int(v) and v >= 0))
+NUMBER = ValueType("number", "a number, a rounded figure or a bound like '<= 1e-3'",
+                   _figure(frozenset(COUNT_UNITS) | frozenset(BYTE_UNITS), _is_number))
+SHAPE = ValueType("shape", "a shape: a list of integers >= 0, e.g. [128, 512]",
+                  _exact(lambda v: isinstance(v, list) and all(_is_int(d) and d >= 0 for d in v)))
+DTYPE = ValueType("dtype", f"a dtype name, one of {list(DTYPE_NAMES)}", _exact(lambda v: v in DTYPE_NAMES))
+BOOL = ValueType("bool", "true or false", _exact(lambda v: isinstance(v, bool)))
+TEXT = ValueType("text", "a string", _exact(lambda v: isinstance(v, str)))
+OPTIONAL_TEXT = ValueType("text", "a string or null", _exact(lambda v: v is None or isinstance(v, str)))
+TEXTS = ValueType("texts", "a list of strings", _exact(lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v)))
+INTS = ValueType("ints", "a list of integers", _exact(lambda v: isinstance(v, list) and all(_is_int(i) for i in v)))
+
+
+def one_of(name: str, values: Sequence[str]) -> ValueType:
+    """A text field whose value is one of ``values``."""
+    allowed = tuple(values)
+    return ValueType(name, f"one of {list(allowed)}", _exact(lambda v: v in allowed))
+
+
+@dataclass(frozen=True)
+class Field:
+    """A measured quantity an entry may expect.
+
+    Attributes:
+        name: the key in a spec entry.
+        type: the values it accepts.
+        doc: one line: what is measured, with its unit.
+        check: an extra rule needing the run's context (e.g. a mesh dim the mesh has), or None.
+    """
+
+    name: str
+    type: ValueType
+    doc: str
+    check: Check | None = None
+
+
+@dataclass(frozen=True)
+class Selector:
+    """A key that chooses what part of the observation an entry measures.
+
+    Attributes:
+        name: the key in a spec entry.
+        doc: one line: what it selects and the values it takes.
+        check: None when a value can select something in a run of this setup, else why not.
+    """
+
+    name: str
+    doc: str
+    check: Check | None = None
+
+
+Measure = Callable[[Mapping[str, Any], Mapping[str, Any]], "dict[int, dict[str, Any]]"]
+"""(selectors, observation document) -> {rank: {field: observed value}}; raises CheckError."""
+
+EntryRule = Callable[[Mapping[str, Any], Context], "list[tuple[str | None, str]]"]
+"""(an entry's selectors and fields, context) -> [(key to blame or None for the entry, message)]."""
+
+
+@dataclass(frozen=True)
+class CheckKind:
+    """One kind of spec entry: selectors, fields, rules, and how it is measured.
+
+    Attributes:
+        name: the ``check:`` value of a table.
+        doc: one line for the README.
+        selectors: the keys that choose what to measure.
+        fields: the keys that can be expected.
+        measure: see :data:`Measure`.
+        rules: extra rules over the whole entry (a required selector, a combination).
+    """
+
+    name: str
+    doc: str
+    selectors: tuple[Selector, ...]
+    fields: tuple[Field, ...]
+    measure: Measure
+    rules: tuple[EntryRule, ...] = ()
+    selector_index: Mapping[str, Selector] = field(init=False, repr=False, compare=False)
+    field_index: Mapping[str, Field] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "selector_index", {s.name: s for s in self.selectors})
+        object.__setattr__(self, "field_index", {f.name: f for f in self.fields})
+        clash = set(self.selector_index) & set(self.field_index)
+        if clash:
+            raise ValueError(f"check kind {self.name!r}: {sorted(clash)} both selector and field")
+
+    def unknown_key(self, key: Any) -> str | None:
+        """Why ``key`` is neither a selector nor a field of this kind (None when it is one)."""
+        if key in self.selector_index or key in self.field_index:
+            return None
+        return (f"{key!r} is not a selector or field of check kind {self.name!r}; "
+                f"selectors: {sorted(self.selector_index)}; fields: {sorted(self.field_index)}")

@@ -1,0 +1,56 @@
+"""The names the recorders write into an observation, importable without torch.
+
+The loader validates spec selectors against these (a spec naming a state or phase that no run
+can produce is a load error), so they live here, beside the recorders that produce them, in a
+module that imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+PHASES: tuple[str, ...] = ("setup", "forward", "backward", "optimizer")
+"""Phases of a rank's step, in order (recorders.phases); a collective records the phase it ran in."""
+
+COLLECTIVE_OPS: tuple[str, ...] = (
+    "all_gather", "reduce_scatter", "all_reduce", "broadcast", "all_to_all", "barrier", "send", "recv", "other",
+)
+"""Logical collective ops a record's ``op`` takes (recorders.collectives maps c10d ops to these)."""
+
+MEMORY_CATEGORIES: dict[str, str] = {
+    "Sharded Param": "sharded_param",
+    "Unsharded Param": "unsharded_param",
+    "Buffer": "buffer",
+    "Sharded Grad": "sharded_grad",
+    "Unsharded Grad": "unsharded_grad",
+    "Activation": "activation",
+    "Temp": "temp",
+    "All Gather": "all_gather",
+    "Reduce Scatter": "reduce_scatter",
+    "OptState": "optstate",
+    "Inputs": "inputs",
+    "Total": "total",
+}
+"""FSDPMemTracker's reference types (``_FSDPRefType`` values, torch 2.13) -> the observation's
+category names (bytes per category in a memory snapshot)."""
+
+# The per-unit states are the values of torch.distributed._tools.fsdp2_mem_tracker._FSDPModState
+# (torch 2.13) that the tracker records without activation checkpointing (not "Pre-Forward AC");
+# the plain mem_tracker._ModState names like "Pre-Forward" are not FSDPMemTracker's.
+MEMORY_UNIT_STATES: tuple[str, ...] = (
+    "Before Pre-Forward", "After Pre-Forward", "Before Post-Forward", "After Post-Forward",
+    "Before Pre-Backward", "After Pre-Backward", "Before Post-Backward", "After Post-Backward",
+    "Peak Forward", "Peak Backward",  # _FSDPModState.PEAK_FW, PEAK_BW
+)
+"""States at which FSDPMemTracker snapshots a unit that owns parameters."""
+
+MEMORY_ROOT_STATES: tuple[str, ...] = MEMORY_UNIT_STATES + (
+    "After Optimizer Step",  # MemoryRecorder.mark_after_step
+    "Peak",  # MemoryRecorder.snapshots: the tracker's peak over the step
+)
+"""States recorded under the root unit (module ""): the unit states plus two whole-rank snapshots."""
+
+PARAM_STATE_POINTS: tuple[str, ...] = ("pre_forward", "post_forward")
+"""Where recorders.params captures what a unit holds: after FSDP's pre-forward hook (the
+document's Step 0) and after its post-forward hook (Step 11)."""
+
+UNIT_ROLES: tuple[str, ...] = ("layer", "root")
+"""What an FSDP unit is: a decoder layer, or the root module (the last ``fully_shard`` call)."""
