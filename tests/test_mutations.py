@@ -1,4 +1,4 @@
-"""Every spec can fail: change one figure in a copy and exactly that entry fails.
+"""Every spec can fail: change one figure or selector in a copy and exactly that entry fails.
 
 Each case copies a spec, changes one value in its text, loads the copy and evaluates it
 against the real observation of that spec's setup (the same per-session run the spec items
@@ -50,6 +50,17 @@ CASES = [
     ("qwen3_32b_1024_ranks", "[q_norm.ranks128-1023, self_attn.q_norm.weight, [128, 1023], [0], 0]",
      "[q_norm.ranks128-1023, self_attn.q_norm.weight, [128, 1023], [1], 0]", "q_norm.ranks128-1023", "[1]"),
     ("qwen3_0_6b_8_ranks", "ring_bytes: 272271104", "ring_bytes: 311166976", "root_all_gather", "311,166,976"),
+    # a selector changed to another that the setup does produce: the entry then measures something else
+    ("qwen3_0_6b_8_ranks", "select: {phase: forward, op: all_gather, unit: root}",
+     "select: {phase: forward, op: all_gather, unit: model.layers.1}", "root_all_gather", "15,730,944"),  # unit
+    ("hsdp_2x2", "select: {phase: backward, op: all_reduce, layer: 0}",
+     "select: {phase: backward, op: reduce_scatter, layer: 0}", "all_reduce_across_replicas", "dp_shard"),  # op
+    ("qwen3_walkthrough", 'state: "After Post-Forward", unsharded_param: 0}', 'state: "After Pre-Forward", unsharded_param: 0}',
+     "unsharded_freed_after_step11", "4,720,896"),  # memory state
+    ("whole_model", "select: {role: layer}, count: 6", "select: {role: root}, count: 6",
+     "layers_move_n_l_times_10_6_mb", "expected 6"),  # unit role
+    ("qwen3_walkthrough", "select: {phase: optimizer}", "select: {phase: backward}",
+     "optimizer_needs_no_communication", "expected 0"),  # phase
 ]
 
 
