@@ -1,4 +1,5 @@
-"""The pytest plugin on a spec that cannot run here: it skips, saying why."""
+"""The pytest plugin (harness/pytest_plugin.py, installed as a pytest11 entry point): which files
+it collects, and a spec that cannot run here skips, saying why."""
 
 from __future__ import annotations
 
@@ -37,6 +38,46 @@ def test_nccl_spec_without_enough_gpus_skips_with_the_reason(pytester, monkeypat
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     pytester.mkdir("specs")
     (pytester.path / "specs" / "needs_gpus.yaml").write_text(NCCL_SPEC, encoding="utf-8")
-    result = pytester.runpytest_subprocess("-p", "conftest", "-rs", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess("-rs", "-p", "no:cacheprovider")
     result.assert_outcomes(skipped=2)
     result.stdout.fnmatch_lines(["*needs 4 GPUs for nccl (one per rank); * visible*"])
+
+
+TINY_FAKE = """\
+spec: tiny_fake
+title: one layer simulated on 2 ranks
+document: a document
+backend: fake
+setup:
+  model: {config: walkthrough, overrides: {num_hidden_layers: 1}}
+  mesh: {shape: [2], dim_names: [dp]}
+tables:
+  - section: "Shards"
+    check: param
+    with: {layer: 0}
+    columns: [param, local_shape]
+    rows:
+      - [self_attn.q_proj.weight, [256, 512]]
+      - [self_attn.k_proj.weight, [128, 512]]
+"""
+
+
+@pytest.fixture
+def in_repo_path(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+
+
+@pytest.mark.parametrize("where, args", [
+    ("my_checks/walkthrough_check.yaml", ["my_checks/walkthrough_check.yaml"]),  # a file, anywhere
+    ("my_checks/walkthrough_check.yaml", ["my_checks"]),  # a folder not named specs
+    ("elsewhere/deep/walkthrough_check.yml", ["--specs", "elsewhere", "-k", "q_proj or k_proj"]),  # --specs
+])
+def test_specs_are_collected_wherever_they_are(pytester, in_repo_path, where, args):
+    path = pytester.path / where
+    path.parent.mkdir(parents=True)
+    path.write_text(TINY_FAKE, encoding="utf-8")
+    (path.parent / "other.yaml").write_text("name: not a spec\n")  # no spec/tables keys: not collected
+    result = pytester.runpytest_subprocess(*args, "-p", "no:cacheprovider", "-W", "error::pytest.PytestUnknownMarkWarning")
+    result.assert_outcomes(passed=2)
+    result.stdout.no_fnmatch_line("*other.yaml*")
+    result.stdout.no_fnmatch_line("*Unknown pytest.mark*")

@@ -1,9 +1,11 @@
-"""pytest plugin: every entry of every spec under specs/ is one test item.
+"""pytest plugin (entry point ``pytest11``): every entry of a spec is one test item.
 
-``pytest -n auto`` runs them all; each distinct setup runs once per session (harness/run/cache.py),
-shared by the xdist workers. A failing item shows the document section, what the document
-says, expected and observed per field, and the failing ranks. A spec that fails to load is one
-failing item with the load error.
+Installed with this package, it collects YAML files that are specs (a top-level ``spec:`` and
+``tables:``) wherever pytest looks: ``pytest specs/``, ``pytest my_spec.yaml``, a folder of
+your own, or paths given with ``--specs``. ``pytest -n auto`` runs them all; each distinct
+setup runs once per session (harness/run/cache.py), shared by the xdist workers. A failing item
+shows where in the spec it is, the document's claim and section, expected and observed per
+field, and the failing ranks. A spec that fails to load is one failing item with the load error.
 """
 
 from __future__ import annotations
@@ -19,11 +21,14 @@ from harness.judge.checks import CheckResult
 from harness.judge.evaluate import FAILING, evaluate_item
 from harness.load.spec import Spec, SpecError, SpecItem, load_spec
 
-SPECS_DIR = Path(__file__).parent / "specs"
+_SNIFF_BYTES = 65536
+_SPEC_KEYS = (re.compile(rb"^spec\s*:", re.M), re.compile(rb"^tables\s*:", re.M))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fsdp2", "FSDP2 conformance specs")
+    group.addoption("--specs", action="append", default=[], metavar="PATH",
+                    help="a spec file or a folder of specs to collect (repeatable), besides pytest's own paths")
     group.addoption("--backend", default=None, choices=("auto", "gloo", "nccl", "fake"),
                     help="process-group backend for every spec (default: each spec's own, else auto: "
                          "nccl with one GPU per rank when enough GPUs are visible, gloo otherwise)")
@@ -31,22 +36,33 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="seconds before a spec's run is declared hung (default: the spec's timeout_s, else 300)")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "spec: a conformance item generated from a spec entry")
+    config.addinivalue_line("markers", "drafted: written by 'harness draft', not yet reviewed against a document")
+    if config.getoption("--specs"):
+        config.args.extend(str(Path(p)) for p in config.getoption("--specs"))
+
+
 def pytest_collect_file(parent: pytest.Collector, file_path: Path):
-    if _is_spec_file(file_path, parent.config.rootpath):
+    if file_path.suffix in (".yaml", ".yml") and (_named_on_command_line(parent.config, file_path) or _looks_like_spec(file_path)):
         return SpecFile.from_parent(parent, path=file_path)
     return None
 
 
-def _is_spec_file(file_path: Path, rootpath: Path) -> bool:
-    """A YAML file under this repo's specs/, or under a directory named 'specs' below the rootdir."""
-    if file_path.suffix not in (".yaml", ".yml"):
-        return False
-    if SPECS_DIR in file_path.parents:
-        return True
+def _named_on_command_line(config: pytest.Config, file_path: Path) -> bool:
+    """The file itself was given (``pytest my_spec.yaml``): collect it even if it is broken."""
+    named = {Path(a.split("::")[0]).resolve() for a in config.args}
+    return file_path.resolve() in named
+
+
+def _looks_like_spec(file_path: Path) -> bool:
+    """A YAML file with top-level ``spec:`` and ``tables:`` keys (read from its first 64 KiB)."""
     try:
-        return "specs" in file_path.relative_to(rootpath).parts[:-1]
-    except ValueError:
+        with open(file_path, "rb") as f:
+            head = f.read(_SNIFF_BYTES)
+    except OSError:
         return False
+    return all(p.search(head) for p in _SPEC_KEYS)
 
 
 def _slug(text: str) -> str:
@@ -158,7 +174,3 @@ def spec_observation(request):
     """``spec_observation(spec, setup=None, backend=None)``: the observation the spec items use,
     from the same per-session cache, so tests reuse the spec runs instead of launching again."""
     return lambda spec, setup=None, backend=None: _observation(request.config, spec, setup, backend)
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "drafted: written by 'harness draft', not yet reviewed against a document")
