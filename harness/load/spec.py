@@ -180,6 +180,19 @@ def _undotted(key_path: str) -> tuple:
     return tuple(int(i) if i else k for k, i in re.findall(r"([^.\[\]]+)|\[(\d+)\]", key_path))
 
 
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built with it: ~10x faster
+
+
+def _compose_and_construct(text: str) -> tuple[yaml.Node | None, Any]:
+    """Parse once, safe loading only: the node tree (for line numbers) and the data built from it."""
+    loader = _SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        return node, (loader.construct_document(node) if node is not None else None)
+    finally:
+        loader.dispose()
+
+
 def load_spec(path: str | Path) -> Spec:
     """Read, validate and expand one spec file.
 
@@ -197,8 +210,7 @@ def load_spec(path: str | Path) -> Spec:
     except OSError as exc:
         raise SpecError(path, 0, "", f"cannot read file: {exc.strerror}") from None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node, data = _compose_and_construct(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise SpecError(path, mark.line + 1 if mark else 0, "", f"not valid YAML: {getattr(exc, 'problem', exc)}") from None
