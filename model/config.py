@@ -191,7 +191,7 @@ KNOWN_CONFIGS: dict[str, Qwen3Config] = {
     # h_q=8, h_kv=4, d_h=64, d_ffn=1024. It does NOT fix: num_hidden_layers (2 here: enough to
     # see one all-gather per layer), vocab_size (1024 here: small), rms_norm_eps, rope_theta,
     # max_position_embeddings (Qwen3's 1e-6, 1e6, 40960 here), tie_word_embeddings (True here:
-    # the document says "lm_head 通常与 embed_tokens 权重共享").
+    # the document, section "简化的 Qwen3 结构", notes lm_head usually shares embed_tokens' weight).
     "walkthrough": Qwen3Config(
         vocab_size=1024,
         hidden_size=512,

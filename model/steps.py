@@ -1,8 +1,8 @@
 """The walkthrough's steps of one decoder layer, as observable names.
 
-Source: the walkthrough document (shared/seed/000_1871bbf14bb2dbe8.txt), section
-"Forward 逐算子 Walkthrough", Steps 1-10. Steps 0 (all-gather) and 11 (reshard) belong to
-FSDP, not to the model: the harness observes them through FSDP's hooks.
+Source: "FSDP2 Qwen3 Decoder Layer Walkthrough", section "Forward 逐算子 Walkthrough",
+Steps 1-10. Steps 0 (all-gather) and 11 (reshard) belong to FSDP, not to the model: the
+harness observes them through FSDP's hooks.
 
 This module is the one place where step names live. Specs refer to them
 (``step: step2.q_heads``), the model emits them, the calculator derives their shapes.
@@ -33,7 +33,8 @@ class Step:
         name: stable observable name, ``step<N>.<tensor>``.
         step: the document's step number (1-10).
         shape: symbolic shape, a tuple of symbols from the module docstring.
-        says: the document's own line for this tensor.
+        says: what the document claims for this tensor, in this project's words, ending
+            with its shape as the document prints it (tests/test_model.py reads that shape).
     """
 
     name: str
@@ -43,29 +44,29 @@ class Step:
 
 
 STEPS: tuple[Step, ...] = (
-    Step("step1.x_norm", 1, ("B", "L", "d"), "输出：x_norm: [2, 8, 512]"),
-    Step("step2.q", 2, ("B", "L", "h_q*d_h"), "q = x_norm @ q_proj.weight.T → [2, 8, 512]"),
-    Step("step2.k", 2, ("B", "L", "h_kv*d_h"), "k = x_norm @ k_proj.weight.T → [2, 8, 256]"),
-    Step("step2.v", 2, ("B", "L", "h_kv*d_h"), "v = x_norm @ v_proj.weight.T → [2, 8, 256]"),
-    Step("step2.q_heads", 2, ("B", "L", "h_q", "d_h"), "q: [2, 8, 8, 64]   # (B, L, h_q,  d_h)"),
-    Step("step2.k_heads", 2, ("B", "L", "h_kv", "d_h"), "k: [2, 8, 4, 64]   # (B, L, h_kv, d_h)"),
-    Step("step2.v_heads", 2, ("B", "L", "h_kv", "d_h"), "v: [2, 8, 4, 64]"),
-    Step("step3.q_normed", 3, ("B", "L", "h_q", "d_h"), "q = q_norm(q)   # RMSNorm 沿最后一维，形状不变"),
-    Step("step3.k_normed", 3, ("B", "L", "h_kv", "d_h"), "k = k_norm(k)"),
-    Step("step4.q_rope", 4, ("B", "L", "h_q", "d_h"), "对 q 和 k 的 head_dim 维度做旋转位置编码，形状不变"),
-    Step("step4.k_rope", 4, ("B", "L", "h_kv", "d_h"), "对 q 和 k 的 head_dim 维度做旋转位置编码，形状不变"),
-    Step("step5.k_repeated", 5, ("B", "L", "h_q", "d_h"), "k: [2, 8, 4, 64] → repeat_interleave(dim=2, repeats=2) → [2, 8, 8, 64]"),
-    Step("step5.v_repeated", 5, ("B", "L", "h_q", "d_h"), "v: [2, 8, 4, 64] → repeat_interleave(dim=2, repeats=2) → [2, 8, 8, 64]"),
-    Step("step5.attn_out", 5, ("B", "L", "h_q", "d_h"), "attn_out: [2, 8, 8, 64]"),
-    Step("step5.attn_flat", 5, ("B", "L", "h_q*d_h"), "Flatten heads：[2, 8, 8, 64] → [2, 8, 512]"),
-    Step("step6.o_proj", 6, ("B", "L", "d"), "attn_out @ o_proj.weight.T → [2, 8, 512]"),
-    Step("step7.residual", 7, ("B", "L", "d"), "hidden_states = residual + attn_output    # [2, 8, 512]"),
-    Step("step8.h_norm", 8, ("B", "L", "d"), "对 [2, 8, 512] 的 hidden 做 RMSNorm，输出 [2, 8, 512]"),
-    Step("step9.gate", 9, ("B", "L", "d_ffn"), "gate  = h @ gate_proj.weight.T       → [2, 8, 1024]"),
-    Step("step9.up", 9, ("B", "L", "d_ffn"), "up    = h @ up_proj.weight.T         → [2, 8, 1024]"),
-    Step("step9.fused", 9, ("B", "L", "d_ffn"), "fused = F.silu(gate) * up            → [2, 8, 1024]"),
-    Step("step9.down", 9, ("B", "L", "d"), "out   = fused @ down_proj.weight.T   → [2, 8, 512]"),
-    Step("step10.output", 10, ("B", "L", "d"), "hidden_states = residual + mlp_output    # [2, 8, 512]"),
+    Step("step1.x_norm", 1, ("B", "L", "d"), "input_layernorm keeps the shape, x_norm is [2, 8, 512]"),
+    Step("step2.q", 2, ("B", "L", "h_q*d_h"), "x_norm projected by q_proj (h_q × d_h = 512 outputs): [2, 8, 512]"),
+    Step("step2.k", 2, ("B", "L", "h_kv*d_h"), "k_proj has h_kv × d_h = 256 outputs, half of q's under GQA: [2, 8, 256]"),
+    Step("step2.v", 2, ("B", "L", "h_kv*d_h"), "v_proj, like k: [2, 8, 256]"),
+    Step("step2.q_heads", 2, ("B", "L", "h_q", "d_h"), "q split into heads, (B, L, h_q, d_h) = [2, 8, 8, 64]"),
+    Step("step2.k_heads", 2, ("B", "L", "h_kv", "d_h"), "k split into heads, (B, L, h_kv, d_h) = [2, 8, 4, 64]"),
+    Step("step2.v_heads", 2, ("B", "L", "h_kv", "d_h"), "v split into heads like k: [2, 8, 4, 64]"),
+    Step("step3.q_normed", 3, ("B", "L", "h_q", "d_h"), "q_norm, an RMSNorm over d_h, leaves q's shape: [2, 8, 8, 64]"),
+    Step("step3.k_normed", 3, ("B", "L", "h_kv", "d_h"), "k_norm likewise for k: [2, 8, 4, 64]"),
+    Step("step4.q_rope", 4, ("B", "L", "h_q", "d_h"), "RoPE rotates q along head_dim; same shape, [2, 8, 8, 64]"),
+    Step("step4.k_rope", 4, ("B", "L", "h_kv", "d_h"), "RoPE on k; same shape, [2, 8, 4, 64]"),
+    Step("step5.k_repeated", 5, ("B", "L", "h_q", "d_h"), "GQA repeats each KV head twice (repeat_interleave on dim 2), k [2, 8, 4, 64] → [2, 8, 8, 64]"),
+    Step("step5.v_repeated", 5, ("B", "L", "h_q", "d_h"), "the same repeat for v, [2, 8, 4, 64] → [2, 8, 8, 64]"),
+    Step("step5.attn_out", 5, ("B", "L", "h_q", "d_h"), "attention output per head, [2, 8, 8, 64]"),
+    Step("step5.attn_flat", 5, ("B", "L", "h_q*d_h"), "heads merged back, [2, 8, 8, 64] → [2, 8, 512]"),
+    Step("step6.o_proj", 6, ("B", "L", "d"), "o_proj maps the attention output to [2, 8, 512]"),
+    Step("step7.residual", 7, ("B", "L", "d"), "the residual plus the attention output, [2, 8, 512]"),
+    Step("step8.h_norm", 8, ("B", "L", "d"), "post_attention_layernorm, built like Step 1, keeps [2, 8, 512]"),
+    Step("step9.gate", 9, ("B", "L", "d_ffn"), "gate_proj widens h to d_ffn: [2, 8, 1024]"),
+    Step("step9.up", 9, ("B", "L", "d_ffn"), "up_proj, also to d_ffn: [2, 8, 1024]"),
+    Step("step9.fused", 9, ("B", "L", "d_ffn"), "SiLU(gate) times up, element-wise: [2, 8, 1024]"),
+    Step("step9.down", 9, ("B", "L", "d"), "down_proj back to hidden_size: [2, 8, 512]"),
+    Step("step10.output", 10, ("B", "L", "d"), "the residual plus the MLP output, the layer's output: [2, 8, 512]"),
 )
 
 STEP_NAMES: tuple[str, ...] = tuple(s.name for s in STEPS)

@@ -1,9 +1,8 @@
 """Synthetic observation documents for unit tests of the checks (no ranks launched).
 
-:func:`walkthrough_observation` is what a real FSDP2 step of the walkthrough document
-(shared/seed/000_1871bbf14bb2dbe8.txt) should record: 2 decoder layers ("layers.0",
-"layers.1") plus a root unit with no parameters of its own, 4 ranks on a 1-D mesh "dp", fp16,
-B=2, L=8. Every figure is derived from the document's configuration table (``DIMS``) and its
+:func:`walkthrough_observation` is what a real FSDP2 step of "FSDP2 Qwen3 Decoder Layer
+Walkthrough" should record: 2 decoder layers ("layers.0", "layers.1") plus a root unit with
+no parameters of its own, 4 ranks on a 1-D mesh "dp", fp16, B=2, L=8. Every figure is derived from the document's configuration table (``DIMS``) and its
 rules (Shard(0) splits dim 0 in N; rank r holds samples r*B .. r*B+B-1; one all-gather per unit
 in forward and in backward, one reduce-scatter per unit in backward), never typed in as JSON.
 The document's printed figures (``DOC_*``) are kept alongside so tests can hold the derived
@@ -27,13 +26,13 @@ from model.steps import STEPS, resolve_shape
 DIMS = {"B": 2, "L": 8, "d": 512, "h_q": 8, "h_kv": 4, "d_h": 64, "d_ffn": 1024}
 WORLD_SIZE = 4                     # DP world size (N)
 NUM_LAYERS = 2                     # N_L: two, so that "between layers" and prefetch show
-DTYPE, ELEMENT_SIZE = "float16", 2  # "fp16 下每层约 4.72 MB"
+DTYPE, ELEMENT_SIZE = "float16", 2  # the document counts fp16: 4.72 MB per layer
 MESH_DIM = "dp"
 TORCH_VERSION = "2.13.0+cpu"
 
 #: "参数列表（单层）" / "每个 rank 上的参数分片": element counts as the document prints them.
-DOC_LAYER_NUMEL = 2_360_448         # "单层合计 ≈ 2.36M" (the rows' sum)
-DOC_LOCAL_NUMEL = 590_112           # "每 GPU 合计 ≈ 590K" (the rows' sum)
+DOC_LAYER_NUMEL = 2_360_448         # the layer total, ≈ 2.36M (the rows' sum)
+DOC_LOCAL_NUMEL = 590_112           # the per-GPU total, ≈ 590K (the rows' sum)
 DOC_PARAM_ROWS = {                  # name: (full shape, numel, shard shape, shard numel)
     "input_layernorm.weight": ([512], 512, [128], 128),
     "self_attn.q_proj.weight": ([512, 512], 262_144, [128, 512], 65_536),

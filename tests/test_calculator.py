@@ -40,7 +40,7 @@ DOC_ROWS = [
 def test_layer_params_document_order_matches_document_table():
     params = calc.layer_params(WALKTHROUGH, order="document")
     assert [(p.name, p.shape, p.numel) for p in params] == [r[:3] for r in DOC_ROWS]
-    assert sum(p.numel for p in params) == 2_360_448  # "单层合计 ≈ 2.36M"
+    assert sum(p.numel for p in params) == 2_360_448  # the document's layer total, ≈ 2.36M
 
 
 def test_layer_params_registration_order():
@@ -108,17 +108,17 @@ def test_walkthrough_shard_table():
         assert p.local_shapes == (shard,) * 4
         assert p.local_numels == (shard_numel,) * 4
         assert p.padded_shard_shape == shard and p.padding_numel == 0
-    assert t.local_numels == (590_112,) * 4  # "每 GPU 合计 ≈ 590K"
+    assert t.local_numels == (590_112,) * 4  # the document's per-GPU total, ≈ 590K
 
 
 def test_walkthrough_figures():
     t = layer_tables(WALKTHROUGH, 4)
     assert t.numel == t.padded_numel == 2_360_448
     assert t.padding_numel == 0
-    assert t.unsharded_bytes == 4_720_896  # "fp16 下每层约 4.72 MB"
+    assert t.unsharded_bytes == 4_720_896  # the document: 4.72 MB per layer in fp16
     assert round(t.unsharded_bytes / MB, 2) == 4.72
     assert t.padded_shard_numel == 590_112
-    assert t.sharded_bytes == (1_180_224,) * 4  # "≈ 1.18 MB（fp16），正好是完整层的 1/4"
+    assert t.sharded_bytes == (1_180_224,) * 4  # the document: ≈ 1.18 MB per rank in fp16, exactly 1/4 of the layer
     assert t.padded_sharded_bytes == 1_180_224
     assert round(t.sharded_bytes[0] / MB, 2) == 1.18
 
@@ -134,7 +134,7 @@ def test_walkthrough_figures():
     assert (ag.input_numel, ag.output_numel) == (590_112, 2_360_448)  # notes: one _allgather_base_
     rs = t.collective("reduce_scatter")
     assert (rs.input_numel, rs.output_numel) == (2_360_448, 590_112)
-    assert t.step_bytes_sent == 10_622_016  # "单层单步合计 ~10.6 MB/rank"
+    assert t.step_bytes_sent == 10_622_016  # the document: ~10.6 MB per rank for one layer and step
     assert round(t.step_bytes_sent / MB, 1) == 10.6
 
 

@@ -33,8 +33,8 @@ DOC_SHARDS = {
     "mlp.up_proj.weight": ([1024, 512], [256, 512]),
     "mlp.down_proj.weight": ([512, 1024], [128, 1024]),
 }
-LAYER_NUMEL = 2_360_448  # "单层合计 ≈ 2.36M"
-SHARD_NUMEL = 590_112  # "每 GPU 合计 ≈ 590K"
+LAYER_NUMEL = 2_360_448  # the document's layer total, ≈ 2.36M
+SHARD_NUMEL = 590_112  # the document's per-GPU total, ≈ 590K
 
 
 @pytest.fixture(scope="module")

@@ -434,7 +434,7 @@ def test_every_document_step_observed_with_document_shape():
             got = list(rec.get(layer_idx, step.name).shape)
             assert got == DOC_SHAPES[step.name], step.name
             assert got == resolve_shape(step, config.step_symbols(2, 8)), step.name
-            quoted = re.findall(r"\[(\d+(?:, \d+)*)\]", step.says)  # the document's own line
+            quoted = re.findall(r"\[(\d+(?:, \d+)*)\]", step.says)  # the shape its text quotes
             if quoted:
                 assert got == [int(v) for v in quoted[-1].split(", ")], step.name
     assert [r.layer_idx for r in rec.records] == [0] * len(STEPS) + [1] * len(STEPS)

@@ -29,8 +29,8 @@ CASES = [
     ("qwen3_walkthrough", "[step2.k_heads, [2, 8, 4, 64]", "[step2.k_heads, [2, 8, 8, 64]", "step2.k_heads", "[2, 8, 8, 64]"),
     ("qwen3_walkthrough", "        select: {phase: optimizer}\n        count: 0",
      "        select: {phase: optimizer}\n        count: 1", "optimizer_needs_no_communication", "expected 1"),
-    ("qwen3_walkthrough", 'total_ring_bytes]\n    rows:\n      - [forward_all_gather, "前向 All-Gather 层参数 3/4 × 4.72 ≈ 3.54 MB", {phase: forward, layer: 0}, 1, "≈3.54 MB"]',
-     'total_ring_bytes]\n    rows:\n      - [forward_all_gather, "前向 All-Gather 层参数 3/4 × 4.72 ≈ 3.54 MB", {phase: forward, layer: 0}, 1, "≈3.56 MB"]',
+    ("qwen3_walkthrough", 'total_ring_bytes]\n    rows:\n      - [forward_all_gather, "forward all-gather of the layer: 3/4 × 4.72 ≈ 3.54 MB per rank", {phase: forward, layer: 0}, 1, "≈3.54 MB"]',
+     'total_ring_bytes]\n    rows:\n      - [forward_all_gather, "forward all-gather of the layer: 3/4 × 4.72 ≈ 3.54 MB per rank", {phase: forward, layer: 0}, 1, "≈3.56 MB"]',
      "forward_all_gather", "3.56 MB"),
     # the other specs: one figure each
     ("qwen3_walkthrough_as_written", 'buffer_bytes: "9.44 MB"', 'buffer_bytes: "9.45 MB"', "gathers_9_44_mb", "9.45 MB"),
@@ -94,7 +94,7 @@ def test_one_changed_figure_fails_exactly_that_entry(spec_name, old, new, failin
 def test_cli_exits_nonzero_and_names_the_entry(tmp_path):
     text = (SPECS / "qwen3_walkthrough.yaml").read_text(encoding="utf-8")
     mutated = tmp_path / "walkthrough_mutated.yaml"
-    old = 'memory_falls_back, says: "显存从 4.72 MB 回落到 1.18 MB", bytes: "1.18 MB"}'
+    old = 'memory_falls_back, says: "parameter memory drops from 4.72 MB back to 1.18 MB", bytes: "1.18 MB"}'
     assert text.count(old) == 1
     mutated.write_text(text.replace(old, old.replace('bytes: "1.18 MB"', 'bytes: "1.28 MB"')), encoding="utf-8")
     proc = subprocess.run([sys.executable, "-m", "harness", "run", str(mutated), "--failures-only"],

@@ -8,8 +8,8 @@ package, runs nothing, and is cheap enough for property tests and for a spec-dra
 
 Sources (cited again on each formula):
 
-* The walkthrough document (shared/seed/000_1871bbf14bb2dbe8.txt), sections "参数列表（单层）",
-  "每个 rank 上的参数分片", "Step 0", "Backward 简述", "单层单步通信量汇总".
+* "FSDP2 Qwen3 Decoder Layer Walkthrough", sections "参数列表（单层）", "每个 rank 上的参数分片",
+  "Step 0：Pre-Forward Hook → All-Gather 层参数", "Backward 简述", "单层单步通信量汇总".
 * torch 2.13 FSDP2, ``torch/distributed/fsdp/_fully_shard/``:
   ``_fsdp_param.py`` (``FSDPParam._init_sharded_param``: ``_chunk_with_empty``,
   ``padded_sharded_param_size = chunks[0].size()``; ``init_dtype_attrs``;
@@ -99,7 +99,8 @@ class Dims:
         num_hidden_layers: N_L (default 1: one layer, the document's focus).
         vocab_size: V; needed only for the causal LM's root parameters.
         tie_word_embeddings: lm_head shares embed_tokens' weight (transformers' Qwen3Config
-            default is False; the document says "lm_head 通常与 embed_tokens 权重共享").
+            default is False; the document, section "简化的 Qwen3 结构", notes that lm_head
+            usually shares embed_tokens' weight).
     """
 
     hidden_size: int
@@ -473,25 +474,26 @@ class UnitTables:
             (``MixedPrecisionPolicy.reduce_dtype``, else the gather dtype).
         reshard_after_forward: as passed to fully_shard for this unit (bool or int).
         params: per-parameter shard table, in the unit's parameter order.
-        numel: unsharded elements of the unit (document: "单层合计 ≈ 2.36M").
+        numel: unsharded elements of the unit (document, "参数列表（单层）": ≈ 2.36M per layer).
         padded_numel: all-gather output / reduce-scatter input elements (= ``numel`` when no
             parameter pads).
         padding_numel: ``padded_numel - numel``.
         padded_shard_numel: all-gather input elements per rank (every rank the same).
-        local_numels: unpadded local elements per shard rank (document: "每 GPU 合计 ≈ 590K").
-        sharded_bytes: ``local_numels * storage size`` per shard rank (document: "每 rank
-            单层参数显存 ≈ 1.18 MB").
+        local_numels: unpadded local elements per shard rank (document, "每个 rank 上的参数分片":
+            ≈ 590K per GPU).
+        sharded_bytes: ``local_numels * storage size`` per shard rank (document, "每个 rank 上的参数分片":
+            ≈ 1.18 MB per rank and layer in fp16).
         padded_sharded_bytes: ``padded_shard_numel * storage size``: what each rank actually
             allocates for its shards (``_sharded_param_data`` is padded).
         unsharded_bytes: ``numel * gather size``: the full parameters between all-gather and
-            reshard (document: "此时每 rank 显存里临时有完整的 4.72 MB 层参数").
+            reshard (document, Step 0: each rank briefly holds the whole 4.72 MB layer).
         full_storage_bytes: ``numel * storage size``.
         collectives: per training step, in issue order: forward all-gather; backward
             all-gather (absent when ``reshard_after_forward`` is False); backward
             reduce-scatter; HSDP all-reduce. For a plain FSDP unit with the document's
             defaults: three collectives of ``S*(N-1)/N`` ring bytes each.
-        step_bytes_sent: sum of the collectives' ring bytes per rank (document: "单层单步合计
-            ~10.6 MB/rank").
+        step_bytes_sent: sum of the collectives' ring bytes per rank (document, "单层单步通信量汇总":
+            ~10.6 MB per rank for one layer and step).
     """
 
     world_size: int
@@ -752,8 +754,8 @@ class ModelTables:
         layer: one layer's tables.
         root: the root unit's tables, or None when the root holds no parameters
             (the "decoder_layers" body).
-        step_bytes_sent: ``N_L * layer.step_bytes_sent + root.step_bytes_sent`` (document:
-            "每训练步总通信量 ≈ N_L × 10.6 MB/rank").
+        step_bytes_sent: ``N_L * layer.step_bytes_sent + root.step_bytes_sent`` (document,
+            "单层单步通信量汇总": a training step moves ≈ N_L × 10.6 MB per rank, layers only).
         sharded_bytes: per shard rank, all units' sharded parameter bytes.
     """
 
@@ -821,8 +823,8 @@ def step_symbols(dims: Any, batch_per_rank: int, seq_len: int) -> dict[str, int]
 
     B = batch per rank, L = sequence length, d = hidden_size, h_q = num_attention_heads,
     h_kv = num_key_value_heads, d_h = head_dim, d_ffn = intermediate_size (the document's
-    "配置" table). Activations are never sharded ("激活值在 FSDP 中从不分片"), so these
-    shapes are the same on every rank and for every world size.
+    config table). FSDP never shards activations (document, "每个 rank 上的激活值（输入）"),
+    so these shapes are the same on every rank and for every world size.
     """
     d = to_dims(dims)
     return {
@@ -838,4 +840,5 @@ def step_symbols(dims: Any, batch_per_rank: int, seq_len: int) -> dict[str, int]
 
 WALKTHROUGH = Dims(hidden_size=512, num_attention_heads=8, num_key_value_heads=4,
                    head_dim=64, intermediate_size=1024)
-"""The document's "配置（精简版）": d=512, h_q=8, h_kv=4, d_h=64, d_ffn=1024 (N_L and V unstated)."""
+"""The document's config ("配置（精简版，便于数值追踪）"): d=512, h_q=8, h_kv=4, d_h=64,
+d_ffn=1024 (N_L and V unstated)."""

@@ -7,7 +7,7 @@ Given an initialized default process group (gloo, NCCL or the fake one), :func:`
    materialized after ``fully_shard`` with only this rank's shards, see
    :func:`_init_local_shards`);
 2. makes the global batch (seeded) and keeps this rank's samples ``r*B .. r*B+B-1``, the
-   document's table ("Rank 0: batch 样本 0, 1", ...). With HSDP the data-parallel rank is the
+   document's table (rank 0 holds samples 0 and 1, ...). With HSDP the data-parallel rank is the
    global rank: every rank of the mesh holds distinct samples;
 3. if ``setup.numerics``, runs the plain replica on this rank's chunk and averages its
    gradients over ranks with a plain all-reduce (``recorders.numerics``);
