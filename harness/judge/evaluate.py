@@ -8,15 +8,17 @@ Statuses beyond a check's pass/fail/error:
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from harness.judge.checks import CheckResult, check
-from harness.load.spec import Spec, SpecItem
+
+if TYPE_CHECKING:  # types only: judging imports nothing from the loader
+    from harness.load.spec import Spec, SpecItem
 
 FAILING = frozenset({"fail", "error", "xpass"})
 
 
-def evaluate_item(item: SpecItem, observation: Mapping[str, Any]) -> CheckResult:
+def evaluate_item(item: "SpecItem", observation: Mapping[str, Any]) -> CheckResult:
     """Check one item, honouring its torch range and declared deviation."""
     reason = item.skip_reason(observation["environment"]["torch_version"])
     if reason:
@@ -46,7 +48,7 @@ def _explicit_ranks(selectors) -> list[int]:
     return list(ranks) if isinstance(ranks, list) else []
 
 
-def evaluate_spec(spec: Spec, observation: Mapping[str, Any]) -> list[CheckResult]:
+def evaluate_spec(spec: "Spec", observation: Mapping[str, Any]) -> list[CheckResult]:
     """Every item of ``spec`` in file order."""
     return [evaluate_item(item, observation) for item in spec.items]
 
