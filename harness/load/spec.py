@@ -24,6 +24,7 @@ from packaging.version import Version
 
 from harness.judge.checks import FIELDS, SELECTORS, Entry, make_entry
 from harness.load.expect import ExpectationError, parse_expectation
+from harness.load.model_config import resolve_config_file
 from harness.load.setup import RunSetup, SetupError
 
 _ENTRY_META = ("id", "says", "torch", "deviation", "drafted")
@@ -213,6 +214,9 @@ def load_spec(path: str | Path) -> Spec:
     if isinstance(data.get("setup"), dict) and ("setup",) not in broken:
         # the setup's keys the schema accepted: checked further even when a sibling key is broken
         valid = {k: v for k, v in data["setup"].items() if not any(b[:2] == ("setup", k) for b in broken)}
+        valid, problems = resolve_config_file(valid, path)  # setup.model.config: path/to/config.json
+        for key_path, message in problems:
+            errors.add(_undotted(key_path), message)
         world_size = _world_size(valid)
         try:
             setup = RunSetup.from_mapping(valid)
