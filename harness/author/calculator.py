@@ -850,6 +850,10 @@ class ModelTables:
     total_ring_bytes: int | float
     local_bytes: tuple[int, ...]
 
+    def step_total(self) -> dict[str, Any]:
+        """Every unit's collectives per step as a spec's ``collectives`` field: total_ring_bytes."""
+        return {"total_ring_bytes": _whole(self.total_ring_bytes)}
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON/YAML-ready dict (tuples become lists)."""
         return json.loads(json.dumps(dataclasses.asdict(self)))
