@@ -7,7 +7,7 @@
 
 Exit status: 0 when every entry holds (run) or every spec is valid (validate); 1 when an
 entry fails (run) or a spec is invalid (validate); 2 when run cannot check a spec at all
-(the spec is invalid or its run failed).
+(the spec is invalid or its run failed) or draft cannot use its config (one line on stderr).
 """
 
 from __future__ import annotations
@@ -100,10 +100,15 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_draft(args: argparse.Namespace, console: Console) -> int:
-    from harness.author.draft import draft_spec
+    from harness.author.draft import DraftError, draft_spec
 
-    text = draft_spec(args.config, args.world_size, layers=args.layers, param_dtype=args.dtype,
-                      batch_per_rank=args.batch_per_rank, seq_len=args.seq_len, backend=args.backend or "auto")
+    try:
+        text = draft_spec(args.config, args.world_size, layers=args.layers, param_dtype=args.dtype,
+                          batch_per_rank=args.batch_per_rank, seq_len=args.seq_len, backend=args.backend or "auto",
+                          output=args.output)
+    except DraftError as exc:  # one line on stderr, no traceback
+        print(f"✗ {exc}", file=sys.stderr)
+        return 2
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
         console.print(f"wrote {args.output}", highlight=False)
@@ -129,10 +134,13 @@ def main(argv: list[str] | None = None) -> int:
     validate.add_argument("specs", nargs="+", type=Path)
 
     draft = sub.add_parser("draft", help="draft a spec for a config from the closed-form calculator")
-    draft.add_argument("--config", required=True, help="a known config name (e.g. Qwen3-14B) or a YAML/JSON file of Qwen3Config fields")
+    draft.add_argument("--config", required=True,
+                       help="a known config name (e.g. Qwen3-14B), its hub id (Qwen/Qwen3-14B), or a transformers "
+                            "config.json (nothing is downloaded)")
     draft.add_argument("--world-size", type=int, required=True)
     draft.add_argument("--layers", type=int, default=2, help="decoder layers to run (default 2)")
-    draft.add_argument("--dtype", default="bfloat16", choices=("float16", "bfloat16", "float32"))
+    draft.add_argument("--dtype", default=None, choices=("float16", "bfloat16", "float32"),
+                       help="parameter dtype (default: the config file's torch_dtype, else bfloat16)")
     draft.add_argument("--batch-per-rank", type=int, default=1)
     draft.add_argument("--seq-len", type=int, default=16)
     draft.add_argument("--backend", choices=("auto", "gloo", "nccl", "fake"), default=None)

@@ -1,7 +1,8 @@
 """Reference Qwen3 dense model for the FSDP2 walkthrough, observable step by step.
 
 - ``model.config``: :class:`Qwen3Config` (transformers' field names, validated),
-  :data:`KNOWN_CONFIGS` ("walkthrough" and the released Qwen3 dense models), :func:`get_config`.
+  :data:`KNOWN_CONFIGS` ("walkthrough" and the released Qwen3 dense models; :data:`HUB_IDS`
+  their hub ids), :func:`get_config`, :func:`read_config_file` (a transformers config.json).
 - ``model.qwen3``: the modules, parameter-for-parameter identical to transformers' Qwen3
   (see that module's docstring for why ``lm_head`` lives in ``Qwen3ForCausalLM``), and
   :func:`init_weights`.
@@ -9,7 +10,7 @@
 - ``model.observe``: :func:`observe_steps`, reporting those steps from inside any model.
 """
 
-from .config import KNOWN_CONFIGS, Qwen3Config, get_config
+from .config import HUB_IDS, IGNORED_FIELDS, KNOWN_CONFIGS, Qwen3Config, get_config, read_config_file
 from .names import LAYER_PARAM_NAMES_DOCUMENT, LAYER_PARAM_NAMES_REGISTRATION
 from .steps import STEP_NAMES, STEPS, STEPS_BY_NAME, Step, resolve_shape
 
@@ -37,6 +38,9 @@ __all__ = [
     "Qwen3Config",
     "KNOWN_CONFIGS",
     "get_config",
+    "HUB_IDS",
+    "IGNORED_FIELDS",
+    "read_config_file",
     "Qwen3RMSNorm",
     "Qwen3RotaryEmbedding",
     "Qwen3Attention",

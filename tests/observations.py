@@ -18,14 +18,21 @@ import math
 from typing import Any, Callable, Iterable
 
 from harness.load.setup import ModelSetup, RunSetup
+from model.config import KNOWN_CONFIGS
 from model.steps import STEPS, resolve_shape
 
 # --- the document's setup ------------------------------------------------------------------
 
-#: "配置（精简版，便于数值追踪）": the symbols of model/steps.py.
-DIMS = {"B": 2, "L": 8, "d": 512, "h_q": 8, "h_kv": 4, "d_h": 64, "d_ffn": 1024}
-WORLD_SIZE = 4                     # DP world size (N)
-NUM_LAYERS = 2                     # N_L: two, so that "between layers" and prefetch show
+#: The walkthrough's config, defined once in model/config.py (N_L = 2, so that "between
+#: layers" and prefetch show).
+CONFIG = KNOWN_CONFIGS["walkthrough"]
+#: The harness's default setup is the document's: N=4 ranks on one mesh dim, B=2, L=8.
+_DEFAULT = RunSetup()
+#: The document's config table (section "配置（精简版，便于数值追踪）"): the symbols of
+#: model/steps.py, from their one definition.
+DIMS = CONFIG.step_symbols(_DEFAULT.batch_per_rank, _DEFAULT.seq_len)
+WORLD_SIZE = _DEFAULT.world_size   # DP world size (N)
+NUM_LAYERS = CONFIG.num_hidden_layers
 DTYPE, ELEMENT_SIZE = "float16", 2  # the document counts fp16: 4.72 MB per layer
 MESH_DIM = "dp"
 TORCH_VERSION = "2.13.0+cpu"

@@ -70,7 +70,7 @@ def test_registration_order_and_shapes_match_transformers():
 def test_to_dims_accepts_mapping_object_and_default_head_dim():
     mapping = {"hidden_size": 512, "num_attention_heads": 8, "num_key_value_heads": 4,
                "head_dim": 64, "intermediate_size": 1024}
-    assert calc.to_dims(mapping) == WALKTHROUGH
+    assert calc.to_dims(mapping) == Dims(512, 8, 4, 64, 1024)
 
     class Cfg:
         hidden_size, num_attention_heads, num_key_value_heads = 512, 8, 4
@@ -95,7 +95,7 @@ def test_root_params():
     tied = Dims(512, 8, 4, 64, 1024, vocab_size=1000, tie_word_embeddings=True)
     assert [p.name for p in calc.root_params(tied)] == ["model.embed_tokens.weight", "model.norm.weight"]
     with pytest.raises(ValueError):
-        calc.root_params(WALKTHROUGH)  # no vocab_size
+        calc.root_params(Dims(512, 8, 4, 64, 1024))  # no vocab_size
 
 
 # --- the walkthrough on 4 ranks -------------------------------------------------------------
@@ -118,31 +118,31 @@ def test_walkthrough_figures():
     assert t.unsharded_bytes == 4_720_896  # the document: 4.72 MB per layer in fp16
     assert round(t.unsharded_bytes / MB, 2) == 4.72
     assert t.padded_shard_numel == 590_112
-    assert t.sharded_bytes == (1_180_224,) * 4  # the document: ≈ 1.18 MB per rank in fp16, exactly 1/4 of the layer
+    assert t.local_bytes == (1_180_224,) * 4  # the document: ≈ 1.18 MB per rank in fp16, exactly 1/4 of the layer
     assert t.padded_sharded_bytes == 1_180_224
-    assert round(t.sharded_bytes[0] / MB, 2) == 1.18
+    assert round(t.local_bytes[0] / MB, 2) == 1.18
 
     assert [(c.op, c.phase) for c in t.collectives] == [
         ("all_gather", "forward"), ("all_gather", "backward"), ("reduce_scatter", "backward")]
     for c in t.collectives:
-        assert (c.group, c.group_size, c.dtype) == ("shard", 4, "float16")
-        assert c.size_bytes == 4_720_896
-        assert c.ring_bytes_sent == 3_540_672  # "(N-1)/N × 4.72MB = 3.54 MB"
-        assert round(c.ring_bytes_sent / MB, 2) == 3.54
+        assert (c.mesh_dim, c.group_size, c.dtype) == ("dp", 4, "float16")
+        assert c.buffer_bytes == 4_720_896
+        assert c.ring_bytes == 3_540_672  # "(N-1)/N × 4.72MB = 3.54 MB"
+        assert round(c.ring_bytes / MB, 2) == 3.54
         assert c.busbw_factor == 0.75
     ag = t.collective("all_gather", "forward")
-    assert (ag.input_numel, ag.output_numel) == (590_112, 2_360_448)  # notes: one _allgather_base_
+    assert (ag.numel_in, ag.numel_out) == (590_112, 2_360_448)  # notes: one _allgather_base_
     rs = t.collective("reduce_scatter")
-    assert (rs.input_numel, rs.output_numel) == (2_360_448, 590_112)
-    assert t.step_bytes_sent == 10_622_016  # the document: ~10.6 MB per rank for one layer and step
-    assert round(t.step_bytes_sent / MB, 1) == 10.6
+    assert (rs.numel_in, rs.numel_out) == (2_360_448, 590_112)
+    assert t.total_ring_bytes == 10_622_016  # the document: ~10.6 MB per rank for one layer and step
+    assert round(t.total_ring_bytes / MB, 1) == 10.6
 
 
 def test_walkthrough_n_layers_and_offsets():
     m = calc.model_tables(Dims(512, 8, 4, 64, 1024, num_hidden_layers=28), 4)
     assert m.root is None
-    assert m.step_bytes_sent == 28 * 10_622_016  # "≈ N_L × 10.6 MB/rank"
-    assert m.sharded_bytes == (28 * 1_180_224,) * 4
+    assert m.total_ring_bytes == 28 * 10_622_016  # "≈ N_L × 10.6 MB/rank"
+    assert m.local_bytes == (28 * 1_180_224,) * 4
     t = layer_tables(WALKTHROUGH, 4)
     offsets = [p.input_offset for p in t.params]
     sizes = [p.padded_shard_numel for p in t.params]
@@ -156,8 +156,8 @@ def test_bandwidth_helpers():
     assert ag.algbw(1e-3) == pytest.approx(4_720_896e3)
     assert ag.busbw(1e-3) == pytest.approx(4_720_896e3 * 3 / 4)
     assert calc.busbw("all_reduce", 1000, 4, 1.0) == pytest.approx(1500.0)
-    assert calc.ring_bytes_sent("all_reduce", 1000, 4) == 1500
-    assert calc.ring_bytes_sent("all_reduce", 10, 3) == pytest.approx(40 / 3)
+    assert calc.ring_bytes("all_reduce", 1000, 4) == 1500
+    assert calc.ring_bytes("all_reduce", 10, 3) == pytest.approx(40 / 3)
     assert calc.busbw_factor("all_gather", 1) == 0.0
 
 
@@ -167,8 +167,8 @@ def test_bandwidth_helpers():
 def test_document_code_as_written_is_fp32():
     # The document's fully_shard has no MixedPrecisionPolicy: fp32 parameters gather 9.44 MB.
     t = layer_tables(WALKTHROUGH, 4, param_dtype="float32")
-    assert t.collective("all_gather", "forward").size_bytes == 9_441_792
-    assert t.sharded_bytes == (2_360_448,) * 4
+    assert t.collective("all_gather", "forward").buffer_bytes == 9_441_792
+    assert t.local_bytes == (2_360_448,) * 4
 
 
 def test_mixed_precision_dtypes():
@@ -176,15 +176,15 @@ def test_mixed_precision_dtypes():
     # storage stays fp32 (notes: "2.36 MB per rank per layer, not 1.18"), reduce follows fp16.
     t = layer_tables(WALKTHROUGH, 4, param_dtype="float32", gather_dtype="float16")
     assert (t.storage_dtype, t.gather_dtype, t.reduce_dtype) == ("float32", "float16", "float16")
-    assert t.sharded_bytes == (2_360_448,) * 4
+    assert t.local_bytes == (2_360_448,) * 4
     assert t.unsharded_bytes == 4_720_896
-    assert t.step_bytes_sent == 10_622_016
+    assert t.total_ring_bytes == 10_622_016
     # reduce_dtype=float32: the reduce-scatter doubles, the all-gathers do not.
     t = layer_tables(WALKTHROUGH, 4, param_dtype="float32", gather_dtype="bfloat16",
                      reduce_dtype="float32")
-    assert t.collective("reduce_scatter").size_bytes == 9_441_792
-    assert t.collective("all_gather", "backward").size_bytes == 4_720_896
-    assert t.step_bytes_sent == 2 * 3_540_672 + 7_081_344
+    assert t.collective("reduce_scatter").buffer_bytes == 9_441_792
+    assert t.collective("all_gather", "backward").buffer_bytes == 4_720_896
+    assert t.total_ring_bytes == 2 * 3_540_672 + 7_081_344
 
 
 def test_dtype_names():
@@ -218,24 +218,24 @@ def test_walkthrough_on_3_ranks():
     assert t.padded_numel == 2_366_598
     assert t.padding_numel == 6_150
     assert t.local_numels == (788_866, 788_866, 782_716)
-    assert t.sharded_bytes == (1_577_732, 1_577_732, 1_565_432)
+    assert t.local_bytes == (1_577_732, 1_577_732, 1_565_432)
     assert t.padded_sharded_bytes == 1_577_732  # rank 2 allocates the padded size too
     assert t.param("self_attn.k_proj.weight").local_shapes == ((86, 512), (86, 512), (84, 512))
     assert t.param("self_attn.k_proj.weight").row_ranges == ((0, 86), (86, 172), (172, 256))
     assert t.param("self_attn.q_norm.weight").local_shapes == ((22,), (22,), (20,))
     assert t.param("mlp.gate_proj.weight").padding_numel == 1_024
     for c in t.collectives:
-        assert c.size_bytes == 4_733_196
-        assert c.ring_bytes_sent == 3_155_464
-    assert t.step_bytes_sent == 9_466_392
+        assert c.buffer_bytes == 4_733_196
+        assert c.ring_bytes == 3_155_464
+    assert t.total_ring_bytes == 9_466_392
 
 
 def test_qwen3_32b_layer_at_1024_ranks():
     t = layer_tables(QWEN3_32B, 1024)
     assert t.numel == 487_598_336
     ag = t.collective("all_gather", "forward")
-    assert ag.output_numel == t.padded_numel == 487_600_128  # notes: padded all-gather output
-    assert ag.input_numel == 487_600_128 // 1024 == 476_172
+    assert ag.numel_out == t.padded_numel == 487_600_128  # notes: padded all-gather output
+    assert ag.numel_in == 487_600_128 // 1024 == 476_172
     assert t.padding_numel == 1_792  # q_norm and k_norm: 2 x (1024 - 128)
     q_norm = t.param("self_attn.q_norm.weight")
     assert q_norm.local_numels == (1,) * 128 + (0,) * 896  # ranks 0-127 one row, rest none
@@ -285,20 +285,24 @@ def test_hsdp_2x2():
     t = layer_tables(WALKTHROUGH, mesh_shape=(2, 2))
     assert (t.world_size, t.shard_size, t.replicate_size) == (4, 2, 2)
     assert t.local_numels == (1_180_224, 1_180_224)
-    assert t.sharded_bytes == (2_360_448, 2_360_448)
+    assert t.local_bytes == (2_360_448, 2_360_448)
     assert t.param("mlp.gate_proj.weight").local_shapes == ((512, 512), (512, 512))
-    assert [(c.op, c.group, c.group_size) for c in t.collectives] == [
-        ("all_gather", "shard", 2), ("all_gather", "shard", 2),
-        ("reduce_scatter", "shard", 2), ("all_reduce", "replicate", 2)]
+    assert [(c.op, c.mesh_dim, c.group_size) for c in t.collectives] == [
+        ("all_gather", "dp_shard", 2), ("all_gather", "dp_shard", 2),
+        ("reduce_scatter", "dp_shard", 2), ("all_reduce", "dp_replicate", 2)]
+    named = layer_tables(WALKTHROUGH, mesh_shape=(2, 2), mesh_dim_names=("rep", "shard"))
+    assert [c.mesh_dim for c in named.collectives] == ["shard", "shard", "shard", "rep"]
+    with pytest.raises(ValueError, match="do not name the dims"):
+        layer_tables(WALKTHROUGH, mesh_shape=(2, 2), mesh_dim_names=("dp",))
     ag, _, rs, ar = t.collectives
-    assert (ag.input_numel, ag.output_numel, ag.size_bytes) == (1_180_224, 2_360_448, 4_720_896)
-    assert ag.ring_bytes_sent == 2_360_448  # 4,720,896 x 1/2
-    assert (rs.input_numel, rs.output_numel, rs.size_bytes) == (2_360_448, 1_180_224, 4_720_896)
-    assert rs.ring_bytes_sent == 2_360_448
-    assert (ar.input_numel, ar.output_numel, ar.size_bytes) == (1_180_224, 1_180_224, 2_360_448)
-    assert ar.ring_bytes_sent == 2_360_448  # 2 x 2,360,448 x 1/2
+    assert (ag.numel_in, ag.numel_out, ag.buffer_bytes) == (1_180_224, 2_360_448, 4_720_896)
+    assert ag.ring_bytes == 2_360_448  # 4,720,896 x 1/2
+    assert (rs.numel_in, rs.numel_out, rs.buffer_bytes) == (2_360_448, 1_180_224, 4_720_896)
+    assert rs.ring_bytes == 2_360_448
+    assert (ar.numel_in, ar.numel_out, ar.buffer_bytes) == (1_180_224, 1_180_224, 2_360_448)
+    assert ar.ring_bytes == 2_360_448  # 2 x 2,360,448 x 1/2
     assert ar.busbw_factor == 1.0
-    assert t.step_bytes_sent == 4 * 2_360_448
+    assert t.total_ring_bytes == 4 * 2_360_448
     assert calc.mesh_coords(3, (2, 2)) == (1, 1) and calc.mesh_coords(2, (2, 2)) == (1, 0)
     with pytest.raises(ValueError):
         layer_tables(WALKTHROUGH, 8, mesh_shape=(2, 2))
@@ -309,7 +313,7 @@ def test_hsdp_uneven_shard_group():
     # padded shard.
     t = layer_tables(WALKTHROUGH, mesh_shape=(2, 3))
     assert t.padded_shard_numel == 788_866
-    assert t.collective("all_reduce").size_bytes == 2 * 788_866
+    assert t.collective("all_reduce").buffer_bytes == 2 * 788_866
 
 
 # --- reshard_after_forward and the root -------------------------------------------------------
@@ -319,15 +323,17 @@ def test_reshard_after_forward_options():
     no = layer_tables(WALKTHROUGH, 4, reshard_after_forward=False)
     assert [(c.op, c.phase) for c in no.collectives] == [
         ("all_gather", "forward"), ("reduce_scatter", "backward")]
-    assert no.step_bytes_sent == 2 * 3_540_672
+    assert no.total_ring_bytes == 2 * 3_540_672
     assert layer_tables(WALKTHROUGH, 4, reshard_after_forward=1).collectives == no.collectives
     assert (layer_tables(WALKTHROUGH, 4, reshard_after_forward=4).collectives
             == layer_tables(WALKTHROUGH, 4).collectives)
     two = layer_tables(WALKTHROUGH, 4, reshard_after_forward=2)
     bwd = two.collective("all_gather", "backward")
-    assert (bwd.group, bwd.group_size, bwd.input_numel, bwd.output_numel) == (
-        "post_forward", 2, 1_180_224, 2_360_448)
-    assert bwd.ring_bytes_sent == 2_360_448
+    # the group of 2 is a new process group, no dim of the mesh: the observation's mesh_dim is None
+    assert (bwd.mesh_dim, bwd.group_size, bwd.numel_in, bwd.numel_out) == (
+        None, 2, 1_180_224, 2_360_448)
+    assert "mesh_dim" not in bwd.fields()
+    assert bwd.ring_bytes == 2_360_448
     with pytest.raises(ValueError):
         layer_tables(WALKTHROUGH, 4, reshard_after_forward=3)
 
@@ -341,8 +347,8 @@ def test_causal_lm_root():
     assert root.padding_numel == 0  # every dimension a multiple of 128 (notes)
     assert [(c.op, c.phase) for c in root.collectives] == [
         ("all_gather", "forward"), ("reduce_scatter", "backward")]
-    assert m.step_bytes_sent == 28 * m.layer.step_bytes_sent + root.step_bytes_sent
-    assert calc.root_tables(d, 8, reshard_after_forward=True).step_bytes_sent == (
+    assert m.total_ring_bytes == 28 * m.layer.total_ring_bytes + root.total_ring_bytes
+    assert calc.root_tables(d, 8, reshard_after_forward=True).total_ring_bytes == (
         3 * root.numel * 2 * 7 // 8)
     with pytest.raises(ValueError):
         calc.model_tables(d, 8, body="encoder")
@@ -366,7 +372,7 @@ def test_to_dict_is_plain():
     d = layer_tables(WALKTHROUGH, 3).to_dict()
     json.dumps(d)
     assert d["params"][0]["local_shapes"][2] == [170, 512]
-    assert d["collectives"][0]["size_bytes"] == 4_733_196
+    assert d["collectives"][0]["buffer_bytes"] == 4_733_196
 
 
 def test_calculator_does_not_import_torch():
@@ -383,5 +389,44 @@ def test_one_rank_shard_group_issues_no_collective():
     # tests/test_calculator_vs_fake.py, which the first version of this calculator failed.
     t = calc.layer_tables(calc.WALKTHROUGH, 1)
     assert t.collectives == ()
-    assert t.step_bytes_sent == 0
+    assert t.total_ring_bytes == 0
     assert t.local_numels == (t.numel,)
+
+
+def test_rows_carry_the_specs_field_names():
+    # one vocabulary: what the calculator hands out is keyed by the check kinds' own fields
+    from harness.judge.kinds import REGISTRY
+
+    FIELDS = {name: set(kind.field_index) for name, kind in REGISTRY.items()}
+    SELECTORS = {name: set(kind.selector_index) for name, kind in REGISTRY.items()}
+    t = layer_tables(WALKTHROUGH, 4)
+    for c in t.collectives:
+        assert set(c.fields()) <= FIELDS["collectives"]
+    assert set(t.step_total()) <= FIELDS["collectives"]
+    assert set(t.params_total()) | set(t.params_total(0)) <= FIELDS["params_total"]
+    for point in ("pre_forward", "post_forward"):
+        assert set(t.param_state(point, 0)) <= FIELDS["param_state"]
+    assert set(t.params[0].row(0)) <= FIELDS["param"] | SELECTORS["param"]
+    assert t.collective("all_gather", "forward").fields() == {
+        "op": "all_gather", "dtype": "float16", "numel_in": 590_112, "numel_out": 2_360_448,
+        "buffer_bytes": 4_720_896, "ring_bytes": 3_540_672, "group_size": 4, "mesh_dim": "dp"}
+    assert t.params_total() == {"count": 11, "numel": 2_360_448, "bytes": 4_720_896}
+    assert t.params_total(3) == {"local_numel": 590_112, "local_bytes": 1_180_224}
+    assert t.param_state("pre_forward", 0) == {"plain_tensors": 11, "full_shapes": True, "bytes": 4_720_896}
+    assert t.param_state("post_forward", 0) == {"dtensors": 11, "local_shapes": True, "bytes": 1_180_224}
+    assert layer_tables(WALKTHROUGH, 4, reshard_after_forward=False).param_state("post_forward", 0)["plain_tensors"] == 11
+    assert t.step_total() == {"count": 3, "total_ring_bytes": 10_622_016}
+    assert t.param("self_attn.k_proj.weight").row(1) == {
+        "param": "self_attn.k_proj.weight", "full_shape": [256, 512], "numel": 131_072,
+        "local_shape": [64, 512], "local_numel": 32_768}
+
+
+def test_walkthrough_is_defined_once():
+    # the calculator's WALKTHROUGH and its step symbols come from model.config
+    from model.config import KNOWN_CONFIGS
+
+    config = KNOWN_CONFIGS["walkthrough"]
+    assert WALKTHROUGH == calc.to_dims(config)
+    assert WALKTHROUGH.num_hidden_layers == config.num_hidden_layers
+    assert calc.step_symbols(WALKTHROUGH, 2, 8) == config.step_symbols(2, 8)
+

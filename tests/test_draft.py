@@ -35,18 +35,85 @@ def test_drafted_qwen3_14b_at_128_ranks_passes(tmp_path, spec_observation):
 
 
 @pytest.mark.slow
-def test_drafted_spec_from_a_config_file_on_real_ranks(tmp_path, spec_observation):
-    # an uneven world (3 ranks) from a config file, run on real gloo ranks
-    config = tmp_path / "tiny.yaml"
-    config.write_text(yaml.safe_dump({
-        "hidden_size": 96, "num_attention_heads": 6, "num_key_value_heads": 2, "head_dim": 16,
-        "intermediate_size": 200, "num_hidden_layers": 4, "vocab_size": 64, "rms_norm_eps": 1e-6,
-        "rope_theta": 10000.0, "tie_word_embeddings": False}))
-    path = _draft(tmp_path, "--config", str(config), "--world-size", "3", "--dtype", "float32")
+def test_drafted_spec_from_a_transformers_config_json_on_real_ranks(tmp_path, spec_observation):
+    # the config, written by transformers itself; an uneven world (3 ranks), real gloo ranks
+    transformers = pytest.importorskip("transformers")
+    config = tmp_path / "config.json"
+    transformers.Qwen3Config(hidden_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                             intermediate_size=768, num_hidden_layers=4, vocab_size=1000, tie_word_embeddings=True,
+                             dtype="float32").to_json_file(str(config))
+    path = _draft(tmp_path, "--config", str(config), "--world-size", "3")
+    text = path.read_text()
+    assert "# param_dtype float32: the config file's torch_dtype." in text
     spec = load_spec(path)
-    assert spec.backend == "auto" and spec.setup.world_size == 3
+    assert spec.raw["setup"]["model"]["config"] == "config.json"  # relative to the drafted spec
+    assert spec.backend == "auto" and spec.setup.world_size == 3 and spec.setup.param_dtype == "float32"
     results = evaluate_spec(spec, spec_observation(spec))
     assert [r.explain() for r in results if r.status in FAILING] == []
+    assert {r.status for r in results} == {"pass"}
+
+
+@pytest.mark.slow
+def test_drafted_spec_from_a_released_config_json_on_the_fake_backend(tmp_path, spec_observation):
+    transformers = pytest.importorskip("transformers")
+    from model.config import KNOWN_CONFIGS
+
+    folder = tmp_path / "Qwen3-8B"
+    folder.mkdir()
+    transformers.Qwen3Config(**KNOWN_CONFIGS["Qwen3-8B"].to_transformers_kwargs(),
+                             dtype="bfloat16").to_json_file(str(folder / "config.json"))
+    path = _draft(tmp_path, "--config", str(folder / "config.json"), "--world-size", "64")
+    spec = load_spec(path)
+    assert spec.backend == "fake" and spec.setup.param_dtype == "bfloat16" and spec.name == "qwen3_8b_w64"
+    results = evaluate_spec(spec, spec_observation(spec))
+    assert [r.explain() for r in results if r.status in FAILING] == []
+    assert {r.status for r in results} == {"pass"}
+
+
+def test_drafted_text_is_yaml_data_under_a_comment_header(tmp_path):
+    from harness.author.draft import draft, draft_spec
+
+    text = draft_spec("Qwen/Qwen3-8B", 3, param_dtype="float32")
+    header = text.split("\nspec:")[0].splitlines()
+    assert header and all(line.startswith("# ") for line in header)
+    assert "&id" not in text and "*id" not in text  # no YAML anchors or aliases
+    data = yaml.safe_load(text)
+    _, built = draft("Qwen3-8B", 3, param_dtype="float32")
+    assert data == built  # the text is the data, dumped
+    assert data["setup"]["model"]["config"] == "Qwen3-8B"  # the hub id names the known config
+    assert data["setup"]["param_dtype"] == "float32"
+    entries = [e for t in data["tables"] for e in t["entries"]]
+    assert entries and all(e["drafted"] is True for e in entries)
+    ag = next(e for e in entries if e.get("id") == "forward_all_gather")
+    assert {k: ag[k] for k in ("numel_in", "numel_out", "buffer_bytes", "ring_bytes", "group_size", "mesh_dim")} == {
+        "numel_in": 64_334_594, "numel_out": 193_003_782, "buffer_bytes": 772_015_128, "ring_bytes": 514_676_752,
+        "group_size": 3, "mesh_dim": "dp"}
+    spec = load_spec(_write(tmp_path, text))
+    assert len(spec.items) == len(entries) and all(item.drafted for item in spec.items)
+
+
+def test_drafted_dtype_says_where_it_came_from(tmp_path):
+    from harness.author.draft import draft_spec
+
+    assert "# param_dtype bfloat16: the draft's default" in draft_spec("Qwen3-8B", 4)
+    assert "param_dtype" not in draft_spec("Qwen3-8B", 4, param_dtype="float16").split("\nspec:")[0]
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "drafted.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_draft_refuses_a_moe_config_in_one_line(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text('{"model_type": "qwen3_moe", "hidden_size": 2048, "num_experts": 128}')
+    proc = subprocess.run([sys.executable, "-m", "harness", "draft", "--config", str(config), "--world-size", "8"],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == (f"✗ --config {config}: model_type 'qwen3_moe' is not modelled: model/qwen3.py implements "
+                           "the dense Qwen3 decoder (model_type 'qwen3') only, and another architecture has other "
+                           "parameters and numbers\n")
 
 
 def test_draft_rejects_an_unknown_config(tmp_path):

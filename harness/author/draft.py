@@ -3,195 +3,253 @@
 ``python -m harness draft --config Qwen3-14B --world-size 128`` writes the walkthrough's tables
 (parameter list, shard per rank, step shapes, collectives and bytes, per-layer per-step
 totals, reshard state) for that config, each figure computed by :mod:`harness.author.calculator`,
-never by running anything. Every entry is marked ``drafted: true``: the author reviews it
-against their own document before relying on it. The drafted spec passes when run, because the
-calculator and FSDP2 agree; where they do not, the failing entry is the finding.
+never by running anything. ``--config`` is a name in ``model.KNOWN_CONFIGS``, its hub id
+(``Qwen/Qwen3-8B``) or a transformers ``config.json`` (``model.config.read_config_file``);
+a file is referenced from the drafted spec's ``setup.model.config``, and its ``torch_dtype``
+is the parameter dtype unless ``--dtype`` says otherwise.
+
+The spec is built as data, its rows as the calculator hands them out (already in the spec's
+field names), and written with ``yaml.safe_dump`` under a comment header. Every entry is marked
+``drafted: true``: the author reviews it against their own document before relying on it. The
+drafted spec passes when run, because the calculator and FSDP2 agree; where they do not, the
+failing entry is the finding.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import json
+import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
 from harness.author import calculator as calc
+from model.config import ConfigFile, KNOWN_CONFIGS, Qwen3Config, known_config_name, read_config_file
 from model.steps import STEPS, resolve_shape
 
-# Above this many ranks the draft uses the fake backend (one process, simulated ranks).
 REAL_RANKS_LIMIT = 8
+"""Above this many ranks the draft uses the fake backend (one process, simulated ranks)."""
+
+DEFAULT_DTYPE = "bfloat16"
+"""The parameter dtype when neither ``--dtype`` nor the config file gives one (the released
+Qwen3 checkpoints' ``torch_dtype``)."""
+
+DTYPES = tuple(calc.DTYPE_BYTES)
+
+_DRAFTED = {"drafted": True}
 
 
-def _config(name_or_file: str) -> tuple[Any, Any]:
-    """(config value for the spec's setup, Qwen3Config)."""
-    from model import KNOWN_CONFIGS, get_config
+class DraftError(ValueError):
+    """A config or option the draft cannot use; ``str()`` is one line naming it."""
 
-    if name_or_file in KNOWN_CONFIGS:
-        return name_or_file, KNOWN_CONFIGS[name_or_file]
-    path = Path(name_or_file)
-    if not path.exists():
-        raise SystemExit(f"--config: {name_or_file!r} is neither a known config ({', '.join(KNOWN_CONFIGS)}) nor a file")
-    fields = yaml.safe_load(path.read_text())
-    if not isinstance(fields, Mapping):
-        raise SystemExit(f"{path}: expected a mapping of Qwen3Config fields")
+
+def _read_config(config: str) -> tuple[str | None, Qwen3Config, ConfigFile | None]:
+    """(the known name or None, the Qwen3Config, the file read or None)."""
+    name = known_config_name(config)
+    if name is not None:
+        return name, KNOWN_CONFIGS[name], None
+    if not Path(config).exists():
+        raise DraftError(f"--config: {config!r} is neither a known config ({', '.join(KNOWN_CONFIGS)}, "
+                         f"or their hub ids Qwen/<name>) nor a file")
     try:
-        return dict(fields), get_config(fields)
+        read = read_config_file(config)
     except ValueError as exc:
-        raise SystemExit(f"{path}: {exc}") from None
-
-
-def _flow(value: Any) -> str:
-    """One-line YAML for a value. Not JSON: YAML 1.1 (PyYAML) reads JSON's 1e-06 as a string."""
-    text = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=10**9, sort_keys=False)
-    return text.removesuffix("\n").removesuffix("\n...").strip()
+        raise DraftError(f"--config {exc}") from None
+    return None, read.config, read
 
 
 def _slug(name: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in name.lower()).strip("_")
 
 
-def draft_spec(config: str, world_size: int, *, layers: int = 2, param_dtype: str = "bfloat16",
-               batch_per_rank: int = 1, seq_len: int = 16, backend: str = "auto") -> str:
-    """Return the YAML text of a drafted spec.
+def _config_reference(path: str, output: str | Path | None) -> str:
+    """How the drafted spec names the config file: relative to the spec's folder when the spec
+    is written to a file (the loader resolves it from there), else absolute."""
+    if output is None:
+        return str(Path(path).resolve())
+    return Path(os.path.relpath(Path(path).resolve(), Path(output).resolve().parent)).as_posix()
+
+
+def draft(config: str, world_size: int, *, layers: int = 2, param_dtype: str | None = None,
+          batch_per_rank: int = 1, seq_len: int = 16, backend: str = "auto",
+          output: str | Path | None = None) -> tuple[list[str], dict[str, Any]]:
+    """The drafted spec as (comment header lines, spec mapping).
 
     Args:
-        config: a name in ``model.KNOWN_CONFIGS`` or a YAML/JSON file of Qwen3Config fields.
+        config: a name in ``model.KNOWN_CONFIGS``, its hub id, or a transformers
+            ``config.json`` (or a YAML/JSON mapping of ``Qwen3Config`` fields).
         world_size: N, the 1-D ``dp`` mesh size.
         layers: decoder layers to run (N_L).
-        param_dtype: parameter dtype; bytes follow from it.
+        param_dtype: parameter dtype (bytes follow from it); None: the config file's
+            ``torch_dtype`` / ``dtype``, else :data:`DEFAULT_DTYPE`.
         batch_per_rank, seq_len: B and L.
         backend: "auto" picks fake above :data:`REAL_RANKS_LIMIT` ranks, else the harness's auto.
+        output: where the spec will be written: a config file is referenced relative to it.
+
+    Raises:
+        DraftError: an unknown config, an unreadable or refused config file, a dtype the
+            harness does not run.
     """
-    setup_config, cfg = _config(config)
-    dims = calc.to_dims(cfg)
-    dims = calc.Dims(**{**dims.__dict__, "num_hidden_layers": layers})
+    name, cfg, read = _read_config(config)
+    dtype_source = "--dtype"
+    if param_dtype is None:
+        if read is not None and read.dtype is not None:
+            param_dtype, dtype_source = read.dtype, "the config file's torch_dtype"
+        else:
+            param_dtype, dtype_source = DEFAULT_DTYPE, "the draft's default (the released Qwen3 checkpoints' torch_dtype)"
+    if param_dtype not in DTYPES:
+        raise DraftError(f"dtype {param_dtype!r} (from {dtype_source}) is not one the harness runs "
+                         f"({', '.join(DTYPES)}); pass --dtype")
+
+    dims = calc.Dims(**{**calc.to_dims(cfg).__dict__, "num_hidden_layers": layers})
     if backend == "auto" and world_size > REAL_RANKS_LIMIT:
         backend = "fake"
     observe = [0, world_size - 1] if backend == "fake" and world_size > 1 else list(range(world_size))
     layer = calc.layer_tables(dims, world_size, param_dtype=param_dtype)
     model = calc.model_tables(dims, world_size, param_dtype=param_dtype)
     symbols = calc.step_symbols(dims, batch_per_rank, seq_len)
-    name = _slug(f"{setup_config if isinstance(setup_config, str) else 'custom'}_w{world_size}")
-    d = "drafted: true"
-    out: list[str] = []
-    w = out.append
 
-    w(f"# Drafted on {_dt.date.today().isoformat()} by: python -m harness draft --config {config} --world-size {world_size}")
-    w("# Every figure comes from harness/author/calculator.py (closed form), not from a run. Each entry is")
-    w("# marked 'drafted: true': review it against your own document, then remove the mark.")
-    w(f"spec: {name}")
-    label = setup_config if isinstance(setup_config, str) else Path(config).stem
-    w(f"title: {_flow(f'{label}: {layers} decoder layers under FSDP2 on {world_size} ranks (drafted)')}")
-    w(f"document: {_flow('drafted from harness/author/calculator.py; name the document you review it against')}")
-    if backend != "auto":
-        w(f"backend: {backend}")
-    w("setup:")
-    w(f"  model: {_flow({'config': setup_config, 'overrides': {'num_hidden_layers': layers}, 'body': 'decoder_layers'})}")
-    w(f"  param_dtype: {param_dtype}")
-    w(f"  mesh: {_flow({'shape': [world_size], 'dim_names': ['dp']})}")
-    w(f"  batch_per_rank: {batch_per_rank}")
-    w(f"  seq_len: {seq_len}")
-    w("  fsdp: {reshard_after_forward: true}")
-    w("  optimizer: {name: sgd, lr: 0.01}")
+    if read is None:
+        label, setup_config = name, name
+    else:  # a checkpoint folder's config.json is named after the folder
+        file = Path(read.path)
+        label = file.resolve().parent.name if file.name == "config.json" else file.stem
+        setup_config = _config_reference(read.path, output)
+
+    header = [
+        f"Drafted on {_dt.date.today().isoformat()} by: python -m harness draft --config {config} "
+        f"--world-size {world_size}" + (f" --dtype {param_dtype}" if dtype_source == "--dtype" else ""),
+        "Every figure comes from harness/author/calculator.py (closed form), not from a run. Each entry is",
+        "marked 'drafted: true': review it against your own document, then remove the mark.",
+    ]
+    description = f"{label}: {layers} of its decoder layers as FSDP2 units on {world_size} ranks, drafted."
+    if read is not None:
+        header.append(f"Model config: {read.path} (transformers config.json); accepted and ignored: "
+                      f"{', '.join(read.ignored) or 'nothing'}.")
+    if dtype_source != "--dtype":
+        header.append(f"param_dtype {param_dtype}: {dtype_source}.")
+        description += f" param_dtype {param_dtype} is {dtype_source}."
+
+    setup: dict[str, Any] = {
+        "model": {"config": setup_config, "overrides": {"num_hidden_layers": layers}, "body": "decoder_layers"},
+        "param_dtype": param_dtype,
+        "mesh": {"shape": [world_size], "dim_names": list(layer.mesh_dim_names)},
+        "batch_per_rank": batch_per_rank,
+        "seq_len": seq_len,
+        "fsdp": {"reshard_after_forward": True},
+        "optimizer": {"name": "sgd", "lr": 0.01},
+    }
     if backend == "fake":
-        w(f"  observe_ranks: {_flow(observe)}")
-    w("tables:")
+        setup["observe_ranks"] = observe
 
-    # Parameter list (one layer)
-    w('  - section: "参数列表（单层）"')
-    w("    title: parameter list")
-    w("    check: param")
-    w("    with: {layer: 0, ranks: %s}" % _flow(observe[:1]))
-    w("    columns: [param, full_shape, numel, drafted]")
-    w("    rows:")
-    for p in layer.params:
-        w(f"      - [{p.name}, {_flow(list(p.full_shape))}, {p.numel}, true]")
-    w('  - section: "参数列表（单层）"')
-    w("    title: layer totals")
-    w("    check: params_total")
-    w("    with: {layer: 0, ranks: %s}" % _flow(observe[:1]))
-    w("    entries:")
-    w(f"      - {{id: layer_numel, count: {len(layer.params)}, numel: {layer.numel}, {d}}}")
-    w(f"      - {{id: layer_bytes, says: {_flow(f'{layer.full_storage_bytes / calc.MB:.2f} MB per layer in {param_dtype}')}, bytes: {layer.full_storage_bytes}, {d}}}")
+    spec: dict[str, Any] = {
+        "spec": _slug(f"{label}_w{world_size}"),
+        "title": f"{label}: {layers} decoder layers under FSDP2 on {world_size} ranks (drafted)",
+        "document": "drafted from harness/author/calculator.py; name the document you review it against",
+        "description": description,
+    }
+    if backend != "auto":
+        spec["backend"] = backend
+    spec["setup"] = setup
+    spec["tables"] = _tables(layer, model, symbols, observe, param_dtype, layers)
+    return header, spec
 
-    # Shard per rank
-    w('  - section: "每个 rank 上的参数分片"')
-    w("    title: shard per rank")
-    w("    check: param")
-    w("    with: {layer: 0}")
-    w("    columns: [id, param, ranks, local_shape, local_numel, placements, drafted]")
-    w("    rows:")
+
+def _tables(layer: calc.UnitTables, model: calc.ModelTables, symbols: dict[str, int], observe: list[int],
+            param_dtype: str, layers: int) -> list[dict[str, Any]]:
+    first = observe[:1]
+    tables: list[dict[str, Any]] = [
+        {"section": "参数列表（单层）", "title": "parameter list", "check": "param",
+         "with": {"layer": 0, "ranks": first},
+         "entries": [{**p.row(), **_DRAFTED} for p in layer.params]},
+        {"section": "参数列表（单层）", "title": "layer totals", "check": "params_total",
+         "with": {"layer": 0, "ranks": first},
+         "entries": [
+             {"id": "layer_numel", **{k: v for k, v in layer.params_total().items() if k != "bytes"}, **_DRAFTED},
+             {"id": "layer_bytes", "says": f"{layer.full_storage_bytes / calc.MB:.2f} MB per layer in {param_dtype}",
+              "bytes": layer.params_total()["bytes"], **_DRAFTED},
+         ]},
+        {"section": "每个 rank 上的参数分片", "title": "shard per rank", "check": "param",
+         "with": {"layer": 0}, "entries": _shard_rows(layer, observe)},
+        {"section": "每个 rank 上的参数分片", "title": "shard totals", "check": "params_total",
+         "with": {"layer": 0},
+         "entries": [{"id": f"rank{r}", "ranks": [r], **layer.params_total(r), **_DRAFTED} for r in observe]},
+        {"section": "Forward 逐算子 Walkthrough", "title": "forward step shapes", "check": "step",
+         "with": {"layer": "all", "dtype": param_dtype},
+         "entries": [{"step": s.name, "shape": resolve_shape(s, symbols), **_DRAFTED} for s in STEPS]},
+        *_collective_tables(layer, model, layers),
+        {"section": "Step 11：Post-Forward Hook → Reshard", "title": "parameter state", "check": "param_state",
+         "with": {"layer": 0},
+         "entries": [
+             {"id": "after_step0", "point": "pre_forward", **layer.param_state("pre_forward", 0), **_DRAFTED},
+             *({"id": f"after_step11_rank{r}", "ranks": [r], "point": "post_forward",
+                **layer.param_state("post_forward", r), **_DRAFTED} for r in observe),
+         ]},
+    ]
+    return tables
+
+
+def _shard_rows(layer: calc.UnitTables, observe: list[int]) -> list[dict[str, Any]]:
+    """One entry per parameter and distinct local shape among the observed ranks."""
+    out = []
     for p in layer.params:
         by_shape: dict[tuple, list[int]] = {}
         for r in observe:
             by_shape.setdefault(p.local_shapes[r], []).append(r)
-        for shape, ranks in by_shape.items():
-            rid = p.name if len(by_shape) == 1 else f"{p.name}.rank{ranks[0]}"
-            numel = p.local_numels[ranks[0]]
-            w(f"      - [{rid}, {p.name}, {_flow(ranks)}, {_flow(list(shape))}, {numel}, [\"Shard(dim=0)\"], true]")
-    w('  - section: "每个 rank 上的参数分片"')
-    w("    title: shard totals")
-    w("    check: params_total")
-    w("    with: {layer: 0}")
-    w("    entries:")
-    for r in observe:
-        w(f"      - {{id: rank{r}, ranks: [{r}], local_numel: {layer.local_numels[r]}, local_bytes: {layer.sharded_bytes[r]}, {d}}}")
+        for ranks in by_shape.values():
+            row = p.row(ranks[0])
+            entry = {"id": p.name if len(by_shape) == 1 else f"{p.name}.rank{ranks[0]}", "param": p.name,
+                     "ranks": ranks, "local_shape": row["local_shape"], "local_numel": row["local_numel"],
+                     "placements": ["Shard(dim=0)"], **_DRAFTED}
+            out.append(entry)
+    return out
 
-    # Step shapes
-    w('  - section: "Forward 逐算子 Walkthrough"')
-    w("    title: forward step shapes")
-    w("    check: step")
-    w(f"    with: {{layer: all, dtype: {param_dtype}}}")
-    w("    columns: [step, shape, drafted]")
-    w("    rows:")
-    for s in STEPS:
-        w(f"      - [{s.name}, {_flow(resolve_shape(s, symbols))}, true]")
 
-    # Collectives
-    ag_f = layer.collective("all_gather", "forward")
-    ag_b = layer.collective("all_gather", "backward")
-    rs = layer.collective("reduce_scatter", "backward")
-    w('  - section: "Step 0：Pre-Forward Hook → All-Gather 层参数"')
-    w("    title: all-gather")
-    w("    check: collectives")
-    w("    entries:")
-    w(f"      - {{id: forward_all_gather, select: {{phase: forward, layer: 0}}, count: 1, op: all_gather, dtype: {ag_f.dtype}, "
-      f"numel_in: {ag_f.input_numel}, numel_out: {ag_f.output_numel}, buffer_bytes: {ag_f.size_bytes}, "
-      f"ring_bytes: {_num(ag_f.ring_bytes_sent)}, group_size: {ag_f.group_size}, {d}}}")
+def _collective_tables(layer: calc.UnitTables, model: calc.ModelTables, layers: int) -> list[dict[str, Any]]:
+    by = {(c.phase, c.op): c for c in layer.collectives}
+    if not by:  # a one-rank shard group issues no collective (torch FSDPParamGroup.unshard)
+        return [{"section": "单层单步通信量汇总", "title": "per layer per step", "check": "collectives",
+                 "note": "one rank: FSDP2 copies the shard in place and issues no all-gather or reduce-scatter",
+                 "entries": [{"id": "no_collective", "select": {}, "count": 0, **_DRAFTED}]}]
+
+    def entry(id_: str, c: calc.Collective, keep: tuple[str, ...] | None = None) -> dict[str, Any]:
+        fields = c.fields()
+        if keep is not None:
+            fields = {k: v for k, v in fields.items() if k in keep}
+        select = {"phase": c.phase, "layer": 0} | ({"op": c.op} if c.phase == "backward" else {})
+        return {"id": id_, "select": select, "count": 1, **fields, **_DRAFTED}
+
+    ag_f, ag_b, rs = by["forward", "all_gather"], by.get(("backward", "all_gather")), by["backward", "reduce_scatter"]
+    gather = {"section": "Step 0：Pre-Forward Hook → All-Gather 层参数", "title": "all-gather",
+              "check": "collectives", "entries": [entry("forward_all_gather", ag_f)]}
     if layer.padding_numel:
-        w(f"      # padded: the layer holds {layer.numel:,} elements; the all-gather carries {layer.padded_numel:,} "
-          f"({layer.padding_numel:,} padding)")
-    w('  - section: "Backward 简述"')
-    w("    title: backward")
-    w("    check: collectives")
-    w("    entries:")
-    w(f"      - {{id: backward_all_gather, select: {{phase: backward, layer: 0, op: all_gather}}, count: 1, "
-      f"numel_out: {ag_b.output_numel}, ring_bytes: {_num(ag_b.ring_bytes_sent)}, {d}}}")
-    w(f"      - {{id: backward_reduce_scatter, select: {{phase: backward, layer: 0, op: reduce_scatter}}, count: 1, "
-      f"dtype: {rs.dtype}, numel_in: {rs.input_numel}, numel_out: {rs.output_numel}, ring_bytes: {_num(rs.ring_bytes_sent)}, {d}}}")
-    w(f"      - {{id: optimizer_no_collective, select: {{phase: optimizer}}, count: 0, {d}}}")
-    w('  - section: "单层单步通信量汇总"')
-    w("    title: per layer per step")
-    w("    check: collectives")
-    w("    entries:")
-    w(f"      - {{id: layer_step_total, select: {{layer: 0}}, count: {len(layer.collectives)}, "
-      f"total_ring_bytes: {_num(layer.step_bytes_sent)}, {d}}}")
-    w(f"      - {{id: model_step_total, says: \"N_L × per-layer total, N_L = {layers}\", select: {{}}, "
-      f"total_ring_bytes: {_num(model.step_bytes_sent)}, {d}}}")
-
-    # Reshard state
-    w('  - section: "Step 11：Post-Forward Hook → Reshard"')
-    w("    title: parameter state")
-    w("    check: param_state")
-    w("    with: {layer: 0}")
-    w("    entries:")
-    w(f"      - {{id: after_step0, point: pre_forward, plain_tensors: {len(layer.params)}, full_shapes: true, bytes: {layer.unsharded_bytes}, {d}}}")
-    for r in observe:
-        w(f"      - {{id: after_step11_rank{r}, ranks: [{r}], point: post_forward, dtensors: {len(layer.params)}, "
-          f"local_shapes: true, bytes: {layer.sharded_bytes[r]}, {d}}}")
-    return "\n".join(out) + "\n"
+        gather["note"] = (f"padded: the layer holds {layer.numel:,} elements; the all-gather carries "
+                          f"{layer.padded_numel:,} ({layer.padding_numel:,} padding)")
+    backward = [entry("backward_reduce_scatter", rs, ("dtype", "numel_in", "numel_out", "ring_bytes"))]
+    if ag_b is not None:
+        backward.insert(0, entry("backward_all_gather", ag_b, ("numel_out", "ring_bytes")))
+    backward.append({"id": "optimizer_no_collective", "select": {"phase": "optimizer"}, "count": 0, **_DRAFTED})
+    return [
+        gather,
+        {"section": "Backward 简述", "title": "backward", "check": "collectives", "entries": backward},
+        {"section": "单层单步通信量汇总", "title": "per layer per step", "check": "collectives",
+         "entries": [
+             {"id": "layer_step_total", "select": {"layer": 0}, **layer.step_total(), **_DRAFTED},
+             {"id": "model_step_total", "says": f"N_L × per-layer total, N_L = {layers}", "select": {},
+              **model.step_total(), **_DRAFTED},
+         ]},
+    ]
 
 
-def _num(value: float | int) -> int | float:
-    return int(value) if float(value).is_integer() else value
+def to_yaml(header: list[str], spec: dict[str, Any]) -> str:
+    """The spec as YAML text: the header as ``#`` comments, then ``yaml.safe_dump`` of the data."""
+    plain = json.loads(json.dumps(spec))  # no shared objects, so no YAML anchors and aliases
+    body = yaml.safe_dump(plain, sort_keys=False, allow_unicode=True, default_flow_style=None, width=10**6)
+    return "".join(f"# {line}\n" for line in header) + body
+
+
+def draft_spec(config: str, world_size: int, **options: Any) -> str:
+    """The YAML text of a drafted spec (:func:`draft`, :func:`to_yaml`)."""
+    return to_yaml(*draft(config, world_size, **options))

@@ -27,6 +27,7 @@ from harness.judge.expect import ExpectationError, parse_expectation
 from harness.judge.kinds import REGISTRY
 from harness.judge.kinds.docs import ENTRY_TITLE
 from harness.judge.vocabulary import CheckKind, Context
+from harness.load.model_config import resolve_config_file
 from harness.load.setup import RunSetup, SetupError
 from model.names import param_fqns
 
@@ -229,6 +230,9 @@ def load_spec(path: str | Path) -> Spec:
     if isinstance(data.get("setup"), dict) and ("setup",) not in broken:
         # the setup's keys the schema accepted: checked further even when a sibling key is broken
         valid = {k: v for k, v in data["setup"].items() if not any(b[:2] == ("setup", k) for b in broken)}
+        valid, problems = resolve_config_file(valid, path)  # setup.model.config: path/to/config.json
+        for key_path, message in problems:
+            errors.add(_undotted(key_path), message)
         context = Context(world_size=_world_size(valid))
         try:
             setup = RunSetup.from_mapping(valid)
