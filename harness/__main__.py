@@ -103,7 +103,7 @@ def _cmd_draft(args: argparse.Namespace, console: Console) -> int:
     from harness.author.draft import DraftError, draft_spec
 
     try:
-        text = draft_spec(args.config, args.world_size, layers=args.layers, param_dtype=args.dtype,
+        text = draft_spec(args.config, args.world_size, layers=args.layers, dtype=args.dtype,
                           batch_per_rank=args.batch_per_rank, seq_len=args.seq_len, backend=args.backend or "auto",
                           output=args.output)
     except DraftError as exc:  # one line on stderr, no traceback

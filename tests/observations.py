@@ -222,8 +222,8 @@ def rank_record(rank: int) -> dict[str, Any]:
 
 def run_setup() -> RunSetup:
     """The spec's setup (specs/qwen3_walkthrough.yaml)."""
-    return RunSetup(model=ModelSetup("walkthrough", {"num_hidden_layers": NUM_LAYERS}, "decoder_layers"),
-                    param_dtype=DTYPE, mesh_shape=(WORLD_SIZE,), mesh_dim_names=(MESH_DIM,),
+    return RunSetup(model=ModelSetup("walkthrough", {"num_hidden_layers": NUM_LAYERS}, "decoder_layers", DTYPE),
+                    mesh_shape=(WORLD_SIZE,), mesh_dim_names=(MESH_DIM,),
                     batch_per_rank=DIMS["B"], seq_len=DIMS["L"])
 
 

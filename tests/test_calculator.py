@@ -166,7 +166,7 @@ def test_bandwidth_helpers():
 
 def test_document_code_as_written_is_fp32():
     # The document's fully_shard has no MixedPrecisionPolicy: fp32 parameters gather 9.44 MB.
-    t = layer_tables(WALKTHROUGH, 4, param_dtype="float32")
+    t = layer_tables(WALKTHROUGH, 4, storage_dtype="float32")
     assert t.collective("all_gather", "forward").buffer_bytes == 9_441_792
     assert t.local_bytes == (2_360_448,) * 4
 
@@ -174,13 +174,13 @@ def test_document_code_as_written_is_fp32():
 def test_mixed_precision_dtypes():
     # MixedPrecisionPolicy(param_dtype=float16) over fp32 storage: gathers match the document,
     # storage stays fp32 (notes: "2.36 MB per rank per layer, not 1.18"), reduce follows fp16.
-    t = layer_tables(WALKTHROUGH, 4, param_dtype="float32", gather_dtype="float16")
+    t = layer_tables(WALKTHROUGH, 4, storage_dtype="float32", gather_dtype="float16")
     assert (t.storage_dtype, t.gather_dtype, t.reduce_dtype) == ("float32", "float16", "float16")
     assert t.local_bytes == (2_360_448,) * 4
     assert t.unsharded_bytes == 4_720_896
     assert t.total_ring_bytes == 10_622_016
     # reduce_dtype=float32: the reduce-scatter doubles, the all-gathers do not.
-    t = layer_tables(WALKTHROUGH, 4, param_dtype="float32", gather_dtype="bfloat16",
+    t = layer_tables(WALKTHROUGH, 4, storage_dtype="float32", gather_dtype="bfloat16",
                      reduce_dtype="float32")
     assert t.collective("reduce_scatter").buffer_bytes == 9_441_792
     assert t.collective("all_gather", "backward").buffer_bytes == 4_720_896

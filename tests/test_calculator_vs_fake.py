@@ -51,15 +51,14 @@ def layer_and_world(draw):
 def test_calculator_matches_fake_backend(case):
     config, world, rank, dtype = case
     setup = RunSetup.from_mapping({
-        "model": {"config": config, "body": "decoder_layers"},
-        "param_dtype": dtype,
+        "model": {"config": config, "body": "decoder_layers", "dtype": dtype},
         "mesh": {"shape": [world], "dim_names": ["dp"]},
         "batch_per_rank": 1,
         "seq_len": 4,
         "observe_ranks": [rank],
     })
     obs = run_setup(setup, backend="fake", timeout_s=120)
-    tables = calc.layer_tables(config, world, param_dtype=dtype)
+    tables = calc.layer_tables(config, world, storage_dtype=dtype)
     doc = obs["ranks"][0]
     assert doc["rank"] == rank
 

@@ -215,12 +215,12 @@ tables:
 """
 
 
-def spec_file(folder: Path, config: str, extra: str = "") -> Path:
+def spec_file(folder: Path, config: str, dtype: str = "") -> Path:
     path = folder / "specs" / "spec.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     text = SPEC.replace("CONFIG", config)
-    if extra:
-        text = text.replace("  mesh:", f"{extra}\n  mesh:")
+    if dtype:
+        text = text.replace("overrides: {num_hidden_layers: 1}}", f"overrides: {{num_hidden_layers: 1}}, dtype: {dtype}}}")
     path.write_text(text)
     return path
 
@@ -242,11 +242,11 @@ def test_a_spec_names_a_config_json_relative_to_itself(tmp_path):
     # the run gets the file's values, validated at load (a rank never reads the file)
     assert get_config(spec.setup.model.config) == KNOWN_CONFIGS["Qwen3-0.6B"]
     assert dict(spec.setup.model.overrides) == {"num_hidden_layers": 1}
-    assert spec.setup.param_dtype == "bfloat16"  # the file's torch_dtype: the spec sets none
+    assert spec.setup.model.dtype == "bfloat16"  # the file's torch_dtype: the spec sets none
     assert spec.raw["setup"]["model"]["config"] == "../models/qwen3-0.6b/config.json"
-    # a checkpoint folder works too; a param_dtype in the spec wins over the file's
-    spec = load_spec(spec_file(tmp_path, "../models/qwen3-0.6b", extra="  param_dtype: float32"))
-    assert spec.setup.param_dtype == "float32"
+    # a checkpoint folder works too; a model dtype in the spec wins over the file's
+    spec = load_spec(spec_file(tmp_path, "../models/qwen3-0.6b", dtype="float32"))
+    assert spec.setup.model.dtype == "float32"
 
 
 def test_a_spec_names_a_released_config_by_its_hub_id(tmp_path):
@@ -254,7 +254,7 @@ def test_a_spec_names_a_released_config_by_its_hub_id(tmp_path):
 
     spec = load_spec(spec_file(tmp_path, "Qwen/Qwen3-0.6B"))
     assert get_config(spec.setup.model.config) == KNOWN_CONFIGS["Qwen3-0.6B"]
-    assert spec.setup.param_dtype == "float16"  # a name carries no dtype: the harness's default
+    assert spec.setup.model.dtype == "float16"  # a name carries no dtype: the harness's default
 
 
 @pytest.mark.parametrize("config, setup_line, message", [
@@ -262,7 +262,7 @@ def test_a_spec_names_a_released_config_by_its_hub_id(tmp_path):
     pytest.param("bad.json", "", "config file {dir}/bad.json: not valid JSON: Expecting value (line 1, column 1)", id="invalid-json"),
     pytest.param("llama.json", "", "config file {dir}/llama.json: model_type 'llama' is not modelled", id="refused"),
     pytest.param("f64.json", "", "config file {dir}/f64.json: dtype 'float64' is not one the harness runs "
-                 "(float16, bfloat16, float32); set setup.param_dtype", id="dtype-not-run"),
+                 "(float16, bfloat16, float32); set setup.model.dtype", id="dtype-not-run"),
     pytest.param("Qwen/Qwen3-15B", "", "config file {dir}/Qwen/Qwen3-15B: cannot read", id="unknown-hub-id"),
     pytest.param("Qwen3-15B", "", "unknown config name 'Qwen3-15B'; known names: walkthrough,", id="unknown-name"),
 ])
@@ -286,7 +286,7 @@ def test_a_float64_file_loads_when_the_spec_sets_its_dtype(tmp_path):
     folder = tmp_path / "specs"
     folder.mkdir()
     write_json(folder / "f64.json", published(torch_dtype="float64"))
-    assert load_spec(spec_file(tmp_path, "f64.json", extra="  param_dtype: bfloat16")).setup.param_dtype == "bfloat16"
+    assert load_spec(spec_file(tmp_path, "f64.json", dtype="bfloat16")).setup.model.dtype == "bfloat16"
 
 
 def test_validating_a_spec_on_a_config_file_does_not_import_torch(tmp_path):

@@ -44,10 +44,10 @@ def test_drafted_spec_from_a_transformers_config_json_on_real_ranks(tmp_path, sp
                              dtype="float32").to_json_file(str(config))
     path = _draft(tmp_path, "--config", str(config), "--world-size", "3")
     text = path.read_text()
-    assert "# param_dtype float32: the config file's torch_dtype." in text
+    assert "# model dtype float32: the config file's torch_dtype." in text
     spec = load_spec(path)
     assert spec.raw["setup"]["model"]["config"] == "config.json"  # relative to the drafted spec
-    assert spec.backend == "auto" and spec.setup.world_size == 3 and spec.setup.param_dtype == "float32"
+    assert spec.backend == "auto" and spec.setup.world_size == 3 and spec.setup.model.dtype == "float32"
     results = evaluate_spec(spec, spec_observation(spec))
     assert [r.explain() for r in results if r.status in FAILING] == []
     assert {r.status for r in results} == {"pass"}
@@ -64,7 +64,7 @@ def test_drafted_spec_from_a_released_config_json_on_the_fake_backend(tmp_path, 
                              dtype="bfloat16").to_json_file(str(folder / "config.json"))
     path = _draft(tmp_path, "--config", str(folder / "config.json"), "--world-size", "64")
     spec = load_spec(path)
-    assert spec.backend == "fake" and spec.setup.param_dtype == "bfloat16" and spec.name == "qwen3_8b_w64"
+    assert spec.backend == "fake" and spec.setup.model.dtype == "bfloat16" and spec.name == "qwen3_8b_w64"
     results = evaluate_spec(spec, spec_observation(spec))
     assert [r.explain() for r in results if r.status in FAILING] == []
     assert {r.status for r in results} == {"pass"}
@@ -73,15 +73,15 @@ def test_drafted_spec_from_a_released_config_json_on_the_fake_backend(tmp_path, 
 def test_drafted_text_is_yaml_data_under_a_comment_header(tmp_path):
     from harness.author.draft import draft, draft_spec
 
-    text = draft_spec("Qwen/Qwen3-8B", 3, param_dtype="float32")
+    text = draft_spec("Qwen/Qwen3-8B", 3, dtype="float32")
     header = text.split("\nspec:")[0].splitlines()
     assert header and all(line.startswith("# ") for line in header)
     assert "&id" not in text and "*id" not in text  # no YAML anchors or aliases
     data = yaml.safe_load(text)
-    _, built = draft("Qwen3-8B", 3, param_dtype="float32")
+    _, built = draft("Qwen3-8B", 3, dtype="float32")
     assert data == built  # the text is the data, dumped
     assert data["setup"]["model"]["config"] == "Qwen3-8B"  # the hub id names the known config
-    assert data["setup"]["param_dtype"] == "float32"
+    assert data["setup"]["model"]["dtype"] == "float32"
     entries = [e for t in data["tables"] for e in t["entries"]]
     assert entries and all(e["drafted"] is True for e in entries)
     ag = next(e for e in entries if e.get("id") == "forward_all_gather")
@@ -95,8 +95,8 @@ def test_drafted_text_is_yaml_data_under_a_comment_header(tmp_path):
 def test_drafted_dtype_says_where_it_came_from(tmp_path):
     from harness.author.draft import draft_spec
 
-    assert "# param_dtype bfloat16: the draft's default" in draft_spec("Qwen3-8B", 4)
-    assert "param_dtype" not in draft_spec("Qwen3-8B", 4, param_dtype="float16").split("\nspec:")[0]
+    assert "# model dtype bfloat16: the draft's default" in draft_spec("Qwen3-8B", 4)
+    assert "model dtype" not in draft_spec("Qwen3-8B", 4, dtype="float16").split("\nspec:")[0]
 
 
 def _write(tmp_path: Path, text: str) -> Path:

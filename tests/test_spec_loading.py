@@ -31,7 +31,7 @@ title: a tiny spec
 document: a document
 setup:
   model: {config: walkthrough, overrides: {num_hidden_layers: 2}}
-  param_dtype: float16
+  seed: 0
   mesh: {shape: [4], dim_names: [dp]}
 tables:
   - section: "Forward"
@@ -90,12 +90,12 @@ MALFORMED = [
                  "expected ',' or ']'", id="yaml-syntax"),
     pytest.param(edit("document: a document\n", ""), "spec: tiny", "",
                  "'document' is a required property", id="missing-top-level-key"),
-    pytest.param(edit("  param_dtype: float16\n", "  param_dtype: float16\n  seeed: 1\n"), "seeed", "setup.seeed",
+    pytest.param(edit("  mesh: {shape: [4]", "  seeed: 1\n  mesh: {shape: [4]"), "seeed", "setup.seeed",
                  "('seeed' was unexpected); allowed keys: ['batch_per_rank', 'fsdp', 'mesh', 'model',",
                  id="unknown-setup-key"),
     pytest.param(edit("dim_names: [dp]}", "dimnames: [dp]}"), "dimnames", "setup.mesh.dimnames",
                  "allowed keys: ['dim_names', 'shape']", id="unknown-nested-setup-key"),
-    pytest.param(edit("param_dtype: float16", "param_dtype: fp16"), "param_dtype", "setup.param_dtype",
+    pytest.param(edit("{num_hidden_layers: 2}}", "{num_hidden_layers: 2}, dtype: fp16}"), "dtype: fp16", "setup.model.dtype",
                  "expected one of ['float16', 'bfloat16', 'float32'], got 'fp16'", id="wrong-dtype"),
     pytest.param(edit("check: param\n", "check: parm\n"), "check: parm", "tables[1].check",
                  "expected one of ['param', 'params_total', 'input', 'step',", id="wrong-check-enum"),
@@ -147,7 +147,7 @@ MALFORMED = [
                  "unknown config name 'Qwen3-1.8B'; known names: walkthrough, Qwen3-0.6B", id="unknown-config-name"),
     pytest.param(edit("  model: {config: walkthrough, overrides: {num_hidden_layers: 2}}", "  model: Qwen3-1.7B"),
                  "model: Qwen3-1.7B", "setup.model",
-                 "expected a mapping with keys config, overrides, body, got 'Qwen3-1.7B'", id="model-not-a-mapping"),
+                 "expected a mapping with keys config, overrides, body, dtype, got 'Qwen3-1.7B'", id="model-not-a-mapping"),
     pytest.param(edit("    check: step\n", "    check: step\n    with: wrong\n"), "with: wrong", "tables[0].with",
                  "expected a mapping, got 'wrong'", id="with-not-a-mapping"),
     pytest.param(edit("[param, local_shape, local_numel]", "[param, local_shap, local_numel]"), "columns:",
@@ -165,7 +165,7 @@ MALFORMED = [
                  "tables[2].entries[0].ranks", "rank(s) [-1] outside the world; expected a rank 0-3", id="negative-rank"),
     pytest.param(edit("{id: k_heads,", "{id: k_heads, ranks: first,"), "{id: k_heads", "tables[0].entries[1].ranks",
                  "expected a rank 0-3 (world size 4), a list of them, or 'all', got 'first'", id="rank-not-a-number"),
-    pytest.param(edit("  param_dtype: float16\n", "  param_dtype: float16\n  observe_ranks: [0, 3, 4]\n"),
+    pytest.param(edit("  mesh: {shape: [4]", "  observe_ranks: [0, 3, 4]\n  mesh: {shape: [4]"),
                  "observe_ranks", "setup.observe_ranks", "rank(s) [4] outside the world: world size 4 (mesh shape [4]), ranks 0-3",
                  id="observe-rank-outside-world"),
     pytest.param(edit("- {id: x_norm, step: step1.x_norm, shape: [2, 8, 512]}", "- x_norm"), "- x_norm",
@@ -191,7 +191,7 @@ def test_malformed_spec_gives_one_spec_error(tmp_path, text, marker, key_path, e
 
 def test_every_error_at_once_in_file_order(tmp_path):
     """Schema errors (at any depth) and entry-level errors together, one line each, sorted by line."""
-    text = (BASE.replace("  param_dtype: float16\n", "  param_dtype: float16\n  seeed: 1\n  batch_per_rnk: 2\n")
+    text = (BASE.replace("  mesh: {shape: [4]", "  seeed: 1\n  batch_per_rnk: 2\n  mesh: {shape: [4]")
                 .replace("    check: step\n", "    check: stepp\n")
                 .replace("[param, local_shape, local_numel]", "[param, local_shap, local_numel]")
                 .replace('"4.72 MB"', '"4.7.2 MB"'))

@@ -652,7 +652,7 @@ def unit_tables(
     world_size: int | None = None,
     *,
     mesh_shape: Sequence[int] | None = None,
-    param_dtype: Any = "float16",
+    storage_dtype: Any = "float16",
     gather_dtype: Any = None,
     reduce_dtype: Any = None,
     reshard_after_forward: bool | int = True,
@@ -664,10 +664,10 @@ def unit_tables(
         params: the unit's parameters in the order FSDP2 manages them.
         world_size: ranks in the mesh; may be None when ``mesh_shape`` is given.
         mesh_shape: ``(W,)`` (default ``(world_size,)``) or ``(R, S)`` for HSDP.
-        param_dtype: storage dtype of the parameters before fully_shard (the document:
-            float16; ``harness.load.setup.RunSetup.param_dtype``).
+        storage_dtype: storage dtype of the parameters before fully_shard (the document:
+            float16; ``harness.load.setup.ModelSetup.dtype``).
         gather_dtype: ``MixedPrecisionPolicy.param_dtype``: the all-gather and compute
-            dtype; None keeps ``param_dtype``.
+            dtype; None keeps ``storage_dtype``.
         reduce_dtype: ``MixedPrecisionPolicy.reduce_dtype``; None follows the gather dtype
             (torch ``foreach_reduce``: ``reduce_dtype = reduce_dtype or grad_dtype``, the
             gradient being in the unsharded parameter's dtype; and its docstring: "If this is
@@ -700,7 +700,7 @@ def unit_tables(
     if len(mesh_dim_names) != len(mesh_shape):
         raise ValueError(f"mesh_dim_names {list(mesh_dim_names)} do not name the dims of mesh_shape {list(mesh_shape)}")
     shard_dim, replicate_dim = mesh_dim_names[-1], (mesh_dim_names[0] if len(mesh_dim_names) == 2 else None)
-    storage = dtype_name(param_dtype)
+    storage = dtype_name(storage_dtype)
     gather = dtype_name(gather_dtype) if gather_dtype is not None else storage
     reduce = dtype_name(reduce_dtype) if reduce_dtype is not None else gather
     post_forward = _post_forward_size(reshard_after_forward, shard)
@@ -785,7 +785,7 @@ def layer_tables(
     world_size: int | None = None,
     *,
     mesh_shape: Sequence[int] | None = None,
-    param_dtype: Any = "float16",
+    storage_dtype: Any = "float16",
     gather_dtype: Any = None,
     reduce_dtype: Any = None,
     reshard_after_forward: bool | int = True,
@@ -804,7 +804,7 @@ def layer_tables(
         FSDP2 uses "registration").
     """
     return unit_tables(layer_params(dims, order), world_size, mesh_shape=mesh_shape,
-                       param_dtype=param_dtype, gather_dtype=gather_dtype,
+                       storage_dtype=storage_dtype, gather_dtype=gather_dtype,
                        reduce_dtype=reduce_dtype, reshard_after_forward=reshard_after_forward,
                        mesh_dim_names=mesh_dim_names)
 
@@ -814,7 +814,7 @@ def root_tables(
     world_size: int | None = None,
     *,
     mesh_shape: Sequence[int] | None = None,
-    param_dtype: Any = "float16",
+    storage_dtype: Any = "float16",
     gather_dtype: Any = None,
     reduce_dtype: Any = None,
     reshard_after_forward: bool | int = False,
@@ -827,7 +827,7 @@ def root_tables(
     root, do not reshard after forward"), so its backward all-gather does not happen.
     """
     return unit_tables(root_params(dims), world_size, mesh_shape=mesh_shape,
-                       param_dtype=param_dtype, gather_dtype=gather_dtype,
+                       storage_dtype=storage_dtype, gather_dtype=gather_dtype,
                        reduce_dtype=reduce_dtype, reshard_after_forward=reshard_after_forward,
                        mesh_dim_names=mesh_dim_names)
 
@@ -867,7 +867,7 @@ def model_tables(
     *,
     body: str = "decoder_layers",
     mesh_shape: Sequence[int] | None = None,
-    param_dtype: Any = "float16",
+    storage_dtype: Any = "float16",
     gather_dtype: Any = None,
     reduce_dtype: Any = None,
     reshard_after_forward: bool | int = True,
@@ -885,7 +885,7 @@ def model_tables(
         others: as :func:`layer_tables`.
     """
     d = to_dims(dims)
-    common = dict(mesh_shape=mesh_shape, param_dtype=param_dtype, gather_dtype=gather_dtype,
+    common = dict(mesh_shape=mesh_shape, storage_dtype=storage_dtype, gather_dtype=gather_dtype,
                   reduce_dtype=reduce_dtype, mesh_dim_names=mesh_dim_names)
     layer = layer_tables(d, world_size, reshard_after_forward=reshard_after_forward,
                          order=order, **common)

@@ -72,7 +72,7 @@ def _config_reference(path: str, output: str | Path | None) -> str:
     return Path(os.path.relpath(Path(path).resolve(), Path(output).resolve().parent)).as_posix()
 
 
-def draft(config: str, world_size: int, *, layers: int = 2, param_dtype: str | None = None,
+def draft(config: str, world_size: int, *, layers: int = 2, dtype: str | None = None,
           batch_per_rank: int = 1, seq_len: int = 16, backend: str = "auto",
           output: str | Path | None = None) -> tuple[list[str], dict[str, Any]]:
     """The drafted spec as (comment header lines, spec mapping).
@@ -82,7 +82,7 @@ def draft(config: str, world_size: int, *, layers: int = 2, param_dtype: str | N
             ``config.json`` (or a YAML/JSON mapping of ``Qwen3Config`` fields).
         world_size: N, the 1-D ``dp`` mesh size.
         layers: decoder layers to run (N_L).
-        param_dtype: parameter dtype (bytes follow from it); None: the config file's
+        dtype: parameter dtype (bytes follow from it); None: the config file's
             ``torch_dtype`` / ``dtype``, else :data:`DEFAULT_DTYPE`.
         batch_per_rank, seq_len: B and L.
         backend: "auto" picks fake above :data:`REAL_RANKS_LIMIT` ranks, else the harness's auto.
@@ -94,21 +94,21 @@ def draft(config: str, world_size: int, *, layers: int = 2, param_dtype: str | N
     """
     name, cfg, read = _read_config(config)
     dtype_source = "--dtype"
-    if param_dtype is None:
+    if dtype is None:
         if read is not None and read.dtype is not None:
-            param_dtype, dtype_source = read.dtype, "the config file's torch_dtype"
+            dtype, dtype_source = read.dtype, "the config file's torch_dtype"
         else:
-            param_dtype, dtype_source = DEFAULT_DTYPE, "the draft's default (the released Qwen3 checkpoints' torch_dtype)"
-    if param_dtype not in DTYPES:
-        raise DraftError(f"dtype {param_dtype!r} (from {dtype_source}) is not one the harness runs "
+            dtype, dtype_source = DEFAULT_DTYPE, "the draft's default (the released Qwen3 checkpoints' torch_dtype)"
+    if dtype not in DTYPES:
+        raise DraftError(f"dtype {dtype!r} (from {dtype_source}) is not one the harness runs "
                          f"({', '.join(DTYPES)}); pass --dtype")
 
     dims = calc.Dims(**{**calc.to_dims(cfg).__dict__, "num_hidden_layers": layers})
     if backend == "auto" and world_size > REAL_RANKS_LIMIT:
         backend = "fake"
     observe = [0, world_size - 1] if backend == "fake" and world_size > 1 else list(range(world_size))
-    layer = calc.layer_tables(dims, world_size, param_dtype=param_dtype)
-    model = calc.model_tables(dims, world_size, param_dtype=param_dtype)
+    layer = calc.layer_tables(dims, world_size, storage_dtype=dtype)
+    model = calc.model_tables(dims, world_size, storage_dtype=dtype)
     symbols = calc.step_symbols(dims, batch_per_rank, seq_len)
 
     if read is None:
@@ -120,7 +120,7 @@ def draft(config: str, world_size: int, *, layers: int = 2, param_dtype: str | N
 
     header = [
         f"Drafted on {_dt.date.today().isoformat()} by: python -m harness draft --config {config} "
-        f"--world-size {world_size}" + (f" --dtype {param_dtype}" if dtype_source == "--dtype" else ""),
+        f"--world-size {world_size}" + (f" --dtype {dtype}" if dtype_source == "--dtype" else ""),
         "Every figure comes from harness/author/calculator.py (closed form), not from a run. Each entry is",
         "marked 'drafted: true': review it against your own document, then remove the mark.",
     ]
@@ -129,12 +129,12 @@ def draft(config: str, world_size: int, *, layers: int = 2, param_dtype: str | N
         header.append(f"Model config: {read.path} (transformers config.json); accepted and ignored: "
                       f"{', '.join(read.ignored) or 'nothing'}.")
     if dtype_source != "--dtype":
-        header.append(f"param_dtype {param_dtype}: {dtype_source}.")
-        description += f" param_dtype {param_dtype} is {dtype_source}."
+        header.append(f"model dtype {dtype}: {dtype_source}.")
+        description += f" The model dtype {dtype} is {dtype_source}."
 
     setup: dict[str, Any] = {
-        "model": {"config": setup_config, "overrides": {"num_hidden_layers": layers}, "body": "decoder_layers"},
-        "param_dtype": param_dtype,
+        "model": {"config": setup_config, "overrides": {"num_hidden_layers": layers}, "body": "decoder_layers",
+                  "dtype": dtype},
         "mesh": {"shape": [world_size], "dim_names": list(layer.mesh_dim_names)},
         "batch_per_rank": batch_per_rank,
         "seq_len": seq_len,
@@ -153,12 +153,12 @@ def draft(config: str, world_size: int, *, layers: int = 2, param_dtype: str | N
     if backend != "auto":
         spec["backend"] = backend
     spec["setup"] = setup
-    spec["tables"] = _tables(layer, model, symbols, observe, param_dtype, layers)
+    spec["tables"] = _tables(layer, model, symbols, observe, dtype, layers)
     return header, spec
 
 
 def _tables(layer: calc.UnitTables, model: calc.ModelTables, symbols: dict[str, int], observe: list[int],
-            param_dtype: str, layers: int) -> list[dict[str, Any]]:
+            dtype: str, layers: int) -> list[dict[str, Any]]:
     first = observe[:1]
     tables: list[dict[str, Any]] = [
         {"section": "参数列表（单层）", "title": "parameter list", "check": "param",
@@ -168,7 +168,7 @@ def _tables(layer: calc.UnitTables, model: calc.ModelTables, symbols: dict[str, 
          "with": {"layer": 0, "ranks": first},
          "entries": [
              {"id": "layer_numel", **{k: v for k, v in layer.params_total().items() if k != "bytes"}, **_DRAFTED},
-             {"id": "layer_bytes", "says": f"{layer.full_storage_bytes / calc.MB:.2f} MB per layer in {param_dtype}",
+             {"id": "layer_bytes", "says": f"{layer.full_storage_bytes / calc.MB:.2f} MB per layer in {dtype}",
               "bytes": layer.params_total()["bytes"], **_DRAFTED},
          ]},
         {"section": "每个 rank 上的参数分片", "title": "shard per rank", "check": "param",
@@ -177,7 +177,7 @@ def _tables(layer: calc.UnitTables, model: calc.ModelTables, symbols: dict[str, 
          "with": {"layer": 0},
          "entries": [{"id": f"rank{r}", "ranks": [r], **layer.params_total(r), **_DRAFTED} for r in observe]},
         {"section": "Forward 逐算子 Walkthrough", "title": "forward step shapes", "check": "step",
-         "with": {"layer": "all", "dtype": param_dtype},
+         "with": {"layer": "all", "dtype": dtype},
          "entries": [{"step": s.name, "shape": resolve_shape(s, symbols), **_DRAFTED} for s in STEPS]},
         *_collective_tables(layer, model, layers),
         {"section": "Step 11：Post-Forward Hook → Reshard", "title": "parameter state", "check": "param_state",

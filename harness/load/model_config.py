@@ -5,7 +5,7 @@
 ``config.json`` (relative to the spec file; a folder holding one works too). A path is
 resolved here, at load time: the setup then carries the file's fields as an inline mapping, so
 a rank builds the model from the values that were validated (and the run cache keys on them),
-and the file's ``torch_dtype`` / ``dtype`` becomes ``setup.param_dtype`` when the spec sets
+and the file's ``torch_dtype`` / ``dtype`` becomes ``setup.model.dtype`` when the spec sets
 none. Nothing here imports torch.
 """
 
@@ -38,7 +38,7 @@ def resolve_config_file(setup: Mapping[str, Any], spec_path: str | Path) -> tupl
     Returns:
         ``(setup, problems)``. When ``setup.model.config`` names a readable, valid file, the
         returned setup has ``model.config`` = the file's ``Qwen3Config`` fields and, if the spec
-        has no ``param_dtype``, ``param_dtype`` = the file's dtype. A known name, a mapping or
+        has no ``model.dtype``, ``model.dtype`` = the file's dtype. A known name, a mapping or
         a string that is neither a known name nor a path is returned unchanged (the loader's
         config check names the known configs). Problems are ``(key path, message)``; when the
         file fails, the returned setup has no ``model`` (so nothing else is blamed on it).
@@ -56,11 +56,12 @@ def resolve_config_file(setup: Mapping[str, Any], spec_path: str | Path) -> tupl
     except ValueError as exc:
         del setup["model"]
         return setup, [(CONFIG_KEY, f"config file {exc}")]
-    if "param_dtype" not in setup and read.dtype is not None:
+    model = {**model, "config": read.config.to_dict()}
+    if "dtype" not in model and read.dtype is not None:
         if read.dtype not in DTYPES:
             del setup["model"]
             return setup, [(CONFIG_KEY, f"config file {read.path}: dtype {read.dtype!r} is not one the harness "
-                                        f"runs ({', '.join(DTYPES)}); set setup.param_dtype")]
-        setup["param_dtype"] = read.dtype
-    setup["model"] = {**model, "config": read.config.to_dict()}
+                                        f"runs ({', '.join(DTYPES)}); set setup.model.dtype")]
+        model["dtype"] = read.dtype
+    setup["model"] = model
     return setup, []

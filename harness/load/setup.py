@@ -42,11 +42,14 @@ class ModelSetup:
         body: "decoder_layers" (the document's focus: N_L decoder layers, input is
             hidden_states [B, L, d]) or "causal_lm" (embed_tokens, layers, norm, lm_head;
             input is token ids [B, L]).
+        dtype: dtype the parameters are built in, before ``fully_shard`` (the document: float16);
+            not ``MixedPrecisionPolicy.param_dtype``, which is what the all-gather casts to.
     """
 
     config: str | Mapping[str, Any] = "walkthrough"
     overrides: Mapping[str, Any] = field(default_factory=dict)
     body: str = "decoder_layers"
+    dtype: str = "float16"
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,6 @@ class RunSetup:
 
     Attributes:
         model: see :class:`ModelSetup`.
-        param_dtype: dtype of the model's parameters before fully_shard (the document: float16).
         mesh_shape: DeviceMesh shape; (4,) for the document, (2, 2) for HSDP.
         mesh_dim_names: one name per mesh dim; ("dp",) for the document,
             ("dp_replicate", "dp_shard") for HSDP.
@@ -109,7 +111,6 @@ class RunSetup:
     """
 
     model: ModelSetup = field(default_factory=ModelSetup)
-    param_dtype: str = "float16"
     mesh_shape: tuple[int, ...] = (4,)
     mesh_dim_names: tuple[str, ...] = ("dp",)
     batch_per_rank: int = 2
@@ -150,7 +151,7 @@ class RunSetup:
     def from_mapping(cls, data: Mapping[str, Any]) -> "RunSetup":
         """Build from a spec's ``setup:`` mapping (schema-validated; unknown keys rejected).
 
-        Keys: model {config, overrides, body}, param_dtype, mesh {shape, dim_names},
+        Keys: model {config, overrides, body, dtype}, mesh {shape, dim_names},
         batch_per_rank, seq_len, fsdp {reshard_after_forward, root_reshard_after_forward,
         mixed_precision {param_dtype, reduce_dtype, output_dtype, cast_forward_inputs}},
         optimizer {name, lr}, seed, observe_ranks, numerics.

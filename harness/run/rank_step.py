@@ -3,7 +3,7 @@
 Given an initialized default process group (gloo, NCCL or the fake one), :func:`run_rank`:
 
 1. builds the model with the setup's seed, identically on every rank (same full weights), in
-   ``setup.param_dtype`` at construction (with ``setup.numerics`` off: on the meta device,
+   ``setup.model.dtype`` at construction (with ``setup.numerics`` off: on the meta device,
    materialized after ``fully_shard`` with only this rank's shards, see
    :func:`_init_local_shards`);
 2. makes the global batch (seeded) and keeps this rank's samples ``r*B .. r*B+B-1``, the
@@ -274,7 +274,7 @@ def run_step(
     sync = torch.cuda.synchronize if device_type == "cuda" else None
     phases = Phases(sync=sync, on_enter=on_phase, before_enter=_fault_action(fault, rank))
     device = torch.device("cuda", torch.cuda.current_device()) if device_type == "cuda" else torch.device("cpu")
-    dtype = _dtype(setup.param_dtype)
+    dtype = _dtype(setup.model.dtype)
     config = qwen3.get_config(setup.model.config, **dict(setup.model.overrides))
     numerics_on = setup.numerics and not simulated
 
