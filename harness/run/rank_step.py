@@ -1,6 +1,6 @@
 """One rank's FSDP2 training step, as a :class:`~harness.load.setup.RunSetup` describes it, observed.
 
-Given an initialized default process group (gloo, NCCL or the fake one), :func:`run_rank`:
+Given an initialized default process group (gloo, NCCL or the fake one), :func:`run_step`:
 
 1. builds the model with the setup's seed, identically on every rank (same full weights), in
    ``setup.param_dtype`` at construction (with ``setup.numerics`` off: on the meta device,
@@ -36,7 +36,7 @@ import contextlib
 import os
 import platform
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -53,9 +53,7 @@ from harness.run.recorders.params import ParamStateHooks, Unit, param_owner, par
 from harness.run.recorders.phases import Phases
 from harness.load.setup import RunSetup
 
-__all__ = ["run_rank", "run_step", "FAULT_KINDS"]
-
-FAULT_KINDS = ("raise", "hang", "exit")
+__all__ = ["run_step"]
 
 
 
@@ -92,28 +90,6 @@ def _quiet(profiler: Any):
 
 def _dtype(name: str | None) -> torch.dtype | None:
     return getattr(torch, name) if name else None
-
-
-def _fault_action(fault: Mapping[str, Any] | None, rank: int) -> Callable[[str], None] | None:
-    """Test-only fault injection (see :func:`run_step`); None when no fault targets ``rank``."""
-    if not fault or int(fault.get("rank", -1)) != rank:
-        return None
-    kind = fault.get("kind", "raise")
-    at = fault.get("phase", "forward")
-    if kind not in FAULT_KINDS:
-        raise ValueError(f"fault kind {kind!r}: expected one of {FAULT_KINDS}")
-
-    def act(phase: str) -> None:
-        if phase != at:
-            return
-        if kind == "raise":
-            raise RuntimeError(f"injected fault: rank {rank} raises at the start of {phase}")
-        if kind == "hang":  # a stuck rank: its peers wait in their next collective
-            while True:
-                time.sleep(3600)
-        os._exit(int(fault.get("code", 3)))  # kind == "exit": the process dies, no traceback
-
-    return act
 
 
 def _loss_fn(body: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
@@ -245,7 +221,6 @@ def run_step(
     device_type: str,
     *,
     simulated: bool = False,
-    fault: Mapping[str, Any] | None = None,
     on_phase: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Run and record one rank's step; the default process group must be initialized.
@@ -256,10 +231,6 @@ def run_step(
         world_size: ``setup.world_size`` (``dist.get_world_size()``).
         device_type: "cpu" or "cuda" (for CUDA, the current device is this rank's GPU).
         simulated: the fake process group is active: run under ``FakeTensorMode``, no numerics.
-        fault: TESTS ONLY. ``{"rank": r, "phase": p, "kind": k}`` makes rank ``r`` misbehave at
-            the start of phase ``p`` ("setup", "forward", "backward", "optimizer"): ``raise``
-            an exception, ``hang`` forever (its peers block in their next collective), or
-            ``exit`` the process at once (``os._exit``). Not a spec key.
         on_phase: called with each phase name as it starts (the launcher reports a hung rank's
             last phase).
 
@@ -272,7 +243,7 @@ def run_step(
         raise ValueError(f"world size {world_size} but setup.mesh.shape {list(setup.mesh_shape)} needs {setup.world_size}")
 
     sync = torch.cuda.synchronize if device_type == "cuda" else None
-    phases = Phases(sync=sync, on_enter=on_phase, before_enter=_fault_action(fault, rank))
+    phases = Phases(sync=sync, on_enter=on_phase)
     device = torch.device("cuda", torch.cuda.current_device()) if device_type == "cuda" else torch.device("cpu")
     dtype = _dtype(setup.param_dtype)
     config = qwen3.get_config(setup.model.config, **dict(setup.model.overrides))
@@ -407,7 +378,3 @@ def run_step(
     }
     return {"entry": entry, "fsdp_units": [u.describe() for u in units], "environment": environment}
 
-
-def run_rank(setup: RunSetup, rank: int, world_size: int, device_type: str, **kwargs: Any) -> dict[str, Any]:
-    """One rank's entry of the observation document (see :func:`run_step` for ``kwargs``)."""
-    return run_step(setup, rank, world_size, device_type, **kwargs)["entry"]
