@@ -1,6 +1,6 @@
 """The walkthrough's steps of one decoder layer, as observable names.
 
-Source: the walkthrough document (shared/seed/000_1871bbf14bb2dbe8.txt), section
+Source: the walkthrough document ("FSDP2 Qwen3 Decoder Layer Walkthrough"), section
 "Forward 逐算子 Walkthrough", Steps 1-10. Steps 0 (all-gather) and 11 (reshard) belong to
 FSDP, not to the model: the harness observes them through FSDP's hooks.
 

@@ -1,7 +1,7 @@
 """Synthetic observation documents for unit tests of the checks (no ranks launched).
 
 :func:`walkthrough_observation` is what a real FSDP2 step of the walkthrough document
-(shared/seed/000_1871bbf14bb2dbe8.txt) should record: 2 decoder layers ("layers.0",
+("FSDP2 Qwen3 Decoder Layer Walkthrough") should record: 2 decoder layers ("layers.0",
 "layers.1") plus a root unit with no parameters of its own, 4 ranks on a 1-D mesh "dp", fp16,
 B=2, L=8. Every figure is derived from the document's configuration table (``DIMS``) and its
 rules (Shard(0) splits dim 0 in N; rank r holds samples r*B .. r*B+B-1; one all-gather per unit

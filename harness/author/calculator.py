@@ -1,4 +1,4 @@
-"""Closed-form calculator of the walkthrough's tables (issue 6).
+"""Closed-form calculator of the walkthrough's tables.
 
 Given model dimensions and a world size (or an HSDP mesh), this computes what FSDP2 does to
 one decoder layer: the parameter list, every rank's local shard shape, the padded all-gather
@@ -8,7 +8,7 @@ package, runs nothing, and is cheap enough for property tests and for a spec-dra
 
 Sources (cited again on each formula):
 
-* The walkthrough document (shared/seed/000_1871bbf14bb2dbe8.txt), sections "参数列表（单层）",
+* The walkthrough document ("FSDP2 Qwen3 Decoder Layer Walkthrough"), sections "参数列表（单层）",
   "每个 rank 上的参数分片", "Step 0", "Backward 简述", "单层单步通信量汇总".
 * torch 2.13 FSDP2, ``torch/distributed/fsdp/_fully_shard/``:
   ``_fsdp_param.py`` (``FSDPParam._init_sharded_param``: ``_chunk_with_empty``,
