@@ -7,7 +7,7 @@ shapes), the document validated. Printed per world size: the wall time of the wh
 the rank's phase timings. The first call in a process also pays one-time imports
 (FakeTensorMode imports torch._dynamo); it is printed separately as "cold".
 
-Target (issue 6): at most 5 s for the 1024-rank layer, forward+backward recorded, on this
+Target: at most 5 s for the 1024-rank layer, forward+backward recorded, on this
 2-core machine.
 
 Run: ``python benchmarks/bench_fake.py [--layers N]``.

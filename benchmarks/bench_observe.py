@@ -10,6 +10,8 @@ measures:
    23 Python calls when on, for comparison);
 
 and reports ``check_ns / forward_off`` as the relative cost of having observation built in.
+Target: under 1% of a layer's forward (the walkthrough layer, B=2, L=8, CPU float32). This
+was a test's assertion until timings moved out of the tests; it is a figure to read here.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from model.config import get_config
 from model.observe import observe_steps
 from model.qwen3 import Qwen3DecoderLayer, _rope_tables, init_weights
 from model.steps import STEP_NAMES
+
+TARGET_FRACTION = 0.01  # observation off costs under 1% of a layer forward
 
 
 def _checks_ns(layer: Qwen3DecoderLayer, number: int = 200_000) -> float:
@@ -102,7 +106,9 @@ def main() -> None:
     print(f"observation off, checks alone: {r['check_ns']:.0f} ns per layer forward")
     print(f"layer forward, observation off: {r['forward_off_us']:.1f} us")
     print(f"layer forward, no-op observer:  {r['forward_noop_us']:.1f} us")
-    print(f"cost of observation-off: {100 * r['off_fraction']:.3f}% of a layer forward")
+    verdict = "within" if r["off_fraction"] < TARGET_FRACTION else "OVER"
+    print(f"cost of observation-off: {100 * r['off_fraction']:.3f}% of a layer forward "
+          f"({verdict} the {100 * TARGET_FRACTION:g}% target)")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ step of its forward it does::
         self._step_observer(self.layer_idx, "step2.q_heads", q)
 
 so with no observer the cost is one attribute read and one ``is not None`` per step (23 per
-layer; see ``python -m model.bench_observe`` for the measured figure). The names are those of
+layer; ``python benchmarks/bench_observe.py`` measures what that costs). The names are those of
 :data:`model.steps.STEPS` and are emitted in that order; head tensors come in the document's
 (B, L, h, d_h) layout (possibly a transposed, non-contiguous view).
 

@@ -21,12 +21,14 @@ Module tree (transformers' names; the walkthrough document, section "简化的 Q
         rotary_emb: Qwen3RotaryEmbedding      (buffer inv_freq [d_h/2], not in state_dict)
       lm_head: nn.Linear                      [V, d]; IS embed_tokens.weight when tied
 
-The issue asks for "Qwen3Model (embed_tokens, layers, norm, lm_head tied ...)". transformers
-splits that in two: ``Qwen3Model`` (no lm_head, returns the last hidden state) and
-``Qwen3ForCausalLM`` (``.model`` + ``.lm_head``, returns logits). We keep transformers' split
-so that both classes' state dicts load into transformers' and back. Tied embeddings appear
-under both keys (``model.embed_tokens.weight`` and ``lm_head.weight``, one tensor), exactly as
-in transformers' ``state_dict()``; loading a state dict with both keys re-fills the one tensor.
+A whole model here is embed_tokens, the decoder layers, the final norm and an lm_head that may
+share the embedding's weight (the document's sketch, section "简化的 Qwen3 结构", lists the first
+three in one ``Qwen3Model`` and notes that lm_head usually shares the embedding's weight).
+transformers splits that in two: ``Qwen3Model`` (no lm_head, returns the last hidden state) and
+``Qwen3ForCausalLM`` (``.model`` + ``.lm_head``, returns logits). We keep transformers' split so
+that both classes' state dicts load into transformers' and back. Tied embeddings appear under
+both keys (``model.embed_tokens.weight`` and ``lm_head.weight``, one tensor), exactly as in
+transformers' ``state_dict()``; loading a state dict with both keys re-fills the one tensor.
 
 The walkthrough's focus, N_L decoder layers fed with hidden states and no embedding, is
 :class:`Qwen3DecoderStack` (parameter names ``layers.<i>.…`` as in ``Qwen3Model``).

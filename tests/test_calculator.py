@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from harness.author import calculator as calc
 from harness.author.calculator import MB, WALKTHROUGH, Dims, layer_tables
 
-# Qwen3-32B-sized layer (shared/notes/fsdp2-facts.md, "Simulating large world sizes").
+# A Qwen3-32B-sized layer (the released Qwen3-32B config.json's dimensions, as model.KNOWN_CONFIGS).
 QWEN3_32B = Dims(hidden_size=5120, num_attention_heads=64, num_key_value_heads=8, head_dim=128,
                  intermediate_size=25600, num_hidden_layers=64, vocab_size=151936)
 

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from harness.run.faults import Fault, injected
 from harness.run.launch import RunError, RunTimeout, run_local
 from harness.run.runner import run_setup
 from harness.load.setup import RunSetup
@@ -137,7 +138,8 @@ def _assert_no_rank_left() -> None:
 def test_a_rank_that_raises_ends_the_run_naming_it():
     start = time.monotonic()
     with pytest.raises(RunError) as info:
-        run_local(RunSetup(numerics=False), backend="gloo", timeout_s=120, fault={"rank": 2, "phase": "forward", "kind": "raise"})
+        with injected(Fault(rank=2, phase="forward", kind="raise")):
+            run_local(RunSetup(numerics=False), backend="gloo", timeout_s=120)
     assert time.monotonic() - start < 30
     assert info.value.rank == 2
     assert str(info.value).startswith("rank 2 failed:")
@@ -148,14 +150,16 @@ def test_a_rank_that_raises_ends_the_run_naming_it():
 
 def test_a_rank_that_dies_ends_the_run_naming_it():
     with pytest.raises(RunError, match=r"rank 3 died without a result \(exit code 3\)"):
-        run_local(RunSetup(numerics=False), backend="gloo", timeout_s=120, fault={"rank": 3, "phase": "backward", "kind": "exit"})
+        with injected(Fault(rank=3, phase="backward", kind="exit")):
+            run_local(RunSetup(numerics=False), backend="gloo", timeout_s=120)
     _assert_no_rank_left()
 
 
 def test_a_hang_ends_at_the_callers_timeout():
     start = time.monotonic()
     with pytest.raises(RunTimeout) as info:
-        run_local(RunSetup(numerics=False), backend="gloo", timeout_s=6, fault={"rank": 1, "phase": "backward", "kind": "hang"})
+        with injected(Fault(rank=1, phase="backward", kind="hang")):
+            run_local(RunSetup(numerics=False), backend="gloo", timeout_s=6)
     elapsed = time.monotonic() - start
     assert 6 <= elapsed < 16
     assert info.value.pending == [0, 1, 2, 3]  # rank 1 is stuck, its peers wait in a collective

@@ -182,9 +182,11 @@ def _rank_main(
     conn: Any,
     lifeline: Any,
     phase_codes: Any,
-    fault: Mapping[str, Any] | None,
+    phase_hooks: tuple[Any, ...],
 ) -> None:
-    """A rank process: init the process group, run the step, send the result or traceback."""
+    """A rank process: init the process group, run the step, send the result or traceback.
+
+    ``phase_hooks``: the calling process's ``PHASE_HOOKS`` (tests only; empty otherwise)."""
     threading.Thread(target=_watch_lifeline, args=(lifeline,), daemon=True).start()
 
     def on_phase(name: str) -> None:
@@ -197,6 +199,9 @@ def _rank_main(
         import torch.distributed as dist
 
         from harness.run.rank_step import run_step
+        from harness.run.recorders.phases import PHASE_HOOKS
+
+        PHASE_HOOKS[:] = phase_hooks
 
         pg_backend, device_type = resolve_backend(backend, world_size)
         if device_type == "cuda":
@@ -215,7 +220,7 @@ def _rank_main(
             timeout=timedelta(seconds=timeout_s + 60),
         )
         try:
-            result = run_step(setup, rank, world_size, device_type, fault=fault, on_phase=on_phase)
+            result = run_step(setup, rank, world_size, device_type, on_phase=on_phase)
         finally:
             on_phase("done")
         # As JSON text: the document is JSON anyway, and the parent then unpickles nothing
@@ -270,7 +275,6 @@ def run_local(
     *,
     backend: str = "auto",
     timeout_s: float = 300.0,
-    fault: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``setup`` on ``setup.world_size`` ranks spawned here; results in rank order.
 
@@ -278,7 +282,6 @@ def run_local(
         setup: a :class:`harness.load.setup.RunSetup`.
         backend: "auto", "gloo" or "nccl".
         timeout_s: the whole run's deadline, from the first process start.
-        fault: TESTS ONLY, passed to every rank (see ``harness.run.rank_step.run_step``).
 
     Returns:
         Per rank, ``harness.run.rank_step.run_step``'s result.
@@ -302,6 +305,10 @@ def run_local(
     start = time.monotonic()
     deadline = start + timeout_s
     results: dict[int, dict[str, Any]] = {}
+    # Tests only (``harness.run.faults``): the phase hooks registered here, carried to the ranks.
+    from harness.run.recorders.phases import PHASE_HOOKS
+
+    phase_hooks = tuple(PHASE_HOOKS)
     try:
         for rank in range(world_size):
             reader, writer = ctx.Pipe(duplex=False)
@@ -309,7 +316,7 @@ def run_local(
             p = ctx.Process(
                 target=_rank_main,
                 name=f"fsdp2-rank-{rank}",
-                args=(rank, world_size, setup, backend, init_file, timeout_s, writer, life_r, phase_codes, dict(fault) if fault else None),
+                args=(rank, world_size, setup, backend, init_file, timeout_s, writer, life_r, phase_codes, phase_hooks),
                 daemon=True,
             )
             with _ranks_skip_main():

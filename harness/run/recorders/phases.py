@@ -4,6 +4,9 @@ The rank step moves through ``setup`` (model + ``fully_shard``), ``forward``, ``
 and ``optimizer``; recorders that attribute events to a phase read :attr:`Phases.current`.
 Other named intervals (``replica`` for the numerics reference) are timed the same way but are
 not phases of the FSDP step: nothing is recorded while they run.
+
+:data:`PHASE_HOOKS` is for tests only: callables run at the start of every phase (see
+``harness.run.faults``, which makes a rank raise, hang or exit there).
 """
 
 from __future__ import annotations
@@ -14,6 +17,13 @@ from typing import Callable, Iterator
 
 PHASES = ("setup", "forward", "backward", "optimizer")
 
+# TESTS ONLY. Each is called with the phase name at the start of every phase, inside its timed
+# interval, after ``on_enter`` (so a launcher already shows the phase a hook hangs in). The
+# local launcher (``harness.run.launch.run_local``) carries the hooks registered in the calling
+# process to its rank processes, so they must pickle (module-level classes or functions).
+# Production code never registers one.
+PHASE_HOOKS: list[Callable[[str], None]] = []
+
 
 class Phases:
     """Current phase and seconds spent per named interval.
@@ -23,21 +33,17 @@ class Phases:
             time includes its kernels); None on CPU.
         on_enter: called with the phase name on entry (the launcher shows a hung rank's last
             phase with it); None for nothing.
-        before_enter: called with the phase name before it starts, inside the timed interval
-            (tests inject faults here).
     """
 
     def __init__(
         self,
         sync: Callable[[], None] | None = None,
         on_enter: Callable[[str], None] | None = None,
-        before_enter: Callable[[str], None] | None = None,
     ) -> None:
         self.current = "other"
         self.timings_s: dict[str, float] = {}
         self._sync = sync
         self._on_enter = on_enter
-        self._before_enter = before_enter
 
     def _now(self) -> float:
         if self._sync is not None:
@@ -53,8 +59,8 @@ class Phases:
         start = self._now()
         self.current = name
         try:
-            if self._before_enter is not None:
-                self._before_enter(name)
+            for hook in PHASE_HOOKS:
+                hook(name)
             yield
         finally:
             self.timings_s[name] = self.timings_s.get(name, 0.0) + (self._now() - start)

@@ -1,0 +1,186 @@
+"""What a rank builds before FSDP: the model, its inputs, the loss, the optimizer, the replica.
+
+Nothing here calls ``fully_shard`` (that is ``harness.run.parallelize``) or records anything
+(that is ``harness.run.instruments``).
+
+- :func:`build_model`: the setup's body (``decoder_layers`` or ``causal_lm``) in the given
+  dtype on the given device; weights from ``torch.Generator().manual_seed(setup.seed)``,
+  identical on every rank (same full weights), or left uninitialized (meta device, fake mode).
+- :func:`make_inputs`: the seeded global batch (``manual_seed(setup.seed + 1)``) and this
+  rank's samples ``r*B .. r*B+B-1``, as the document's table of each rank's inputs
+  (section "每个 rank 上的激活值（输入）": rank 0 holds samples 0 and 1 of 8, ...). With HSDP the
+  data-parallel rank is the global rank: every rank of the mesh holds distinct samples.
+- :func:`make_loss`: the step's loss (float32 scalar) for a body.
+- :func:`make_optimizer`: SGD or AdamW over the given parameters.
+- :func:`replica_reference`: the plain replica's step on this rank's chunk, its gradients
+  averaged over ranks (``harness.run.recorders.numerics``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+import model as qwen3
+from harness.load.setup import RunSetup
+from harness.run.recorders.collectives import dtype_name
+from harness.run.recorders.numerics import Reference, compute_reference
+
+__all__ = ["RankInputs", "build_model", "make_inputs", "make_loss", "make_optimizer", "replica_reference", "torch_dtype"]
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def torch_dtype(name: str | None) -> torch.dtype | None:
+    """``"float16"`` -> ``torch.float16``; None -> None."""
+    return getattr(torch, name) if name else None
+
+
+def build_model(setup: RunSetup, config: Any, dtype: torch.dtype, device: torch.device, *, init: bool) -> nn.Module:
+    """The setup's model, not yet sharded.
+
+    Args:
+        setup: ``setup.model.body`` picks the class: "decoder_layers" ->
+            ``model.Qwen3DecoderStack`` (input hidden states [B, L, d]), "causal_lm" ->
+            ``model.Qwen3ForCausalLM`` (input token ids [B, L]); ``setup.seed`` seeds the weights.
+        config: the ``model.Qwen3Config``.
+        dtype: parameter dtype at construction.
+        device: where to build (``meta`` for FSDP2's meta-device init).
+        init: fill the weights with ``model.init_weights`` (False on meta and under fake mode).
+
+    Raises:
+        ValueError: an unknown ``setup.model.body``.
+    """
+    cls = {"decoder_layers": qwen3.Qwen3DecoderStack, "causal_lm": qwen3.Qwen3ForCausalLM}.get(setup.model.body)
+    if cls is None:
+        raise ValueError(f"setup.model.body {setup.model.body!r}: expected 'decoder_layers' or 'causal_lm'")
+    module = cls(config, device=device, dtype=dtype)
+    if init:
+        qwen3.init_weights(module, generator=torch.Generator().manual_seed(setup.seed))
+    return module
+
+
+@dataclass(frozen=True)
+class RankInputs:
+    """This rank's inputs.
+
+    Attributes:
+        tensor: hidden states [B, L, d] in the parameter dtype (drawn from N(0, 1) in float32,
+            then cast) for ``decoder_layers``; token ids [B, L] (int64, uniform in [0, V))
+            for ``causal_lm``.
+        name: "hidden_states" or "input_ids".
+        samples: for each local row, its index in the global batch (-1 if none matches).
+    """
+
+    tensor: torch.Tensor
+    name: str
+    samples: list[int]
+
+    def describe(self) -> dict[str, Any]:
+        """The observation schema's ``input`` entry."""
+        return {"name": self.name, "shape": list(self.tensor.shape), "dtype": dtype_name(self.tensor.dtype), "samples": self.samples}
+
+
+def make_inputs(
+    setup: RunSetup,
+    config: Any,
+    rank: int,
+    world_size: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    *,
+    local_only: bool,
+) -> RankInputs:
+    """Samples ``r*B .. r*B+B-1`` of the seeded global batch of ``world_size * B``, on ``device``.
+
+    ``samples`` is observed, not assumed: the global batch's rows that the local tensor's rows
+    equal, in local order. ``local_only`` (simulated runs): make just a tensor of the local
+    shape (values unused, no global batch), and ``samples`` is the assignment above.
+    """
+    B, L = setup.batch_per_rank, setup.seq_len
+    n = B if local_only else world_size * B
+    generator = torch.Generator().manual_seed(setup.seed + 1)
+    if setup.model.body == "decoder_layers":
+        batch = torch.randn(n, L, config.hidden_size, generator=generator).to(dtype)  # (W*B, L, d)
+        name = "hidden_states"
+    else:
+        batch = torch.randint(0, config.vocab_size, (n, L), generator=generator)  # (W*B, L)
+        name = "input_ids"
+    if local_only:
+        return RankInputs(batch.to(device), name, list(range(rank * B, rank * B + B)))
+    local = batch[rank * B : (rank + 1) * B].clone()
+    return RankInputs(local.to(device), name, _rows_of(local, batch))
+
+
+def _rows_of(local: torch.Tensor, batch: torch.Tensor) -> list[int]:
+    """For each row of ``local``, the index of the equal row of ``batch`` (-1 if none)."""
+    flat = batch.reshape(batch.shape[0], -1)
+    found = []
+    for row in local.reshape(local.shape[0], -1):
+        hits = torch.nonzero((flat == row).all(dim=1)).flatten().tolist()
+        found.append(hits[0] if hits else -1)
+    return found
+
+
+def make_loss(body: str) -> LossFn:
+    """``loss(output, inputs)`` -> float32 scalar.
+
+    ``decoder_layers``: ``output.float().pow(2).mean()``; ``causal_lm``: cross-entropy of the
+    logits at positions 0..L-2 against the tokens at 1..L-1.
+    """
+    if body == "decoder_layers":
+        return lambda out, inputs: out.float().pow(2).mean()
+
+    def causal_lm_loss(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+        vocab = logits.shape[-1]
+        return F.cross_entropy(logits[:, :-1].float().reshape(-1, vocab), input_ids[:, 1:].reshape(-1))
+
+    return causal_lm_loss
+
+
+def make_optimizer(setup: RunSetup, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    """``torch.optim.SGD`` or ``torch.optim.AdamW`` with ``setup.optimizer.lr``.
+
+    Raises:
+        ValueError: an unknown ``setup.optimizer.name``.
+    """
+    name = setup.optimizer.name.lower()
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=setup.optimizer.lr)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=setup.optimizer.lr)
+    raise ValueError(f"setup.optimizer.name {setup.optimizer.name!r}: expected 'sgd' or 'adamw'")
+
+
+def replica_reference(
+    setup: RunSetup,
+    root: nn.Module,
+    inputs: torch.Tensor,
+    loss_fn: LossFn,
+    dtype: torch.dtype,
+    world_size: int,
+    coords: Sequence[int],
+) -> Reference:
+    """The plain replica's step on this rank's inputs, before ``fully_shard`` (collective).
+
+    The replica computes in the mixed-precision policy's ``param_dtype`` if the setup has
+    one, else in ``dtype``; its gradients are averaged over all ranks with a plain
+    all-reduce, and the rows of this rank's shard kept (shard mesh dim: the last).
+    """
+    mp = setup.fsdp.mixed_precision
+    replica_dtype = torch_dtype(mp.param_dtype) if mp is not None and mp.param_dtype else dtype
+    return compute_reference(
+        root,
+        inputs,
+        world_size=world_size,
+        shard_count=setup.mesh_shape[-1],
+        shard_index=coords[-1],
+        loss_fn=loss_fn,
+        replica_dtype=replica_dtype,
+        all_reduce_sum=lambda t: dist.all_reduce(t, op=dist.ReduceOp.SUM),
+    )

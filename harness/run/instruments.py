@@ -1,0 +1,175 @@
+"""The rank's recorders, owned by one object and entered in the one order that works.
+
+:class:`Instruments` holds
+
+- the :class:`~harness.run.recorders.collectives.CollectiveRecorder` (a ``TorchDispatchMode``:
+  every c10d op with its tensors and group), from before ``fully_shard`` to the end;
+- ``torch.autograd.profiler.profile`` (FSDP's ``record_function`` labels, to attribute each
+  collective to a unit and hook), around the training steps only, started and stopped with
+  file descriptor 2 muted;
+- the :class:`~harness.run.recorders.memory.MemoryRecorder` (``FSDPMemTracker``), around the
+  training steps;
+- the :class:`~harness.run.recorders.params.ParamStateHooks` (what each unit holds right after
+  FSDP's pre- and post-forward hooks), installed for the training steps;
+- the walkthrough's step observer (``model.observe_steps``), around each forward.
+
+Use::
+
+    with Instruments(phases, group_dims) as instruments:      # the collective recorder
+        units = apply_fsdp(...); optimizer = ...               # setup collectives recorded
+        with instruments.observing(root, optimizer, units, inputs=(x,)):
+            ...                                                # the step loop
+    pieces = instruments.pieces()                              # the rank's observation parts
+
+:meth:`pieces` returns the rank entry's ``params``, ``param_states``, ``steps``,
+``collectives`` and ``memory`` (``harness/schemas/observation.schema.json``, ``$defs/rank``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any, ContextManager, Iterator, Mapping, Sequence
+
+import torch
+from torch import nn
+
+import model as qwen3
+from harness.run.recorders.collectives import CollectiveRecorder, attribute, dtype_name, profiler_spans
+from harness.run.recorders.memory import MemoryRecorder
+from harness.run.recorders.params import ParamStateHooks, Unit, param_table
+from harness.run.recorders.phases import Phases
+
+__all__ = ["Instruments"]
+
+
+@contextlib.contextmanager
+def _muted_stderr_fd() -> Iterator[None]:
+    """Send fd 2 to /dev/null for the block (native code writes there, not to sys.stderr)."""
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+@contextlib.contextmanager
+def _quiet(profiler: Any) -> Iterator[Any]:
+    """Enter and exit the profiler with fd 2 muted: kineto prints "USDT: ... profiler_start" and
+    "profiler_stop" lines from every rank, with no setting to turn them off. Errors raised in
+    between still reach stderr."""
+    with _muted_stderr_fd():
+        profiler.__enter__()
+    exc_info: tuple = (None, None, None)
+    try:
+        yield profiler
+    except BaseException as exc:
+        exc_info = (type(exc), exc, exc.__traceback__)
+        raise
+    finally:
+        with _muted_stderr_fd():
+            profiler.__exit__(*exc_info)
+
+
+def _in_backward() -> bool:
+    return torch._C._current_graph_task_id() != -1
+
+
+class Instruments:
+    """Every recorder of one rank's run.
+
+    Args:
+        phases: the run's phases; collectives are stamped with ``phases.current``.
+        group_dims: process group name -> mesh dim name (a collective's ``mesh_dim``).
+    """
+
+    def __init__(self, phases: Phases, group_dims: Mapping[str, str]) -> None:
+        self.collectives = CollectiveRecorder(lambda: phases.current, group_dims)
+        # torch.autograd.profiler.profile is what torch.profiler.profile wraps; the wrapper's
+        # start also touches torch._inductor (a 1.5 s import on first use in a process).
+        self.profiler = torch.autograd.profiler.profile(use_cpu=True, use_kineto=True)
+        self.steps: list[dict[str, Any]] = []
+        self._n_setup: int | None = None
+        self._params: list[dict[str, Any]] = []
+        self._memory: MemoryRecorder | None = None
+        self._hooks: ParamStateHooks | None = None
+
+    def __enter__(self) -> "Instruments":
+        """Start recording collectives (those of ``fully_shard`` and meta init included)."""
+        self.collectives.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.collectives.__exit__(*exc)
+
+    @contextlib.contextmanager
+    def observing(
+        self,
+        root: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        units: Sequence[Unit],
+        *,
+        inputs: tuple[torch.Tensor, ...] = (),
+    ) -> Iterator["Instruments"]:
+        """Observe the training steps: enter after ``fully_shard`` and the optimizer exist.
+
+        Takes the parameter table (sharded, before any step), then starts the profiler, the
+        memory tracker and the parameter-state hooks, in that order.
+        """
+        # fully_shard has no FSDP:: labels to attribute to, and under the fake backend at
+        # 4096 ranks it dispatches ~10^5 ops: the profiler starts after it. The collectives
+        # recorded so far are setup's.
+        self._n_setup = len(self.collectives.records)
+        self._params = param_table(root, [u.name for u in units])
+        self._memory = MemoryRecorder(root, optimizer, {u.module: u.name for u in units}, inputs=inputs)
+        with _quiet(self.profiler), self._memory:
+            # After entering FSDPMemTracker: it re-registers FSDP's forward hooks, and these
+            # hooks must run after FSDP's (pre-forward prepended, post-forward appended).
+            self._hooks = ParamStateHooks(list(units), is_backward=_in_backward).install()
+            try:
+                yield self
+            finally:
+                self._hooks.remove()
+
+    def forward_steps(self, root: nn.Module) -> ContextManager[Any]:
+        """Around a forward: record the walkthrough's Steps 1-10 (name, layer, shape, dtype)."""
+        return qwen3.observe_steps(root, self._on_step)
+
+    def _on_step(self, layer: int, name: str, t: torch.Tensor) -> None:
+        self.steps.append({"layer": int(layer), "name": name, "shape": list(t.shape), "dtype": dtype_name(t.dtype)})
+
+    def after_optimizer_step(self) -> None:
+        """Take the whole-rank memory snapshot that follows ``optimizer.step()``."""
+        if self._memory is None:
+            raise RuntimeError("after_optimizer_step outside Instruments.observing")
+        self._memory.mark_after_step()
+
+    def pieces(self) -> dict[str, Any]:
+        """The rank entry's ``params``, ``param_states``, ``steps``, ``collectives``, ``memory``.
+
+        Call after leaving :meth:`observing` (the profiler's events exist once it stopped).
+        Setup's collectives come first, with no unit, label or hook; the others are
+        attributed from the profiler's ``FSDP::`` labels.
+
+        Raises:
+            RuntimeError: :meth:`observing` was never entered.
+            harness.run.recorders.collectives.AttributionError: the dispatched collectives and
+                the profiler's c10d events disagree.
+        """
+        if self._n_setup is None or self._memory is None or self._hooks is None:
+            raise RuntimeError("Instruments.pieces before Instruments.observing")
+        records = self.collectives.records
+        setup = records[: self._n_setup]
+        for record in setup:
+            record.update(unit=None, fsdp_label=None, fsdp_labels=[], hook=None)
+        return {
+            "params": self._params,
+            "param_states": self._hooks.states,
+            "steps": self.steps,
+            "collectives": setup + attribute(records[self._n_setup :], profiler_spans(self.profiler)),
+            "memory": self._memory.snapshots(),
+        }

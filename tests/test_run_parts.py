@@ -1,0 +1,100 @@
+"""The rank step's parts without launching ranks: FSDP units, the only fully_shard call, faults.
+
+The runs themselves (and that splitting the step changed none of their observations) are
+covered by tests/test_harness_launch.py, tests/test_harness.py and the shipped specs.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.load.setup import FSDPSetup, MixedPrecision, ModelSetup, RunSetup
+from harness.run import faults
+from harness.run.build import build_model
+from harness.run.loop import run_steps
+from harness.run.parallelize import ShardUnit, units_from_setup
+from harness.run.recorders.phases import PHASE_HOOKS, Phases
+
+import model as qwen3
+
+HARNESS = Path(__file__).resolve().parents[1] / "harness"
+
+
+def _calls(path: Path, name: str) -> list[int]:
+    """Lines of ``path`` that call a function named ``name`` (plain or attribute call)."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            f = node.func
+            if (isinstance(f, ast.Name) and f.id == name) or (isinstance(f, ast.Attribute) and f.attr == name):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_apply_fsdp_is_the_only_caller_of_fully_shard():
+    callers = {str(p.relative_to(HARNESS)): _calls(p, "fully_shard") for p in HARNESS.rglob("*.py")}
+    callers = {p: lines for p, lines in callers.items() if lines}
+    assert list(callers) == ["run/parallelize.py"]
+    assert len(callers["run/parallelize.py"]) == 1
+
+
+def test_shard_unit_passes_only_the_options_it_sets():
+    assert ShardUnit("", "root").options() == {}
+    assert ShardUnit("layers.0", "layer", 0, reshard_after_forward=False).options() == {"reshard_after_forward": False}
+    assert ShardUnit("layers.0", "layer", 0, reshard_after_forward=2).options() == {"reshard_after_forward": 2}
+
+
+@pytest.mark.parametrize("body, prefix", [("decoder_layers", "layers"), ("causal_lm", "model.layers")])
+def test_units_from_setup_are_each_layer_then_the_root(body, prefix):
+    setup = RunSetup(
+        model=ModelSetup(body=body, overrides={"num_hidden_layers": 3}),
+        fsdp=FSDPSetup(reshard_after_forward=2, root_reshard_after_forward=None,
+                       mixed_precision=MixedPrecision(param_dtype="bfloat16")),
+    )
+    config = qwen3.get_config(setup.model.config, **dict(setup.model.overrides))
+    root = build_model(setup, config, torch.float32, torch.device("meta"), init=False)
+    units = units_from_setup(setup, root)
+    assert [(u.path, u.role, u.layer) for u in units] == [
+        (f"{prefix}.0", "layer", 0), (f"{prefix}.1", "layer", 1), (f"{prefix}.2", "layer", 2), ("", "root", None)
+    ]
+    assert [u.options().get("reshard_after_forward") for u in units] == [2, 2, 2, None]
+    assert {u.mp_policy.param_dtype for u in units} == {torch.bfloat16}
+
+
+def test_an_empty_step_plan_is_refused():
+    with pytest.raises(ValueError, match="step plan is empty"):
+        run_steps([], None, None, None, Phases(), None)
+
+
+def test_production_registers_no_phase_hook():
+    assert PHASE_HOOKS == []
+
+
+def test_a_fault_is_a_phase_hook_only_inside_its_block():
+    fault = faults.Fault(rank=0, phase="forward")
+    with faults.injected(fault):
+        assert PHASE_HOOKS == [fault]
+    assert PHASE_HOOKS == []
+
+
+def test_a_fault_of_an_unknown_kind_is_refused():
+    with pytest.raises(ValueError, match=r"fault kind 'explode': expected one of \('raise', 'hang', 'exit'\)"):
+        faults.Fault(rank=0, kind="explode")
+
+
+def test_phases_call_the_hooks_at_each_start():
+    seen = []
+    PHASE_HOOKS.append(seen.append)
+    try:
+        phases = Phases()
+        with phases.phase("setup"):
+            pass
+        with phases.phase("forward"):
+            assert phases.current == "forward"
+    finally:
+        PHASE_HOOKS.remove(seen.append)
+    assert seen == ["setup", "forward"]
