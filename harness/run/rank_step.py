@@ -247,6 +247,7 @@ def run_step(
     simulated: bool = False,
     fault: Mapping[str, Any] | None = None,
     on_phase: Callable[[str], None] | None = None,
+    trace_dir: str | None = None,
 ) -> dict[str, Any]:
     """Run and record one rank's step; the default process group must be initialized.
 
@@ -262,6 +263,9 @@ def run_step(
             ``exit`` the process at once (``os._exit``). Not a spec key.
         on_phase: called with each phase name as it starts (the launcher reports a hung rank's
             last phase).
+        trace_dir: if given, an existing folder: the profiler's Chrome trace of the step
+            (forward, backward, optimizer; FSDP:: labels and c10d ops) is written there as
+            ``rank<rank>.json`` (``torch.autograd.profiler.profile.export_chrome_trace``).
 
     Returns:
         ``{"entry": <the rank's entry of the document>, "fsdp_units": [...],
@@ -378,6 +382,8 @@ def run_step(
         numerics = compare(reference, root, output, loss) if reference is not None else None
         memory_entries = memory.snapshots()
 
+    if trace_dir is not None:
+        profiler.export_chrome_trace(os.path.join(trace_dir, f"rank{rank}.json"))
     timings = dict(phases.timings_s)
     timings["observe"] = time.perf_counter() - t_observe
     timings["total"] = time.perf_counter() - t_start
