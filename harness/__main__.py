@@ -103,6 +103,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         payload = {"torch_version": torch.__version__, "results": [result_to_json(r) for r in all_results],
                    "observations": documents}
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(payload, indent=1, ensure_ascii=False))
         console.print(Text(f"wrote {args.json}"))
     if args.junitxml:

@@ -154,6 +154,14 @@ def _sent_formula(c: Mapping[str, Any]) -> str:
     return mb(s)
 
 
+def _share(part: int, whole: int) -> str:
+    """"1/4" when the fraction is a simple one (denominator up to 64), else "33.4%"."""
+    from fractions import Fraction
+
+    f = Fraction(part, whole)
+    return fraction(part, whole) if f.denominator <= 64 else f"{100 * part / whole:.1f}%"
+
+
 def _comm(colls: Sequence[Mapping[str, Any]]) -> str:
     """Collectives as one cell: op ×count on the group, elements in → out, what each rank sends."""
     if not colls:
@@ -266,7 +274,7 @@ def _section_shards(obs: Mapping[str, Any]) -> list[str]:
         local_bytes = sum(p["local_numel"] * p["element_size"] for p in params)
         full_bytes = sum(p["numel"] * p["element_size"] for p in params)
         rows.append(("**total per rank**", "", "", count_exact(local)))
-        share = f"{fraction(local_bytes, full_bytes)} of the layer's {mb(full_bytes)}" if full_bytes else "no bytes"
+        share = f"{_share(local_bytes, full_bytes)} of the layer's {mb(full_bytes)}" if full_bytes else "no bytes"
         return _table(("name", "full shape", "shard on this rank", "elements on this rank"), rows) + [
             "", f"This rank's shards of the layer take {mb_exact(local_bytes)}: {share}."]
 
@@ -333,8 +341,9 @@ def _section_forward(obs: Mapping[str, Any]) -> list[str]:
             tensor = s["name"].split(".", 1)[1]
             by_step.setdefault(STEPS_BY_NAME[s["name"]].step, []).append(f"{tensor} {shape(s['shape'])}")
         inp = rank_doc["input"]
-        rows = [(0, "pre-forward hook: all-gather the layer", f"{_state_text(before, placements)}; "
-                 f"input {inp['name']} {shape(inp['shape'])}", _comm(pre))]
+        # The first layer's input is the step's input only for a bare stack of layers.
+        held = f"; input {inp['name']} {shape(inp['shape'])}" if obs["setup"]["model"]["body"] == "decoder_layers" else ""
+        rows = [(0, "pre-forward hook: all-gather the layer", f"{_state_text(before, placements)}{held}", _comm(pre))]
         inside_text = "none" if not inside else "see the row below"
         for step in range(1, 11):
             rows.append((step, _STEP_WHAT[step], ", ".join(by_step.get(step, [])) or "not observed", inside_text))
