@@ -62,7 +62,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
 
     if args.plot and not _plot_available(console):
         return 2
-    all_results, documents, status, cases = [], {}, 0, []
+    all_results, documents, status, cases, follower = [], {}, 0, [], False
     run_started = time.perf_counter()
     for path in args.specs:
         try:
@@ -82,6 +82,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
                 status = 2
                 continue
             if observation is None:  # a non-zero rank under torchrun: rank 0 reports
+                follower = True
                 continue
             progress.checking(len(spec.items))
             results = evaluate_spec(spec, observation)
@@ -106,7 +107,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(payload, indent=1, ensure_ascii=False))
         console.print(Text(f"wrote {args.json}"))
-    if args.junitxml:
+    if args.junitxml and not follower:  # under torchrun only rank 0 writes it
         Path(args.junitxml).parent.mkdir(parents=True, exist_ok=True)
         Path(args.junitxml).write_text(junit.junit_xml(cases, duration_s=time.perf_counter() - run_started),
                                        encoding="utf-8")
