@@ -4,6 +4,7 @@
                     exit 0 only when every entry holds.
   validate SPEC...  load and check specs without running anything.
   draft             write a spec for a config and world size from the closed-form calculator.
+  render SPEC       write the document's tables, regenerated from a run (or a run's --json), as Markdown.
 
 Exit status: 0 when every entry holds (run) or every spec is valid (validate); 1 when an
 entry fails (run) or a spec is invalid (validate); 2 when run cannot check a spec at all
@@ -54,31 +55,39 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
 
     from harness.judge.evaluate import FAILING, evaluate_spec
     from harness.report.terminal import print_report, result_to_json, summary_line
-    from harness.run.runner import RunError, run_setup
+    from harness.run.runner import RunError
     from harness.load.spec import SpecError, load_spec
 
-    all_results, documents, status = [], {}, 0
+    from harness.report import junit
+
+    if args.plot and not _plot_available(console):
+        return 2
+    all_results, documents, status, cases, follower = [], {}, 0, [], False
+    run_started = time.perf_counter()
     for path in args.specs:
         try:
             spec = load_spec(path)
         except SpecError as exc:
             _print_spec_error(console, exc)
+            cases.append(junit.load_error_case(junit.spec_nodeid_path(path), exc))
             status = 2
             continue
-        backend = args.backend or spec.backend
-        timeout_s = args.timeout or spec.timeout_s
         started = time.perf_counter()
-        with console.status(f"{spec.name}: running {spec.setup.world_size} ranks ({backend}), timeout {timeout_s:.0f} s ..."):
+        with _progress(console, spec, args) as progress:
             try:
-                observation = run_setup(spec.setup, backend=backend, timeout_s=timeout_s)
+                observation = _run_spec(spec, args, progress)
             except RunError as exc:
                 console.print(_mark(False, f"{path}: the run failed:\n{exc}"))
+                cases += [junit.run_error_case(junit.spec_nodeid_path(path), item.entry, exc) for item in spec.items]
                 status = 2
                 continue
-        if observation is None:  # a non-zero rank under torchrun: rank 0 reports
-            continue
+            if observation is None:  # a non-zero rank under torchrun: rank 0 reports
+                follower = True
+                continue
+            progress.checking(len(spec.items))
+            results = evaluate_spec(spec, observation)
         env = observation["environment"]
-        results = evaluate_spec(spec, observation)
+        cases += [junit.result_case(junit.spec_nodeid_path(path), r) for r in results]
         print_report(results, console, title=f"{spec.name} — {spec.title}", only_failures=args.failures_only)
         drafted = sum(item.drafted for item in spec.items)
         console.print(Text(
@@ -89,14 +98,122 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
             status = max(status, 1)
         all_results.extend(results)
         documents[str(path)] = observation
+        _write_views(args, spec, observation, console)
     if len(args.specs) > 1 and all_results:
         console.print(Text(f"all specs: {summary_line(all_results)}"))
     if args.json:
         payload = {"torch_version": torch.__version__, "results": [result_to_json(r) for r in all_results],
                    "observations": documents}
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(payload, indent=1, ensure_ascii=False))
         console.print(Text(f"wrote {args.json}"))
+    if args.junitxml and not follower:  # under torchrun only rank 0 writes it
+        Path(args.junitxml).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.junitxml).write_text(junit.junit_xml(cases, duration_s=time.perf_counter() - run_started),
+                                       encoding="utf-8")
+        console.print(Text(f"wrote {args.junitxml} ({len(cases)} test cases)"))
     return status
+
+
+# --- seeing the run: progress, trace, plots, the document's tables --------------------------
+
+def _progress(console: Console, spec, args: argparse.Namespace):
+    """A progress line for one spec's run (drawn only on a terminal, never under pytest)."""
+    from harness.report.progress import RunProgress
+
+    backend = args.backend or spec.backend
+    return RunProgress(console, f"{spec.name} ({spec.setup.world_size} ranks, {backend})", spec.setup.world_size)
+
+
+def _run_spec(spec, args: argparse.Namespace, progress) -> dict | None:
+    """Run ``spec``'s setup as the flags say (backend, timeout, --trace); raises RunError."""
+    from harness.run.runner import run_setup
+
+    trace_dir = None
+    if getattr(args, "trace", None):
+        folder = Path(args.trace) / spec.name
+        folder.mkdir(parents=True, exist_ok=True)
+        for stale in folder.glob("rank*.json"):  # an earlier run's ranks must not be merged in
+            stale.unlink()
+        trace_dir = str(folder)
+    return run_setup(spec.setup, backend=args.backend or spec.backend, timeout_s=args.timeout or spec.timeout_s,
+                     trace_dir=trace_dir, on_progress=progress.ranks)
+
+
+def _plot_available(console: Console) -> bool:
+    """--plot needs matplotlib (an optional dependency): say so in one line, before running."""
+    import importlib.util
+
+    from harness.report.plot import INSTALL_HINT
+
+    if importlib.util.find_spec("matplotlib") is None:
+        console.print(_mark(False, INSTALL_HINT))
+        return False
+    return True
+
+
+def _write_views(args: argparse.Namespace, spec, observation: dict, console: Console) -> None:
+    """--trace: merge the ranks' traces; --plot: draw each rank's memory timeline."""
+    if getattr(args, "trace", None):
+        from harness.report.trace import write_merged
+
+        folder, out = Path(args.trace) / spec.name, Path(args.trace) / f"{spec.name}.json"
+        merged = write_merged(folder, out)
+        write_merged(folder, Path(args.trace) / f"{spec.name}.fsdp.json", compact=True)
+        ranks = merged["otherData"]["ranks"]
+        console.print(Text(f"wrote {out}: the profiler traces of ranks {ranks} on one timeline, one process per rank "
+                           f"(open in ui.perfetto.dev); {spec.name}.fsdp.json keeps FSDP labels and collectives only; "
+                           f"per rank: {folder}/rank<r>.json"))
+    if getattr(args, "plot", None):
+        from harness.report.plot import plot_memory
+
+        Path(args.plot).mkdir(parents=True, exist_ok=True)
+        files = plot_memory(observation, args.plot, spec.name)
+        console.print(Text(f"wrote {len(files)} memory timelines: {', '.join(str(f) for f in files[:2])}"
+                           f"{' ...' if len(files) > 2 else ''}"))
+
+
+def _cmd_render(args: argparse.Namespace, console: Console) -> int:
+    from harness.load.spec import SpecError, load_spec
+    from harness.report.render import render_markdown
+    from harness.run.runner import RunError
+
+    # Markdown on stdout: everything else goes to stderr.
+    say = console if args.out else Console(stderr=True, highlight=False, soft_wrap=True)
+    if args.plot and not _plot_available(say):
+        return 2
+    try:
+        spec = load_spec(args.spec)
+    except SpecError as exc:
+        _print_spec_error(say, exc)
+        return 2
+    if args.from_json:
+        from harness.report.observation_file import ObservationFileError, read_observation
+
+        try:
+            observation = read_observation(args.from_json, args.spec, spec.setup.to_dict())
+        except ObservationFileError as exc:
+            say.print(_mark(False, str(exc)))
+            return 2
+    else:
+        with _progress(say, spec, args) as progress:
+            try:
+                observation = _run_spec(spec, args, progress)
+            except RunError as exc:
+                say.print(_mark(False, f"{args.spec}: the run failed:\n{exc}"))
+                return 2
+        if observation is None:  # a non-zero rank under torchrun: rank 0 renders
+            return 0
+    text = render_markdown(spec, observation)
+    if args.out:
+        out = Path(args.out) / f"{spec.name}.md"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+        say.print(Text(f"wrote {out}"))
+    else:
+        sys.stdout.write(text)
+    _write_views(args, spec, observation, say)
+    return 0
 
 
 def _cmd_draft(args: argparse.Namespace, console: Console) -> int:
@@ -117,6 +234,15 @@ def _cmd_draft(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _add_view_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trace", metavar="DIR",
+                        help="write each rank's torch.profiler Chrome trace (DIR/<spec>/rank<r>.json) and all ranks "
+                             "merged on one timeline, one process per rank (DIR/<spec>.json; Perfetto opens it)")
+    parser.add_argument("--plot", metavar="DIR",
+                        help="draw each rank's FSDPMemTracker memory through the step (DIR/<spec>_memory_rank<r>.png "
+                             "and .svg; needs matplotlib: pip install .[plot])")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -129,6 +255,19 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--timeout", type=float, default=None, help="seconds before a run is declared hung")
     run.add_argument("--json", metavar="PATH", help="write results and observation documents as JSON")
     run.add_argument("--failures-only", action="store_true", help="print only failing entries")
+    _add_view_flags(run)
+    run.add_argument("--junitxml", metavar="PATH",
+                     help="write JUnit XML: one test case per entry, named as pytest's --junitxml names the spec's items")
+
+    render = sub.add_parser("render", help="write the document's tables, regenerated from a run, as Markdown")
+    render.add_argument("spec", type=Path)
+    render.add_argument("--out", metavar="DIR", help="write DIR/<spec>.md (default: Markdown on stdout)")
+    render.add_argument("--from-json", metavar="OBS.json",
+                        help="read the observation from a 'run --json' file instead of running")
+    render.add_argument("--backend", choices=("auto", "gloo", "nccl", "fake"), default=None,
+                        help="override the spec's backend")
+    render.add_argument("--timeout", type=float, default=None, help="seconds before a run is declared hung")
+    _add_view_flags(render)
 
     validate = sub.add_parser("validate", help="check specs without running")
     validate.add_argument("specs", nargs="+", type=Path)
@@ -147,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     draft.add_argument("-o", "--output", help="write the spec here instead of stdout")
 
     args = parser.parse_args(argv)
+    if args.command == "render" and args.from_json and args.trace:
+        parser.error("--trace needs a run: drop --from-json (a --json file holds no profiler traces)")
     if args.command == "draft":
         for name in ("world_size", "layers", "batch_per_rank", "seq_len"):
             if getattr(args, name) < 1:
@@ -155,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(highlight=False, soft_wrap=True)
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(highlight=False, soft_wrap=True, width=160)
-    handler = {"run": _cmd_run, "validate": _cmd_validate, "draft": _cmd_draft}[args.command]
+    handler = {"run": _cmd_run, "validate": _cmd_validate, "draft": _cmd_draft, "render": _cmd_render}[args.command]
     return handler(args, console)
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from harness.run.cache import CachedRunError, cached_run, run_key
 from harness.judge.checks import CheckResult
+from harness.report.junit import table_slug
 from harness.judge.evaluate import FAILING, evaluate_item
 from harness.load.spec import Spec, SpecError, SpecItem, load_spec
 
@@ -65,10 +66,6 @@ def _looks_like_spec(file_path: Path) -> bool:
     return all(p.search(head) for p in _SPEC_KEYS)
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.\-]+", "_", text).strip("_")
-
-
 class SpecFile(pytest.File):
     """One spec: its tables as collectors, its entries as items (file order, same in every worker)."""
 
@@ -82,7 +79,7 @@ class SpecFile(pytest.File):
         for item in spec.items:
             tables.setdefault(item.entry.table, []).append(item)
         for title, items in tables.items():
-            yield SpecTable.from_parent(self, name=_slug(title), spec=spec, items=items)
+            yield SpecTable.from_parent(self, name=table_slug(title), spec=spec, items=items)
 
 
 class SpecTable(pytest.Collector):

@@ -41,7 +41,7 @@ import threading
 import time
 import traceback
 from multiprocessing.connection import wait
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 __all__ = [
     "RunError",
@@ -183,6 +183,7 @@ def _rank_main(
     lifeline: Any,
     phase_codes: Any,
     phase_hooks: tuple[Any, ...],
+    trace_dir: str | None = None,
 ) -> None:
     """A rank process: init the process group, run the step, send the result or traceback.
 
@@ -220,7 +221,7 @@ def _rank_main(
             timeout=timedelta(seconds=timeout_s + 60),
         )
         try:
-            result = run_step(setup, rank, world_size, device_type, on_phase=on_phase)
+            result = run_step(setup, rank, world_size, device_type, on_phase=on_phase, trace_dir=trace_dir)
         finally:
             on_phase("done")
         # As JSON text: the document is JSON anyway, and the parent then unpickles nothing
@@ -275,6 +276,8 @@ def run_local(
     *,
     backend: str = "auto",
     timeout_s: float = 300.0,
+    trace_dir: str | None = None,
+    on_progress: Callable[[dict[int, str]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``setup`` on ``setup.world_size`` ranks spawned here; results in rank order.
 
@@ -282,6 +285,10 @@ def run_local(
         setup: a :class:`harness.load.setup.RunSetup`.
         backend: "auto", "gloo" or "nccl".
         timeout_s: the whole run's deadline, from the first process start.
+        trace_dir: an existing folder; each rank writes its profiler trace there
+            (``rank<r>.json``, see ``harness.run.rank_step.run_step``).
+        on_progress: called in this process with every rank's phase (rank -> a name of
+            ``_PHASE_CODES``) when any rank's phase changes (polled about 5 times a second).
 
     Returns:
         Per rank, ``harness.run.rank_step.run_step``'s result.
@@ -316,7 +323,8 @@ def run_local(
             p = ctx.Process(
                 target=_rank_main,
                 name=f"fsdp2-rank-{rank}",
-                args=(rank, world_size, setup, backend, init_file, timeout_s, writer, life_r, phase_codes, phase_hooks),
+                args=(rank, world_size, setup, backend, init_file, timeout_s, writer, life_r, phase_codes,
+                      phase_hooks, trace_dir),
                 daemon=True,
             )
             with _ranks_skip_main():
@@ -327,7 +335,11 @@ def run_local(
             readers[reader] = rank
             lifelines.append(life_w)
         pending_readers = dict(readers)
+        reported: list[int] = []
         while pending_readers:
+            if on_progress is not None and list(phase_codes) != reported:
+                reported = list(phase_codes)
+                on_progress({r: _PHASE_CODES[code] for r, code in enumerate(reported)})
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 pending = sorted(pending_readers.values())
@@ -348,7 +360,7 @@ def run_local(
                 )
             # A rank's pipe becomes ready with its message, or at EOF when the rank dies
             # (the rank holds the only write end), so the pipes alone cover every ending.
-            ready = wait(list(pending_readers), timeout=min(remaining, 1.0))
+            ready = wait(list(pending_readers), timeout=min(remaining, 1.0 if on_progress is None else 0.2))
             failures = [f for f in (_receive(r, pending_readers, procs, results) for r in ready) if f]
             if failures:
                 # Peers of a failing rank fail too, a moment later (a closed connection): give

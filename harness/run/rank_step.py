@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import platform
 import time
 from typing import Any, Callable
@@ -86,6 +87,7 @@ def run_step(
     *,
     simulated: bool = False,
     on_phase: Callable[[str], None] | None = None,
+    trace_dir: str | None = None,
 ) -> dict[str, Any]:
     """Run and record one rank's step; the default process group must be initialized.
 
@@ -97,6 +99,9 @@ def run_step(
         simulated: the fake process group is active: run under ``FakeTensorMode``, no numerics.
         on_phase: called with each phase name as it starts (the launcher reports a hung rank's
             last phase).
+        trace_dir: if given, an existing folder: the profiler's Chrome trace of the step
+            (forward, backward, optimizer; FSDP:: labels and c10d ops) is written there as
+            ``rank<rank>.json`` (``torch.autograd.profiler.profile.export_chrome_trace``).
 
     Returns:
         ``{"entry": <the rank's entry of the document>, "fsdp_units": [...],
@@ -142,6 +147,8 @@ def run_step(
                 outcome = run_steps(step_plan(setup, inputs.tensor), root, loss_fn, optimizer, phases, instruments)
         t_observe = time.perf_counter()
         pieces = instruments.pieces()
+        if trace_dir is not None:  # the profiler's Chrome trace of this rank's step (report/trace.py merges them)
+            instruments.profiler.export_chrome_trace(os.path.join(trace_dir, f"rank{rank}.json"))
         # SGD and AdamW read .grad and leave it as backward left it: comparing after the
         # step is comparing the reduce-scattered gradients (kept out of the memory tracker).
         numerics = compare(reference, root, outcome.output, outcome.loss) if reference is not None else None

@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 import traceback
-from typing import Any
+from typing import Any, Callable
 
 from harness.run.launch import BACKENDS, RunError, RunTimeout, joined_world, resolve_backend, run_local
 from harness.observation import ObservationError, build_observation
@@ -27,13 +27,19 @@ from harness.load.setup import RunSetup
 __all__ = ["run_setup", "RunError", "RunTimeout", "ObservationError"]
 
 
-def run_setup(setup: RunSetup, *, backend: str = "auto", timeout_s: float = 300.0) -> dict | None:
+def run_setup(setup: RunSetup, *, backend: str = "auto", timeout_s: float = 300.0,
+              trace_dir: str | None = None,
+              on_progress: Callable[[dict[int, str]], None] | None = None) -> dict | None:
     """Run one FSDP2 training step as ``setup`` says and return its observation document.
 
     Args:
         setup: the run setup.
         backend: "auto", "gloo", "nccl" or "fake".
         timeout_s: deadline for the whole run (local), or the process group timeout (joined).
+        trace_dir: an existing folder: every rank writes its ``torch.profiler`` Chrome trace of
+            the step there as ``rank<r>.json`` (joined: on its own node's file system).
+        on_progress: called in this process with each rank's phase (rank -> phase name) as
+            ranks move on (local and simulated runs; a joined world reports none).
 
     Returns:
         The validated observation document; None on a non-zero rank of a joined world.
@@ -48,15 +54,16 @@ def run_setup(setup: RunSetup, *, backend: str = "auto", timeout_s: float = 300.
     if backend == "fake":
         from harness.run.simulate import run_simulated
 
-        return run_simulated(setup, timeout_s=timeout_s)
+        return run_simulated(setup, timeout_s=timeout_s, trace_dir=trace_dir, on_progress=on_progress)
     world = joined_world()
     if world is not None:
-        return _run_joined(setup, backend, timeout_s, world)
-    results = run_local(setup, backend=backend, timeout_s=timeout_s)
+        return _run_joined(setup, backend, timeout_s, world, trace_dir)
+    results = run_local(setup, backend=backend, timeout_s=timeout_s, trace_dir=trace_dir, on_progress=on_progress)
     return build_observation(setup, results, launcher="local", simulated=False)
 
 
-def _run_joined(setup: RunSetup, backend: str, timeout_s: float, world: dict[str, Any]) -> dict | None:
+def _run_joined(setup: RunSetup, backend: str, timeout_s: float, world: dict[str, Any],
+                trace_dir: str | None = None) -> dict | None:
     """This process is one rank of a launcher's world (see module docstring)."""
     from datetime import timedelta
 
@@ -84,7 +91,7 @@ def _run_joined(setup: RunSetup, backend: str, timeout_s: float, world: dict[str
         device_type = "cuda" if pg_backend == "nccl" else "cpu"
     try:
         try:
-            result = run_step(setup, rank, world_size, device_type)
+            result = run_step(setup, rank, world_size, device_type, trace_dir=trace_dir)
         except Exception as exc:
             tb = traceback.format_exc()
             raise RunError(f"rank {rank} failed:\n{tb}", rank=rank, traceback=tb) from exc
