@@ -124,9 +124,17 @@ _VALIDATOR = None
 
 
 def _validator() -> jsonschema.Draft202012Validator:
+    """The shipped schema without its per-kind entry definitions: the loader checks each entry
+    against its check kind itself (harness/judge/kinds/, the same definitions the schema's
+    ``table_kinds`` is generated from), and evaluating eight if/then branches per table was
+    most of the time ``validate`` took."""
     global _VALIDATOR
     if _VALIDATOR is None:
-        _VALIDATOR = jsonschema.Draft202012Validator(_schema())
+        schema = _schema()
+        table = schema["$defs"]["table"]
+        table.pop("allOf", None)  # {"$ref": "#/$defs/table_kinds"}
+        table["properties"]["entries"]["items"] = {"$ref": "#/$defs/meta_keys"}  # id, says, torch, ... typed
+        _VALIDATOR = jsonschema.Draft202012Validator(schema)
     return _VALIDATOR
 
 
@@ -358,7 +366,7 @@ def _schema_message(err: jsonschema.ValidationError) -> str:
     types = err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]
     if err.validator == "type" and "object" in types:
         keys = list(err.schema.get("properties", {}))
-        if _entry_kind(err.schema) or err.schema == _validator().schema["$defs"]["table"]["properties"]["entries"]["items"]:
+        if _entry_kind(err.schema) or err.schema is _validator().schema["$defs"]["meta_keys"]:
             expected = "a mapping of the table's check kind's selectors and fields (and optionally id, says, torch, deviation, drafted)"
         else:
             expected = f"a mapping with keys {', '.join(keys)}" if keys else "a mapping"
@@ -448,7 +456,7 @@ def _table_items(errors: _Errors, lines: _Lines, t_index: int, table: Mapping[st
             for k, v in entry.items():
                 message = _unknown_key(kind, k, meta_ok=True)
                 if message:
-                    errors.add(key, message)
+                    errors.add(key + (k,), message)
                     unknown = True
                 else:
                     values[k] = v
