@@ -20,7 +20,8 @@ from observations import walkthrough_observation
 ROOT = Path(__file__).resolve().parents[1]
 WALKTHROUGH = ROOT / "specs" / "qwen3_walkthrough.yaml"
 
-# "fp16 下每层约 4.72 MB" and "每 rank 单层参数显存 ≈ 1.18 MB": exact bytes of the walkthrough layer
+# The document's ≈4.72 MB per layer and ≈1.18 MB per rank in fp16 (sections "参数列表（单层）" and
+# "每个 rank 上的参数分片"): exact bytes of the walkthrough layer
 # in fp16 (2,360,448 and 590,112 elements x 2 bytes, the document's parameter tables).
 LAYER_BYTES, SHARD_BYTES = 4_720_896, 1_180_224
 

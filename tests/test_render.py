@@ -103,7 +103,7 @@ DOCUMENT_TABLES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     ],
 }
 
-# Figures the document states in the text under a table ("fp16 下每层约 4.72 MB", ...).
+# Figures the document states in the text under a table (4.72 MB per layer in fp16, ...).
 DOCUMENT_LINES: dict[str, tuple[str, ...]] = {
     "参数列表（单层）": ("4.72 MB",),
     "每个 rank 上的参数分片": ("Shard(dim=0)", "1.18 MB", "1/4"),
