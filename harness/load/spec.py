@@ -25,6 +25,7 @@ from packaging.version import Version
 from harness.judge.checks import FIELDS, SELECTORS, Entry, make_entry
 from harness.load.expect import ExpectationError, parse_expectation
 from harness.load.setup import RunSetup, SetupError
+from harness.load.yaml_safe import YamlFileError, load_file
 
 _ENTRY_META = ("id", "says", "torch", "deviation", "drafted")
 
@@ -42,11 +43,26 @@ class SpecError(ValueError):
         self.path = str(path)
         self.errors = list(errors) if errors else [(line, key_path, message)]
         self.line, self.key_path, self.message = self.errors[0]
-        super().__init__("\n".join(self._format(*e) for e in self.errors))
+        shown = [self._format(*e) for e in self.errors[:MAX_ERRORS_SHOWN]]
+        if len(self.errors) > MAX_ERRORS_SHOWN:
+            shown.append(f"{self.path}: ... and {len(self.errors) - MAX_ERRORS_SHOWN} more errors")
+        super().__init__("\n".join(shown))
 
     def _format(self, line: int, key_path: str, message: str) -> str:
         where = f"{self.path}:{line}" if line else self.path
-        return f"{where}: {key_path + ': ' if key_path else ''}{message}"
+        return _cut(f"{where}: {key_path + ': ' if key_path else ''}{message.replace(chr(10), ' ')}")
+
+
+MAX_LINE = 400
+"""Longest error line shown (characters); a longer one is cut, saying how much was left out."""
+MAX_ERRORS_SHOWN = 50
+"""Most error lines shown for one spec (``SpecError.errors`` keeps them all)."""
+
+
+def _cut(line: str) -> str:
+    if len(line) <= MAX_LINE:
+        return line
+    return f"{line[:MAX_LINE - 40]} ... ({len(line) - MAX_LINE + 40:,} more characters)"
 
 
 class _Errors:
@@ -189,15 +205,9 @@ def load_spec(path: str | Path) -> Spec:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(path, 0, "", f"cannot read file: {exc.strerror}") from None
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise SpecError(path, mark.line + 1 if mark else 0, "", f"not valid YAML: {getattr(exc, 'problem', exc)}") from None
+        node, data = load_file(path)  # bounded: size, UTF-8, nesting, alias expansion
+    except YamlFileError as exc:
+        raise SpecError(path, exc.line, "", exc.message) from None
     if node is None or not isinstance(data, dict):
         raise SpecError(path, 0, "", "expected a mapping with keys spec, title, document, setup, tables")
     lines = _Lines(dict(_line_index(node)))
