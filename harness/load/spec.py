@@ -25,6 +25,7 @@ from packaging.version import Version
 from harness.judge.checks import FIELDS, SELECTORS, Entry, make_entry
 from harness.load.expect import ExpectationError, parse_expectation
 from harness.load.setup import RunSetup, SetupError
+from harness.load.timing import timing_dependent_errors
 from harness.load.yaml_safe import YamlFileError, load_file
 
 _ENTRY_META = ("id", "says", "torch", "deviation", "drafted")
@@ -245,6 +246,9 @@ def load_spec(path: str | Path) -> Spec:
             continue  # the table's own form is broken; its schema errors say how
         skip = {k[1] for k in below}  # rows or entries the schema rejected
         items.extend(_table_items(errors, lines, t_index, table, spec_range, seen_ids, world_size, skip))
+    for item in items:  # fields whose value depends on thread timing (observation schema: x-timing-dependent)
+        for message in timing_dependent_errors(item.entry, data.get("backend", "auto")):
+            errors.add((), message, line=item.entry.line)
 
     errors.raise_if_any()
     return Spec(path=path, name=data["spec"], title=data["title"], document=data["document"], setup=setup,
