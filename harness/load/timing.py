@@ -39,4 +39,4 @@ def timing_dependent_errors(entry: Any, backend: str) -> list[str]:
     return [f"entry {entry.id!r}: {field!r} depends on thread timing on a real backend (gloo's reduce-scatter copy "
             f"counts as temp while a thread holds it); not checkable: simulate it (backend: fake) or drop it; "
             f"see observation.schema.json, memory: x-timing-dependent"
-            for field in sorted(entry.expect) if field in note["categories"]]
+            for field in entry.expect if field in note["categories"]]

@@ -169,7 +169,8 @@ def _yaml_error(path: str | Path, exc: yaml.YAMLError) -> YamlFileError:
     if context and str(problem).startswith("but "):  # "expected a single document in the stream" + "but found another document"
         problem = f"{context} {problem}"
     if isinstance(exc, yaml.reader.ReaderError):  # a control character; the position is a character offset
-        problem = f"character {exc.character!r} at offset {exc.position} is not allowed in YAML text"
+        char = exc.character if isinstance(exc.character, int) else ord(exc.character[:1] or "\0")
+        problem = f"character U+{char:04X} at character offset {exc.position} is not allowed in YAML text"
     problem = " ".join(str(problem).split())
     return YamlFileError(path, _line(mark), f"not valid YAML: {problem}")
 
