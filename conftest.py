@@ -29,6 +29,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "nccl with one GPU per rank when enough GPUs are visible, gloo otherwise)")
     group.addoption("--run-timeout", type=float, default=None,
                     help="seconds before a spec's run is declared hung (default: the spec's timeout_s, else 300)")
+    group.addoption("--no-preflight", action="store_true", default=False,
+                    help="skip the check that this machine can hold each spec's run (processes, memory per rank)")
 
 
 def pytest_collect_file(parent: pytest.Collector, file_path: Path):
@@ -149,7 +151,8 @@ def _observation(config: pytest.Config, spec: Spec, setup=None, backend: str | N
     timeout_s = config.getoption("--run-timeout") or spec.timeout_s
     key = run_key(setup, backend, torch.__version__)
     return cached_run(_shared_cache_dir(config), key,
-                      lambda: run_setup(setup, backend=backend, timeout_s=timeout_s),
+                      lambda: run_setup(setup, backend=backend, timeout_s=timeout_s,
+                                        preflight=not config.getoption("--no-preflight")),
                       lock_timeout_s=timeout_s * 3 + 120)
 
 
