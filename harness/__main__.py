@@ -7,7 +7,9 @@
 
 Exit status: 0 when every entry holds (run) or every spec is valid (validate); 1 when an
 entry fails (run) or a spec is invalid (validate); 2 when run cannot check a spec at all
-(the spec is invalid or its run failed).
+(the spec is invalid, the pre-flight check refuses it, its run failed, or an output path is
+unusable); draft: 0 written, 1 a bad config file, output path or world size; 130 when
+interrupted (Ctrl-C), 143 when terminated (SIGTERM): ranks stopped, finished results kept.
 """
 
 from __future__ import annotations
@@ -15,9 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.text import Text
@@ -49,67 +54,236 @@ def _cmd_validate(args: argparse.Namespace, console: Console) -> int:
     return status
 
 
-def _cmd_run(args: argparse.Namespace, console: Console) -> int:
-    import torch
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the CLI is so that clean-up runs as for Ctrl-C."""
 
-    from harness.judge.evaluate import FAILING, evaluate_spec
-    from harness.report.terminal import print_report, result_to_json, summary_line
-    from harness.run.runner import RunError, run_setup
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+def _output_problem(path: str | Path) -> str | None:
+    """Why a file cannot be written at ``path`` (checked before any work), None when it can."""
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        return "is a folder; expected a file path"
+    if not parent.exists():
+        return f"the folder {str(parent)!r} does not exist; create it first"
+    if not parent.is_dir():
+        return f"{str(parent)!r} is not a folder"
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return "not writable"
+    return None
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file beside it (never half a file)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent if str(path.parent) else ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _save_results(console: Console, target: str, payload: dict[str, Any]) -> bool:
+    """Write the --json payload; if that fails now, keep it in a temporary file and say where.
+    True when written where asked."""
+    text = json.dumps(payload, indent=1, ensure_ascii=False)
+    try:
+        _write_atomically(Path(target), text)
+    except OSError as exc:
+        fd, fallback = tempfile.mkstemp(prefix="fsdp2-results-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        console.print(_mark(False, f"--json {target}: cannot write ({exc.strerror or exc}); results kept in {fallback}"))
+        return False
+    console.print(Text(f"wrote {target}"))
+    return True
+
+
+def _cmd_run(args: argparse.Namespace, console: Console) -> int:
+    if args.json:
+        problem = _output_problem(args.json)
+        if problem:
+            console.print(_mark(False, f"--json {args.json}: {problem}"))
+            return 2
+
     from harness.load.spec import SpecError, load_spec
 
-    all_results, documents, status = [], {}, 0
-    for path in args.specs:
-        try:
-            spec = load_spec(path)
-        except SpecError as exc:
-            _print_spec_error(console, exc)
-            status = 2
-            continue
-        backend = args.backend or spec.backend
-        timeout_s = args.timeout or spec.timeout_s
-        started = time.perf_counter()
-        with console.status(f"{spec.name}: running {spec.setup.world_size} ranks ({backend}), timeout {timeout_s:.0f} s ..."):
+    all_results: list[Any] = []
+    documents: dict[str, Any] = {}
+    finished: list[str] = []
+    status, interrupted = 0, None
+    try:
+        import torch
+
+        from harness.judge.evaluate import FAILING, evaluate_spec
+        from harness.report.terminal import print_report, summary_line
+        from harness.run.preflight import PreflightError
+        from harness.run.runner import RunError, run_setup
+
+        for path in args.specs:
             try:
-                observation = run_setup(spec.setup, backend=backend, timeout_s=timeout_s)
-            except RunError as exc:
-                console.print(_mark(False, f"{path}: the run failed:\n{exc}"))
+                spec = load_spec(path)
+            except SpecError as exc:
+                _print_spec_error(console, exc)
                 status = 2
                 continue
-        if observation is None:  # a non-zero rank under torchrun: rank 0 reports
-            continue
-        env = observation["environment"]
-        results = evaluate_spec(spec, observation)
-        print_report(results, console, title=f"{spec.name} — {spec.title}", only_failures=args.failures_only)
-        drafted = sum(item.drafted for item in spec.items)
-        console.print(Text(
-            f"{spec.name}: {summary_line(results, drafted)}  (torch {env['torch_version']}, {env['backend']}, "
-            f"{env['world_size']} ranks, mesh {env['mesh_shape']} {env['mesh_dim_names']}, "
-            f"{time.perf_counter() - started:.1f} s)"))
-        if any(r.status in FAILING for r in results):
-            status = max(status, 1)
-        all_results.extend(results)
-        documents[str(path)] = observation
-    if len(args.specs) > 1 and all_results:
-        console.print(Text(f"all specs: {summary_line(all_results)}"))
+            backend = args.backend or spec.backend
+            timeout_s = args.timeout or spec.timeout_s
+            started = time.perf_counter()
+            with console.status(f"{spec.name}: running {spec.setup.world_size} ranks ({backend}), timeout {timeout_s:.0f} s ..."):
+                try:
+                    observation = run_setup(spec.setup, backend=backend, timeout_s=timeout_s,
+                                            preflight=not args.no_preflight)
+                except PreflightError as exc:
+                    console.print(_mark(False, f"{path}: {exc}"))
+                    status = 2
+                    continue
+                except RunError as exc:
+                    console.print(_mark(False, f"{path}: the run failed:\n{exc}"))
+                    status = 2
+                    continue
+            if observation is None:  # a non-zero rank under torchrun: rank 0 reports
+                continue
+            env = observation["environment"]
+            results = evaluate_spec(spec, observation)
+            print_report(results, console, title=f"{spec.name} — {spec.title}", only_failures=args.failures_only)
+            drafted = sum(item.drafted for item in spec.items)
+            console.print(Text(
+                f"{spec.name}: {summary_line(results, drafted)}  (torch {env['torch_version']}, {env['backend']}, "
+                f"{env['world_size']} ranks, mesh {env['mesh_shape']} {env['mesh_dim_names']}, "
+                f"{time.perf_counter() - started:.1f} s)"))
+            if any(r.status in FAILING for r in results):
+                status = max(status, 1)
+            all_results.extend(results)
+            documents[str(path)] = observation
+            finished.append(str(path))
+        if len(args.specs) > 1 and all_results:
+            console.print(Text(f"all specs: {summary_line(all_results)}"))
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the launcher has stopped the ranks
+        interrupted = exc
     if args.json:
-        payload = {"torch_version": torch.__version__, "results": [result_to_json(r) for r in all_results],
-                   "observations": documents}
-        Path(args.json).write_text(json.dumps(payload, indent=1, ensure_ascii=False))
-        console.print(Text(f"wrote {args.json}"))
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # the results are written whole, not cut by a second Ctrl-C
+            status = _write_payload(console, args, all_results, documents, finished, interrupted, status)
+        finally:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    if interrupted is not None:
+        raise interrupted
     return status
 
 
-def _cmd_draft(args: argparse.Namespace, console: Console) -> int:
-    from harness.author.draft import draft_spec
+def _write_payload(console: Console, args: argparse.Namespace, results: list[Any], documents: dict[str, Any],
+                   finished: list[str], interrupted: BaseException | None, status: int) -> int:
+    from harness.report.terminal import result_to_json
 
-    text = draft_spec(args.config, args.world_size, layers=args.layers, param_dtype=args.dtype,
-                      batch_per_rank=args.batch_per_rank, seq_len=args.seq_len, backend=args.backend or "auto")
+    version = None
+    if "torch" in sys.modules:
+        version = sys.modules["torch"].__version__
+    payload = {"torch_version": version, "results": [result_to_json(r) for r in results], "observations": documents}
+    if interrupted is not None:
+        payload["interrupted"] = True
+        payload["finished_specs"] = finished
+    if not _save_results(console, args.json, payload):
+        status = max(status, 2)
+    return status
+
+
+def _config_problem(config: str) -> str | None:
+    """Why ``--config`` names no usable file (one line naming it), None when it is a known
+    name or a readable YAML/JSON mapping. Reading is bounded as for specs."""
+    from model import KNOWN_CONFIGS
+
+    if config in KNOWN_CONFIGS:
+        return None
+    path = Path(config)
+    if not path.exists():
+        return None  # draft says it is neither a known config nor a file
+    from harness.load.yaml_safe import YamlFileError, load_text, read_text
+
+    try:
+        text = read_text(path)
+        if path.suffix == ".json":
+            try:
+                data = json.loads(text)
+            except (ValueError, RecursionError) as exc:
+                return f"{path}: not valid JSON: {exc}"
+        else:
+            _, data = load_text(text, path)
+    except YamlFileError as exc:
+        return str(exc).replace("a spec may be", "a config file may be")
+    if not isinstance(data, dict):
+        return f"{path}: expected a mapping of Qwen3Config fields (hidden_size, num_attention_heads, ...), got {type(data).__name__}"
+    return None
+
+
+def _cmd_draft(args: argparse.Namespace, console: Console) -> int:
+    from harness.run.preflight import MAX_SIMULATED_WORLD, PreflightError, check, process_limit
+
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+        problem = _output_problem(args.output)
+        if problem:
+            err.print(_mark(False, f"-o {args.output}: {problem}"))
+            return 1
+    if args.world_size > MAX_SIMULATED_WORLD:  # the calculator's tables grow with the world: refuse first
+        if args.backend in ("gloo", "nccl"):
+            err.print(_mark(False, f"--world-size {args.world_size:,}: would start {args.world_size:,} processes on this "
+                                   f"machine, over its limit of {process_limit()}"))
+        else:
+            err.print(_mark(False, f"--world-size {args.world_size:,}: over the {MAX_SIMULATED_WORLD:,} ranks a spec can "
+                                   "simulate (the fake backend's set-up grows with the world size)"))
+        return 1
+    problem = _config_problem(args.config)
+    if problem:
+        err.print(_mark(False, problem))
+        return 1
+
+    from harness.author.draft import draft_spec
+    from harness.load.setup import RunSetup, SetupError
+
+    def draft(backend: str) -> str:
+        return draft_spec(args.config, args.world_size, layers=args.layers, param_dtype=args.dtype,
+                          batch_per_rank=args.batch_per_rank, seq_len=args.seq_len, backend=backend)
+
+    backend = args.backend or "auto"
+    try:
+        text = draft(backend)
+        data = _yaml_load(text)
+        if data.get("backend", "auto") != "fake":  # real ranks: would the pre-flight run it here?
+            try:
+                check(RunSetup.from_mapping(data["setup"]), data.get("backend", "auto"))
+            except PreflightError as exc:
+                if backend != "auto":
+                    err.print(_mark(False, f"draft: the spec would be refused on this machine: {exc}"))
+                    return 1
+                text = draft("fake")
+                err.print(Text(f"note: drafted for the fake backend (simulated ranks): on real ranks this machine "
+                               f"would refuse it: {exc}"))
+    except (ValueError, TypeError, KeyError, SetupError) as exc:
+        err.print(_mark(False, f"--config {args.config}: {' '.join(str(exc).split())}"))
+        return 1
+    if args.output:
+        try:
+            _write_atomically(Path(args.output), text)
+        except OSError as exc:
+            err.print(_mark(False, f"-o {args.output}: cannot write: {exc.strerror or exc}"))
+            return 1
         console.print(f"wrote {args.output}", highlight=False)
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _yaml_load(text: str) -> dict[str, Any]:
+    import yaml
+
+    return yaml.safe_load(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--timeout", type=float, default=None, help="seconds before a run is declared hung")
     run.add_argument("--json", metavar="PATH", help="write results and observation documents as JSON")
     run.add_argument("--failures-only", action="store_true", help="print only failing entries")
+    run.add_argument("--no-preflight", action="store_true",
+                     help="skip the check that this machine can hold the run (processes, memory per rank)")
 
     validate = sub.add_parser("validate", help="check specs without running")
     validate.add_argument("specs", nargs="+", type=Path)
@@ -148,8 +324,32 @@ def main(argv: list[str] | None = None) -> int:
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(highlight=False, soft_wrap=True, width=160)
     handler = {"run": _cmd_run, "validate": _cmd_validate, "draft": _cmd_draft}[args.command]
-    return handler(args, console)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    previous_hook = sys.unraisablehook
+
+    def unraisable(hook_args: Any) -> None:
+        """An interrupt that lands in a weakref callback or __del__ is "ignored" by Python (a
+        printed traceback, and the run goes on): deliver it again, to be raised where it can."""
+        if isinstance(hook_args.exc_value, KeyboardInterrupt):
+            signal.raise_signal(signal.SIGTERM if isinstance(hook_args.exc_value, Terminated) else signal.SIGINT)
+            return
+        previous_hook(hook_args)
+
+    sys.unraisablehook = unraisable
+    try:
+        return handler(args, console)
+    except KeyboardInterrupt as exc:  # the ranks are stopped by the launcher's clean-up on the way here
+        terminated = isinstance(exc, Terminated)
+        Console(stderr=True, highlight=False).print("terminated" if terminated else "interrupted")
+        return 143 if terminated else 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        sys.unraisablehook = previous_hook
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # before main's own handler was in place (while importing)
+        sys.stderr.write("interrupted\n")
+        sys.exit(130)
