@@ -255,16 +255,21 @@ def _cmd_draft(args: argparse.Namespace, console: Console) -> int:
     try:
         text = draft(backend)
         data = _yaml_load(text)
-        if data.get("backend", "auto") != "fake":  # real ranks: would the pre-flight run it here?
+        try:  # would the pre-flight check run the drafted spec here?
+            check(RunSetup.from_mapping(data["setup"]), data.get("backend", "auto"))
+        except PreflightError as exc:
+            if data.get("backend", "auto") == "fake" or backend != "auto":
+                err.print(_mark(False, f"draft: the spec would be refused on this machine: {exc.reason}"))
+                return 1
+            text = draft("fake")
             try:
-                check(RunSetup.from_mapping(data["setup"]), data.get("backend", "auto"))
-            except PreflightError as exc:
-                if backend != "auto":
-                    err.print(_mark(False, f"draft: the spec would be refused on this machine: {exc}"))
-                    return 1
-                text = draft("fake")
-                err.print(Text(f"note: drafted for the fake backend (simulated ranks): on real ranks this machine "
-                               f"would refuse it: {exc}"))
+                check(RunSetup.from_mapping(_yaml_load(text)["setup"]), "fake")
+            except PreflightError as fake_exc:
+                err.print(_mark(False, f"draft: the spec would be refused on this machine: {exc.reason}; "
+                                       f"simulated: {fake_exc.reason}"))
+                return 1
+            err.print(Text(f"note: drafted for the fake backend (simulated ranks): on real ranks this machine "
+                           f"would refuse it: {exc.reason}"))
     except (ValueError, TypeError, KeyError, SetupError) as exc:
         err.print(_mark(False, f"--config {args.config}: {' '.join(str(exc).split())}"))
         return 1
@@ -315,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     draft.add_argument("-o", "--output", help="write the spec here instead of stdout")
 
     args = parser.parse_args(argv)
+    if args.command == "run" and args.timeout is not None and not 0 < args.timeout <= 86400:
+        parser.error(f"--timeout must be a number of seconds above 0 and at most 86400, got {args.timeout}")
     if args.command == "draft":
         for name in ("world_size", "layers", "batch_per_rank", "seq_len"):
             if getattr(args, name) < 1:

@@ -11,6 +11,7 @@ expected; nothing here raises a bare traceback for bad input.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -216,7 +217,9 @@ def load_spec(path: str | Path) -> Spec:
     _check_duplicate_keys(errors, node)
 
     broken = []  # key paths of schema errors: the entry-level checks skip what is below them
-    for key, message in _schema_errors(data):
+    schema_errors = _schema_errors(data)
+    schema_errors += [e for e in _non_finite(data) if e[0] not in {k for k, _ in schema_errors}]
+    for key, message in schema_errors:
         errors.add(key, message)
         broken.append(key)
 
@@ -254,6 +257,22 @@ def load_spec(path: str | Path) -> Spec:
     return Spec(path=path, name=data["spec"], title=data["title"], document=data["document"], setup=setup,
                 backend=data.get("backend", "auto"), timeout_s=float(data.get("timeout_s", 300)), raw=data,
                 items=items)
+
+
+_FINITE_KEYS = (("timeout_s",), ("setup", "optimizer", "lr"))
+
+
+def _non_finite(data: Mapping[str, Any]) -> list[tuple[tuple, str]]:
+    """YAML's .nan and .inf pass the schema's number bounds (NaN compares false with anything);
+    a NaN timeout would never end a hung run."""
+    out = []
+    for key in _FINITE_KEYS:
+        value: Any = data
+        for part in key:
+            value = value.get(part) if isinstance(value, Mapping) else None
+        if isinstance(value, float) and not math.isfinite(value):
+            out.append((key, f"expected a finite number, got {value}"))
+    return out
 
 
 def _world_size(setup: Mapping[str, Any]) -> int:

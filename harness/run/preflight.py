@@ -9,8 +9,9 @@ its peak, and refuses with :class:`PreflightError` when
 - a local launch would start more rank processes than :func:`process_limit`;
 - the ranks together would need more than this machine's available memory
   (``MemAvailable`` of ``/proc/meminfo``), or, on NCCL, one rank more than its GPU's free memory;
-- a simulated (fake backend) world is larger than :data:`MAX_SIMULATED_WORLD` ranks (its
-  set-up grows with the world size: FSDP2 chunks every parameter into one piece per rank).
+- a simulated (fake backend) world is larger than :data:`MAX_SIMULATED_WORLD` ranks, or its
+  set-up would chunk more than :data:`MAX_SIMULATED_SHARDINGS` unit shards (FSDP2 chunks
+  every unit's parameters into one piece per world rank, again for every simulated rank).
 
 The estimate (:func:`estimate`) is deliberately simple and on the generous side; the caller
 can skip the check (``--no-preflight``, pytest ``--no-preflight``).
@@ -51,6 +52,11 @@ MAX_SIMULATED_WORLD = 65536
 """Largest world the fake backend is asked to simulate (FSDP2's set-up per simulated rank
 grows with the world: about 16 s for one Qwen3-32B layer at 4,096 ranks on a 2-core machine)."""
 
+MAX_SIMULATED_SHARDINGS = 2**17
+"""Most (FSDP unit, world rank, simulated rank) triples a simulation may cost: each simulated
+rank runs ``fully_shard``, which chunks every unit's parameters into one piece per world rank,
+about 4 ms per unit and world rank on a 2-core machine (131,072 of them: about 8 minutes)."""
+
 RANK_BASE_BYTES = 200 * 10**6
 """Memory of one rank process beyond its tensors. Measured (smaps_rollup, sampled every 50 ms,
 torch 2.13 CPU): a walkthrough rank forked from the preloaded forkserver peaks at 96-112 MB
@@ -61,7 +67,11 @@ private, 139-208 MB proportional set size, tensors included; 8 ranks of
 
 class PreflightError(RunError):
     """The run would not fit this machine; nothing was started. The message says what it needs,
-    what there is, and how to go on (simulate, or ``--no-preflight``)."""
+    what there is (``reason``), and how to go on (``advice``: simulate, or ``--no-preflight``)."""
+
+    def __init__(self, reason: str, advice: str) -> None:
+        super().__init__(f"{reason}; {advice}")
+        self.reason, self.advice = reason, advice
 
 
 @dataclass(frozen=True)
@@ -154,6 +164,22 @@ def estimate(setup: Any) -> Estimate:
                     backward_buffers=backward, activations=activations, replica=replica, base=RANK_BASE_BYTES)
 
 
+def simulation_size(setup: Any) -> tuple[int | None, int]:
+    """(FSDP units with parameters, ranks simulated) of a fake-backend run; units None when the
+    model config cannot be built (the loader reports that)."""
+    from harness.run.simulate import ALL_RANKS_UP_TO
+
+    world = setup.world_size
+    observed = len(set(setup.observe_ranks)) if setup.observe_ranks else (world if world <= ALL_RANKS_UP_TO else 1)
+    try:
+        from model import get_config
+
+        layers = get_config(setup.model.config, **dict(setup.model.overrides)).num_hidden_layers
+    except (ValueError, TypeError, KeyError):
+        return None, observed
+    return layers + (1 if setup.model.body == "causal_lm" else 0), observed
+
+
 def available_memory() -> int | None:
     """``MemAvailable`` of ``/proc/meminfo`` in bytes (None where there is none)."""
     try:
@@ -204,15 +230,21 @@ def check(setup: Any, backend: str, *, joined: bool = False,
     if backend == "fake":
         if world > MAX_SIMULATED_WORLD:
             raise PreflightError(f"a simulated world of {world:,} ranks is over the {MAX_SIMULATED_WORLD:,} the fake "
-                                 f"backend is asked to simulate (its set-up grows with the world size); "
-                                 f"use --no-preflight to try anyway")
+                                 f"backend is asked to simulate (its set-up grows with the world size)",
+                                 "use --no-preflight to try anyway")
+        units, observed = simulation_size(setup)
+        if units is not None and units * world * observed > MAX_SIMULATED_SHARDINGS:
+            raise PreflightError(f"simulating {units:,} FSDP units on {world:,} ranks for {observed:,} observed "
+                                 f"rank(s) chunks {units * world * observed:,} unit shards, over the "
+                                 f"{MAX_SIMULATED_SHARDINGS:,} this check allows (about 4 ms each)",
+                                 "observe fewer ranks, run fewer layers, or use --no-preflight to try anyway")
         return None
     if joined:
         return None
     limit = process_limit()
     if world > limit:
         raise PreflightError(f"{world:,} ranks would start {world:,} processes on this machine, over its limit of "
-                             f"{limit} ({len(os.sched_getaffinity(0))} cores); {_ADVICE}")
+                             f"{limit} ({len(os.sched_getaffinity(0))} cores)", _ADVICE)
     try:
         est = estimate(setup)
     except (ValueError, TypeError, KeyError):
@@ -226,10 +258,10 @@ def check(setup: Any, backend: str, *, joined: bool = False,
         smallest = min(gpus[:world])
         if est.tensors > smallest:
             raise PreflightError(f"needs ~{_gb(est.tensors)} GB of GPU memory per rank, {_gb(smallest)} GB free on the "
-                                 f"fullest of {world} GPUs; {_ADVICE}")
+                                 f"fullest of {world} GPUs", _ADVICE)
     if memory is not None and host_per_rank * world > memory:
-        raise PreflightError(f"needs ~{_gb(host_per_rank)} GB per rank × {world} ranks, {_gb(memory)} GB available; "
-                             f"{_ADVICE}")
+        raise PreflightError(f"needs ~{_gb(host_per_rank)} GB per rank × {world} ranks, {_gb(memory)} GB available",
+                             _ADVICE)
     return est
 
 
