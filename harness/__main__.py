@@ -117,14 +117,14 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     all_results: list[Any] = []
     documents: dict[str, Any] = {}
     finished: list[str] = []
-    status, interrupted = 0, None
+    status, interrupted, failure = 0, None, None
     try:
         import torch
 
         from harness.judge.evaluate import FAILING, evaluate_spec
         from harness.report.terminal import print_report, summary_line
         from harness.run.preflight import PreflightError
-        from harness.run.runner import RunError, run_setup
+        from harness.run.runner import ObservationError, RunError, run_setup
 
         for path in args.specs:
             try:
@@ -144,7 +144,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
                     console.print(_mark(False, f"{path}: {exc}"))
                     status = 2
                     continue
-                except RunError as exc:
+                except (RunError, ObservationError) as exc:
                     console.print(_mark(False, f"{path}: the run failed:\n{exc}"))
                     status = 2
                     continue
@@ -167,14 +167,18 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
             console.print(Text(f"all specs: {summary_line(all_results)}"))
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the launcher has stopped the ranks
         interrupted = exc
+    except Exception as exc:  # a harness bug: its traceback is shown, after the results are kept
+        failure = exc
     if args.json:
         try:
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # the results are written whole, not cut by a second Ctrl-C
-            status = _write_payload(console, args, all_results, documents, finished, interrupted, status)
+            status = _write_payload(console, args, all_results, documents, finished, interrupted or failure, status)
         finally:
             signal.signal(signal.SIGINT, signal.default_int_handler)
     if interrupted is not None:
         raise interrupted
+    if failure is not None:
+        raise failure
     return status
 
 
@@ -186,7 +190,7 @@ def _write_payload(console: Console, args: argparse.Namespace, results: list[Any
     if "torch" in sys.modules:
         version = sys.modules["torch"].__version__
     payload = {"torch_version": version, "results": [result_to_json(r) for r in results], "observations": documents}
-    if interrupted is not None:
+    if interrupted is not None:  # Ctrl-C, SIGTERM, or a harness error: what finished before it
         payload["interrupted"] = True
         payload["finished_specs"] = finished
     if not _save_results(console, args.json, payload):
@@ -256,17 +260,19 @@ def _cmd_draft(args: argparse.Namespace, console: Console) -> int:
         text = draft(backend)
         data = _yaml_load(text)
         try:  # would the pre-flight check run the drafted spec here?
-            check(RunSetup.from_mapping(data["setup"]), data.get("backend", "auto"))
+            if not args.no_preflight:
+                check(RunSetup.from_mapping(data["setup"]), data.get("backend", "auto"))
         except PreflightError as exc:
             if data.get("backend", "auto") == "fake" or backend != "auto":
-                err.print(_mark(False, f"draft: the spec would be refused on this machine: {exc.reason}"))
+                err.print(_mark(False, f"draft: the spec would be refused on this machine: {exc.reason}; "
+                                       "use --no-preflight to write it anyway"))
                 return 1
             text = draft("fake")
             try:
                 check(RunSetup.from_mapping(_yaml_load(text)["setup"]), "fake")
             except PreflightError as fake_exc:
                 err.print(_mark(False, f"draft: the spec would be refused on this machine: {exc.reason}; "
-                                       f"simulated: {fake_exc.reason}"))
+                                       f"simulated: {fake_exc.reason}; use --no-preflight to write it anyway"))
                 return 1
             err.print(Text(f"note: drafted for the fake backend (simulated ranks): on real ranks this machine "
                            f"would refuse it: {exc.reason}"))
@@ -318,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     draft.add_argument("--seq-len", type=int, default=16)
     draft.add_argument("--backend", choices=("auto", "gloo", "nccl", "fake"), default=None)
     draft.add_argument("-o", "--output", help="write the spec here instead of stdout")
+    draft.add_argument("--no-preflight", action="store_true",
+                       help="write the spec even if this machine's pre-flight check would refuse to run it")
 
     args = parser.parse_args(argv)
     if args.command == "run" and args.timeout is not None and not 0 < args.timeout <= 86400:

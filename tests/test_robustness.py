@@ -417,3 +417,34 @@ def test_timing_dependent_fields_are_named_in_the_observation_schema(tmp_path):
     note = schema["$defs"]["rank"]["properties"]["memory"]["x-timing-dependent"]
     assert note["categories"] == ["temp", "total"] and "4,720,896" in note["description"]
     load_spec(write(tmp_path, MEMORY.replace("FIELD", "unsharded_param: 0")))  # other categories load
+
+
+def test_draft_no_preflight_writes_what_the_check_would_refuse(tmp_path):
+    out = tmp_path / "big.yaml"
+    proc = cli("draft", "--config", "Qwen3-32B", "--world-size", "8", "--layers", "64", "--backend", "gloo",
+               "--no-preflight", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert load_spec(out).backend == "gloo"
+
+
+def test_a_harness_error_in_a_later_spec_keeps_the_earlier_results(tmp_path, monkeypatch):
+    """Results already computed are written before the error (a harness bug) is raised."""
+    import harness.judge.evaluate as evaluate
+    from harness.__main__ import main
+
+    first, second = write(tmp_path, TINY.replace("tables:", "backend: fake\ntables:"), "first.yaml"), \
+        write(tmp_path, TINY.replace("tables:", "backend: fake\ntables:"), "second.yaml")
+    real, calls = evaluate.evaluate_spec, []
+
+    def flaky(spec, observation):
+        calls.append(spec.path)
+        if len(calls) == 2:
+            raise RuntimeError("a bug in the checks")
+        return real(spec, observation)
+
+    monkeypatch.setattr(evaluate, "evaluate_spec", flaky)
+    target = tmp_path / "out.json"
+    with pytest.raises(RuntimeError, match="a bug in the checks"):
+        main(["run", str(first), str(second), "--json", str(target)])
+    payload = json.loads(target.read_text())
+    assert payload["finished_specs"] == [str(first)] and [r["id"] for r in payload["results"]] == ["x_norm"]
