@@ -1,8 +1,9 @@
 """pytest plugin (entry point ``pytest11``): every entry of a spec is one test item.
 
 Installed with this package, it collects YAML files that are specs (a top-level ``spec:`` and
-``tables:``) wherever pytest looks: ``pytest specs/``, ``pytest my_spec.yaml``, a folder of
-your own, or paths given with ``--specs``. ``pytest -n auto`` runs them all; each distinct
+``tables:``) wherever pytest looks, every YAML file below a folder named ``specs`` (so a
+broken spec there is one failing item, not silently skipped), a file named on the command line,
+and paths given with ``--specs``. ``pytest -n auto`` runs them all; each distinct
 setup runs once per session (harness/run/cache.py), shared by the xdist workers. A failing item
 shows where in the spec it is, the document's claim and section, expected and observed per
 field, and the failing ranks. A spec that fails to load is one failing item with the load error.
@@ -35,6 +36,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "nccl with one GPU per rank when enough GPUs are visible, gloo otherwise)")
     group.addoption("--run-timeout", type=float, default=None,
                     help="seconds before a spec's run is declared hung (default: the spec's timeout_s, else 300)")
+    group.addoption("--no-preflight", action="store_true", default=False,
+                    help="skip the check that this machine can hold each spec's run (processes, memory per rank)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -45,7 +48,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collect_file(parent: pytest.Collector, file_path: Path):
-    if file_path.suffix in (".yaml", ".yml") and (_named_on_command_line(parent.config, file_path) or _looks_like_spec(file_path)):
+    if file_path.suffix in (".yaml", ".yml") and (_named_on_command_line(parent.config, file_path)
+                                                  or "specs" in file_path.parent.parts or _looks_like_spec(file_path)):
         return SpecFile.from_parent(parent, path=file_path)
     return None
 
@@ -162,7 +166,8 @@ def _observation(config: pytest.Config, spec: Spec, setup=None, backend: str | N
     timeout_s = config.getoption("--run-timeout") or spec.timeout_s
     key = run_key(setup, backend, torch.__version__)
     return cached_run(_shared_cache_dir(config), key,
-                      lambda: run_setup(setup, backend=backend, timeout_s=timeout_s),
+                      lambda: run_setup(setup, backend=backend, timeout_s=timeout_s,
+                                        preflight=not config.getoption("--no-preflight")),
                       lock_timeout_s=timeout_s * 3 + 120)
 
 

@@ -11,6 +11,7 @@ expected; nothing here raises a bare traceback for bad input.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -29,6 +30,8 @@ from harness.judge.kinds.docs import ENTRY_TITLE
 from harness.judge.vocabulary import CheckKind, Context
 from harness.load.model_config import resolve_config_file
 from harness.load.setup import RunSetup, SetupError
+from harness.load.timing import timing_dependent_errors
+from harness.load.yaml_safe import YamlFileError, load_file
 from model.names import param_fqns
 
 _ENTRY_META = ("id", "says", "torch", "deviation", "drafted")
@@ -47,11 +50,26 @@ class SpecError(ValueError):
         self.path = str(path)
         self.errors = list(errors) if errors else [(line, key_path, message)]
         self.line, self.key_path, self.message = self.errors[0]
-        super().__init__("\n".join(self._format(*e) for e in self.errors))
+        shown = [self._format(*e) for e in self.errors[:MAX_ERRORS_SHOWN]]
+        if len(self.errors) > MAX_ERRORS_SHOWN:
+            shown.append(f"{self.path}: ... and {len(self.errors) - MAX_ERRORS_SHOWN} more errors")
+        super().__init__("\n".join(shown))
 
     def _format(self, line: int, key_path: str, message: str) -> str:
         where = f"{self.path}:{line}" if line else self.path
-        return f"{where}: {key_path + ': ' if key_path else ''}{message}"
+        return _cut(f"{where}: {key_path + ': ' if key_path else ''}{message.replace(chr(10), ' ')}")
+
+
+MAX_LINE = 400
+"""Longest error line shown (characters); a longer one is cut, saying how much was left out."""
+MAX_ERRORS_SHOWN = 50
+"""Most error lines shown for one spec (``SpecError.errors`` keeps them all)."""
+
+
+def _cut(line: str) -> str:
+    if len(line) <= MAX_LINE:
+        return line
+    return f"{line[:MAX_LINE - 40]} ... ({len(line) - MAX_LINE + 40:,} more characters)"
 
 
 class _Errors:
@@ -189,19 +207,6 @@ def _undotted(key_path: str) -> tuple:
     return tuple(int(i) if i else k for k, i in re.findall(r"([^.\[\]]+)|\[(\d+)\]", key_path))
 
 
-_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built with it: ~10x faster
-
-
-def _compose_and_construct(text: str) -> tuple[yaml.Node | None, Any]:
-    """Parse once, safe loading only: the node tree (for line numbers) and the data built from it."""
-    loader = _SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        return node, (loader.construct_document(node) if node is not None else None)
-    finally:
-        loader.dispose()
-
-
 def load_spec(path: str | Path) -> Spec:
     """Read, validate and expand one spec file.
 
@@ -215,14 +220,9 @@ def load_spec(path: str | Path) -> Spec:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(path, 0, "", f"cannot read file: {exc.strerror}") from None
-    try:
-        node, data = _compose_and_construct(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise SpecError(path, mark.line + 1 if mark else 0, "", f"not valid YAML: {getattr(exc, 'problem', exc)}") from None
+        node, data = load_file(path)  # bounded: size, UTF-8, nesting, alias expansion
+    except YamlFileError as exc:
+        raise SpecError(path, exc.line, "", exc.message) from None
     if node is None or not isinstance(data, dict):
         raise SpecError(path, 0, "", "expected a mapping with keys spec, title, document, setup, tables")
     lines = _Lines(dict(_line_index(node)))
@@ -230,7 +230,9 @@ def load_spec(path: str | Path) -> Spec:
     _check_duplicate_keys(errors, node)
 
     broken = []  # key paths of schema errors: the entry-level checks skip what is below them
-    for key, message in _schema_errors(data):
+    schema_errors = _schema_errors(data)
+    schema_errors += [e for e in _non_finite(data) if e[0] not in {k for k, _ in schema_errors}]
+    for key, message in schema_errors:
         errors.add(key, message)
         broken.append(key)
 
@@ -264,11 +266,30 @@ def load_spec(path: str | Path) -> Spec:
             continue  # the table's own form is broken; its schema errors say how
         skip = {k[1] for k in below}  # rows or entries the schema rejected
         items.extend(_table_items(errors, lines, t_index, table, spec_range, seen_ids, context, skip))
+    for item in items:  # fields whose value depends on thread timing (observation schema: x-timing-dependent)
+        for message in timing_dependent_errors(item.entry, data.get("backend", "auto")):
+            errors.add((), message, line=item.entry.line)
 
     errors.raise_if_any()
     return Spec(path=path, name=data["spec"], title=data["title"], document=data["document"], setup=setup,
                 backend=data.get("backend", "auto"), timeout_s=float(data.get("timeout_s", 300)), raw=data,
                 items=items)
+
+
+_FINITE_KEYS = (("timeout_s",), ("setup", "optimizer", "lr"))
+
+
+def _non_finite(data: Mapping[str, Any]) -> list[tuple[tuple, str]]:
+    """YAML's .nan and .inf pass the schema's number bounds (NaN compares false with anything);
+    a NaN timeout would never end a hung run."""
+    out = []
+    for key in _FINITE_KEYS:
+        value: Any = data
+        for part in key:
+            value = value.get(part) if isinstance(value, Mapping) else None
+        if isinstance(value, float) and not math.isfinite(value):
+            out.append((key, f"expected a finite number, got {value}"))
+    return out
 
 
 def _world_size(setup: Mapping[str, Any]) -> int:

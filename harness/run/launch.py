@@ -8,6 +8,15 @@ process and reused by later runs. Ranks meet through a file store in a fresh tem
 directory (``init_method="file://..."``): no TCP port, so parallel pytest-xdist workers
 never collide.
 
+Temporary files live in one folder per harness process, ``<tmp>/fsdp2-harness-<pid>-<start>-*``
+(pid and the process's start time, so a reused pid is told apart): each run's rendezvous folder,
+and a note naming multiprocessing's own temporary folder (``pymp-*``, where the forkserver's
+socket lives). Both are removed on every exit that runs Python's exit handlers (normal exit,
+an exception, Ctrl-C, SIGTERM through the CLI); after a SIGKILL the next harness process to
+launch ranks removes the folders whose owner is gone (:func:`sweep_stale`). Leftovers are
+harmless meanwhile: every run rendezvouses in a fresh folder. At exit the forkserver is
+stopped and reaped, so it does not outlive the process that started it.
+
 Each rank sends one message on its own pipe: its observation, or its traceback. The parent
 waits on all pipes against one deadline (a pipe also reports its rank's death: EOF):
 
@@ -31,11 +40,14 @@ WORLD_SIZE, MASTER_ADDR set) the world already exists; see ``harness/run/runner.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import multiprocessing
 import os
+import re
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -52,6 +64,9 @@ __all__ = [
     "joined_world",
     "resolve_backend",
     "forkserver_context",
+    "session_dir",
+    "sweep_stale",
+    "TEMP_PREFIX",
 ]
 
 BACKENDS = ("auto", "gloo", "nccl", "fake")
@@ -153,12 +168,121 @@ def _ranks_skip_main() -> Iterator[None]:
             spawn.get_preparation_data = original
 
 
+TEMP_PREFIX = "fsdp2-harness-"
+_SESSION_RE = re.compile(re.escape(TEMP_PREFIX) + r"(\d+)-(\d+|x)-")
+_OWNED = "owned"  # in a session folder: other temporary folders this process made, one a line
+_SESSION: str | None = None
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time (clock ticks after boot, /proc/PID/stat field 22); None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(pid: int, start: str) -> bool:
+    """Whether the process that made a session folder (pid, start time) still runs."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: theirs, not ours to judge
+    return start == "x" or _start_time(pid) in (start, None)
+
+
+def sweep_stale(tmp: str | None = None) -> list[str]:
+    """Remove session folders (and the folders they note) of harness processes that are gone,
+    e.g. killed with SIGKILL; return what was removed. Never raises."""
+    tmp = tmp or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        return removed
+    for name in names:
+        m = _SESSION_RE.match(name)
+        if not m or _alive(int(m.group(1)), m.group(2)):
+            continue
+        folder = os.path.join(tmp, name)
+        try:
+            with open(os.path.join(folder, _OWNED)) as f:
+                owned = [line.strip() for line in f if line.strip()]
+        except OSError:
+            owned = []
+        for other in owned:  # only multiprocessing's folders beside this one
+            if os.path.dirname(other) == tmp and os.path.basename(other).startswith("pymp-"):
+                shutil.rmtree(other, ignore_errors=True)
+                removed.append(other)
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
+def session_dir() -> str:
+    """This process's temporary folder (made on first use, removed at exit; see module docstring)."""
+    global _SESSION
+    if _SESSION is None or not os.path.isdir(_SESSION):
+        pid = os.getpid()
+        _SESSION = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{pid}-{_start_time(pid) or 'x'}-")
+        atexit.register(shutil.rmtree, _SESSION, True)
+    return _SESSION
+
+
+def _note_owned(path: str) -> None:
+    with open(os.path.join(session_dir(), _OWNED), "a") as f:
+        f.write(path + "\n")
+
+
+def _stop_forkserver() -> None:
+    """At exit: end the forkserver now and reap it (left alone, it shuts down on its own a
+    second or two after this process, with torch loaded, re-parented to init); the same for
+    multiprocessing's resource tracker."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    pid = getattr(server, "_forkserver_pid", None)
+    if not pid:
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)  # it has no state to save; its ranks are gone already
+    except OSError:
+        pass
+    try:
+        server._stop()  # closes its lifeline, waits for it, removes its socket
+    except Exception:  # noqa: BLE001 - exiting anyway; another Python may lack _stop
+        try:
+            os.waitpid(pid, 0)
+        except OSError:
+            pass
+    # multiprocessing's resource tracker, started with the forkserver, also outlives us otherwise
+    from multiprocessing import resource_tracker
+
+    try:
+        resource_tracker._resource_tracker._stop()  # closes its pipe and waits for it (no torch there: quick)
+    except Exception:  # noqa: BLE001
+        pass
+
+
 def forkserver_context() -> Any:
-    """The forkserver context with :data:`PRELOAD` set (the server starts on first use)."""
+    """The forkserver context with :data:`PRELOAD` set (the server starts on first use).
+
+    On first call also removes what killed harness processes left (:func:`sweep_stale`),
+    notes multiprocessing's temporary folder in this process's session folder, and arranges
+    for the forkserver to be stopped at exit.
+    """
     global _CONTEXT
     if _CONTEXT is None:
+        sweep_stale()
+        from multiprocessing import util
+
+        _note_owned(util.get_temp_dir())  # made now if not yet; the forkserver's socket goes there
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(PRELOAD)
+        atexit.register(_stop_forkserver)  # runs before multiprocessing's own exit handler
         _CONTEXT = ctx
     return _CONTEXT
 
@@ -187,7 +311,12 @@ def _rank_main(
 ) -> None:
     """A rank process: init the process group, run the step, send the result or traceback.
 
-    ``phase_hooks``: the calling process's ``PHASE_HOOKS`` (tests only; empty otherwise)."""
+    ``phase_hooks``: the calling process's ``PHASE_HOOKS`` (tests only; empty otherwise).
+    Ctrl-C in a terminal reaches the whole process group; a rank ignores it and lets the
+    parent stop every rank (an interrupt landing inside torch's weakref callbacks would
+    print an "Exception ignored" traceback from each rank).
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_watch_lifeline, args=(lifeline,), daemon=True).start()
 
     def on_phase(name: str) -> None:
@@ -303,7 +432,7 @@ def run_local(
     if backend == "nccl":
         resolve_backend(backend, world_size)  # too few GPUs: fail here, before any process starts
     ctx = forkserver_context()
-    tmpdir = tempfile.mkdtemp(prefix="fsdp2-harness-")
+    tmpdir = tempfile.mkdtemp(prefix="run-", dir=session_dir())
     init_file = os.path.join(tmpdir, "rendezvous")
     phase_codes = ctx.Array("i", world_size, lock=False)
     procs: list[Any] = []

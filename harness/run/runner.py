@@ -29,7 +29,8 @@ __all__ = ["run_setup", "RunError", "RunTimeout", "ObservationError"]
 
 def run_setup(setup: RunSetup, *, backend: str = "auto", timeout_s: float = 300.0,
               trace_dir: str | None = None,
-              on_progress: Callable[[dict[int, str]], None] | None = None) -> dict | None:
+              on_progress: Callable[[dict[int, str]], None] | None = None,
+              preflight: bool = True) -> dict | None:
     """Run one FSDP2 training step as ``setup`` says and return its observation document.
 
     Args:
@@ -40,6 +41,8 @@ def run_setup(setup: RunSetup, *, backend: str = "auto", timeout_s: float = 300.
             the step there as ``rank<r>.json`` (joined: on its own node's file system).
         on_progress: called in this process with each rank's phase (rank -> phase name) as
             ranks move on (local and simulated runs; a joined world reports none).
+        preflight: first check that this machine can hold the run (``harness.run.preflight``):
+            rank processes, memory per rank, simulated world size. False skips it.
 
     Returns:
         The validated observation document; None on a non-zero rank of a joined world.
@@ -48,14 +51,19 @@ def run_setup(setup: RunSetup, *, backend: str = "auto", timeout_s: float = 300.
         RunError: a rank failed; the message names it and carries its traceback.
         RunTimeout: (a RunError) the run did not finish in ``timeout_s``.
         ObservationError: the recorded document does not match the schema (a harness bug).
+        PreflightError: (a RunError) the run would not fit this machine; nothing was started.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r}: expected one of {BACKENDS}")
+    world = joined_world()
+    if preflight:
+        from harness.run.preflight import check
+
+        check(setup, backend, joined=world is not None)
     if backend == "fake":
         from harness.run.simulate import run_simulated
 
         return run_simulated(setup, timeout_s=timeout_s, trace_dir=trace_dir, on_progress=on_progress)
-    world = joined_world()
     if world is not None:
         return _run_joined(setup, backend, timeout_s, world, trace_dir)
     results = run_local(setup, backend=backend, timeout_s=timeout_s, trace_dir=trace_dir, on_progress=on_progress)
