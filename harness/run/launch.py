@@ -58,9 +58,10 @@ BACKENDS = ("auto", "gloo", "nccl", "fake")
 
 # Imported once by the forkserver, inherited by every rank. torch._dynamo: FSDP's hooks are
 # wrapped in torch._dynamo.disable, which imports torch._dynamo on first call (~1 s).
-PRELOAD = ["torch", "torch.distributed.fsdp", "torch._dynamo", "harness.run.rank_step"]
+PRELOAD = ["torch", "torch.distributed.fsdp", "torch._dynamo", "harness.run.rank_step", "harness.run.checkpoint"]
 
-_PHASE_CODES = ("starting", "init_process_group", "setup", "replica", "forward", "backward", "optimizer", "observe", "done")
+_PHASE_CODES = ("starting", "init_process_group", "setup", "replica", "forward", "backward", "optimizer", "observe", "done",
+                "state_dict")
 
 
 class RunError(RuntimeError):
@@ -183,10 +184,14 @@ def _rank_main(
     lifeline: Any,
     phase_codes: Any,
     phase_hooks: tuple[Any, ...],
+    step: str | None = None,
+    step_kwargs: Mapping[str, Any] | None = None,
 ) -> None:
     """A rank process: init the process group, run the step, send the result or traceback.
 
-    ``phase_hooks``: the calling process's ``PHASE_HOOKS`` (tests only; empty otherwise)."""
+    ``phase_hooks``: the calling process's ``PHASE_HOOKS`` (tests only; empty otherwise).
+    ``step``: "module:function" called instead of ``run_step`` (same arguments), with
+    ``step_kwargs`` added."""
     threading.Thread(target=_watch_lifeline, args=(lifeline,), daemon=True).start()
 
     def on_phase(name: str) -> None:
@@ -219,8 +224,13 @@ def _rank_main(
             world_size=world_size,
             timeout=timedelta(seconds=timeout_s + 60),
         )
+        if step is not None:
+            import importlib
+
+            module, _, name = step.partition(":")
+            run_step = getattr(importlib.import_module(module), name)
         try:
-            result = run_step(setup, rank, world_size, device_type, on_phase=on_phase)
+            result = run_step(setup, rank, world_size, device_type, on_phase=on_phase, **dict(step_kwargs or {}))
         finally:
             on_phase("done")
         # As JSON text: the document is JSON anyway, and the parent then unpickles nothing
@@ -275,6 +285,8 @@ def run_local(
     *,
     backend: str = "auto",
     timeout_s: float = 300.0,
+    step: str | None = None,
+    step_kwargs: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``setup`` on ``setup.world_size`` ranks spawned here; results in rank order.
 
@@ -282,6 +294,9 @@ def run_local(
         setup: a :class:`harness.load.setup.RunSetup`.
         backend: "auto", "gloo" or "nccl".
         timeout_s: the whole run's deadline, from the first process start.
+        step: the rank body as "module:function" with ``run_step``'s arguments (default:
+            ``harness.run.rank_step:run_step``), e.g. ``harness.run.checkpoint:reload_step``.
+        step_kwargs: keyword arguments added to the rank body's call (they must pickle).
 
     Returns:
         Per rank, ``harness.run.rank_step.run_step``'s result.
@@ -316,7 +331,8 @@ def run_local(
             p = ctx.Process(
                 target=_rank_main,
                 name=f"fsdp2-rank-{rank}",
-                args=(rank, world_size, setup, backend, init_file, timeout_s, writer, life_r, phase_codes, phase_hooks),
+                args=(rank, world_size, setup, backend, init_file, timeout_s, writer, life_r, phase_codes, phase_hooks,
+                      step, dict(step_kwargs or {})),
                 daemon=True,
             )
             with _ranks_skip_main():
