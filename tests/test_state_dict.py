@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import glob
+import json
 import math
 import os
 import tempfile
@@ -25,7 +26,7 @@ from harness.load.spec import SpecError, SpecItem, load_spec
 from observations import layer_param_shapes, walkthrough_observation
 
 REPO = Path(__file__).resolve().parents[1]
-OBSERVATION_SCHEMA = __import__("json").loads((REPO / "harness" / "schemas" / "observation.schema.json").read_text())
+OBSERVATION_SCHEMA = json.loads((REPO / "harness" / "schemas" / "observation.schema.json").read_text())
 STATES = ["exp_avg", "exp_avg_sq", "step"]
 
 
