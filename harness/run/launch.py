@@ -73,9 +73,12 @@ BACKENDS = ("auto", "gloo", "nccl", "fake")
 
 # Imported once by the forkserver, inherited by every rank. torch._dynamo: FSDP's hooks are
 # wrapped in torch._dynamo.disable, which imports torch._dynamo on first call (~1 s).
+# Not harness.run.checkpoint (torch.distributed.checkpoint, ~0.4 s here): only runs with
+# setup.state_dict import it, in their ranks.
 PRELOAD = ["torch", "torch.distributed.fsdp", "torch._dynamo", "harness.run.rank_step"]
 
-_PHASE_CODES = ("starting", "init_process_group", "setup", "replica", "forward", "backward", "optimizer", "observe", "done")
+_PHASE_CODES = ("starting", "init_process_group", "setup", "replica", "forward", "backward", "optimizer", "observe", "done",
+                "state_dict")
 
 
 class RunError(RuntimeError):
@@ -307,11 +310,14 @@ def _rank_main(
     lifeline: Any,
     phase_codes: Any,
     phase_hooks: tuple[Any, ...],
-    trace_dir: str | None = None,
+    step: str | None = None,
+    step_kwargs: Mapping[str, Any] | None = None,
 ) -> None:
     """A rank process: init the process group, run the step, send the result or traceback.
 
     ``phase_hooks``: the calling process's ``PHASE_HOOKS`` (tests only; empty otherwise).
+    ``step``: "module:function" called instead of ``run_step`` (same arguments), with
+    ``step_kwargs`` added (``trace_dir`` travels there too).
     Ctrl-C in a terminal reaches the whole process group; a rank ignores it and lets the
     parent stop every rank (an interrupt landing inside torch's weakref callbacks would
     print an "Exception ignored" traceback from each rank).
@@ -349,8 +355,13 @@ def _rank_main(
             world_size=world_size,
             timeout=timedelta(seconds=timeout_s + 60),
         )
+        if step is not None:
+            import importlib
+
+            module, _, name = step.partition(":")
+            run_step = getattr(importlib.import_module(module), name)
         try:
-            result = run_step(setup, rank, world_size, device_type, on_phase=on_phase, trace_dir=trace_dir)
+            result = run_step(setup, rank, world_size, device_type, on_phase=on_phase, **dict(step_kwargs or {}))
         finally:
             on_phase("done")
         # As JSON text: the document is JSON anyway, and the parent then unpickles nothing
@@ -407,6 +418,8 @@ def run_local(
     timeout_s: float = 300.0,
     trace_dir: str | None = None,
     on_progress: Callable[[dict[int, str]], None] | None = None,
+    step: str | None = None,
+    step_kwargs: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``setup`` on ``setup.world_size`` ranks spawned here; results in rank order.
 
@@ -418,6 +431,9 @@ def run_local(
             (``rank<r>.json``, see ``harness.run.rank_step.run_step``).
         on_progress: called in this process with every rank's phase (rank -> a name of
             ``_PHASE_CODES``) when any rank's phase changes (polled about 5 times a second).
+        step: the rank body as "module:function" with ``run_step``'s arguments (default:
+            ``harness.run.rank_step:run_step``), e.g. ``harness.run.checkpoint:reload_step``.
+        step_kwargs: keyword arguments added to the rank body's call (they must pickle).
 
     Returns:
         Per rank, ``harness.run.rank_step.run_step``'s result.
@@ -445,6 +461,7 @@ def run_local(
     from harness.run.recorders.phases import PHASE_HOOKS
 
     phase_hooks = tuple(PHASE_HOOKS)
+    rank_kwargs = dict(step_kwargs or {}, **({"trace_dir": trace_dir} if trace_dir is not None else {}))
     try:
         for rank in range(world_size):
             reader, writer = ctx.Pipe(duplex=False)
@@ -452,8 +469,8 @@ def run_local(
             p = ctx.Process(
                 target=_rank_main,
                 name=f"fsdp2-rank-{rank}",
-                args=(rank, world_size, setup, backend, init_file, timeout_s, writer, life_r, phase_codes,
-                      phase_hooks, trace_dir),
+                args=(rank, world_size, setup, backend, init_file, timeout_s, writer, life_r, phase_codes, phase_hooks,
+                      step, rank_kwargs),
                 daemon=True,
             )
             with _ranks_skip_main():

@@ -14,6 +14,8 @@ puts together the stages, each in its own module:
 4. ``harness.run.instruments``: the recorders, entered in their one working order;
 5. ``harness.run.loop``: the steps (forward, loss, backward, ``optimizer.step()``), phases
    marked;
+6. ``harness.run.checkpoint``, if ``setup.state_dict.round_trip`` (real runs): after the
+   recorders have stopped, the state-dict round trip (phase ``state_dict``);
 
 and returns the rank's entry of the observation document (schema:
 ``harness/schemas/observation.schema.json``, ``$defs/rank``).
@@ -88,6 +90,7 @@ def run_step(
     simulated: bool = False,
     on_phase: Callable[[str], None] | None = None,
     trace_dir: str | None = None,
+    checkpoint_dir: str | None = None,
 ) -> dict[str, Any]:
     """Run and record one rank's step; the default process group must be initialized.
 
@@ -102,10 +105,14 @@ def run_step(
         trace_dir: if given, an existing folder: the profiler's Chrome trace of the step
             (forward, backward, optimizer; FSDP:: labels and c10d ops) is written there as
             ``rank<rank>.json`` (``torch.autograd.profiler.profile.export_chrome_trace``).
+        checkpoint_dir: for ``setup.state_dict.round_trip``: a folder every rank shares, made
+            and removed by the launcher; None: rank 0 makes one and removes it
+            (``harness.run.checkpoint.shared_folder``).
 
     Returns:
         ``{"entry": <the rank's entry of the document>, "fsdp_units": [...],
-        "environment": {torch_version, python_version, backend, device_type, device_name}}``.
+        "environment": {torch_version, python_version, backend, device_type, device_name}}``;
+        the entry has ``state_dict`` when the setup asks for the round trip (not simulated).
 
     Raises:
         ValueError: ``world_size`` is not the setup's, or the setup names an unknown body or
@@ -153,8 +160,17 @@ def run_step(
         # step is comparing the reduce-scattered gradients (kept out of the memory tracker).
         numerics = compare(reference, root, outcome.output, outcome.loss) if reference is not None else None
 
+    state_dict = None
+    if setup.state_dict.round_trip and not simulated:
+        from harness.run.checkpoint import fresh_sharded, round_trip, shared_folder
+
+        with phases.phase("state_dict"), shared_folder(checkpoint_dir) as folder:
+            state_dict = round_trip(root, optimizer, functools.partial(fresh_sharded, setup, mesh, device, rank),
+                                    folder, write_reference=bool(setup.state_dict.reload_world_sizes))
     timings = dict(phases.timings_s)
     timings["observe"] = time.perf_counter() - t_observe
     timings["total"] = time.perf_counter() - t_start
     entry = {"rank": rank, "coords": coords, "input": inputs.describe(), **pieces, "numerics": numerics, "timings_s": timings}
+    if state_dict is not None:
+        entry["state_dict"] = state_dict
     return {"entry": entry, "fsdp_units": [u.describe() for u in units], "environment": _environment(device_type, device)}

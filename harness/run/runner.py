@@ -11,12 +11,21 @@
   hang ends at the process group's timeout (``timeout_s``) with an error;
 - otherwise ``setup.world_size`` ranks are started here (``harness.run.launch.run_local``).
 
+With ``setup.state_dict.round_trip`` a local run saves its checkpoint into a temporary folder
+made here and removed here when the run ends, however it ends; each of
+``setup.state_dict.reload_world_sizes`` is then a second launch of that many ranks
+(``harness.run.checkpoint.reload_step``) that loads the same checkpoint. Their records are the
+document's ``reloads``. Joined runs make the folder on rank 0 and skip the reloads (another
+world cannot be launched from inside one).
+
 ``backend="auto"``: NCCL with one GPU per rank when at least world-size GPUs are visible
 (per node when joined: LOCAL_WORLD_SIZE), gloo on CPU otherwise.
 """
 
 from __future__ import annotations
 
+import tempfile
+import time
 import traceback
 from typing import Any, Callable
 
@@ -66,8 +75,45 @@ def run_setup(setup: RunSetup, *, backend: str = "auto", timeout_s: float = 300.
         return run_simulated(setup, timeout_s=timeout_s, trace_dir=trace_dir, on_progress=on_progress)
     if world is not None:
         return _run_joined(setup, backend, timeout_s, world, trace_dir)
-    results = run_local(setup, backend=backend, timeout_s=timeout_s, trace_dir=trace_dir, on_progress=on_progress)
-    return build_observation(setup, results, launcher="local", simulated=False)
+    if not setup.state_dict.round_trip:
+        results = run_local(setup, backend=backend, timeout_s=timeout_s, trace_dir=trace_dir, on_progress=on_progress)
+        return build_observation(setup, results, launcher="local", simulated=False)
+    return _run_local_with_checkpoint(setup, backend, timeout_s, trace_dir, on_progress)
+
+
+def _run_local_with_checkpoint(setup: RunSetup, backend: str, timeout_s: float, trace_dir: str | None,
+                               on_progress: Callable[[dict[int, str]], None] | None) -> dict:
+    """The run, then one launch per reload world size, all within ``timeout_s``; the checkpoint
+    folder is removed when this returns or raises (the launches have killed their ranks by then)."""
+    deadline = time.monotonic() + timeout_s
+
+    def remaining(what: str) -> float:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise RunTimeout(f"run timed out after {timeout_s:g} s before {what}", pending=[], phases={})
+        return left
+
+    with tempfile.TemporaryDirectory(prefix="fsdp2-checkpoint-") as folder:
+        results = run_local(setup, backend=backend, timeout_s=timeout_s, step_kwargs={"checkpoint_dir": folder},
+                            trace_dir=trace_dir, on_progress=on_progress)
+        reloads = []
+        for size in setup.state_dict.reload_world_sizes:
+            reloaded = _reload_setup(setup, size)
+            ranks = run_local(reloaded, backend=backend, timeout_s=remaining(f"reloading on {size} ranks"),
+                              step="harness.run.checkpoint:reload_step",
+                              step_kwargs={"checkpoint_dir": folder, "saved_world_size": setup.world_size})
+            reloads.append({"world_size": size, "mesh_shape": list(reloaded.mesh_shape),
+                            "mesh_dim_names": list(reloaded.mesh_dim_names), "ranks": ranks})
+    return build_observation(setup, results, launcher="local", simulated=False, reloads=reloads)
+
+
+def _reload_setup(setup: RunSetup, world_size: int) -> RunSetup:
+    """``setup`` on a 1-D mesh of ``world_size`` ranks named as its shard dim (the last); as
+    ``harness.run.checkpoint.reload_setup``, without importing torch here."""
+    import dataclasses
+
+    return dataclasses.replace(setup, mesh_shape=(world_size,), mesh_dim_names=(setup.mesh_dim_names[-1],),
+                               observe_ranks=None)
 
 
 def _run_joined(setup: RunSetup, backend: str, timeout_s: float, world: dict[str, Any],
