@@ -107,7 +107,7 @@ GOOD = [
     ("step", "{step: step1.x_norm, layer: [0, 1], shape: [2, 8, 512], dtype: float16}"),
     ("collectives", "{select: {phase: backward, op: [all_gather, reduce_scatter], mesh_dim: dp_shard, role: layer,"
                     " not: {unit: root}}, count: '>= 1', total_ring_bytes: '≈3.54 MB'}"),
-    ("memory", "{unit: root, state: Peak, total: '<= 1e9'}"),
+    ("memory", "{unit: root, state: Peak, unsharded_param: '<= 1e9'}"),
     ("param", "{fqn: layers.1.mlp.down_proj.weight, numel: '≈524K', bytes: '1.05 MB', placements: ['Shard(dim=0)']}"),
 ]
 
