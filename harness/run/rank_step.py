@@ -40,6 +40,7 @@ from harness.run.build import build_model, make_inputs, make_loss, make_optimize
 from harness.run.instruments import Instruments
 from harness.run.loop import run_steps, step_plan
 from harness.run.parallelize import apply_fsdp, build_mesh, init_local_shards, units_from_setup
+from harness.run.recorders.environment import rank_environment
 from harness.run.recorders.numerics import compare
 from harness.run.recorders.phases import Phases
 
@@ -150,4 +151,6 @@ def run_step(
     timings["observe"] = time.perf_counter() - t_observe
     timings["total"] = time.perf_counter() - t_start
     entry = {"rank": rank, "coords": coords, "input": inputs.describe(), **pieces, "numerics": numerics, "timings_s": timings}
+    if not simulated:  # one process simulates every rank: it has no per-rank host or device
+        entry["environment"] = rank_environment(rank, world_size, device, str(dist.get_backend()))
     return {"entry": entry, "fsdp_units": [u.describe() for u in units], "environment": _environment(device_type, device)}
