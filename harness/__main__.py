@@ -80,6 +80,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
         env = observation["environment"]
         results = evaluate_spec(spec, observation)
         print_report(results, console, title=f"{spec.name} — {spec.title}", only_failures=args.failures_only)
+        _print_bandwidth(observation, console)
         drafted = sum(item.drafted for item in spec.items)
         console.print(Text(
             f"{spec.name}: {summary_line(results, drafted)}  (torch {env['torch_version']}, {env['backend']}, "
@@ -97,6 +98,16 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
         Path(args.json).write_text(json.dumps(payload, indent=1, ensure_ascii=False))
         console.print(Text(f"wrote {args.json}"))
     return status
+
+
+def _print_bandwidth(observation: dict, console: Console) -> None:
+    """The nccl-tests table of the run's timed collectives (setup.bandwidth), if any."""
+    from harness.judge.bandwidth import bandwidth_rows
+    from harness.report.bandwidth import table_lines
+
+    rows = bandwidth_rows(observation)
+    if rows:
+        console.print(Text("\n".join(table_lines(rows, world_size=observation["environment"]["world_size"]))))
 
 
 def _cmd_draft(args: argparse.Namespace, console: Console) -> int:

@@ -50,6 +50,13 @@ CASES = [
     ("qwen3_32b_1024_ranks", "[q_norm.ranks128-1023, self_attn.q_norm.weight, [128, 1023], [0], 0]",
      "[q_norm.ranks128-1023, self_attn.q_norm.weight, [128, 1023], [1], 0]", "q_norm.ranks128-1023", "[1]"),
     ("qwen3_0_6b_8_ranks", "ring_bytes: 272271104", "ring_bytes: 311166976", "root_all_gather", "311,166,976"),
+    ("cluster_bandwidth", "[ag_qwen3_8b, all_gather, qwen3_8b_layer, 385892864, 0,", "[ag_qwen3_8b, all_gather, qwen3_8b_layer, 385892866, 0,",
+     "ag_qwen3_8b", "385,892,866"),
+    ("cluster_bandwidth", 'step_reduce_scatter, "the step\'s reduce-scatter of one layer\'s gradients, 4.72 MB", reduce_scatter, 4720896, 0, "> 0"]',
+     'step_reduce_scatter, "the step\'s reduce-scatter of one layer\'s gradients, 4.72 MB", reduce_scatter, 4720896, 1, "> 0"]',
+     "step_reduce_scatter", "expected 1"),
+    ("cluster_bandwidth", "        distinct_devices: true\n", "        distinct_devices: true\n        hosts: 2\n",
+     "one_gpu_per_rank", "expected 2"),
     # a selector changed to another that the setup does produce: the entry then measures something else
     ("qwen3_0_6b_8_ranks", "select: {phase: forward, op: all_gather, unit: root}",
      "select: {phase: forward, op: all_gather, unit: model.layers.1}", "root_all_gather", "15,730,944"),  # unit

@@ -60,7 +60,8 @@ BACKENDS = ("auto", "gloo", "nccl", "fake")
 # wrapped in torch._dynamo.disable, which imports torch._dynamo on first call (~1 s).
 PRELOAD = ["torch", "torch.distributed.fsdp", "torch._dynamo", "harness.run.rank_step"]
 
-_PHASE_CODES = ("starting", "init_process_group", "setup", "replica", "forward", "backward", "optimizer", "observe", "done")
+_PHASE_CODES = ("starting", "init_process_group", "setup", "replica", "forward", "backward", "optimizer", "observe", "done",
+                "bandwidth")
 
 
 class RunError(RuntimeError):

@@ -71,6 +71,20 @@ def _environment(device_type: str, device: torch.device) -> dict[str, Any]:
     }
 
 
+def _time_collectives(setup: RunSetup, collectives: list[dict[str, Any]], mesh: Any, rank: int, world_size: int,
+                      device: torch.device, dtype: torch.dtype) -> list[dict[str, Any]]:
+    """``setup.bandwidth``'s rows timed on this rank (``harness.run.bandwidth``), after the step."""
+    from harness.run.bandwidth import plan_rows, run_bandwidth
+
+    mp = setup.fsdp.mixed_precision
+    gather_dtype = torch_dtype(mp.param_dtype) if mp is not None and mp.param_dtype else dtype
+    rows = plan_rows(setup.bandwidth, collectives, world_size=world_size, default_dtype=gather_dtype,
+                     device_type=device.type)
+    return run_bandwidth(rows, rank=rank, device=device, warmup=setup.bandwidth.warmup,
+                         iterations=setup.bandwidth.iterations,
+                         group_of=lambda dim: None if dim is None else mesh.get_group(dim))
+
+
 def _tensor_mode(simulated: bool) -> contextlib.AbstractContextManager:
     if not simulated:
         return contextlib.nullcontext()
@@ -147,10 +161,17 @@ def run_step(
         # step is comparing the reduce-scattered gradients (kept out of the memory tracker).
         numerics = compare(reference, root, outcome.output, outcome.loss) if reference is not None else None
 
+    observe_s = time.perf_counter() - t_observe
+    bandwidth = None
+    if setup.bandwidth is not None and not simulated:
+        with phases.phase("bandwidth"):
+            bandwidth = _time_collectives(setup, pieces["collectives"], mesh, rank, world_size, device, dtype)
     timings = dict(phases.timings_s)
-    timings["observe"] = time.perf_counter() - t_observe
+    timings["observe"] = observe_s
     timings["total"] = time.perf_counter() - t_start
     entry = {"rank": rank, "coords": coords, "input": inputs.describe(), **pieces, "numerics": numerics, "timings_s": timings}
+    if bandwidth is not None:
+        entry["bandwidth"] = bandwidth
     if not simulated:  # one process simulates every rank: it has no per-rank host or device
         entry["environment"] = rank_environment(rank, world_size, device, str(dist.get_backend()))
     return {"entry": entry, "fsdp_units": [u.describe() for u in units], "environment": _environment(device_type, device)}
