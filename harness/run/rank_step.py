@@ -101,6 +101,7 @@ def run_step(
     *,
     simulated: bool = False,
     on_phase: Callable[[str], None] | None = None,
+    progress: Any = None,
 ) -> dict[str, Any]:
     """Run and record one rank's step; the default process group must be initialized.
 
@@ -112,6 +113,8 @@ def run_step(
         simulated: the fake process group is active: run under ``FakeTensorMode``, no numerics.
         on_phase: called with each phase name as it starts (the launcher reports a hung rank's
             last phase).
+        progress: receives each collective as entered and completed (``harness.run.progress``:
+            the launcher says which rank is stuck in which collective); None for nowhere.
 
     Returns:
         ``{"entry": <the rank's entry of the document>, "fsdp_units": [...],
@@ -149,7 +152,7 @@ def run_step(
                 reference = replica_reference(setup, root, inputs.tensor, loss_fn, dtype, world_size, coords)
         materialize = (functools.partial(init_local_shards, device=device, std=config.initializer_range,
                                          seed=setup.seed, rank=rank) if meta_init else None)
-        with Instruments(phases, group_dims) as instruments:
+        with Instruments(phases, group_dims, progress) as instruments:
             with phases.phase("setup"):
                 units = apply_fsdp(root, mesh, units_from_setup(setup, root), materialize=materialize)
                 optimizer = make_optimizer(setup, root.parameters())
