@@ -49,6 +49,14 @@ def _cmd_validate(args: argparse.Namespace, console: Console) -> int:
     return status
 
 
+def _global_rank() -> int:
+    """This process's rank under torchrun (RANK), 0 otherwise."""
+    from harness.run.launch import joined_world
+
+    world = joined_world()
+    return world["rank"] if world else 0
+
+
 def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     import torch
 
@@ -72,7 +80,8 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
             try:
                 observation = run_setup(spec.setup, backend=backend, timeout_s=timeout_s)
             except RunError as exc:
-                console.print(_mark(False, f"{path}: the run failed:\n{exc}"))
+                if exc.rank is not None or _global_rank() == 0:  # a world's error: printed by rank 0 alone
+                    console.print(_mark(False, f"{path}: the run failed:\n{exc}"))
                 status = 2
                 continue
         if observation is None:  # a non-zero rank under torchrun: rank 0 reports

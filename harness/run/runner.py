@@ -56,6 +56,30 @@ def run_setup(setup: RunSetup, *, backend: str = "auto", timeout_s: float = 300.
     return build_observation(setup, results, launcher="local", simulated=False)
 
 
+def _check_same_setup(setup: RunSetup, rank: int, world_size: int) -> None:
+    """Every rank of a joined world must run the same setup (the same spec, harness and torch):
+    one collective (``all_gather_object``) compares them before the step.
+
+    Raises:
+        RunError: (on every rank, rank None) naming the ranks and hosts whose setup or torch differs.
+    """
+    import socket
+
+    import torch
+    import torch.distributed as dist
+
+    mine = {"setup": setup.cache_key(), "torch": str(torch.__version__), "host": socket.gethostname()}
+    everyone: list[Any] = [None] * world_size
+    dist.all_gather_object(everyone, mine)
+    reference = everyone[0]
+    differ = [(r, e) for r, e in enumerate(everyone) if (e["setup"], e["torch"]) != (reference["setup"], reference["torch"])]
+    if differ:
+        listed = "; ".join(f"rank {r} on {e['host']}: setup {e['setup']}, torch {e['torch']}" for r, e in differ)
+        raise RunError(f"the ranks do not run the same spec: rank 0 on {reference['host']} has setup "
+                       f"{reference['setup']}, torch {reference['torch']}; {listed}. Give every node the same "
+                       "spec file and harness.", rank=None)
+
+
 def _run_joined(setup: RunSetup, backend: str, timeout_s: float, world: dict[str, Any]) -> dict | None:
     """This process is one rank of a launcher's world (see module docstring)."""
     from datetime import timedelta
@@ -67,10 +91,15 @@ def _run_joined(setup: RunSetup, backend: str, timeout_s: float, world: dict[str
 
     rank, world_size = world["rank"], world["world_size"]
     if world_size != setup.world_size:
+        per_node = world["local_world_size"]
+        shape = (f"{world_size // per_node} nodes x {per_node} processes" if world_size % per_node == 0
+                 else f"{per_node} processes on this node")
+        # Every rank finds this; rank None: a world error, not one rank's (the CLI prints it once).
         raise RunError(
-            f"joined a world of {world_size} ranks, but setup.mesh.shape {list(setup.mesh_shape)} "
-            f"needs {setup.world_size}",
-            rank=rank,
+            f"joined a world of {world_size} ranks ({shape}), but setup.mesh.shape {list(setup.mesh_shape)} "
+            f"needs {setup.world_size}: launch {setup.world_size} ranks (torchrun --nnodes N --nproc-per-node M "
+            f"with N x M = {setup.world_size}) or change the spec's mesh",
+            rank=None,
         )
     pg_backend, device_type = resolve_backend(backend, world_size, world["local_world_size"])
     created = False
@@ -83,6 +112,7 @@ def _run_joined(setup: RunSetup, backend: str, timeout_s: float, world: dict[str
         pg_backend = str(dist.get_backend())
         device_type = "cuda" if pg_backend == "nccl" else "cpu"
     try:
+        _check_same_setup(setup, rank, world_size)
         try:
             result = run_step(setup, rank, world_size, device_type)
         except Exception as exc:
