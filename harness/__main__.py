@@ -1,7 +1,7 @@
 """Command line: ``python -m harness run|validate|draft``.
 
   run SPEC...       run each spec's setup on real ranks (or simulated ones) and check every entry;
-                    exit 0 only when every entry holds.
+                    exit 0 only when every entry holds; --report PATH writes a Markdown cluster report.
   validate SPEC...  load and check specs without running anything.
   draft             write a spec for a config and world size from the closed-form calculator.
 
@@ -65,7 +65,10 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     from harness.run.runner import RunError, run_setup
     from harness.load.spec import SpecError, load_spec
 
+    from harness.report.markdown import SpecRun, cluster_report
+
     all_results, documents, status = [], {}, 0
+    runs: list[SpecRun] = []  # for --report
     for path in args.specs:
         try:
             spec = load_spec(path)
@@ -82,6 +85,8 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
             except RunError as exc:
                 if exc.rank is not None or _global_rank() == 0:  # a world's error: printed by rank 0 alone
                     console.print(_mark(False, f"{path}: the run failed:\n{exc}"))
+                runs.append(SpecRun(str(path), spec.name, spec.title, error=str(exc),
+                                    seconds=time.perf_counter() - started))
                 status = 2
                 continue
         if observation is None:  # a non-zero rank under torchrun: rank 0 reports
@@ -99,8 +104,15 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
             status = max(status, 1)
         all_results.extend(results)
         documents[str(path)] = observation
+        runs.append(SpecRun(str(path), spec.name, spec.title, observation, results,
+                            seconds=time.perf_counter() - started))
     if len(args.specs) > 1 and all_results:
         console.print(Text(f"all specs: {summary_line(all_results)}"))
+    if _global_rank() != 0:  # under torchrun rank 0 alone writes files
+        return status
+    if args.report:
+        Path(args.report).write_text(cluster_report(runs), encoding="utf-8")
+        console.print(Text(f"wrote {args.report}"))
     if args.json:
         payload = {"torch_version": torch.__version__, "results": [result_to_json(r) for r in all_results],
                    "observations": documents}
@@ -149,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--timeout", type=float, default=None, help="seconds before a run is declared hung")
     run.add_argument("--json", metavar="PATH", help="write results and observation documents as JSON")
     run.add_argument("--failures-only", action="store_true", help="print only failing entries")
+    run.add_argument("--report", metavar="PATH",
+                     help="write a Markdown report: hosts and ranks, the environment with disagreements marked, the "
+                          "bandwidth table, the results")
 
     validate = sub.add_parser("validate", help="check specs without running")
     validate.add_argument("specs", nargs="+", type=Path)

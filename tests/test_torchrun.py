@@ -29,13 +29,13 @@ def free_port() -> int:
 
 
 def agents(nodes: int, per_node: int, *, started: int | None = None, join_timeout: int = 60,
-           spec: Path = SPEC, timeout: float = 400) -> list[subprocess.CompletedProcess]:
+           spec: Path = SPEC, timeout: float = 400, extra: tuple[str, ...] = ()) -> list[subprocess.CompletedProcess]:
     """Start ``started`` (default ``nodes``) torchrun agents of a ``nodes``-node world; wait for all."""
     port = free_port()
     command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--nproc-per-node",
                str(per_node), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id",
                f"test-{port}", "--rdzv-conf", f"join_timeout={join_timeout}", "--max-restarts", "0",
-               "-m", "harness", "run", str(spec), "--backend", "gloo"]
+               "-m", "harness", "run", str(spec), "--backend", "gloo", *extra]
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), "COLUMNS": "200"}
     procs = [subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for _ in range(started or nodes)]
@@ -52,14 +52,20 @@ def agents(nodes: int, per_node: int, *, started: int | None = None, join_timeou
     return out
 
 
-def test_two_nodes_run_the_spec_and_rank_0_reports_once():
-    runs = agents(2, 2)
+def test_two_nodes_run_the_spec_and_rank_0_reports_once(tmp_path):
+    report = tmp_path / "cluster.md"
+    runs = agents(2, 2, extra=("--report", str(report)))
     text = "".join(r.stdout for r in runs)
     assert [r.returncode for r in runs] == [0, 0], text
     assert text.count("two_nodes — The walkthrough layer on a world of two torchrun nodes") == 1, text
     summary = [line for line in text.splitlines() if line.startswith("two_nodes: ")]
     assert len(summary) == 1 and "3 passed, 0 failed" in summary[0] and "4 ranks" in summary[0], text
     assert "Traceback" not in text
+    assert text.count(f"wrote {report}") == 1
+    markdown = report.read_text(encoding="utf-8")
+    host = socket.gethostname()
+    assert f"| {host} | 0, 1 | 0-3 | 0, 1, 0, 1 |" in markdown, markdown  # one host, two nodes, local ranks 0-1 each
+    assert "launcher joined" in markdown and "every rank agrees" in markdown and "3 pass" in markdown
 
 
 def test_a_world_the_spec_does_not_fit_ends_with_one_message():
