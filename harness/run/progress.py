@@ -4,7 +4,9 @@ Each rank's :class:`~harness.run.recorders.collectives.CollectiveRecorder` repor
 collective twice: when it is issued ("entered": sequence number, op, FSDP unit, phase) and when
 its ``Work`` completes ("completed"). The local launcher gives every rank a slot of a shared
 :class:`ProgressBoard`, so that when a run times out it can still read where each rank was, kill
-the ranks, and say which rank is stuck where (:func:`diagnose`), e.g.
+the ranks, and say which rank is stuck where (:func:`diagnose`); under torchrun each rank
+writes to the process group's store instead (:class:`StoreProgress`) and a rank whose
+collective timed out reads every rank's records back. E.g.
 
     rank 2 never entered all_gather #2 (layers.1, backward); ranks 0, 1, 3 wait in it
 
@@ -19,7 +21,8 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-__all__ = ["SLOT_BYTES", "ProgressBoard", "RankProgress", "diagnose", "describe"]
+__all__ = ["SLOT_BYTES", "ProgressBoard", "RankProgress", "StoreProgress", "read_store", "diagnose", "describe",
+           "per_rank_lines"]
 
 SLOT_BYTES = 256
 """Bytes of one JSON record (entered or completed) in a rank's slot."""
@@ -79,6 +82,41 @@ class ProgressBoard:
         return out
 
 
+class StoreProgress:
+    """One rank's writer into a c10d store (a joined world: torchrun's ranks share no memory).
+
+    Keys ``fsdp2-harness/progress/<rank>/entered`` and ``.../completed`` hold the JSON records;
+    :func:`read_store` reads every rank's back.
+    """
+
+    def __init__(self, store: Any, rank: int) -> None:
+        self.store, self.rank = store, rank
+
+    def entered(self, record: Mapping[str, Any]) -> None:
+        self.store.set(f"{STORE_PREFIX}/{self.rank}/entered", json.dumps(dict(record)))
+
+    def completed(self, record: Mapping[str, Any]) -> None:
+        self.store.set(f"{STORE_PREFIX}/{self.rank}/completed", json.dumps(dict(record)))
+
+
+STORE_PREFIX = "fsdp2-harness/progress"
+
+
+def read_store(store: Any, world_size: int) -> dict[int, dict[str, Any]]:
+    """Every rank's records from the store (:class:`StoreProgress`); a key never written is None."""
+    out = {}
+    for rank in range(world_size):
+        records = {}
+        for key in ("entered", "completed"):
+            name = f"{STORE_PREFIX}/{rank}/{key}"
+            try:
+                records[key] = json.loads(store.get(name)) if store.check([name]) else None
+            except Exception:  # the store is gone or the record unreadable
+                records[key] = None
+        out[rank] = records
+    return out
+
+
 def _unit(record: Mapping[str, Any]) -> str:
     unit = record.get("unit")
     return "no unit" if unit is None else (unit or "root")
@@ -121,7 +159,7 @@ def diagnose(progress: Mapping[int, Mapping[str, Any]], phases: Mapping[int, str
     if behind:
         head = f"{_ranks(behind)} never entered {describe(target)}"
         if waiting:
-            return f"{head}; {_ranks(waiting)} wait in it"
+            return f"{head}; {_ranks(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in it"
         return f"{head}; the others completed it"
     if waiting:
         return f"every rank entered {describe(target)} and {_ranks(waiting)} did not complete it (mismatched sizes or a stuck transport)"
@@ -133,5 +171,5 @@ def diagnose(progress: Mapping[int, Mapping[str, Any]], phases: Mapping[int, str
 def per_rank_lines(progress: Mapping[int, Mapping[str, Any]], phases: Mapping[int, str] | None = None) -> list[str]:
     """One line per rank: its phase, last collective entered and last completed."""
     phases = phases or {}
-    return [f"rank {r}: phase {phases.get(r, '?')}; last entered {describe(p.get('entered'))}; "
+    return [f"rank {r}: {f'phase {phases[r]}; ' if r in phases else ''}last entered {describe(p.get('entered'))}; "
             f"last completed {describe(p.get('completed'))}" for r, p in sorted(progress.items())]

@@ -8,7 +8,8 @@
   is one rank of that world ("joined"): every rank runs the step, rank 0 gathers all ranks'
   entries (``gather_object``) and returns the document, the other ranks return None. This is
   how a real multi-node cluster is validated. The launcher owns failure handling there; a
-  hang ends at the process group's timeout (``timeout_s``) with an error;
+  hang ends at the process group's timeout (``timeout_s``) with an error that says which rank
+  is stuck where (each rank's collectives are reported to the process group's store);
 - otherwise ``setup.world_size`` ranks are started here (``harness.run.launch.run_local``).
 
 ``backend="auto"``: NCCL with one GPU per rank when at least world-size GPUs are visible
@@ -54,6 +55,16 @@ def run_setup(setup: RunSetup, *, backend: str = "auto", timeout_s: float = 300.
         return _run_joined(setup, backend, timeout_s, world)
     results = run_local(setup, backend=backend, timeout_s=timeout_s)
     return build_observation(setup, results, launcher="local", simulated=False)
+
+
+def _joined_diagnosis(store: Any, world_size: int) -> str:
+    """Where every rank was when this one failed (a collective that timed out: who never came)."""
+    from harness.run.progress import diagnose, per_rank_lines, read_store
+
+    progress = read_store(store, world_size)
+    if not any(p["entered"] for p in progress.values()):
+        return ""
+    return "\n".join(["", f"Diagnosis: {diagnose(progress)}.", *per_rank_lines(progress)])
 
 
 def _check_same_setup(setup: RunSetup, rank: int, world_size: int) -> None:
@@ -113,11 +124,15 @@ def _run_joined(setup: RunSetup, backend: str, timeout_s: float, world: dict[str
         device_type = "cuda" if pg_backend == "nccl" else "cpu"
     try:
         _check_same_setup(setup, rank, world_size)
+        from harness.run.progress import StoreProgress
+
+        store = dist.distributed_c10d._get_default_store()
         try:
-            result = run_step(setup, rank, world_size, device_type)
+            result = run_step(setup, rank, world_size, device_type, progress=StoreProgress(store, rank))
         except Exception as exc:
             tb = traceback.format_exc()
-            raise RunError(f"rank {rank} failed:\n{tb}", rank=rank, traceback=tb) from exc
+            raise RunError(f"rank {rank} failed:\n{tb}{_joined_diagnosis(store, world_size)}", rank=rank,
+                           traceback=tb) from exc
         gathered: list[Any] | None = [None] * world_size if rank == 0 else None
         dist.gather_object(result, gathered, dst=0)
         if rank != 0:

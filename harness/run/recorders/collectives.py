@@ -262,9 +262,11 @@ class _Progress:
     def _poll(self) -> None:
         while not self.stopped.wait(self.POLL_S):
             with self.lock:
-                done = [(w, r) for w, r in self.pending if all(_completed(x) for x in w)]
-                self.pending = [p for p in self.pending if p not in done]
-            for _, record in sorted(done, key=lambda d: d[1]["seq"]):
+                states = [(w, r, [_state(x) for x in w]) for w, r in self.pending]
+                ended = [(w, r, st) for w, r, st in states if "pending" not in st]
+                self.pending = [(w, r) for w, r, st in states if "pending" in st]
+            # a failed work (a timeout) ended but did not complete: it stays the rank's open collective
+            for _, record, _ in sorted((e for e in ended if "failed" not in e[2]), key=lambda e: e[1]["seq"]):
                 self.sink.completed(record)
 
     def stop(self) -> None:
@@ -283,11 +285,17 @@ def _works(out: Any) -> list[Any]:
     return found
 
 
-def _completed(work: Any) -> bool:
+def _state(work: Any) -> str:
+    """"pending", "ok" or "failed" (``Work.is_completed`` / ``Work.is_success``)."""
     try:
-        return bool(work.is_completed())
-    except Exception:  # a failed work counts as ended
-        return True
+        if not work.is_completed():
+            return "pending"
+    except Exception:
+        return "failed"
+    try:
+        return "ok" if work.is_success() else "failed"
+    except Exception:  # a work without is_success: it completed
+        return "ok"
 
 
 # --- attribution from the profiler ------------------------------------------------------------
