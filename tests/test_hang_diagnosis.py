@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from harness.run.progress import ProgressBoard, diagnose, per_rank_lines
+from harness.run.hang import ProgressBoard, diagnose, per_rank_lines
 
 
 def rec(seq, op="all_gather", unit="layers.0", phase="forward"):

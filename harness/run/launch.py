@@ -77,7 +77,7 @@ class RunError(RuntimeError):
 class RunTimeout(RunError):
     """A run did not finish before the caller's timeout. ``pending`` lists the ranks that
     had not finished, ``phases`` the phase each was last in; ``verdict`` says which rank is
-    stuck where (``harness.run.progress.diagnose``), ``progress`` holds each rank's last
+    stuck where (``harness.run.hang.diagnose``), ``progress`` holds each rank's last
     collective entered and completed, ``flight_recorder`` the NCCL flight recorder dumps."""
 
     def __init__(self, message: str, *, pending: list[int], phases: Mapping[int, str],
@@ -86,7 +86,7 @@ class RunTimeout(RunError):
         super().__init__(message, rank=pending[0] if pending else None)
         self.pending = pending
         self.phases = dict(phases)
-        self.verdict = verdict  # harness.run.progress.diagnose: which rank is stuck where
+        self.verdict = verdict  # harness.run.hang.diagnose: which rank is stuck where
         self.progress = dict(progress or {})  # rank -> {"entered", "completed"} (last collective records)
         self.flight_recorder = list(flight_recorder or [])  # NCCL flight recorder dumps, one per rank
 
@@ -232,8 +232,8 @@ def _rank_main(
             timeout=timedelta(seconds=timeout_s + 60),
         )
         try:
-            progress = progress_board.writer(rank) if progress_board is not None else None
-            result = run_step(setup, rank, world_size, device_type, on_phase=on_phase, progress=progress)
+            log = progress_board.writer(rank) if progress_board is not None else None
+            result = run_step(setup, rank, world_size, device_type, on_phase=on_phase, collective_log=log)
         finally:
             on_phase("done")
         # As JSON text: the document is JSON anyway, and the parent then unpickles nothing
@@ -292,7 +292,7 @@ def _dump_flight_recorder(folder: str, world_size: int, wait_s: float = 5.0) -> 
 
 def _hang_diagnosis(board: Any, phases: Mapping[int, str]) -> tuple[str, dict[int, Any], list[str]]:
     """(verdict, progress, per-rank lines) from the ranks' progress board."""
-    from harness.run.progress import diagnose, per_rank_lines
+    from harness.run.hang import diagnose, per_rank_lines
 
     progress = board.read()
     all_phases = {r: phases.get(r, "done") for r in progress}
@@ -361,7 +361,7 @@ def run_local(
     tmpdir = tempfile.mkdtemp(prefix="fsdp2-harness-")
     init_file = os.path.join(tmpdir, "rendezvous")
     phase_codes = ctx.Array("i", world_size, lock=False)
-    from harness.run.progress import ProgressBoard
+    from harness.run.hang import ProgressBoard
 
     board = ProgressBoard(ctx, world_size)  # each rank's last collective, read on a hang
     # NCCL ranks keep PyTorch's flight recorder; its dumps outlive the run (removed if none).

@@ -101,7 +101,7 @@ def run_step(
     *,
     simulated: bool = False,
     on_phase: Callable[[str], None] | None = None,
-    progress: Any = None,
+    collective_log: Any = None,
 ) -> dict[str, Any]:
     """Run and record one rank's step; the default process group must be initialized.
 
@@ -113,7 +113,7 @@ def run_step(
         simulated: the fake process group is active: run under ``FakeTensorMode``, no numerics.
         on_phase: called with each phase name as it starts (the launcher reports a hung rank's
             last phase).
-        progress: receives each collective as entered and completed (``harness.run.progress``:
+        collective_log: receives each collective as entered and completed (``harness.run.hang``:
             the launcher says which rank is stuck in which collective); None for nowhere.
 
     Returns:
@@ -152,7 +152,7 @@ def run_step(
                 reference = replica_reference(setup, root, inputs.tensor, loss_fn, dtype, world_size, coords)
         materialize = (functools.partial(init_local_shards, device=device, std=config.initializer_range,
                                          seed=setup.seed, rank=rank) if meta_init else None)
-        with Instruments(phases, group_dims, progress) as instruments:
+        with Instruments(phases, group_dims, collective_log) as instruments:
             with phases.phase("setup"):
                 units = apply_fsdp(root, mesh, units_from_setup(setup, root), materialize=materialize)
                 optimizer = make_optimizer(setup, root.parameters())

@@ -59,7 +59,7 @@ def run_setup(setup: RunSetup, *, backend: str = "auto", timeout_s: float = 300.
 
 def _joined_diagnosis(store: Any, world_size: int) -> str:
     """Where every rank was when this one failed (a collective that timed out: who never came)."""
-    from harness.run.progress import diagnose, per_rank_lines, read_store
+    from harness.run.hang import diagnose, per_rank_lines, read_store
 
     progress = read_store(store, world_size)
     if not any(p["entered"] for p in progress.values()):
@@ -124,11 +124,11 @@ def _run_joined(setup: RunSetup, backend: str, timeout_s: float, world: dict[str
         device_type = "cuda" if pg_backend == "nccl" else "cpu"
     try:
         _check_same_setup(setup, rank, world_size)
-        from harness.run.progress import StoreProgress
+        from harness.run.hang import StoreProgress
 
         store = dist.distributed_c10d._get_default_store()
         try:
-            result = run_step(setup, rank, world_size, device_type, progress=StoreProgress(store, rank))
+            result = run_step(setup, rank, world_size, device_type, collective_log=StoreProgress(store, rank))
         except Exception as exc:
             tb = traceback.format_exc()
             raise RunError(f"rank {rank} failed:\n{tb}{_joined_diagnosis(store, world_size)}", rank=rank,

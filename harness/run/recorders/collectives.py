@@ -116,12 +116,12 @@ class CollectiveRecorder(TorchDispatchMode):
     which :func:`attribute` adds.
     """
 
-    def __init__(self, phase: Callable[[], str], group_dims: Mapping[str, str], progress: Any = None) -> None:
+    def __init__(self, phase: Callable[[], str], group_dims: Mapping[str, str], collective_log: Any = None) -> None:
         super().__init__()
         self.phase = phase
         self.group_dims = dict(group_dims)
         self.records: list[dict[str, Any]] = []
-        self.progress = _Progress(progress) if progress is not None else None
+        self.progress = _Progress(collective_log) if collective_log is not None else None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: D105
         kwargs = kwargs or {}
@@ -203,7 +203,7 @@ class CollectiveRecorder(TorchDispatchMode):
 
 
 class _Progress:
-    """Live progress for hang diagnosis (``harness.run.progress``): each collective as it is
+    """Live progress for hang diagnosis (``harness.run.hang``): each collective as it is
     entered, with the FSDP unit of the ``FSDP::`` labels open at that moment (FSDP's
     ``record_function`` calls dispatch ``profiler._record_function_enter_new`` / ``_exit``, which
     this mode sees whether or not a profiler runs), and as its ``Work`` completes (a daemon
