@@ -103,12 +103,14 @@ def main() -> None:
         runs.append(figures)
         walls.append(seconds)
         bases.append(baseline())
+        print(f"run {len(runs)}: harness {seconds:.1f} s, busbw " + ", ".join(f"{op} {name} {v:.3f}" for (op, name), v
+              in figures.items()) + "; plain " + ", ".join(f"{op} {v:.3f}" for op, v in bases[-1].items()), flush=True)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {args.repeats} runs; medians; GB/s = 10^9 B/s")
     print(f"{'op':<15} {'row':<18} {'harness busbw':>14} {'plain busbw':>12}")
     for key in runs[0]:
         plain = statistics.median(b[key[0]] for b in bases) if key[1] == "walkthrough_layer" else None
-        print(f"{key[0]:<15} {key[1]:<18} {statistics.median(r[key] for r in runs):>14.3f} "
-              f"{plain if plain is None else f'{plain:.3f}':>12}")
+        shown = "-" if plain is None else f"{plain:.3f}"
+        print(f"{key[0]:<15} {key[1]:<18} {statistics.median(r[key] for r in runs):>14.3f} {shown:>12}")
     print(f"cold harness command: median {statistics.median(walls):.1f} s")
 
 
