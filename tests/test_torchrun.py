@@ -19,7 +19,45 @@ import pytest
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-SPEC = REPO / "tests" / "data" / "two_nodes.yaml"
+# Written to a temporary file by each test: a spec under tests/ would be collected as spec items
+# and run on the local launcher, where it is one node, not two.
+SPEC_TEXT = """\
+# A 4-rank world of two torchrun agents on one host (2 nodes x 2 processes): the walkthrough
+# layer's shards and collectives, and the layout each rank recorded.
+spec: two_nodes
+title: The walkthrough layer on a world of two torchrun nodes
+document: "FSDP2 Qwen3 Decoder Layer Walkthrough, run as a 2-node world"
+timeout_s: 240
+setup:
+  model: {config: walkthrough, overrides: {num_hidden_layers: 1}, dtype: float16}
+  mesh: {shape: [4], dim_names: [dp]}
+  numerics: false
+tables:
+  - section: "每个 rank 上的参数分片"
+    title: shards
+    check: param
+    with: {layer: 0}
+    columns: [param, full_shape, local_shape]
+    rows:
+      - [self_attn.q_proj.weight, [512, 512], [128, 512]]
+  - section: "Step 0：Pre-Forward Hook → All-Gather 层参数"
+    title: gather
+    check: collectives
+    entries:
+      - {id: forward_all_gather, select: {phase: forward, op: all_gather}, count: 1, buffer_bytes: "4.72 MB"}
+  - section: "the ranks' environment"
+    title: layout
+    check: environment
+    entries:
+      - {id: two_nodes_of_two, nodes: 2, ranks_per_node: 2, hosts: 1, ranks_per_host: 4, same_torch_version: true}
+"""
+
+
+@pytest.fixture
+def spec(tmp_path) -> Path:
+    path = tmp_path / "two_nodes.yaml"
+    path.write_text(SPEC_TEXT, encoding="utf-8")
+    return path
 
 
 def free_port() -> int:
@@ -28,8 +66,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def agents(nodes: int, per_node: int, *, started: int | None = None, join_timeout: int = 60,
-           spec: Path = SPEC, timeout: float = 400, extra: tuple[str, ...] = ()) -> list[subprocess.CompletedProcess]:
+def agents(spec: Path, nodes: int, per_node: int, *, started: int | None = None, join_timeout: int = 60,
+           timeout: float = 400, extra: tuple[str, ...] = ()) -> list[subprocess.CompletedProcess]:
     """Start ``started`` (default ``nodes``) torchrun agents of a ``nodes``-node world; wait for all."""
     port = free_port()
     command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--nproc-per-node",
@@ -52,9 +90,9 @@ def agents(nodes: int, per_node: int, *, started: int | None = None, join_timeou
     return out
 
 
-def test_two_nodes_run_the_spec_and_rank_0_reports_once(tmp_path):
+def test_two_nodes_run_the_spec_and_rank_0_reports_once(spec, tmp_path):
     report = tmp_path / "cluster.md"
-    runs = agents(2, 2, extra=("--report", str(report)))
+    runs = agents(spec, 2, 2, extra=("--report", str(report)))
     text = "".join(r.stdout for r in runs)
     assert [r.returncode for r in runs] == [0, 0], text
     assert text.count("two_nodes — The walkthrough layer on a world of two torchrun nodes") == 1, text
@@ -68,18 +106,18 @@ def test_two_nodes_run_the_spec_and_rank_0_reports_once(tmp_path):
     assert "launcher joined" in markdown and "every rank agrees" in markdown and "3 pass" in markdown
 
 
-def test_a_world_the_spec_does_not_fit_ends_with_one_message():
+def test_a_world_the_spec_does_not_fit_ends_with_one_message(spec):
     start = time.monotonic()
-    runs = agents(2, 3)  # 6 ranks for a 4-rank spec
+    runs = agents(spec, 2, 3)  # 6 ranks for a 4-rank spec
     text = "".join(r.stdout for r in runs)
     assert all(r.returncode != 0 for r in runs), text
     assert text.count("joined a world of 6 ranks (2 nodes x 3 processes), but setup.mesh.shape [4] needs 4") == 1, text
     assert time.monotonic() - start < 300
 
 
-def test_a_node_that_never_joins_ends_at_the_rendezvous_timeout():
+def test_a_node_that_never_joins_ends_at_the_rendezvous_timeout(spec):
     start = time.monotonic()
-    (run,) = agents(2, 2, started=1, join_timeout=15, timeout=120)
+    (run,) = agents(spec, 2, 2, started=1, join_timeout=15, timeout=120)
     assert run.returncode != 0
     assert "RendezvousTimeoutError" in run.stdout, run.stdout
     assert time.monotonic() - start < 90
