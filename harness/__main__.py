@@ -4,10 +4,13 @@
                     exit 0 only when every entry holds; --report PATH writes a Markdown cluster report.
   validate SPEC...  load and check specs without running anything.
   draft             write a spec for a config and world size from the closed-form calculator.
+  render SPEC       write the document's tables, regenerated from a run (or a run's --json), as Markdown.
 
 Exit status: 0 when every entry holds (run) or every spec is valid (validate); 1 when an
 entry fails (run) or a spec is invalid (validate); 2 when run cannot check a spec at all
-(the spec is invalid or its run failed) or draft cannot use its config (one line on stderr).
+(the spec is invalid, the pre-flight check refuses it, its run failed, or an output path is
+unusable); draft: 0 written, 1 a bad config file, output path or world size; 130 when
+interrupted (Ctrl-C), 143 when terminated (SIGTERM): ranks stopped, finished results kept.
 """
 
 from __future__ import annotations
@@ -15,9 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.text import Text
@@ -55,69 +61,166 @@ def _global_rank() -> int:
 
     world = joined_world()
     return world["rank"] if world else 0
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the CLI is so that clean-up runs as for Ctrl-C."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+def _output_problem(path: str | Path) -> str | None:
+    """Why a file cannot be written at ``path`` (checked before any work), None when it can."""
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        return "is a folder; expected a file path"
+    if not parent.exists():
+        return f"the folder {str(parent)!r} does not exist; create it first"
+    if not parent.is_dir():
+        return f"{str(parent)!r} is not a folder"
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return "not writable"
+    return None
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file beside it (never half a file)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent if str(path.parent) else ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _save_results(console: Console, target: str, payload: dict[str, Any]) -> bool:
+    """Write the --json payload; if that fails now, keep it in a temporary file and say where.
+    True when written where asked."""
+    text = json.dumps(payload, indent=1, ensure_ascii=False)
+    try:
+        _write_atomically(Path(target), text)
+    except OSError as exc:
+        fd, fallback = tempfile.mkstemp(prefix="fsdp2-results-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        console.print(_mark(False, f"--json {target}: cannot write ({exc.strerror or exc}); results kept in {fallback}"))
+        return False
+    console.print(Text(f"wrote {target}"))
+    return True
 
 
 def _cmd_run(args: argparse.Namespace, console: Console) -> int:
-    import torch
-
-    from harness.judge.evaluate import FAILING, evaluate_spec
-    from harness.report.terminal import print_report, result_to_json, summary_line
-    from harness.run.runner import RunError, run_setup
     from harness.load.spec import SpecError, load_spec
+    from harness.report import junit
 
+    for flag, target in (("--json", args.json), ("--junitxml", args.junitxml)):
+        problem = _output_problem(target) if target else None
+        if problem:  # before any work: never compute results that cannot be written
+            console.print(_mark(False, f"{flag} {target}: {problem}"))
+            return 2
+    if args.plot and not _plot_available(console):
+        return 2
+    if args.report:
+        problem = _output_problem(args.report)
+        if problem:
+            console.print(_mark(False, f"--report {args.report}: {problem}"))
+            return 2
     from harness.report.markdown import SpecRun, cluster_report
 
-    all_results, documents, status = [], {}, 0
     runs: list[SpecRun] = []  # for --report
-    for path in args.specs:
-        try:
-            spec = load_spec(path)
-        except SpecError as exc:
-            _print_spec_error(console, exc)
-            status = 2
-            continue
-        backend = args.backend or spec.backend
-        timeout_s = args.timeout or spec.timeout_s
-        started = time.perf_counter()
-        with console.status(f"{spec.name}: running {spec.setup.world_size} ranks ({backend}), timeout {timeout_s:.0f} s ..."):
+
+    all_results: list[Any] = []
+    documents: dict[str, Any] = {}
+    finished: list[str] = []
+    cases: list[Any] = []
+    status, interrupted, failure, follower = 0, None, None, False
+    run_started = time.perf_counter()
+    try:
+        from harness.judge.evaluate import FAILING, evaluate_spec
+        from harness.report.terminal import print_report, summary_line
+        from harness.run.preflight import PreflightError
+        from harness.run.runner import ObservationError, RunError
+
+        for path in args.specs:
             try:
-                observation = run_setup(spec.setup, backend=backend, timeout_s=timeout_s)
-            except RunError as exc:
-                if exc.rank is not None or _global_rank() == 0:  # a world's error: printed by rank 0 alone
-                    console.print(_mark(False, f"{path}: the run failed:\n{exc}"))
-                runs.append(SpecRun(str(path), spec.name, spec.title, error=str(exc),
-                                    seconds=time.perf_counter() - started))
+                spec = load_spec(path)
+            except SpecError as exc:
+                _print_spec_error(console, exc)
+                cases.append(junit.load_error_case(junit.spec_nodeid_path(path), exc))
                 status = 2
                 continue
-        if observation is None:  # a non-zero rank under torchrun: rank 0 reports
-            continue
-        env = observation["environment"]
-        results = evaluate_spec(spec, observation)
-        print_report(results, console, title=f"{spec.name} — {spec.title}", only_failures=args.failures_only)
-        _print_bandwidth(observation, console)
-        drafted = sum(item.drafted for item in spec.items)
-        console.print(Text(
-            f"{spec.name}: {summary_line(results, drafted)}  (torch {env['torch_version']}, {env['backend']}, "
-            f"{env['world_size']} ranks, mesh {env['mesh_shape']} {env['mesh_dim_names']}, "
-            f"{time.perf_counter() - started:.1f} s)"))
-        if any(r.status in FAILING for r in results):
-            status = max(status, 1)
-        all_results.extend(results)
-        documents[str(path)] = observation
-        runs.append(SpecRun(str(path), spec.name, spec.title, observation, results,
-                            seconds=time.perf_counter() - started))
-    if len(args.specs) > 1 and all_results:
-        console.print(Text(f"all specs: {summary_line(all_results)}"))
-    if _global_rank() != 0:  # under torchrun rank 0 alone writes files
-        return status
-    if args.report:
-        Path(args.report).write_text(cluster_report(runs), encoding="utf-8")
-        console.print(Text(f"wrote {args.report}"))
-    if args.json:
-        payload = {"torch_version": torch.__version__, "results": [result_to_json(r) for r in all_results],
-                   "observations": documents}
-        Path(args.json).write_text(json.dumps(payload, indent=1, ensure_ascii=False))
-        console.print(Text(f"wrote {args.json}"))
+            started = time.perf_counter()
+            with _progress(console, spec, args) as progress:
+                try:
+                    observation = _run_spec(spec, args, progress)
+                except PreflightError as exc:
+                    console.print(_mark(False, f"{path}: {exc}"))
+                    status = 2
+                    continue
+                except (RunError, ObservationError) as exc:
+                    if getattr(exc, "rank", None) is not None or _global_rank() == 0:  # a world's error: rank 0 prints it
+                        console.print(_mark(False, f"{path}: the run failed:\n{exc}"))
+                    runs.append(SpecRun(str(path), spec.name, spec.title, error=str(exc),
+                                        seconds=time.perf_counter() - started))
+                    cases += [junit.run_error_case(junit.spec_nodeid_path(path), item.entry, exc) for item in spec.items]
+                    status = 2
+                    continue
+                if observation is None:  # a non-zero rank under torchrun: rank 0 reports
+                    follower = True
+                    continue
+                progress.checking(len(spec.items))
+                results = evaluate_spec(spec, observation)
+            env = observation["environment"]
+            cases += [junit.result_case(junit.spec_nodeid_path(path), r) for r in results]
+            print_report(results, console, title=f"{spec.name} — {spec.title}", only_failures=args.failures_only)
+            _print_bandwidth(observation, console)
+            drafted = sum(item.drafted for item in spec.items)
+            console.print(Text(
+                f"{spec.name}: {summary_line(results, drafted)}  (torch {env['torch_version']}, {env['backend']}, "
+                f"{env['world_size']} ranks, mesh {env['mesh_shape']} {env['mesh_dim_names']}, "
+                f"{time.perf_counter() - started:.1f} s)"))
+            if any(r.status in FAILING for r in results):
+                status = max(status, 1)
+            all_results.extend(results)
+            documents[str(path)] = observation
+            finished.append(str(path))
+            runs.append(SpecRun(str(path), spec.name, spec.title, observation, results,
+                                seconds=time.perf_counter() - started))
+            _write_views(args, spec, observation, console)
+        if len(args.specs) > 1 and all_results:
+            console.print(Text(f"all specs: {summary_line(all_results)}"))
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the launcher has stopped the ranks
+        interrupted = exc
+    except Exception as exc:  # a harness bug: its traceback is shown, after the results are kept
+        failure = exc
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the results are written whole, not cut by a second Ctrl-C
+        if args.json and _global_rank() == 0:  # under torchrun only rank 0 writes files
+            status = _write_payload(console, args, all_results, documents, finished, interrupted or failure, status)
+        if args.report and not follower and _global_rank() == 0:  # under torchrun only rank 0 writes it
+            try:
+                _write_atomically(Path(args.report), cluster_report(runs))
+                console.print(Text(f"wrote {args.report}"))
+            except OSError as exc:
+                console.print(_mark(False, f"--report {args.report}: cannot write ({exc.strerror or exc})"))
+                status = max(status, 2)
+        if args.junitxml and not follower and _global_rank() == 0:  # under torchrun only rank 0 writes it
+            text = junit.junit_xml(cases, duration_s=time.perf_counter() - run_started)
+            try:
+                _write_atomically(Path(args.junitxml), text)
+                console.print(Text(f"wrote {args.junitxml} ({len(cases)} test cases)"))
+            except OSError as exc:
+                console.print(_mark(False, f"--junitxml {args.junitxml}: cannot write ({exc.strerror or exc})"))
+                status = max(status, 2)
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if interrupted is not None:
+        raise interrupted
+    if failure is not None:
+        raise failure
     return status
 
 
@@ -131,22 +234,233 @@ def _print_bandwidth(observation: dict, console: Console) -> None:
         console.print(Text("\n".join(table_lines(rows, world_size=observation["environment"]["world_size"]))))
 
 
-def _cmd_draft(args: argparse.Namespace, console: Console) -> int:
-    from harness.author.draft import DraftError, draft_spec
+# --- seeing the run: progress, trace, plots, the document's tables --------------------------
+
+def _progress(console: Console, spec, args: argparse.Namespace):
+    """A progress line for one spec's run (drawn only on a terminal, never under pytest)."""
+    from harness.report.progress import RunProgress
+
+    backend = args.backend or spec.backend
+    return RunProgress(console, f"{spec.name} ({spec.setup.world_size} ranks, {backend})", spec.setup.world_size)
+
+
+def _run_spec(spec, args: argparse.Namespace, progress) -> dict | None:
+    """Run ``spec``'s setup as the flags say (backend, timeout, --trace); raises RunError."""
+    from harness.run.runner import run_setup
+
+    trace_dir = None
+    if getattr(args, "trace", None):
+        folder = Path(args.trace) / spec.name
+        folder.mkdir(parents=True, exist_ok=True)
+        for stale in folder.glob("rank*.json"):  # an earlier run's ranks must not be merged in
+            stale.unlink()
+        trace_dir = str(folder)
+    return run_setup(spec.setup, backend=args.backend or spec.backend, timeout_s=args.timeout or spec.timeout_s,
+                     trace_dir=trace_dir, on_progress=progress.ranks, preflight=not getattr(args, "no_preflight", False))
+
+
+def _plot_available(console: Console) -> bool:
+    """--plot needs matplotlib (an optional dependency): say so in one line, before running."""
+    import importlib.util
+
+    from harness.report.plot import INSTALL_HINT
+
+    if importlib.util.find_spec("matplotlib") is None:
+        console.print(_mark(False, INSTALL_HINT))
+        return False
+    return True
+
+
+def _write_views(args: argparse.Namespace, spec, observation: dict, console: Console) -> None:
+    """--trace: merge the ranks' traces; --plot: draw each rank's memory timeline."""
+    if getattr(args, "trace", None):
+        from harness.report.trace import write_merged
+
+        folder, out = Path(args.trace) / spec.name, Path(args.trace) / f"{spec.name}.json"
+        merged = write_merged(folder, out)
+        write_merged(folder, Path(args.trace) / f"{spec.name}.fsdp.json", compact=True)
+        ranks = merged["otherData"]["ranks"]
+        console.print(Text(f"wrote {out}: the profiler traces of ranks {ranks} on one timeline, one process per rank "
+                           f"(open in ui.perfetto.dev); {spec.name}.fsdp.json keeps FSDP labels and collectives only; "
+                           f"per rank: {folder}/rank<r>.json"))
+    if getattr(args, "plot", None):
+        from harness.report.plot import plot_memory
+
+        Path(args.plot).mkdir(parents=True, exist_ok=True)
+        files = plot_memory(observation, args.plot, spec.name)
+        console.print(Text(f"wrote {len(files)} memory timelines: {', '.join(str(f) for f in files[:2])}"
+                           f"{' ...' if len(files) > 2 else ''}"))
+
+
+def _cmd_render(args: argparse.Namespace, console: Console) -> int:
+    from harness.load.spec import SpecError, load_spec
+    from harness.report.render import render_markdown
+    from harness.run.runner import RunError
+
+    # Markdown on stdout: everything else goes to stderr.
+    say = console if args.out else Console(stderr=True, highlight=False, soft_wrap=True)
+    if args.plot and not _plot_available(say):
+        return 2
+    try:
+        spec = load_spec(args.spec)
+    except SpecError as exc:
+        _print_spec_error(say, exc)
+        return 2
+    if args.from_json:
+        from harness.report.observation_file import ObservationFileError, read_observation
+
+        try:
+            observation = read_observation(args.from_json, args.spec, spec.setup.to_dict())
+        except ObservationFileError as exc:
+            say.print(_mark(False, str(exc)))
+            return 2
+    else:
+        with _progress(say, spec, args) as progress:
+            try:
+                observation = _run_spec(spec, args, progress)
+            except RunError as exc:
+                say.print(_mark(False, f"{args.spec}: the run failed:\n{exc}"))
+                return 2
+        if observation is None:  # a non-zero rank under torchrun: rank 0 renders
+            return 0
+    text = render_markdown(spec, observation)
+    if args.out:
+        out = Path(args.out) / f"{spec.name}.md"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+        say.print(Text(f"wrote {out}"))
+    else:
+        sys.stdout.write(text)
+    _write_views(args, spec, observation, say)
+    return 0
+
+
+def _write_payload(console: Console, args: argparse.Namespace, results: list[Any], documents: dict[str, Any],
+                   finished: list[str], interrupted: BaseException | None, status: int) -> int:
+    from harness.report.terminal import result_to_json
+
+    version = None
+    if "torch" in sys.modules:
+        version = sys.modules["torch"].__version__
+    payload = {"torch_version": version, "results": [result_to_json(r) for r in results], "observations": documents}
+    if interrupted is not None:  # Ctrl-C, SIGTERM, or a harness error: what finished before it
+        payload["interrupted"] = True
+        payload["finished_specs"] = finished
+    if not _save_results(console, args.json, payload):
+        status = max(status, 2)
+    return status
+
+
+def _config_problem(config: str) -> str | None:
+    """Why ``--config`` names no usable file (one line naming it), None when it is a known
+    name or a readable YAML/JSON mapping. Reading is bounded as for specs."""
+    from model import KNOWN_CONFIGS
+
+    if config in KNOWN_CONFIGS:
+        return None
+    path = Path(config)
+    if not path.exists():
+        return None  # draft says it is neither a known config nor a file
+    from harness.load.yaml_safe import YamlFileError, load_text, read_text
 
     try:
-        text = draft_spec(args.config, args.world_size, layers=args.layers, dtype=args.dtype,
-                          batch_per_rank=args.batch_per_rank, seq_len=args.seq_len, backend=args.backend or "auto",
-                          output=args.output)
-    except DraftError as exc:  # one line on stderr, no traceback
-        print(f"✗ {exc}", file=sys.stderr)
-        return 2
+        text = read_text(path)
+        if path.suffix == ".json":
+            try:
+                data = json.loads(text)
+            except (ValueError, RecursionError) as exc:
+                return f"{path}: not valid JSON: {exc}"
+        else:
+            _, data = load_text(text, path)
+    except YamlFileError as exc:
+        return str(exc).replace("a spec may be", "a config file may be")
+    if not isinstance(data, dict):
+        return f"{path}: expected a mapping of Qwen3Config fields (hidden_size, num_attention_heads, ...), got {type(data).__name__}"
+    return None
+
+
+def _cmd_draft(args: argparse.Namespace, console: Console) -> int:
+    from harness.run.preflight import MAX_SIMULATED_WORLD, PreflightError, check, process_limit
+
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+        problem = _output_problem(args.output)
+        if problem:
+            err.print(_mark(False, f"-o {args.output}: {problem}"))
+            return 1
+    if args.world_size > MAX_SIMULATED_WORLD:  # the calculator's tables grow with the world: refuse first
+        if args.backend in ("gloo", "nccl"):
+            err.print(_mark(False, f"--world-size {args.world_size:,}: would start {args.world_size:,} processes on this "
+                                   f"machine, over its limit of {process_limit()}"))
+        else:
+            err.print(_mark(False, f"--world-size {args.world_size:,}: over the {MAX_SIMULATED_WORLD:,} ranks a spec can "
+                                   "simulate (the fake backend's set-up grows with the world size)"))
+        return 1
+    problem = _config_problem(args.config)
+    if problem:
+        err.print(_mark(False, problem))
+        return 1
+
+    from harness.author.draft import DraftError, draft_spec
+    from harness.load.setup import RunSetup, SetupError
+
+    def draft(backend: str) -> str:
+        return draft_spec(args.config, args.world_size, layers=args.layers, dtype=args.dtype,
+                          batch_per_rank=args.batch_per_rank, seq_len=args.seq_len, backend=backend,
+                          output=args.output)
+
+    backend = args.backend or "auto"
+    try:
+        text = draft(backend)
+        data = _yaml_load(text)
+        try:  # would the pre-flight check run the drafted spec here?
+            if not args.no_preflight:
+                check(RunSetup.from_mapping(data["setup"]), data.get("backend", "auto"))
+        except PreflightError as exc:
+            if data.get("backend", "auto") == "fake" or backend != "auto":
+                err.print(_mark(False, f"draft: the spec would be refused on this machine: {exc.reason}; "
+                                       "use --no-preflight to write it anyway"))
+                return 1
+            text = draft("fake")
+            try:
+                check(RunSetup.from_mapping(_yaml_load(text)["setup"]), "fake")
+            except PreflightError as fake_exc:
+                err.print(_mark(False, f"draft: the spec would be refused on this machine: {exc.reason}; "
+                                       f"simulated: {fake_exc.reason}; use --no-preflight to write it anyway"))
+                return 1
+            err.print(Text(f"note: drafted for the fake backend (simulated ranks): on real ranks this machine "
+                           f"would refuse it: {exc.reason}"))
+    except DraftError as exc:  # already names --config and what was expected
+        err.print(_mark(False, " ".join(str(exc).split())))
+        return 1
+    except (ValueError, TypeError, KeyError, SetupError) as exc:
+        err.print(_mark(False, f"--config {args.config}: {' '.join(str(exc).split())}"))
+        return 1
+    if args.output:
+        try:
+            _write_atomically(Path(args.output), text)
+        except OSError as exc:
+            err.print(_mark(False, f"-o {args.output}: cannot write: {exc.strerror or exc}"))
+            return 1
         console.print(f"wrote {args.output}", highlight=False)
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _add_view_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trace", metavar="DIR",
+                        help="write each rank's torch.profiler Chrome trace (DIR/<spec>/rank<r>.json) and all ranks "
+                             "merged on one timeline, one process per rank (DIR/<spec>.json; Perfetto opens it)")
+    parser.add_argument("--plot", metavar="DIR",
+                        help="draw each rank's FSDPMemTracker memory through the step (DIR/<spec>_memory_rank<r>.png "
+                             "and .svg; needs matplotlib: pip install .[plot])")
+
+
+def _yaml_load(text: str) -> dict[str, Any]:
+    import yaml
+
+    return yaml.safe_load(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,6 +478,21 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--report", metavar="PATH",
                      help="write a Markdown report: hosts and ranks, the environment with disagreements marked, the "
                           "bandwidth table, the results")
+    _add_view_flags(run)
+    run.add_argument("--junitxml", metavar="PATH",
+                     help="write JUnit XML: one test case per entry, named as pytest's --junitxml names the spec's items")
+
+    render = sub.add_parser("render", help="write the document's tables, regenerated from a run, as Markdown")
+    render.add_argument("spec", type=Path)
+    render.add_argument("--out", metavar="DIR", help="write DIR/<spec>.md (default: Markdown on stdout)")
+    render.add_argument("--from-json", metavar="OBS.json",
+                        help="read the observation from a 'run --json' file instead of running")
+    render.add_argument("--backend", choices=("auto", "gloo", "nccl", "fake"), default=None,
+                        help="override the spec's backend")
+    render.add_argument("--timeout", type=float, default=None, help="seconds before a run is declared hung")
+    _add_view_flags(render)
+    run.add_argument("--no-preflight", action="store_true",
+                     help="skip the check that this machine can hold the run (processes, memory per rank)")
 
     validate = sub.add_parser("validate", help="check specs without running")
     validate.add_argument("specs", nargs="+", type=Path)
@@ -180,8 +509,14 @@ def main(argv: list[str] | None = None) -> int:
     draft.add_argument("--seq-len", type=int, default=16)
     draft.add_argument("--backend", choices=("auto", "gloo", "nccl", "fake"), default=None)
     draft.add_argument("-o", "--output", help="write the spec here instead of stdout")
+    draft.add_argument("--no-preflight", action="store_true",
+                       help="write the spec even if this machine's pre-flight check would refuse to run it")
 
     args = parser.parse_args(argv)
+    if args.command == "render" and args.from_json and args.trace:
+        parser.error("--trace needs a run: drop --from-json (a --json file holds no profiler traces)")
+    if args.command == "run" and args.timeout is not None and not 0 < args.timeout <= 86400:
+        parser.error(f"--timeout must be a number of seconds above 0 and at most 86400, got {args.timeout}")
     if args.command == "draft":
         for name in ("world_size", "layers", "batch_per_rank", "seq_len"):
             if getattr(args, name) < 1:
@@ -190,9 +525,33 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(highlight=False, soft_wrap=True)
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(highlight=False, soft_wrap=True, width=160)
-    handler = {"run": _cmd_run, "validate": _cmd_validate, "draft": _cmd_draft}[args.command]
-    return handler(args, console)
+    handler = {"run": _cmd_run, "validate": _cmd_validate, "draft": _cmd_draft, "render": _cmd_render}[args.command]
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    previous_hook = sys.unraisablehook
+
+    def unraisable(hook_args: Any) -> None:
+        """An interrupt that lands in a weakref callback or __del__ is "ignored" by Python (a
+        printed traceback, and the run goes on): deliver it again, to be raised where it can."""
+        if isinstance(hook_args.exc_value, KeyboardInterrupt):
+            signal.raise_signal(signal.SIGTERM if isinstance(hook_args.exc_value, Terminated) else signal.SIGINT)
+            return
+        previous_hook(hook_args)
+
+    sys.unraisablehook = unraisable
+    try:
+        return handler(args, console)
+    except KeyboardInterrupt as exc:  # the ranks are stopped by the launcher's clean-up on the way here
+        terminated = isinstance(exc, Terminated)
+        Console(stderr=True, highlight=False).print("terminated" if terminated else "interrupted")
+        return 143 if terminated else 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        sys.unraisablehook = previous_hook
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # before main's own handler was in place (while importing)
+        sys.stderr.write("interrupted\n")
+        sys.exit(130)

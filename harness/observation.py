@@ -67,6 +67,7 @@ def build_observation(
     launcher: str,
     simulated: bool,
     environment: Mapping[str, Any] | None = None,
+    reloads: list[Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The validated document for ``setup`` (a ``RunSetup``) from the ranks' step results.
 
@@ -77,6 +78,9 @@ def build_observation(
         simulated: True for the fake backend.
         environment: replaces the first rank's reported environment (torch_version,
             python_version, backend, device_type, device_name); world and mesh come from ``setup``.
+        reloads: the checkpoint loaded by other worlds (``setup.state_dict.reload_world_sizes``),
+            each ``{"world_size", "mesh_shape", "mesh_dim_names", "ranks": [{"rank",
+            "state_dict", "timings_s"}]}``; None: the key is left out.
 
     Raises:
         ObservationError: the document does not match the schema (a harness bug).
@@ -98,5 +102,7 @@ def build_observation(
         "observed_ranks": [e["rank"] for e in entries],
     }
     doc = {"format": FORMAT, "environment": env, "setup": setup.to_dict(), "fsdp_units": fsdp_units, "ranks": entries}
+    if reloads is not None:
+        doc["reloads"] = [dict(r, ranks=sorted(r["ranks"], key=lambda e: e["rank"])) for r in reloads]
     validate_observation(doc)
     return doc

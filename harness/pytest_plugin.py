@@ -1,8 +1,9 @@
 """pytest plugin (entry point ``pytest11``): every entry of a spec is one test item.
 
 Installed with this package, it collects YAML files that are specs (a top-level ``spec:`` and
-``tables:``) wherever pytest looks: ``pytest specs/``, ``pytest my_spec.yaml``, a folder of
-your own, or paths given with ``--specs``. ``pytest -n auto`` runs them all; each distinct
+``tables:``) wherever pytest looks, every YAML file below a folder named ``specs`` (so a
+broken spec there is one failing item, not silently skipped), a file named on the command line,
+and paths given with ``--specs``. ``pytest -n auto`` runs them all; each distinct
 setup runs once per session (harness/run/cache.py), shared by the xdist workers. A failing item
 shows where in the spec it is, the document's claim and section, expected and observed per
 field, and the failing ranks. A spec that fails to load is one failing item with the load error.
@@ -18,6 +19,7 @@ import pytest
 
 from harness.run.cache import CachedRunError, cached_run, run_key
 from harness.judge.checks import CheckResult
+from harness.report.junit import table_slug
 from harness.judge.evaluate import FAILING, evaluate_item
 from harness.load.spec import Spec, SpecError, SpecItem, load_spec
 
@@ -34,6 +36,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "nccl with one GPU per rank when enough GPUs are visible, gloo otherwise)")
     group.addoption("--run-timeout", type=float, default=None,
                     help="seconds before a spec's run is declared hung (default: the spec's timeout_s, else 300)")
+    group.addoption("--no-preflight", action="store_true", default=False,
+                    help="skip the check that this machine can hold each spec's run (processes, memory per rank)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -44,7 +48,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collect_file(parent: pytest.Collector, file_path: Path):
-    if file_path.suffix in (".yaml", ".yml") and (_named_on_command_line(parent.config, file_path) or _looks_like_spec(file_path)):
+    if file_path.suffix in (".yaml", ".yml") and (_named_on_command_line(parent.config, file_path)
+                                                  or "specs" in file_path.parent.parts or _looks_like_spec(file_path)):
         return SpecFile.from_parent(parent, path=file_path)
     return None
 
@@ -65,10 +70,6 @@ def _looks_like_spec(file_path: Path) -> bool:
     return all(p.search(head) for p in _SPEC_KEYS)
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.\-]+", "_", text).strip("_")
-
-
 class SpecFile(pytest.File):
     """One spec: its tables as collectors, its entries as items (file order, same in every worker)."""
 
@@ -82,7 +83,7 @@ class SpecFile(pytest.File):
         for item in spec.items:
             tables.setdefault(item.entry.table, []).append(item)
         for title, items in tables.items():
-            yield SpecTable.from_parent(self, name=_slug(title), spec=spec, items=items)
+            yield SpecTable.from_parent(self, name=table_slug(title), spec=spec, items=items)
 
 
 class SpecTable(pytest.Collector):
@@ -165,7 +166,8 @@ def _observation(config: pytest.Config, spec: Spec, setup=None, backend: str | N
     timeout_s = config.getoption("--run-timeout") or spec.timeout_s
     key = run_key(setup, backend, torch.__version__)
     return cached_run(_shared_cache_dir(config), key,
-                      lambda: run_setup(setup, backend=backend, timeout_s=timeout_s),
+                      lambda: run_setup(setup, backend=backend, timeout_s=timeout_s,
+                                        preflight=not config.getoption("--no-preflight")),
                       lock_timeout_s=timeout_s * 3 + 120)
 
 

@@ -57,6 +57,15 @@ CASES = [
      "step_reduce_scatter", "expected 1"),
     ("cluster_bandwidth", "        distinct_devices: true\n", "        distinct_devices: true\n        hosts: 2\n",
      "one_gpu_per_rank", "expected 2"),
+    ("state_dict_3_ranks", "[q_norm.rank2, self_attn.q_norm.weight, [2], [4], [12], 4]",
+     "[q_norm.rank2, self_attn.q_norm.weight, [2], [4], [13], 4]", "q_norm.rank2", "[13]"),
+    ("state_dict_3_ranks", "local_shape: [8], global_offset: [8],", "local_shape: [8], global_offset: [6],",
+     "q_norm.rank1", "[6]"),  # the reload on 2 ranks
+    ("state_dict_3_ranks", "optimizer_equal_before_load: [step]}", "optimizer_equal_before_load: []}",
+     "adamw_states", "[step]"),
+    ("state_dict_empty_shards", "[q_norm.rank3, self_attn.q_norm.weight, [3], [0], [2], 0]",
+     "[q_norm.rank3, self_attn.q_norm.weight, [3], [0], [3], 0]", "q_norm.rank3", "[3]"),
+    ("state_dict_empty_shards", "checkpoint_chunks: 3,", "checkpoint_chunks: 4,", "q_norm_chunks", "expected 4"),
     # a selector changed to another that the setup does produce: the entry then measures something else
     ("qwen3_0_6b_8_ranks", "select: {phase: forward, op: all_gather, unit: root}",
      "select: {phase: forward, op: all_gather, unit: model.layers.1}", "root_all_gather", "15,730,944"),  # unit
@@ -68,6 +77,8 @@ CASES = [
      "layers_move_n_l_times_10_6_mb", "expected 6"),  # unit role
     ("qwen3_walkthrough", "select: {phase: optimizer}", "select: {phase: backward}",
      "optimizer_needs_no_communication", "expected 0"),  # phase
+    ("state_dict_empty_shards", "{id: rank2_elements, ranks: [2], local_numel: 8264}",
+     "{id: rank2_elements, ranks: [1], local_numel: 8264}", "rank2_elements", "8,990"),  # ranks of a reload
 ]
 
 

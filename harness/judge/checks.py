@@ -1,7 +1,7 @@
 """Checks: pure functions of (spec entry, observation document) -> result.
 
 An entry names a check kind (:mod:`harness.judge.kinds`: param, params_total, input, step,
-param_state, collectives, memory, numerics), selectors that choose what to measure, and the
+param_state, collectives, memory, numerics, state_dict), selectors that choose what to measure, and the
 fields it expects; every selected rank must meet every expectation. Nothing here launches
 ranks or touches torch: checks are testable on a hand-written observation.
 """

@@ -26,6 +26,8 @@ def evaluate_item(item: "SpecItem", observation: Mapping[str, Any]) -> CheckResu
     env = observation["environment"]
     if item.entry.check == "numerics" and env["simulated"]:
         return CheckResult(item.entry, "skip", message="a simulated run (fake backend) records no numerics")
+    if item.entry.check == "state_dict" and env["simulated"]:
+        return CheckResult(item.entry, "skip", message="a simulated run (fake backend) saves no checkpoint")
     wanted = _explicit_ranks(item.entry.selectors)
     if env["simulated"] and wanted and not set(wanted) & set(env["observed_ranks"]):
         return CheckResult(item.entry, "skip",

@@ -165,6 +165,25 @@ class BandwidthSetup:
 
 
 @dataclass(frozen=True)
+class StateDictSetup:
+    """The ``torch.distributed.checkpoint`` round trip after the step (``setup.state_dict``).
+
+    Attributes:
+        round_trip: after the optimizer step, save the sharded model and optimizer state
+            (``get_state_dict`` + ``dcp.save``) into a temporary folder, load it into a freshly
+            built and sharded model and optimizer of the same world (``dcp.load`` +
+            ``set_state_dict``) and record, per state-dict entry and rank, equality after load
+            and the shard's global offset and length (``harness.run.checkpoint``).
+        reload_world_sizes: also load the same checkpoint in a second launch of this many
+            ranks each (a 1-D mesh named as the run's shard dim), e.g. ``(2,)``; needs
+            ``round_trip`` and a local launch.
+    """
+
+    round_trip: bool = False
+    reload_world_sizes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class RunSetup:
     """One FSDP2 training step, fully specified.
 
@@ -186,6 +205,7 @@ class RunSetup:
             after fully_shard (values then differ from init_weights'), for models too big to
             hold unsharded on every rank at once. The observation is otherwise the same.
         bandwidth: collectives timed after the step (:class:`BandwidthSetup`); None: none.
+        state_dict: see :class:`StateDictSetup` (default: no checkpoint round trip).
     """
 
     model: ModelSetup = field(default_factory=ModelSetup)
@@ -199,6 +219,7 @@ class RunSetup:
     observe_ranks: tuple[int, ...] | None = None
     numerics: bool = True
     bandwidth: BandwidthSetup | None = None
+    state_dict: StateDictSetup = field(default_factory=StateDictSetup)
 
     @property
     def world_size(self) -> int:
@@ -235,6 +256,8 @@ class RunSetup:
         mixed_precision {param_dtype, reduce_dtype, output_dtype, cast_forward_inputs}},
         optimizer {name, lr}, seed, observe_ranks, numerics, bandwidth {ops, sizes, dtype, warmup,
         iterations, cpu_max_bytes, step}.
+        optimizer {name, lr}, seed, observe_ranks, numerics, state_dict {round_trip,
+        reload_world_sizes}.
 
         Raises:
             SetupError: naming the key path, for values the schema cannot catch (a mesh whose
@@ -269,6 +292,8 @@ class RunSetup:
             problems.append(("setup.observe_ranks",
                              f"rank(s) {outside} outside the world: world size {world} (mesh shape {list(shape)}), "
                              f"ranks 0-{world - 1}"))
+        state_dict, sd_problems = _state_dict_setup(data.pop("state_dict", {}), world)
+        problems += sd_problems
         if problems:
             raise SetupError(*problems[0], errors=problems)
         return cls(
@@ -279,5 +304,22 @@ class RunSetup:
             optimizer=optimizer,
             observe_ranks=tuple(observe) if observe is not None else None,
             bandwidth=bandwidth,
+            state_dict=state_dict,
             **data,
         )
+
+
+def _state_dict_setup(data: Mapping[str, Any], world: int) -> tuple[StateDictSetup, list[tuple[str, str]]]:
+    """``setup.state_dict`` as a :class:`StateDictSetup`, and what the schema cannot catch."""
+    sizes = tuple(data.get("reload_world_sizes", ()))
+    problems = []
+    if sizes and not data.get("round_trip", False):
+        problems.append(("setup.state_dict.reload_world_sizes",
+                         f"reloading on world sizes {list(sizes)} needs the round trip: add round_trip: true"))
+    if world in sizes:
+        problems.append(("setup.state_dict.reload_world_sizes",
+                         f"world size {world} is the run's own (the round trip loads there already); "
+                         f"expected other world sizes, got {list(sizes)}"))
+    if len(set(sizes)) != len(sizes):
+        problems.append(("setup.state_dict.reload_world_sizes", f"expected distinct world sizes, got {list(sizes)}"))
+    return StateDictSetup(round_trip=bool(data.get("round_trip", False)), reload_world_sizes=sizes), problems

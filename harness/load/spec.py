@@ -11,6 +11,7 @@ expected; nothing here raises a bare traceback for bad input.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -29,6 +30,8 @@ from harness.judge.kinds.docs import ENTRY_TITLE
 from harness.judge.vocabulary import CheckKind, Context
 from harness.load.model_config import resolve_config_file
 from harness.load.setup import RunSetup, SetupError
+from harness.load.timing import timing_dependent_errors
+from harness.load.yaml_safe import YamlFileError, load_file
 from model.names import param_fqns
 
 _ENTRY_META = ("id", "says", "torch", "deviation", "drafted")
@@ -47,11 +50,26 @@ class SpecError(ValueError):
         self.path = str(path)
         self.errors = list(errors) if errors else [(line, key_path, message)]
         self.line, self.key_path, self.message = self.errors[0]
-        super().__init__("\n".join(self._format(*e) for e in self.errors))
+        shown = [self._format(*e) for e in self.errors[:MAX_ERRORS_SHOWN]]
+        if len(self.errors) > MAX_ERRORS_SHOWN:
+            shown.append(f"{self.path}: ... and {len(self.errors) - MAX_ERRORS_SHOWN} more errors")
+        super().__init__("\n".join(shown))
 
     def _format(self, line: int, key_path: str, message: str) -> str:
         where = f"{self.path}:{line}" if line else self.path
-        return f"{where}: {key_path + ': ' if key_path else ''}{message}"
+        return _cut(f"{where}: {key_path + ': ' if key_path else ''}{message.replace(chr(10), ' ')}")
+
+
+MAX_LINE = 400
+"""Longest error line shown (characters); a longer one is cut, saying how much was left out."""
+MAX_ERRORS_SHOWN = 50
+"""Most error lines shown for one spec (``SpecError.errors`` keeps them all)."""
+
+
+def _cut(line: str) -> str:
+    if len(line) <= MAX_LINE:
+        return line
+    return f"{line[:MAX_LINE - 40]} ... ({len(line) - MAX_LINE + 40:,} more characters)"
 
 
 class _Errors:
@@ -124,9 +142,17 @@ _VALIDATOR = None
 
 
 def _validator() -> jsonschema.Draft202012Validator:
+    """The shipped schema without its per-kind entry definitions: the loader checks each entry
+    against its check kind itself (harness/judge/kinds/, the same definitions the schema's
+    ``table_kinds`` is generated from), and evaluating eight if/then branches per table was
+    most of the time ``validate`` took."""
     global _VALIDATOR
     if _VALIDATOR is None:
-        _VALIDATOR = jsonschema.Draft202012Validator(_schema())
+        schema = _schema()
+        table = schema["$defs"]["table"]
+        table.pop("allOf", None)  # {"$ref": "#/$defs/table_kinds"}
+        table["properties"]["entries"]["items"] = {"$ref": "#/$defs/meta_keys"}  # id, says, torch, ... typed
+        _VALIDATOR = jsonschema.Draft202012Validator(schema)
     return _VALIDATOR
 
 
@@ -181,19 +207,6 @@ def _undotted(key_path: str) -> tuple:
     return tuple(int(i) if i else k for k, i in re.findall(r"([^.\[\]]+)|\[(\d+)\]", key_path))
 
 
-_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built with it: ~10x faster
-
-
-def _compose_and_construct(text: str) -> tuple[yaml.Node | None, Any]:
-    """Parse once, safe loading only: the node tree (for line numbers) and the data built from it."""
-    loader = _SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        return node, (loader.construct_document(node) if node is not None else None)
-    finally:
-        loader.dispose()
-
-
 def load_spec(path: str | Path) -> Spec:
     """Read, validate and expand one spec file.
 
@@ -207,14 +220,9 @@ def load_spec(path: str | Path) -> Spec:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(path, 0, "", f"cannot read file: {exc.strerror}") from None
-    try:
-        node, data = _compose_and_construct(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise SpecError(path, mark.line + 1 if mark else 0, "", f"not valid YAML: {getattr(exc, 'problem', exc)}") from None
+        node, data = load_file(path)  # bounded: size, UTF-8, nesting, alias expansion
+    except YamlFileError as exc:
+        raise SpecError(path, exc.line, "", exc.message) from None
     if node is None or not isinstance(data, dict):
         raise SpecError(path, 0, "", "expected a mapping with keys spec, title, document, setup, tables")
     lines = _Lines(dict(_line_index(node)))
@@ -222,7 +230,9 @@ def load_spec(path: str | Path) -> Spec:
     _check_duplicate_keys(errors, node)
 
     broken = []  # key paths of schema errors: the entry-level checks skip what is below them
-    for key, message in _schema_errors(data):
+    schema_errors = _schema_errors(data)
+    schema_errors += [e for e in _non_finite(data) if e[0] not in {k for k, _ in schema_errors}]
+    for key, message in schema_errors:
         errors.add(key, message)
         broken.append(key)
 
@@ -256,11 +266,30 @@ def load_spec(path: str | Path) -> Spec:
             continue  # the table's own form is broken; its schema errors say how
         skip = {k[1] for k in below}  # rows or entries the schema rejected
         items.extend(_table_items(errors, lines, t_index, table, spec_range, seen_ids, context, skip))
+    for item in items:  # fields whose value depends on thread timing (observation schema: x-timing-dependent)
+        for message in timing_dependent_errors(item.entry, data.get("backend", "auto")):
+            errors.add((), message, line=item.entry.line)
 
     errors.raise_if_any()
     return Spec(path=path, name=data["spec"], title=data["title"], document=data["document"], setup=setup,
                 backend=data.get("backend", "auto"), timeout_s=float(data.get("timeout_s", 300)), raw=data,
                 items=items)
+
+
+_FINITE_KEYS = (("timeout_s",), ("setup", "optimizer", "lr"))
+
+
+def _non_finite(data: Mapping[str, Any]) -> list[tuple[tuple, str]]:
+    """YAML's .nan and .inf pass the schema's number bounds (NaN compares false with anything);
+    a NaN timeout would never end a hung run."""
+    out = []
+    for key in _FINITE_KEYS:
+        value: Any = data
+        for part in key:
+            value = value.get(part) if isinstance(value, Mapping) else None
+        if isinstance(value, float) and not math.isfinite(value):
+            out.append((key, f"expected a finite number, got {value}"))
+    return out
 
 
 def _world_size(setup: Mapping[str, Any]) -> int:
@@ -275,13 +304,15 @@ def _context(setup: RunSetup, config: Any) -> Context:
     sizes = ()
     if setup.bandwidth is not None:
         sizes = tuple(s.name for s in setup.bandwidth.sizes) + (("step",) if setup.bandwidth.step else ())
+    loads = ((setup.world_size, *setup.state_dict.reload_world_sizes) if setup.state_dict.round_trip else ())
     if config is None:
-        return Context(world_size=setup.world_size, mesh_dim_names=tuple(setup.mesh_dim_names), bandwidth_sizes=sizes)
+        return Context(world_size=setup.world_size, mesh_dim_names=tuple(setup.mesh_dim_names), bandwidth_sizes=sizes,
+                       state_dict_loads=loads)
     n = config.num_hidden_layers
     return Context(world_size=setup.world_size, mesh_dim_names=tuple(setup.mesh_dim_names), num_layers=n,
                    unit_names=setup.unit_names(n),
                    param_fqns=param_fqns(setup.model.body, n, tie_word_embeddings=config.tie_word_embeddings),
-                   bandwidth_sizes=sizes)
+                   bandwidth_sizes=sizes, state_dict_loads=loads)
 
 
 def _check_model_config(errors: _Errors, model: Mapping[str, Any]) -> Any:
@@ -362,7 +393,7 @@ def _schema_message(err: jsonschema.ValidationError) -> str:
     types = err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]
     if err.validator == "type" and "object" in types:
         keys = list(err.schema.get("properties", {}))
-        if _entry_kind(err.schema) or err.schema == _validator().schema["$defs"]["table"]["properties"]["entries"]["items"]:
+        if _entry_kind(err.schema) or err.schema is _validator().schema["$defs"]["meta_keys"]:
             expected = "a mapping of the table's check kind's selectors and fields (and optionally id, says, torch, deviation, drafted)"
         else:
             expected = f"a mapping with keys {', '.join(keys)}" if keys else "a mapping"
@@ -452,7 +483,7 @@ def _table_items(errors: _Errors, lines: _Lines, t_index: int, table: Mapping[st
             for k, v in entry.items():
                 message = _unknown_key(kind, k, meta_ok=True)
                 if message:
-                    errors.add(key, message)
+                    errors.add(key + (k,), message)
                     unknown = True
                 else:
                     values[k] = v

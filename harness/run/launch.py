@@ -8,6 +8,15 @@ process and reused by later runs. Ranks meet through a file store in a fresh tem
 directory (``init_method="file://..."``): no TCP port, so parallel pytest-xdist workers
 never collide.
 
+Temporary files live in one folder per harness process, ``<tmp>/fsdp2-harness-<pid>-<start>-*``
+(pid and the process's start time, so a reused pid is told apart): each run's rendezvous folder,
+and a note naming multiprocessing's own temporary folder (``pymp-*``, where the forkserver's
+socket lives). Both are removed on every exit that runs Python's exit handlers (normal exit,
+an exception, Ctrl-C, SIGTERM through the CLI); after a SIGKILL the next harness process to
+launch ranks removes the folders whose owner is gone (:func:`sweep_stale`). Leftovers are
+harmless meanwhile: every run rendezvouses in a fresh folder. At exit the forkserver is
+stopped and reaped, so it does not outlive the process that started it.
+
 Each rank sends one message on its own pipe: its observation, or its traceback. The parent
 waits on all pipes against one deadline (a pipe also reports its rank's death: EOF):
 
@@ -31,17 +40,20 @@ WORLD_SIZE, MASTER_ADDR set) the world already exists; see ``harness/run/runner.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import multiprocessing
 import os
+import re
 import shutil
+import signal
 import tempfile
 import threading
 import time
 import traceback
 from multiprocessing.connection import wait
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 __all__ = [
     "RunError",
@@ -52,16 +64,21 @@ __all__ = [
     "joined_world",
     "resolve_backend",
     "forkserver_context",
+    "session_dir",
+    "sweep_stale",
+    "TEMP_PREFIX",
 ]
 
 BACKENDS = ("auto", "gloo", "nccl", "fake")
 
 # Imported once by the forkserver, inherited by every rank. torch._dynamo: FSDP's hooks are
 # wrapped in torch._dynamo.disable, which imports torch._dynamo on first call (~1 s).
+# Not harness.run.checkpoint (torch.distributed.checkpoint, ~0.4 s here): only runs with
+# setup.state_dict import it, in their ranks.
 PRELOAD = ["torch", "torch.distributed.fsdp", "torch._dynamo", "harness.run.rank_step"]
 
 _PHASE_CODES = ("starting", "init_process_group", "setup", "replica", "forward", "backward", "optimizer", "observe", "done",
-                "bandwidth")
+                "bandwidth", "state_dict")
 
 
 class RunError(RuntimeError):
@@ -161,12 +178,121 @@ def _ranks_skip_main() -> Iterator[None]:
             spawn.get_preparation_data = original
 
 
+TEMP_PREFIX = "fsdp2-harness-"
+_SESSION_RE = re.compile(re.escape(TEMP_PREFIX) + r"(\d+)-(\d+|x)-")
+_OWNED = "owned"  # in a session folder: other temporary folders this process made, one a line
+_SESSION: str | None = None
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time (clock ticks after boot, /proc/PID/stat field 22); None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(pid: int, start: str) -> bool:
+    """Whether the process that made a session folder (pid, start time) still runs."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: theirs, not ours to judge
+    return start == "x" or _start_time(pid) in (start, None)
+
+
+def sweep_stale(tmp: str | None = None) -> list[str]:
+    """Remove session folders (and the folders they note) of harness processes that are gone,
+    e.g. killed with SIGKILL; return what was removed. Never raises."""
+    tmp = tmp or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        return removed
+    for name in names:
+        m = _SESSION_RE.match(name)
+        if not m or _alive(int(m.group(1)), m.group(2)):
+            continue
+        folder = os.path.join(tmp, name)
+        try:
+            with open(os.path.join(folder, _OWNED)) as f:
+                owned = [line.strip() for line in f if line.strip()]
+        except OSError:
+            owned = []
+        for other in owned:  # only multiprocessing's folders beside this one
+            if os.path.dirname(other) == tmp and os.path.basename(other).startswith("pymp-"):
+                shutil.rmtree(other, ignore_errors=True)
+                removed.append(other)
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
+def session_dir() -> str:
+    """This process's temporary folder (made on first use, removed at exit; see module docstring)."""
+    global _SESSION
+    if _SESSION is None or not os.path.isdir(_SESSION):
+        pid = os.getpid()
+        _SESSION = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{pid}-{_start_time(pid) or 'x'}-")
+        atexit.register(shutil.rmtree, _SESSION, True)
+    return _SESSION
+
+
+def _note_owned(path: str) -> None:
+    with open(os.path.join(session_dir(), _OWNED), "a") as f:
+        f.write(path + "\n")
+
+
+def _stop_forkserver() -> None:
+    """At exit: end the forkserver now and reap it (left alone, it shuts down on its own a
+    second or two after this process, with torch loaded, re-parented to init); the same for
+    multiprocessing's resource tracker."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    pid = getattr(server, "_forkserver_pid", None)
+    if not pid:
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)  # it has no state to save; its ranks are gone already
+    except OSError:
+        pass
+    try:
+        server._stop()  # closes its lifeline, waits for it, removes its socket
+    except Exception:  # noqa: BLE001 - exiting anyway; another Python may lack _stop
+        try:
+            os.waitpid(pid, 0)
+        except OSError:
+            pass
+    # multiprocessing's resource tracker, started with the forkserver, also outlives us otherwise
+    from multiprocessing import resource_tracker
+
+    try:
+        resource_tracker._resource_tracker._stop()  # closes its pipe and waits for it (no torch there: quick)
+    except Exception:  # noqa: BLE001
+        pass
+
+
 def forkserver_context() -> Any:
-    """The forkserver context with :data:`PRELOAD` set (the server starts on first use)."""
+    """The forkserver context with :data:`PRELOAD` set (the server starts on first use).
+
+    On first call also removes what killed harness processes left (:func:`sweep_stale`),
+    notes multiprocessing's temporary folder in this process's session folder, and arranges
+    for the forkserver to be stopped at exit.
+    """
     global _CONTEXT
     if _CONTEXT is None:
+        sweep_stale()
+        from multiprocessing import util
+
+        _note_owned(util.get_temp_dir())  # made now if not yet; the forkserver's socket goes there
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(PRELOAD)
+        atexit.register(_stop_forkserver)  # runs before multiprocessing's own exit handler
         _CONTEXT = ctx
     return _CONTEXT
 
@@ -193,10 +319,19 @@ def _rank_main(
     phase_hooks: tuple[Any, ...],
     progress_board: Any = None,
     flight_recorder_dir: str | None = None,
+    step: str | None = None,
+    step_kwargs: Mapping[str, Any] | None = None,
 ) -> None:
     """A rank process: init the process group, run the step, send the result or traceback.
 
-    ``phase_hooks``: the calling process's ``PHASE_HOOKS`` (tests only; empty otherwise)."""
+    ``phase_hooks``: the calling process's ``PHASE_HOOKS`` (tests only; empty otherwise).
+    ``step``: "module:function" called instead of ``run_step`` (same arguments), with
+    ``step_kwargs`` added (``trace_dir`` travels there too).
+    Ctrl-C in a terminal reaches the whole process group; a rank ignores it and lets the
+    parent stop every rank (an interrupt landing inside torch's weakref callbacks would
+    print an "Exception ignored" traceback from each rank).
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_watch_lifeline, args=(lifeline,), daemon=True).start()
 
     def on_phase(name: str) -> None:
@@ -231,9 +366,15 @@ def _rank_main(
             world_size=world_size,
             timeout=timedelta(seconds=timeout_s + 60),
         )
+        if step is not None:
+            import importlib
+
+            module, _, name = step.partition(":")
+            run_step = getattr(importlib.import_module(module), name)
         try:
             log = progress_board.writer(rank) if progress_board is not None else None
-            result = run_step(setup, rank, world_size, device_type, on_phase=on_phase, collective_log=log)
+            result = run_step(setup, rank, world_size, device_type, on_phase=on_phase, collective_log=log,
+                              **dict(step_kwargs or {}))
         finally:
             on_phase("done")
         # As JSON text: the document is JSON anyway, and the parent then unpickles nothing
@@ -337,6 +478,10 @@ def run_local(
     *,
     backend: str = "auto",
     timeout_s: float = 300.0,
+    trace_dir: str | None = None,
+    on_progress: Callable[[dict[int, str]], None] | None = None,
+    step: str | None = None,
+    step_kwargs: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``setup`` on ``setup.world_size`` ranks spawned here; results in rank order.
 
@@ -344,6 +489,13 @@ def run_local(
         setup: a :class:`harness.load.setup.RunSetup`.
         backend: "auto", "gloo" or "nccl".
         timeout_s: the whole run's deadline, from the first process start.
+        trace_dir: an existing folder; each rank writes its profiler trace there
+            (``rank<r>.json``, see ``harness.run.rank_step.run_step``).
+        on_progress: called in this process with every rank's phase (rank -> a name of
+            ``_PHASE_CODES``) when any rank's phase changes (polled about 5 times a second).
+        step: the rank body as "module:function" with ``run_step``'s arguments (default:
+            ``harness.run.rank_step:run_step``), e.g. ``harness.run.checkpoint:reload_step``.
+        step_kwargs: keyword arguments added to the rank body's call (they must pickle).
 
     Returns:
         Per rank, ``harness.run.rank_step.run_step``'s result.
@@ -358,7 +510,7 @@ def run_local(
     if backend == "nccl":
         resolve_backend(backend, world_size)  # too few GPUs: fail here, before any process starts
     ctx = forkserver_context()
-    tmpdir = tempfile.mkdtemp(prefix="fsdp2-harness-")
+    tmpdir = tempfile.mkdtemp(prefix="run-", dir=session_dir())
     init_file = os.path.join(tmpdir, "rendezvous")
     phase_codes = ctx.Array("i", world_size, lock=False)
     from harness.run.hang import ProgressBoard
@@ -376,6 +528,7 @@ def run_local(
     from harness.run.recorders.phases import PHASE_HOOKS
 
     phase_hooks = tuple(PHASE_HOOKS)
+    rank_kwargs = dict(step_kwargs or {}, **({"trace_dir": trace_dir} if trace_dir is not None else {}))
     try:
         for rank in range(world_size):
             reader, writer = ctx.Pipe(duplex=False)
@@ -384,7 +537,7 @@ def run_local(
                 target=_rank_main,
                 name=f"fsdp2-rank-{rank}",
                 args=(rank, world_size, setup, backend, init_file, timeout_s, writer, life_r, phase_codes, phase_hooks,
-                      board, fr_dir),
+                      board, fr_dir, step, rank_kwargs),
                 daemon=True,
             )
             with _ranks_skip_main():
@@ -395,7 +548,11 @@ def run_local(
             readers[reader] = rank
             lifelines.append(life_w)
         pending_readers = dict(readers)
+        reported: list[int] = []
         while pending_readers:
+            if on_progress is not None and list(phase_codes) != reported:
+                reported = list(phase_codes)
+                on_progress({r: _PHASE_CODES[code] for r, code in enumerate(reported)})
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 pending = sorted(pending_readers.values())
@@ -424,7 +581,7 @@ def run_local(
                 )
             # A rank's pipe becomes ready with its message, or at EOF when the rank dies
             # (the rank holds the only write end), so the pipes alone cover every ending.
-            ready = wait(list(pending_readers), timeout=min(remaining, 1.0))
+            ready = wait(list(pending_readers), timeout=min(remaining, 1.0 if on_progress is None else 0.2))
             failures = [f for f in (_receive(r, pending_readers, procs, results) for r in ready) if f]
             if failures:
                 # Peers of a failing rank fail too, a moment later (a closed connection): give

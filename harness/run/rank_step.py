@@ -14,6 +14,8 @@ puts together the stages, each in its own module:
 4. ``harness.run.instruments``: the recorders, entered in their one working order;
 5. ``harness.run.loop``: the steps (forward, loss, backward, ``optimizer.step()``), phases
    marked;
+6. ``harness.run.checkpoint``, if ``setup.state_dict.round_trip`` (real runs): after the
+   recorders have stopped, the state-dict round trip (phase ``state_dict``);
 
 and returns the rank's entry of the observation document (schema:
 ``harness/schemas/observation.schema.json``, ``$defs/rank``).
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import platform
 import time
 from typing import Any, Callable
@@ -102,6 +105,8 @@ def run_step(
     simulated: bool = False,
     on_phase: Callable[[str], None] | None = None,
     collective_log: Any = None,
+    trace_dir: str | None = None,
+    checkpoint_dir: str | None = None,
 ) -> dict[str, Any]:
     """Run and record one rank's step; the default process group must be initialized.
 
@@ -115,10 +120,17 @@ def run_step(
             last phase).
         collective_log: receives each collective as entered and completed (``harness.run.hang``:
             the launcher says which rank is stuck in which collective); None for nowhere.
+        trace_dir: if given, an existing folder: the profiler's Chrome trace of the step
+            (forward, backward, optimizer; FSDP:: labels and c10d ops) is written there as
+            ``rank<rank>.json`` (``torch.autograd.profiler.profile.export_chrome_trace``).
+        checkpoint_dir: for ``setup.state_dict.round_trip``: a folder every rank shares, made
+            and removed by the launcher; None: rank 0 makes one and removes it
+            (``harness.run.checkpoint.shared_folder``).
 
     Returns:
         ``{"entry": <the rank's entry of the document>, "fsdp_units": [...],
-        "environment": {torch_version, python_version, backend, device_type, device_name}}``.
+        "environment": {torch_version, python_version, backend, device_type, device_name}}``;
+        the entry has ``state_dict`` when the setup asks for the round trip (not simulated).
 
     Raises:
         ValueError: ``world_size`` is not the setup's, or the setup names an unknown body or
@@ -160,11 +172,20 @@ def run_step(
                 outcome = run_steps(step_plan(setup, inputs.tensor), root, loss_fn, optimizer, phases, instruments)
         t_observe = time.perf_counter()
         pieces = instruments.pieces()
+        if trace_dir is not None:  # the profiler's Chrome trace of this rank's step (report/trace.py merges them)
+            instruments.profiler.export_chrome_trace(os.path.join(trace_dir, f"rank{rank}.json"))
         # SGD and AdamW read .grad and leave it as backward left it: comparing after the
         # step is comparing the reduce-scattered gradients (kept out of the memory tracker).
         numerics = compare(reference, root, outcome.output, outcome.loss) if reference is not None else None
 
     observe_s = time.perf_counter() - t_observe
+    state_dict = None
+    if setup.state_dict.round_trip and not simulated:
+        from harness.run.checkpoint import fresh_sharded, round_trip, shared_folder
+
+        with phases.phase("state_dict"), shared_folder(checkpoint_dir) as folder:
+            state_dict = round_trip(root, optimizer, functools.partial(fresh_sharded, setup, mesh, device, rank),
+                                    folder, write_reference=bool(setup.state_dict.reload_world_sizes))
     bandwidth = None
     if setup.bandwidth is not None and not simulated:
         with phases.phase("bandwidth"):
@@ -177,4 +198,6 @@ def run_step(
         entry["bandwidth"] = bandwidth
     if not simulated:  # one process simulates every rank: it has no per-rank host or device
         entry["environment"] = rank_environment(rank, world_size, device, str(dist.get_backend()))
+    if state_dict is not None:
+        entry["state_dict"] = state_dict
     return {"entry": entry, "fsdp_units": [u.describe() for u in units], "environment": _environment(device_type, device)}

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from typing import Any
+from typing import Any, Callable
 
 from harness.run.launch import RunError, RunTimeout
 from harness.observation import build_observation
@@ -36,8 +36,13 @@ __all__ = ["run_simulated", "ALL_RANKS_UP_TO"]
 ALL_RANKS_UP_TO = 8
 
 
-def run_simulated(setup: Any, *, timeout_s: float = 300.0) -> dict[str, Any]:
+def run_simulated(setup: Any, *, timeout_s: float = 300.0, trace_dir: str | None = None,
+                  on_progress: Callable[[dict[int, str]], None] | None = None) -> dict[str, Any]:
     """The observation document of ``setup`` simulated with the fake backend (validated).
+
+    ``trace_dir``: an existing folder; each simulated rank's profiler trace is written there
+    (``rank<r>.json``, see ``harness.run.rank_step.run_step``). ``on_progress``: called with
+    every simulated rank's phase (rank -> phase name) as each one moves on.
 
     Raises:
         RunError: a simulated rank raised (message names it, carries the traceback), or this
@@ -62,6 +67,13 @@ def run_simulated(setup: Any, *, timeout_s: float = 300.0) -> dict[str, Any]:
         )
     deadline = time.monotonic() + timeout_s
     results = []
+    phases = dict.fromkeys(ranks, "starting")
+
+    def on_phase(rank: int, phase: str) -> None:
+        phases[rank] = phase
+        if on_progress is not None:
+            on_progress(dict(phases))
+
     for i, rank in enumerate(ranks):
         if time.monotonic() > deadline:
             raise RunTimeout(
@@ -71,7 +83,9 @@ def run_simulated(setup: Any, *, timeout_s: float = 300.0) -> dict[str, Any]:
             )
         dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
         try:
-            results.append(run_step(setup, rank, world_size, "cpu", simulated=True))
+            results.append(run_step(setup, rank, world_size, "cpu", simulated=True, trace_dir=trace_dir,
+                                    on_phase=lambda phase, rank=rank: on_phase(rank, phase)))
+            on_phase(rank, "done")
         except Exception as exc:
             tb = traceback.format_exc()
             raise RunError(f"simulated rank {rank} failed:\n{tb}", rank=rank, traceback=tb) from exc

@@ -1,0 +1,90 @@
+"""Progress of a run on a terminal: launching ranks, forward, backward, optimizer, checking.
+
+The launcher reports each rank's phase (``harness.run.launch``: the ranks' shared phase codes,
+polled by the parent; the simulated backend calls back as each simulated rank moves on).
+:class:`RunProgress` turns those reports into one ``rich`` progress line per spec: the phase
+the slowest rank is in, a bar over all ranks' phases, elapsed time. It draws only where
+``console.is_terminal`` and not under pytest (``PYTEST_CURRENT_TEST``): piped output, CI logs
+and test runs get nothing extra. The line is transient: the report replaces it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+__all__ = ["RunProgress", "STAGES", "stage_of", "progress_enabled"]
+
+#: What a user reads for each rank phase (``harness.run.launch._PHASE_CODES`` and
+#: ``harness.run.rank_step`` phases), in order.
+STAGES = ("launching ranks", "building the model and fully_shard", "replica for numerics", "forward", "backward",
+          "optimizer", "recording the observation", "done")
+_PHASE_STAGE = {
+    "starting": 0, "init_process_group": 0, "setup": 1, "replica": 2, "forward": 3, "backward": 4,
+    "optimizer": 5, "observe": 6, "done": 7,
+}
+
+
+def stage_of(phase: str) -> int:
+    """The index in :data:`STAGES` of a rank phase (unknown phases count as launching)."""
+    return _PHASE_STAGE.get(phase, 0)
+
+
+def progress_enabled(console: Console) -> bool:
+    """True where a progress line helps: a terminal, not a pytest run."""
+    return console.is_terminal and "PYTEST_CURRENT_TEST" not in os.environ
+
+
+class RunProgress:
+    """One spec's progress line. Use as a context manager; feed :meth:`ranks` (the
+    launcher's ``on_progress`` callback) and :meth:`checking`.
+
+    Args:
+        console: where to draw.
+        label: the spec's name.
+        world_size: ranks to follow (simulated runs: the observed ranks).
+        enabled: draw at all (default :func:`progress_enabled`).
+    """
+
+    def __init__(self, console: Console, label: str, world_size: int, *, enabled: bool | None = None) -> None:
+        self.label, self.world_size = label, max(1, world_size)
+        self.enabled = progress_enabled(console) if enabled is None else enabled
+        self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                  TextColumn("{task.fields[ranks]}"), TimeElapsedColumn(),
+                                  console=console, transient=True) if self.enabled else None
+        self._task: Any = None
+        self.last: dict[int, str] = {}
+
+    def __enter__(self) -> "RunProgress":
+        if self._progress is not None:
+            self._progress.start()
+            self._task = self._progress.add_task(f"{self.label}: {STAGES[0]}",
+                                                 total=self.world_size * (len(STAGES) - 1), ranks="")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def ranks(self, phases: Mapping[int, str]) -> None:
+        """Every followed rank's current phase (rank -> phase name)."""
+        self.last = dict(phases)
+        if self._progress is None or not phases:
+            return
+        stages = {r: stage_of(p) for r, p in phases.items()}
+        slowest = min(stages.values())
+        behind = sorted(r for r, s in stages.items() if s == slowest)
+        who = f"rank {behind[0]}" if len(behind) == 1 else f"{len(behind)} ranks"
+        self._progress.update(self._task, description=f"{self.label}: {STAGES[slowest]}",
+                              total=len(stages) * (len(STAGES) - 1), completed=sum(stages.values()),
+                              ranks=f"{who} in {STAGES[slowest]}")
+
+    def checking(self, entries: int) -> None:
+        """The run is over; the entries are being checked."""
+        if self._progress is not None:
+            total = self._progress.tasks[0].total
+            self._progress.update(self._task, description=f"{self.label}: checking {entries} entries",
+                                  completed=total, ranks="")

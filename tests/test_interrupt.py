@@ -1,0 +1,210 @@
+"""Interruption (issue 11, kind 7): Ctrl-C, SIGTERM and SIGKILL of ``python -m harness run``.
+
+Ctrl-C (SIGINT to the terminal's process group, or to the CLI alone) stops the ranks, prints
+one line ``interrupted`` and exits 130; SIGTERM prints ``terminated`` and exits 143; the
+results of specs already finished stay in ``--json``. A SIGKILL leaves the CLI's temporary
+folders behind (nothing can run then); its ranks and forkserver end on their own, and the next
+harness process to launch ranks removes the folders. After a normal exit neither the
+forkserver nor multiprocessing's resource tracker outlives the CLI.
+
+Every CLI here runs with its own TMPDIR, so leftovers are looked for where only it writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.run.launch import TEMP_PREFIX, sweep_stale
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+
+TWO_RANKS = """\
+spec: two
+title: two ranks
+document: a document
+backend: BACKEND
+setup:
+  model: {config: walkthrough, overrides: {num_hidden_layers: 1}}
+  mesh: {shape: [2], dim_names: [dp]}
+  numerics: false
+tables:
+  - section: "Forward"
+    title: shapes
+    check: step
+    entries:
+      - {id: x_norm, step: step1.x_norm, shape: [2, 8, 512]}
+"""
+
+
+def _env(tmp: Path) -> dict:
+    return dict(os.environ, TMPDIR=str(tmp),
+                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+
+
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                kids.setdefault(int(fields[1]), []).append(int(entry))
+    return kids
+
+
+def _descendants(pid: int) -> list[int]:
+    kids, out, todo = _children(), [], [pid]
+    while todo:
+        for child in kids.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _running(pids: list[int]) -> list[int]:
+    alive = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    alive.append(pid)
+        except OSError:
+            pass
+    return alive
+
+
+def _start(tmp: Path, *specs: Path, args: tuple = ()) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "harness", "run", *map(str, specs), *args], cwd=REPO,
+                            env=_env(tmp), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # its own process group, as a terminal's job
+
+
+def _wait_for_ranks(proc: subprocess.Popen, ranks: int, timeout: float = 300) -> list[int]:
+    """The CLI's descendants once its forkserver and ``ranks`` rank processes exist."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = _descendants(proc.pid)
+        if len(found) >= ranks + 1:
+            time.sleep(2)  # into the ranks' step
+            return _descendants(proc.pid)
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    raise AssertionError("the ranks did not start")
+
+
+def _spec(tmp: Path, backend: str = "gloo", name: str = "two.yaml") -> Path:
+    path = tmp / name
+    path.write_text(TWO_RANKS.replace("BACKEND", backend).replace("spec: two", f"spec: {Path(name).stem}"))
+    return path
+
+
+def _leftovers(tmp: Path) -> list[str]:
+    return sorted(p.name for p in tmp.iterdir() if p.name.startswith((TEMP_PREFIX, "pymp-")))
+
+
+def _assert_all_gone(pids: list[int], within: float = 30) -> None:
+    deadline = time.monotonic() + within
+    while _running(pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _running(pids) == []
+
+
+@pytest.mark.parametrize("to_group", [True, False], ids=["ctrl-c-to-the-group", "sigint-to-the-cli"])
+def test_ctrl_c_stops_the_ranks_and_exits_130(tmp_path, to_group):
+    proc = _start(tmp_path, _spec(tmp_path))
+    family = _wait_for_ranks(proc, 2)
+    (os.killpg if to_group else os.kill)(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    assert err == "interrupted\n", err
+    assert "Traceback" not in out + err
+    _assert_all_gone(family)
+    assert _leftovers(tmp_path) == []
+
+
+def test_sigterm_stops_the_ranks_and_exits_143(tmp_path):
+    proc = _start(tmp_path, _spec(tmp_path))
+    family = _wait_for_ranks(proc, 2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err) == (143, "terminated\n")
+    _assert_all_gone(family)
+    assert _leftovers(tmp_path) == []
+
+
+def test_interrupt_keeps_the_finished_specs_results_in_json(tmp_path):
+    first, second = _spec(tmp_path, "fake", "first.yaml"), _spec(tmp_path, "gloo", "second.yaml")
+    target = tmp_path / "results.json"
+    proc = _start(tmp_path, first, second, args=("--json", str(target)))
+    family = _wait_for_ranks(proc, 2)  # the fake spec runs in the CLI: ranks mean the second spec
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and err == "interrupted\n", err
+    payload = json.loads(target.read_text())
+    assert payload["interrupted"] is True and payload["finished_specs"] == [str(first)]
+    assert [r["id"] for r in payload["results"]] == ["x_norm"] and list(payload["observations"]) == [str(first)]
+    _assert_all_gone(family)
+
+
+def test_sigkill_leftovers_are_removed_by_the_next_run(tmp_path):
+    proc = _start(tmp_path, _spec(tmp_path))
+    family = _wait_for_ranks(proc, 2)
+    proc.kill()
+    proc.communicate(timeout=120)  # returns once the ranks and the forkserver closed its pipes
+    _assert_all_gone(family)  # ranks follow their lifeline; the forkserver its own
+    left = _leftovers(tmp_path)
+    assert any(name.startswith(f"{TEMP_PREFIX}{proc.pid}-") for name in left) and any(n.startswith("pymp-") for n in left)
+    # the next run sweeps them before starting its ranks
+    run = subprocess.run([sys.executable, "-m", "harness", "run", str(_spec(tmp_path, name="again.yaml"))], cwd=REPO,
+                         env=_env(tmp_path), capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert _leftovers(tmp_path) == []
+
+
+def test_sweep_spares_live_owners_and_removes_dead_or_reused_pids(tmp_path):
+    from harness.run.launch import _start_time
+
+    me = os.getpid()
+    live = tmp_path / f"{TEMP_PREFIX}{me}-{_start_time(me)}-abc"
+    reused = tmp_path / f"{TEMP_PREFIX}{me}-1-abc"  # this pid, another start time: its owner is gone
+    dead_pid = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead_pid.wait()
+    dead = tmp_path / f"{TEMP_PREFIX}{dead_pid.pid}-x-abc"
+    pymp, other = tmp_path / "pymp-xyz", tmp_path / "unrelated"
+    for folder in (live, reused, dead, pymp, other):
+        folder.mkdir()
+    (dead / "owned").write_text(f"{pymp}\n/etc\n")  # only pymp-* beside it is ever removed
+    removed = sweep_stale(str(tmp_path))
+    assert sorted(removed) == sorted(map(str, (reused, dead, pymp)))
+    assert live.exists() and other.exists() and Path("/etc").exists()
+
+
+def test_forkserver_and_resource_tracker_end_with_a_normal_exit(tmp_path):
+    code = (
+        "from harness.run.launch import run_local\n"
+        "from harness.load.setup import RunSetup\n"
+        "run_local(RunSetup.from_mapping({'mesh': {'shape': [2]}, 'numerics': False,"
+        " 'model': {'overrides': {'num_hidden_layers': 1}}}), backend='gloo', timeout_s=300)\n"
+        "from multiprocessing import forkserver, resource_tracker\n"
+        "print(forkserver._forkserver._forkserver_pid, resource_tracker._resource_tracker._pid)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=_env(tmp_path), capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    # printed before exit, when both still ran; the exit handler has since stopped and reaped them
+    pids = [int(p) for p in proc.stdout.split()]
+    assert len(pids) == 2 and _running(pids) == []
+    assert _leftovers(tmp_path) == []

@@ -1,0 +1,65 @@
+"""Progress on a terminal (launching ranks, forward, backward, optimizer, checking), nothing
+when piped or under pytest. Fed by the launcher's per-rank phases (``on_progress``)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from harness.load.setup import ModelSetup, RunSetup
+from harness.report.progress import STAGES, RunProgress, progress_enabled, stage_of
+from harness.run.runner import run_setup
+
+
+def test_drawn_only_on_a_terminal_outside_pytest(monkeypatch):
+    terminal = Console(file=io.StringIO(), force_terminal=True)
+    piped = Console(file=io.StringIO(), force_terminal=False)
+    assert not progress_enabled(terminal)  # PYTEST_CURRENT_TEST is set while this test runs
+    monkeypatch.delenv("PYTEST_CURRENT_TEST")
+    assert progress_enabled(terminal)
+    assert not progress_enabled(piped)
+
+
+def test_a_disabled_progress_writes_nothing():
+    out = io.StringIO()
+    with RunProgress(Console(file=out, force_terminal=False), "walk", 4) as p:
+        p.ranks({0: "forward", 1: "backward"})
+        p.checking(113)
+    assert out.getvalue() == ""
+
+
+def test_the_line_follows_the_slowest_rank():
+    out = io.StringIO()
+    with RunProgress(Console(file=out, force_terminal=True, width=120), "walk", 2, enabled=True) as p:
+        p.ranks({0: "init_process_group", 1: "starting"})
+        assert p._progress.tasks[0].description == "walk: launching ranks"
+        p.ranks({0: "backward", 1: "forward"})
+        task = p._progress.tasks[0]
+        assert task.description == "walk: forward"
+        assert task.completed == stage_of("backward") + stage_of("forward") and task.total == 2 * (len(STAGES) - 1)
+        p.checking(113)
+        assert p._progress.tasks[0].description == "walk: checking 113 entries"
+    assert "walk" in out.getvalue()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["gloo", "fake"])
+def test_the_launcher_reports_every_rank_through_the_step(backend):
+    """A small real (or simulated) run: every rank is reported going through forward,
+    backward and optimizer, in that order."""
+    setup = RunSetup(model=ModelSetup("walkthrough", {"num_hidden_layers": 1}, "decoder_layers"),
+                     mesh_shape=(2,), numerics=False)
+    seen: dict[int, list[str]] = {}
+
+    def on_progress(phases):
+        for rank, phase in phases.items():
+            if not seen.setdefault(rank, []) or seen[rank][-1] != phase:
+                seen[rank].append(phase)
+
+    run_setup(setup, backend=backend, timeout_s=300, on_progress=on_progress)
+    assert sorted(seen) == [0, 1]
+    for rank, phases in seen.items():
+        steps = [p for p in phases if p in ("forward", "backward", "optimizer")]
+        assert steps == ["forward", "backward", "optimizer"], (rank, phases)

@@ -1,0 +1,450 @@
+"""Every bad input ends in one clear line, within bounds (issue 11), by kind.
+
+Each kind has the issue's example and at least two variants of the same kind:
+
+1. bounded loading: alias bombs, recursive aliases, deep nesting, oversized files, long lines;
+2. bytes that are not UTF-8: ``file:line: not UTF-8 text (byte 0xff at offset N)``;
+3. resources: the pre-flight check refuses a run this machine cannot hold, before any process;
+5. output paths: ``--json`` / ``-o`` checked before any work, results never lost;
+6. ``draft --config`` files: binary, malformed, a folder;
+8. fields that depend on thread timing cannot be asserted on a real backend.
+
+Kind 7 (interruption, real ranks) is in tests/test_interrupt.py. The command line is run as a
+subprocess, as a user runs it: exit status as in the README's table, no Python traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.load.setup import RunSetup
+from harness.load.spec import SpecError, load_spec
+from harness.load.yaml_safe import MAX_ALIAS_NODES, MAX_BYTES, MAX_DEPTH, YamlFileError, load_text, read_text
+from harness.run import preflight
+from harness.run.preflight import PreflightError
+
+pytest_plugins = ["pytester"]
+
+REPO = Path(__file__).resolve().parents[1]
+GOOD = (REPO / "specs" / "qwen3_walkthrough.yaml").read_text(encoding="utf-8")
+
+TINY = """\
+spec: tiny
+title: a tiny spec
+document: a document
+setup:
+  model: {config: walkthrough, overrides: {num_hidden_layers: 2}}
+  mesh: {shape: [4], dim_names: [dp]}
+tables:
+  - section: "Forward"
+    title: shapes
+    check: step
+    entries:
+      - {id: x_norm, step: step1.x_norm, shape: [2, 8, 512]}
+"""
+
+
+def cli(*args: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+    environ = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    environ.update(env or {})
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=timeout, env=environ)
+
+
+def no_traceback(proc: subprocess.CompletedProcess) -> None:
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
+def write(tmp_path: Path, data: str | bytes, name: str = "spec.yaml") -> Path:
+    path = tmp_path / name
+    path.write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
+    return path
+
+
+def bomb(levels: int, width: int = 9) -> str:
+    lines = ["a0: &a0 [" + ", ".join(["x"] * width) + "]"]
+    for i in range(1, levels + 1):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * width) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def load_error(path: Path) -> SpecError:
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    return info.value
+
+
+# --- 1. bounded loading --------------------------------------------------------------------------
+
+
+def test_alias_bomb_of_nine_levels_is_refused_at_once(tmp_path):
+    """The issue's example: nine nested levels of &a [*a, *a, ...] hung validate at 5 GB."""
+    path = write(tmp_path, bomb(9))
+    started = time.monotonic()
+    err = load_error(path)
+    assert time.monotonic() - started < 5  # it is refused on the event stream, not expanded
+    assert f"aliases expand to over {MAX_ALIAS_NODES:,} nodes" in str(err) and str(err).startswith(f"{path}:")
+    proc = cli("validate", str(path), timeout=60)
+    assert proc.returncode == 1 and "alias bomb" in proc.stdout
+    no_traceback(proc)
+
+
+def test_alias_bomb_of_five_levels_prints_one_short_line(tmp_path):
+    """Five levels printed a single 4 MB error line; now the budget refuses it in one line."""
+    proc = cli("validate", str(write(tmp_path, bomb(5))), timeout=60)
+    assert proc.returncode == 1
+    assert len(proc.stdout.splitlines()) == 1 and len(proc.stdout) < 300
+    no_traceback(proc)
+
+
+def test_recursive_alias_and_undefined_alias(tmp_path):
+    err = load_error(write(tmp_path, "spec: &a [1, *a]\n"))
+    assert "recursive alias *a" in str(err) and err.line == 1
+    err = load_error(write(tmp_path, "spec: x\ntitle: *nope\n"))
+    assert "alias *nope names no anchor before it" in str(err) and err.line == 2
+
+
+def test_deep_nesting_is_refused_without_recursion_error(tmp_path):
+    for depth in (MAX_DEPTH + 1, 5000, 200_000):
+        err = load_error(write(tmp_path, "spec: " + "[" * depth + "]" * depth + "\n"))
+        assert f"nested deeper than {MAX_DEPTH} levels" in str(err)
+
+
+def test_small_aliases_within_the_budget_load(tmp_path):
+    text = TINY.replace("  model: {config: walkthrough", "  model: &m {config: walkthrough")
+    text += "  - section: \"Again\"\n    title: again\n    check: step\n    with: &w {layer: 0}\n    entries:\n" \
+            "      - {id: y, step: step1.x_norm, shape: [2, 8, 512]}\n"
+    assert len(load_spec(write(tmp_path, text)).items) == 2
+
+
+def test_oversized_and_non_regular_files(tmp_path):
+    err = load_error(write(tmp_path, "# " + "x" * MAX_BYTES + "\n"))
+    assert f"a spec may be at most {MAX_BYTES:,} bytes" in str(err)
+    folder = tmp_path / "folder.yaml"
+    folder.mkdir()
+    assert "is a folder; expected a YAML file" in str(load_error(folder))
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    assert "is not a regular file" in str(load_error(fifo))  # and it did not block
+    assert "is not a regular file" in str(load_error(Path("/dev/zero")))
+
+
+def test_collection_as_a_mapping_key_is_refused(tmp_path):
+    for text in ("? [a, b]\n: c\n", "spec: x\nsetup: {? {a: 1} : 2}\n", "k: &k [1]\n*k : 2\n"):
+        assert "a mapping key must be a plain value" in str(load_error(write(tmp_path, text)))
+
+
+def test_long_error_lines_are_cut_and_many_errors_capped(tmp_path):
+    text = TINY.replace("mesh: {shape: [4], dim_names: [dp]}", "mesh: {shape: [" + ", ".join(["4"] * 3000) + "]}")
+    err = load_error(write(tmp_path, text))
+    assert all(len(line) <= 400 for line in str(err).splitlines())
+    assert "more characters)" in str(err)
+    many = TINY + "".join(f"      - {{id: e{i}, step: nope{i}, shape: [1]}}\n" for i in range(120))
+    err = load_error(write(tmp_path, many))
+    assert len(err.errors) == 120
+    assert len(str(err).splitlines()) == 51 and str(err).splitlines()[-1].endswith("... and 70 more errors")
+
+
+def test_alias_bomb_is_one_failing_pytest_item(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    pytester.mkdir("specs")
+    (pytester.path / "specs" / "bomb.yaml").write_text(bomb(9))
+    (pytester.path / "specs" / "latin1.yaml").write_bytes("spec: x\ntitle: caf\u00e9\n".encode("latin-1"))
+    result = pytester.runpytest_subprocess("-v", "-p", "no:cacheprovider", timeout=120)
+    result.assert_outcomes(failed=2)
+    out = result.stdout.str()
+    assert "aliases expand to over" in out and "not UTF-8 text (byte 0xe9 at offset 18)" in out
+    assert "Traceback" not in out and "INTERNALERROR" not in out
+
+
+# --- 2. bytes that are not UTF-8 -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("data, byte, offset, line", [
+    (b"spec: x\ntitle: \xff\n", 0xFF, 15, 2),  # the issue's example
+    ("spec: x\ntitle: caf\u00e9\n".encode("latin-1"), 0xE9, 18, 2),  # Latin-1 é
+    ("spec: x\n".encode("utf-16"), 0xFF, 0, 1),  # UTF-16 with its byte-order mark
+    (b"spec: x\ntitle: ok\ndocument: \xc3(\n", 0xC3, 28, 3),  # a truncated UTF-8 sequence
+])
+def test_non_utf8_bytes_name_the_byte_and_offset(tmp_path, data, byte, offset, line):
+    path = write(tmp_path, data)
+    err = load_error(path)
+    assert str(err) == f"{path}:{line}: not UTF-8 text (byte 0x{byte:02x} at offset {offset})"
+
+
+def test_non_utf8_exit_status_validate_1_run_2(tmp_path):
+    path = write(tmp_path, b"spec: x\ntitle: \xff\n")
+    validate, run = cli("validate", str(path)), cli("run", str(path))
+    assert (validate.returncode, run.returncode) == (1, 2)
+    for proc in (validate, run):
+        assert proc.stdout.strip() == f"✗ {path}:2: not UTF-8 text (byte 0xff at offset 15)"
+        no_traceback(proc)
+
+
+def test_control_characters_are_one_line(tmp_path):
+    err = load_error(write(tmp_path, b"spec: x\x00\n"))
+    assert str(err).endswith("spec.yaml: not valid YAML: character U+0000 at character offset 7 is not allowed in YAML text")
+
+
+# --- 3. resources: the pre-flight check ------------------------------------------------------------
+
+
+def test_100000_gloo_ranks_are_refused_before_any_process(tmp_path):
+    """The issue's example: mesh [100000] on gloo validated and then started spawning."""
+    path = write(tmp_path, TINY.replace("mesh: {shape: [4], dim_names: [dp]}", "mesh: {shape: [100000], dim_names: [dp]}")
+                 .replace("tables:", "backend: gloo\ntables:"))
+    assert cli("validate", str(path)).returncode == 0  # valid as a spec: a cluster may run it
+    started = time.monotonic()
+    proc = cli("run", str(path), env={"TMPDIR": str(tmp_path)})
+    assert proc.returncode == 2
+    assert f"100,000 ranks would start 100,000 processes on this machine, over its limit of {preflight.process_limit()}" \
+        in proc.stdout
+    assert "use --backend fake to simulate it" in proc.stdout
+    assert time.monotonic() - started < 60
+    assert not list(tmp_path.glob("fsdp2-harness-*")) and not list(tmp_path.glob("pymp-*"))  # nothing launched
+    no_traceback(proc)
+
+
+def test_huge_hidden_size_is_refused_with_the_estimate(tmp_path):
+    """The issue's example: overrides {hidden_size: 100000000}; every rank then died in the allocator."""
+    path = write(tmp_path, TINY.replace("overrides: {num_hidden_layers: 2}",
+                                        "overrides: {num_hidden_layers: 2, hidden_size: 100000000}"))
+    proc = cli("run", str(path), "--backend", "gloo")
+    assert proc.returncode == 2
+    line = proc.stdout.strip()
+    assert line.startswith(f"✗ {path}: needs ~") and " GB per rank × 4 ranks, " in line and " GB available; " in line
+    assert "use --backend fake to simulate it, or --no-preflight to run anyway" in line
+    no_traceback(proc)
+
+
+def test_memory_check_against_a_given_machine():
+    setup = RunSetup()  # the walkthrough: a few MB of tensors per rank
+    est = preflight.check(setup, "gloo", memory=64 * 10**9)
+    assert est.per_rank < 10**9 and est.params == est.grads == 2 * 1_180_224  # two layers' padded shards
+    with pytest.raises(PreflightError, match=r"needs ~0\.\d GB per rank × 4 ranks, 0\.5 GB available"):
+        preflight.check(setup, "gloo", memory=5 * 10**8)
+    big = RunSetup.from_mapping({"model": {"config": "Qwen3-32B", "overrides": {"num_hidden_layers": 4}}})
+    with pytest.raises(PreflightError, match="GB per rank × 4 ranks"):
+        preflight.check(big, "auto", memory=24 * 10**9, gpus=[])
+    # NCCL: the tensors per rank against each GPU's free memory, the host holds the processes
+    with pytest.raises(PreflightError, match="of GPU memory per rank"):
+        preflight.check(big, "nccl", memory=10**12, gpus=[10**9] * 4)
+    assert preflight.check(big, "nccl", memory=10**12, gpus=[10**12] * 4) is not None
+
+
+def test_estimate_grows_with_what_each_rank_holds():
+    base = preflight.estimate(RunSetup.from_mapping({"numerics": False}))
+    adamw = preflight.estimate(RunSetup.from_mapping({"numerics": False, "optimizer": {"name": "adamw"}}))
+    assert adamw.optimizer == 2 * adamw.params and base.optimizer == 0
+    kept = preflight.estimate(RunSetup.from_mapping({"numerics": False, "fsdp": {"reshard_after_forward": False},
+                                                     "model": {"overrides": {"num_hidden_layers": 6}}}))
+    assert kept.gathered == 6 * 4_720_896  # every layer's gathered parameters, fp16
+    replica = preflight.estimate(RunSetup.from_mapping({"numerics": True}))
+    assert replica.replica > 0 and base.replica == 0
+
+
+def test_simulated_world_bound_and_override(tmp_path):
+    big = RunSetup.from_mapping({"mesh": {"shape": [preflight.MAX_SIMULATED_WORLD + 1]}})
+    with pytest.raises(PreflightError, match="over the 65,536 the fake backend is asked to simulate"):
+        preflight.check(big, "fake")
+    assert preflight.check(RunSetup.from_mapping({"mesh": {"shape": [4096]}}), "fake") is None
+    assert preflight.check(big, "gloo", joined=True) is None  # torchrun chose the processes
+    # --no-preflight reaches the runner (here: the fake run of a small world is quick)
+    path = write(tmp_path, TINY.replace("tables:", "backend: fake\ntables:"))
+    assert cli("run", str(path), "--no-preflight").returncode == 0
+
+
+def test_no_preflight_is_a_pytest_option(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    pytester.mkdir("specs")
+    (pytester.path / "specs" / "huge.yaml").write_text(
+        TINY.replace("mesh: {shape: [4], dim_names: [dp]}", "mesh: {shape: [100000], dim_names: [dp]}")
+        .replace("tables:", "backend: gloo\ntables:"))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
+    result.assert_outcomes(failed=1)
+    assert "100,000 ranks would start 100,000 processes" in result.stdout.str()
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--help")
+    assert "--no-preflight" in result.stdout.str()
+
+
+def test_draft_refuses_what_it_cannot_run_and_absurd_worlds(tmp_path):
+    started = time.monotonic()
+    proc = cli("draft", "--config", "Qwen3-8B", "--world-size", "1000000000000")  # took over 2 minutes and 2.7 GB
+    assert proc.returncode == 1 and "over the 65,536 ranks a spec can simulate" in proc.stderr
+    assert time.monotonic() - started < 60
+    proc = cli("draft", "--config", "walkthrough", "--world-size", "100000", "--backend", "gloo")
+    assert proc.returncode == 1 and "would start 100,000 processes on this machine" in proc.stderr
+    # a real-backend draft this machine cannot hold: refused when asked for gloo, simulated when auto
+    proc = cli("draft", "--config", "Qwen3-32B", "--world-size", "8", "--layers", "64", "--backend", "gloo")
+    assert proc.returncode == 1 and "the spec would be refused on this machine: needs ~" in proc.stderr
+    proc = cli("draft", "--config", "Qwen3-32B", "--world-size", "8", "--layers", "64")
+    assert proc.returncode == 0 and "\nbackend: fake\n" in proc.stdout
+    assert "note: drafted for the fake backend" in proc.stderr
+    for p in (proc,):
+        no_traceback(p)
+
+
+# --- 5. output paths ----------------------------------------------------------------------------------
+
+
+def test_json_into_a_missing_folder_is_refused_before_the_run(tmp_path):
+    """The issue's example: the report printed, then a FileNotFoundError traceback, results lost."""
+    target = tmp_path / "missing" / "out.json"
+    proc = cli("run", "specs/qwen3_walkthrough.yaml", "--json", str(target), env={"TMPDIR": str(tmp_path)})
+    assert proc.returncode == 2
+    assert proc.stdout.strip() == f"✗ --json {target}: the folder {str(target.parent)!r} does not exist; create it first"
+    assert not list(tmp_path.glob("fsdp2-harness-*"))  # no rank was started
+    no_traceback(proc)
+
+
+def test_json_path_that_is_a_folder_or_unwritable(tmp_path):
+    proc = cli("run", "specs/qwen3_walkthrough.yaml", "--json", str(tmp_path))
+    assert proc.returncode == 2 and "is a folder; expected a file path" in proc.stdout
+    if os.geteuid() != 0:  # root writes anywhere
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        proc = cli("run", "specs/qwen3_walkthrough.yaml", "--json", str(locked / "x.json"))
+        assert proc.returncode == 2 and "not writable" in proc.stdout
+    proc = cli("run", "specs/qwen3_walkthrough.yaml", "--json", str(tmp_path / "afile.txt" / "x.json"))
+    assert proc.returncode == 2  # the folder does not exist
+    no_traceback(proc)
+
+
+def test_results_are_kept_when_the_json_cannot_be_written_after_the_run(tmp_path, monkeypatch):
+    from rich.console import Console
+
+    from harness.__main__ import _save_results
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    console = Console(record=True, width=400)
+    gone = tmp_path / "gone"  # the folder was there at the start and removed during the run
+    assert _save_results(console, str(gone / "out.json"), {"results": [1, 2, 3]}) is False
+    kept = list(tmp_path.glob("fsdp2-results-*.json"))
+    assert len(kept) == 1 and json.loads(kept[0].read_text()) == {"results": [1, 2, 3]}
+    assert f"results kept in {kept[0]}" in console.export_text()
+    assert _save_results(console, str(tmp_path / "ok.json"), {"a": 1}) is True
+    assert json.loads((tmp_path / "ok.json").read_text()) == {"a": 1}
+    assert not list(tmp_path.glob(".ok.json.*"))  # written through a temporary file, replaced whole
+
+
+def test_json_of_a_fake_run_is_written(tmp_path):
+    out = tmp_path / "out.json"
+    path = write(tmp_path, TINY.replace("tables:", "backend: fake\ntables:"))
+    proc = cli("run", str(path), "--json", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    payload = json.loads(out.read_text())
+    assert [r["id"] for r in payload["results"]] == ["x_norm"] and "interrupted" not in payload
+
+
+# --- 6. draft input files ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, data, says", [
+    ("binary.bin", bytes(range(256)) * 4, "not UTF-8 text (byte 0x80 at offset 128)"),
+    ("malformed.yaml", b"hidden_size: [1, 2\n", "expected ',' or ']'"),
+    ("malformed.json", b'{"hidden_size": 1,,}', "not valid JSON: Expecting property name"),
+    ("list.yaml", b"- 1\n- 2\n", "expected a mapping of Qwen3Config fields"),
+    ("bomb.yaml", bomb(9).encode(), "aliases expand to over"),
+    ("control.yaml", bytes(range(32)), "not valid YAML"),
+])
+def test_draft_config_file_errors_are_one_line(tmp_path, name, data, says):
+    config = write(tmp_path, data, name)
+    proc = cli("draft", "--config", str(config), "--world-size", "4")
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1 and str(config) in proc.stderr and says in proc.stderr, proc.stderr
+    no_traceback(proc)
+
+
+def test_draft_config_folder_and_output_into_a_missing_folder(tmp_path):
+    proc = cli("draft", "--config", str(tmp_path), "--world-size", "4")
+    assert proc.returncode == 1 and f"{tmp_path}: is a folder; expected a YAML file" in proc.stderr
+    target = tmp_path / "missing" / "spec.yaml"
+    proc = cli("draft", "--config", "Qwen3-8B", "--world-size", "4", "-o", str(target))
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == f"✗ -o {target}: the folder {str(target.parent)!r} does not exist; create it first"
+    proc = cli("draft", "--config", "Qwen3-8B", "--world-size", "4", "-o", str(tmp_path))
+    assert proc.returncode == 1 and "is a folder; expected a file path" in proc.stderr
+    no_traceback(proc)
+
+
+def test_draft_config_with_impossible_fields(tmp_path):
+    config = write(tmp_path, b"hidden_size: -5\nnum_attention_heads: 2\n", "neg.yaml")
+    proc = cli("draft", "--config", str(config), "--world-size", "4")
+    assert proc.returncode == 1 and str(config) in proc.stderr
+    no_traceback(proc)
+
+
+def test_yaml_safe_reads_are_bounded(tmp_path):
+    with pytest.raises(YamlFileError, match="cannot read file: No such file or directory"):
+        read_text(tmp_path / "nope.yaml")
+    node, data = load_text("a: &x 1\nb: *x\n")
+    assert data == {"a": 1, "b": 1}
+    with pytest.raises(YamlFileError, match="expected a single document in the stream but found another document"):
+        load_text("a: 1\n---\nb: 2\n")
+
+
+# --- 8. timing-dependent fields ----------------------------------------------------------------------
+
+MEMORY = TINY + """\
+  - section: "Memory"
+    check: memory
+    with: {layer: 0}
+    entries:
+      - {id: m, state: "After Post-Backward", FIELD}
+"""
+
+
+@pytest.mark.parametrize("field", ["temp: 0", "total: \"4.72 MB\"", "temp: 0, unsharded_param: 0"])
+def test_timing_dependent_memory_fields_are_refused_on_real_backends(tmp_path, field):
+    """The issue's example: rank 2's temp bytes after post-backward were 4,720,896 once, 0 otherwise."""
+    text = MEMORY.replace("FIELD", field)
+    err = load_error(write(tmp_path, text))
+    name = field.split(":")[0]
+    assert f"entry 'm': '{name}' depends on thread timing on a real backend" in str(err)
+    assert err.line == text.splitlines().index('      - {id: m, state: "After Post-Backward", ' + field + "}") + 1
+    load_spec(write(tmp_path, text.replace("tables:", "backend: fake\ntables:")))  # simulated: deterministic
+
+
+def test_timing_dependent_fields_are_named_in_the_observation_schema(tmp_path):
+    schema = json.loads((REPO / "harness" / "schemas" / "observation.schema.json").read_text())
+    note = schema["$defs"]["rank"]["properties"]["memory"]["x-timing-dependent"]
+    assert note["categories"] == ["temp", "total"] and "4,720,896" in note["description"]
+    load_spec(write(tmp_path, MEMORY.replace("FIELD", "unsharded_param: 0")))  # other categories load
+
+
+def test_draft_no_preflight_writes_what_the_check_would_refuse(tmp_path):
+    out = tmp_path / "big.yaml"
+    proc = cli("draft", "--config", "Qwen3-32B", "--world-size", "8", "--layers", "64", "--backend", "gloo",
+               "--no-preflight", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert load_spec(out).backend == "gloo"
+
+
+def test_a_harness_error_in_a_later_spec_keeps_the_earlier_results(tmp_path, monkeypatch):
+    """Results already computed are written before the error (a harness bug) is raised."""
+    import harness.judge.evaluate as evaluate
+    from harness.__main__ import main
+
+    first, second = write(tmp_path, TINY.replace("tables:", "backend: fake\ntables:"), "first.yaml"), \
+        write(tmp_path, TINY.replace("tables:", "backend: fake\ntables:"), "second.yaml")
+    real, calls = evaluate.evaluate_spec, []
+
+    def flaky(spec, observation):
+        calls.append(spec.path)
+        if len(calls) == 2:
+            raise RuntimeError("a bug in the checks")
+        return real(spec, observation)
+
+    monkeypatch.setattr(evaluate, "evaluate_spec", flaky)
+    target = tmp_path / "out.json"
+    with pytest.raises(RuntimeError, match="a bug in the checks"):
+        main(["run", str(first), str(second), "--json", str(target)])
+    payload = json.loads(target.read_text())
+    assert payload["finished_specs"] == [str(first)] and [r["id"] for r in payload["results"]] == ["x_norm"]
