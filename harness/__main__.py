@@ -1,7 +1,7 @@
 """Command line: ``python -m harness run|validate|draft``.
 
   run SPEC...       run each spec's setup on real ranks (or simulated ones) and check every entry;
-                    exit 0 only when every entry holds.
+                    exit 0 only when every entry holds; --report PATH writes a Markdown cluster report.
   validate SPEC...  load and check specs without running anything.
   draft             write a spec for a config and world size from the closed-form calculator.
   render SPEC       write the document's tables, regenerated from a run (or a run's --json), as Markdown.
@@ -55,6 +55,12 @@ def _cmd_validate(args: argparse.Namespace, console: Console) -> int:
     return status
 
 
+def _global_rank() -> int:
+    """This process's rank under torchrun (RANK), 0 otherwise."""
+    from harness.run.launch import joined_world
+
+    world = joined_world()
+    return world["rank"] if world else 0
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the CLI is so that clean-up runs as for Ctrl-C."""
 
@@ -117,6 +123,14 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
             return 2
     if args.plot and not _plot_available(console):
         return 2
+    if args.report:
+        problem = _output_problem(args.report)
+        if problem:
+            console.print(_mark(False, f"--report {args.report}: {problem}"))
+            return 2
+    from harness.report.markdown import SpecRun, cluster_report
+
+    runs: list[SpecRun] = []  # for --report
 
     all_results: list[Any] = []
     documents: dict[str, Any] = {}
@@ -147,7 +161,10 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
                     status = 2
                     continue
                 except (RunError, ObservationError) as exc:
-                    console.print(_mark(False, f"{path}: the run failed:\n{exc}"))
+                    if getattr(exc, "rank", None) is not None or _global_rank() == 0:  # a world's error: rank 0 prints it
+                        console.print(_mark(False, f"{path}: the run failed:\n{exc}"))
+                    runs.append(SpecRun(str(path), spec.name, spec.title, error=str(exc),
+                                        seconds=time.perf_counter() - started))
                     cases += [junit.run_error_case(junit.spec_nodeid_path(path), item.entry, exc) for item in spec.items]
                     status = 2
                     continue
@@ -159,6 +176,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
             env = observation["environment"]
             cases += [junit.result_case(junit.spec_nodeid_path(path), r) for r in results]
             print_report(results, console, title=f"{spec.name} — {spec.title}", only_failures=args.failures_only)
+            _print_bandwidth(observation, console)
             drafted = sum(item.drafted for item in spec.items)
             console.print(Text(
                 f"{spec.name}: {summary_line(results, drafted)}  (torch {env['torch_version']}, {env['backend']}, "
@@ -169,6 +187,8 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
             all_results.extend(results)
             documents[str(path)] = observation
             finished.append(str(path))
+            runs.append(SpecRun(str(path), spec.name, spec.title, observation, results,
+                                seconds=time.perf_counter() - started))
             _write_views(args, spec, observation, console)
         if len(args.specs) > 1 and all_results:
             console.print(Text(f"all specs: {summary_line(all_results)}"))
@@ -178,9 +198,16 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
         failure = exc
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the results are written whole, not cut by a second Ctrl-C
-        if args.json:
+        if args.json and _global_rank() == 0:  # under torchrun only rank 0 writes files
             status = _write_payload(console, args, all_results, documents, finished, interrupted or failure, status)
-        if args.junitxml and not follower:  # under torchrun only rank 0 writes it
+        if args.report and not follower and _global_rank() == 0:  # under torchrun only rank 0 writes it
+            try:
+                _write_atomically(Path(args.report), cluster_report(runs))
+                console.print(Text(f"wrote {args.report}"))
+            except OSError as exc:
+                console.print(_mark(False, f"--report {args.report}: cannot write ({exc.strerror or exc})"))
+                status = max(status, 2)
+        if args.junitxml and not follower and _global_rank() == 0:  # under torchrun only rank 0 writes it
             text = junit.junit_xml(cases, duration_s=time.perf_counter() - run_started)
             try:
                 _write_atomically(Path(args.junitxml), text)
@@ -195,6 +222,16 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     if failure is not None:
         raise failure
     return status
+
+
+def _print_bandwidth(observation: dict, console: Console) -> None:
+    """The nccl-tests table of the run's timed collectives (setup.bandwidth), if any."""
+    from harness.judge.bandwidth import bandwidth_rows
+    from harness.report.bandwidth import table_lines
+
+    rows = bandwidth_rows(observation)
+    if rows:
+        console.print(Text("\n".join(table_lines(rows, world_size=observation["environment"]["world_size"]))))
 
 
 # --- seeing the run: progress, trace, plots, the document's tables --------------------------
@@ -438,6 +475,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--timeout", type=float, default=None, help="seconds before a run is declared hung")
     run.add_argument("--json", metavar="PATH", help="write results and observation documents as JSON")
     run.add_argument("--failures-only", action="store_true", help="print only failing entries")
+    run.add_argument("--report", metavar="PATH",
+                     help="write a Markdown report: hosts and ranks, the environment with disagreements marked, the "
+                          "bandwidth table, the results")
     _add_view_flags(run)
     run.add_argument("--junitxml", metavar="PATH",
                      help="write JUnit XML: one test case per entry, named as pytest's --junitxml names the spec's items")

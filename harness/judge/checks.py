@@ -13,7 +13,8 @@ from typing import Any, Mapping
 
 from harness.judge.expect import Expectation, parse_expectation
 from harness.judge.kinds import REGISTRY, get_kind
-from harness.judge.observed import CheckError, ranks_text, ring_bytes, select_collectives
+from harness.judge.observed import (CheckError, NotMeasured, rank_hosts, ranks_on_hosts, ranks_text, ring_bytes,
+                                    select_collectives)
 
 __all__ = ["Entry", "FieldResult", "CheckResult", "CheckError", "make_entry", "check", "ring_bytes",
            "select_collectives"]
@@ -55,6 +56,7 @@ class FieldResult:
     expected: str
     observed: dict[int, str]
     failed_ranks: list[int]
+    hosts: dict[int, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -98,7 +100,7 @@ class CheckResult:
             mark = "ok  " if f.ok else "FAIL"
             lines.append(f"  {mark} {f.field}: expected {f.expected}; observed {f.observed_text()}")
             if not f.ok:
-                lines.append(f"       failing ranks: {ranks_text(dict.fromkeys(f.failed_ranks))}")
+                lines.append(f"       failing ranks: {ranks_on_hosts(dict.fromkeys(f.failed_ranks), f.hosts)}")
         return "\n".join(lines)
 
 
@@ -136,15 +138,22 @@ def check(entry: Entry, observation: Mapping[str, Any]) -> CheckResult:
         measured = REGISTRY[entry.check].measure(entry.selectors, observation)
     except CheckError as exc:
         return CheckResult(entry, "error", message=str(exc))
-    results = []
+    results, not_measured = [], []
+    hosts = rank_hosts(observation)
     for name, expectation in entry.expect.items():
         observed, failed = {}, []
         for rank, values in measured.items():
             if name not in values:
                 return CheckResult(entry, "error", message=f"rank {rank}: field {name!r} not observed; fields: {sorted(values)}")
+            if isinstance(values[name], NotMeasured):  # this run cannot measure it: not compared
+                observed[rank] = f"n/a: {values[name].reason}"
+                not_measured.append(values[name].reason)
+                continue
             observed[rank] = expectation.show_observed(values[name])
             if not expectation.holds(values[name]):
                 failed.append(rank)
-        results.append(FieldResult(name, expectation.describe(), observed, failed))
+        results.append(FieldResult(name, expectation.describe(), observed, failed, hosts))
+    if not_measured and all(all(v.startswith("n/a: ") for v in f.observed.values()) for f in results):
+        return CheckResult(entry, "skip", results, message="; ".join(dict.fromkeys(not_measured)))
     status = "pass" if all(f.ok for f in results) else "fail"
     return CheckResult(entry, status, results)

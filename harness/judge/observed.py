@@ -17,6 +17,40 @@ class CheckError(Exception):
     """
 
 
+class NotMeasured:
+    """A field a run cannot measure, with why (e.g. distinct devices on CPU ranks, which share the
+    host's CPU). :func:`harness.judge.checks.check` does not compare it: an entry whose every
+    expected field is NotMeasured is skipped with the reason."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"NotMeasured({self.reason!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, NotMeasured) and other.reason == self.reason
+
+    def __hash__(self) -> int:
+        return hash(self.reason)
+
+
+def rank_hosts(obs: Mapping[str, Any]) -> dict[int, str]:
+    """Rank -> host name, for the ranks whose environment was recorded (none when simulated)."""
+    return {r["rank"]: r["environment"]["host"] for r in obs["ranks"] if r.get("environment")}
+
+
+def ranks_on_hosts(ranks: Iterable[int], hosts: Mapping[int, str]) -> str:
+    """``3 (host-b)`` or ``0, 1 (host-a); 5 (host-c)``: ranks grouped by host; plain ranks without hosts."""
+    ranks = sorted(ranks)
+    if not hosts or any(r not in hosts for r in ranks):
+        return ranks_text(ranks)
+    by_host: dict[str, list[int]] = {}
+    for r in ranks:
+        by_host.setdefault(hosts[r], []).append(r)
+    return "; ".join(f"{ranks_text(rs)} ({host})" for host, rs in by_host.items())
+
+
 def ranks_text(ranks: Iterable[int]) -> str:
     """``0-5`` for a run of ranks, else ``0, 2, 7``."""
     ranks = sorted(ranks)

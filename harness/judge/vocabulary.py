@@ -35,6 +35,8 @@ class Context:
         num_layers: decoder layers the model has.
         unit_names: FQNs of the FSDP units the setup creates ("" is the root).
         param_fqns: FQNs of the model's parameters (tied weights once), or None if unknown.
+        bandwidth_sizes: names of ``setup.bandwidth``'s sizes plus "step" (() when the setup
+            times nothing), or None if unknown.
         state_dict_loads: the world sizes the setup's checkpoint is loaded on (the run's own
             first, then ``setup.state_dict.reload_world_sizes``); () without a round trip;
             None if unknown.
@@ -45,6 +47,7 @@ class Context:
     num_layers: int | None = None
     unit_names: tuple[str, ...] | None = None
     param_fqns: tuple[str, ...] | None = None
+    bandwidth_sizes: tuple[str, ...] | None = None
     state_dict_loads: tuple[int, ...] | None = None
 
 

@@ -13,6 +13,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
+from harness.run.recorders.names import BANDWIDTH_OPS  # noqa: F401 (the sweep's ops, re-exported)
+
 DTYPES = ("float16", "bfloat16", "float32")
 
 
@@ -88,6 +90,81 @@ class OptimizerSetup:
 
 
 @dataclass(frozen=True)
+class BandwidthSize:
+    """One size of a bandwidth sweep: S, the full buffer as nccl-tests counts it.
+
+    Attributes:
+        name: the size's name in reports and in ``bandwidth`` entries (``size:``).
+        layer_of: a known config name (``Qwen3-8B``): S is one of its decoder layers, the FSDP
+            unit FSDP2 all-gathers, padded as FSDP2 pads it for the group size.
+        numel: or S as an element count.
+    """
+
+    name: str
+    layer_of: str | None = None
+    numel: int | None = None
+
+
+@dataclass(frozen=True)
+class BandwidthSetup:
+    """Collectives timed after the step, in nccl-tests' terms (``harness/run/bandwidth.py``).
+
+    Attributes:
+        ops: which collectives to sweep (:data:`BANDWIDTH_OPS`).
+        sizes: the sweep's sizes, in order.
+        dtype: the sweep's dtype; None: the step's all-gather dtype (the mixed-precision
+            param_dtype, else ``model.dtype``).
+        warmup: untimed operations before the timed ones, per row.
+        iterations: timed operations per row; a row's time is their mean.
+        cpu_max_bytes: on CPU ranks (gloo), a size whose S is larger runs at this many bytes
+            instead (rounded down to whole elements per rank), and reports both; None: no cap.
+            GPUs ignore it.
+        step: also time each distinct collective the step issued (same op, dtype, elements
+            and group), replayed on its own after the step.
+    """
+
+    ops: tuple[str, ...] = ("all_gather", "reduce_scatter")
+    sizes: tuple[BandwidthSize, ...] = ()
+    dtype: str | None = None
+    warmup: int = 2
+    iterations: int = 5
+    cpu_max_bytes: int | None = None
+    step: bool = True
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> "BandwidthSetup":
+        """Build from ``setup.bandwidth`` (schema-validated).
+
+        Raises:
+            SetupError: a size name used twice or named ``step``, a ``layer_of`` that is not a
+                known config.
+        """
+        from model.config import known_config_name
+
+        data = dict(data)
+        sizes = []
+        problems: list[tuple[str, str]] = []
+        seen: dict[str, int] = {}
+        for i, raw in enumerate(data.pop("sizes", ())):
+            size = BandwidthSize(**raw)
+            where = f"setup.bandwidth.sizes[{i}]"
+            if size.name == "step" or size.name in seen:
+                problems.append((f"{where}.name", f"size name {size.name!r} "
+                                 + ("is reserved for the step's own collectives" if size.name == "step"
+                                    else f"is used by sizes[{seen[size.name]}]; each name once")))
+            seen.setdefault(size.name, i)
+            if size.layer_of is not None and known_config_name(size.layer_of) is None:
+                from model.config import KNOWN_CONFIGS
+
+                problems.append((f"{where}.layer_of", f"expected a known config, one of {list(KNOWN_CONFIGS)}, "
+                                 f"got {size.layer_of!r}"))
+            sizes.append(size)
+        if problems:
+            raise SetupError(*problems[0], errors=problems)
+        return cls(ops=tuple(data.pop("ops", cls.ops)), sizes=tuple(sizes), **data)
+
+
+@dataclass(frozen=True)
 class StateDictSetup:
     """The ``torch.distributed.checkpoint`` round trip after the step (``setup.state_dict``).
 
@@ -127,6 +204,7 @@ class RunSetup:
             model is built on the meta device and each rank materializes only its shards
             after fully_shard (values then differ from init_weights'), for models too big to
             hold unsharded on every rank at once. The observation is otherwise the same.
+        bandwidth: collectives timed after the step (:class:`BandwidthSetup`); None: none.
         state_dict: see :class:`StateDictSetup` (default: no checkpoint round trip).
     """
 
@@ -140,6 +218,7 @@ class RunSetup:
     seed: int = 0
     observe_ranks: tuple[int, ...] | None = None
     numerics: bool = True
+    bandwidth: BandwidthSetup | None = None
     state_dict: StateDictSetup = field(default_factory=StateDictSetup)
 
     @property
@@ -175,6 +254,8 @@ class RunSetup:
         Keys: model {config, overrides, body, dtype}, mesh {shape, dim_names},
         batch_per_rank, seq_len, fsdp {reshard_after_forward, root_reshard_after_forward,
         mixed_precision {param_dtype, reduce_dtype, output_dtype, cast_forward_inputs}},
+        optimizer {name, lr}, seed, observe_ranks, numerics, bandwidth {ops, sizes, dtype, warmup,
+        iterations, cpu_max_bytes, step}.
         optimizer {name, lr}, seed, observe_ranks, numerics, state_dict {round_trip,
         reload_world_sizes}.
 
@@ -196,6 +277,12 @@ class RunSetup:
         mp = fsdp.pop("mixed_precision", None)
         fsdp_setup = FSDPSetup(**fsdp, mixed_precision=MixedPrecision(**mp) if mp else None)
         optimizer = OptimizerSetup(**data.pop("optimizer", {}))
+        bandwidth = data.pop("bandwidth", None)
+        if bandwidth is not None:
+            try:
+                bandwidth = BandwidthSetup.from_mapping(bandwidth)
+            except SetupError as exc:
+                problems.extend(exc.errors)
         observe = data.pop("observe_ranks", None)
         world = 1
         for n in shape:
@@ -216,6 +303,7 @@ class RunSetup:
             fsdp=fsdp_setup,
             optimizer=optimizer,
             observe_ranks=tuple(observe) if observe is not None else None,
+            bandwidth=bandwidth,
             state_dict=state_dict,
             **data,
         )

@@ -301,14 +301,18 @@ def _world_size(setup: Mapping[str, Any]) -> int:
 
 def _context(setup: RunSetup, config: Any) -> Context:
     """What entries may select in a run of ``setup`` (``config``: its Qwen3Config, None if invalid)."""
+    sizes = ()
+    if setup.bandwidth is not None:
+        sizes = tuple(s.name for s in setup.bandwidth.sizes) + (("step",) if setup.bandwidth.step else ())
     loads = ((setup.world_size, *setup.state_dict.reload_world_sizes) if setup.state_dict.round_trip else ())
     if config is None:
-        return Context(world_size=setup.world_size, mesh_dim_names=tuple(setup.mesh_dim_names), state_dict_loads=loads)
+        return Context(world_size=setup.world_size, mesh_dim_names=tuple(setup.mesh_dim_names), bandwidth_sizes=sizes,
+                       state_dict_loads=loads)
     n = config.num_hidden_layers
     return Context(world_size=setup.world_size, mesh_dim_names=tuple(setup.mesh_dim_names), num_layers=n,
                    unit_names=setup.unit_names(n),
                    param_fqns=param_fqns(setup.model.body, n, tie_word_embeddings=config.tie_word_embeddings),
-                   state_dict_loads=loads)
+                   bandwidth_sizes=sizes, state_dict_loads=loads)
 
 
 def _check_model_config(errors: _Errors, model: Mapping[str, Any]) -> Any:

@@ -85,10 +85,12 @@ class Instruments:
     Args:
         phases: the run's phases; collectives are stamped with ``phases.current``.
         group_dims: process group name -> mesh dim name (a collective's ``mesh_dim``).
+        collective_log: where each collective is reported as entered and completed, for hang
+            diagnosis (a ``harness.run.hang.RankProgress``); None for nowhere.
     """
 
-    def __init__(self, phases: Phases, group_dims: Mapping[str, str]) -> None:
-        self.collectives = CollectiveRecorder(lambda: phases.current, group_dims)
+    def __init__(self, phases: Phases, group_dims: Mapping[str, str], collective_log: Any = None) -> None:
+        self.collectives = CollectiveRecorder(lambda: phases.current, group_dims, collective_log)
         # torch.autograd.profiler.profile is what torch.profiler.profile wraps; the wrapper's
         # start also touches torch._inductor (a 1.5 s import on first use in a process).
         self.profiler = torch.autograd.profiler.profile(use_cpu=True, use_kineto=True)

@@ -78,7 +78,7 @@ BACKENDS = ("auto", "gloo", "nccl", "fake")
 PRELOAD = ["torch", "torch.distributed.fsdp", "torch._dynamo", "harness.run.rank_step"]
 
 _PHASE_CODES = ("starting", "init_process_group", "setup", "replica", "forward", "backward", "optimizer", "observe", "done",
-                "state_dict")
+                "bandwidth", "state_dict")
 
 
 class RunError(RuntimeError):
@@ -93,12 +93,19 @@ class RunError(RuntimeError):
 
 class RunTimeout(RunError):
     """A run did not finish before the caller's timeout. ``pending`` lists the ranks that
-    had not finished, ``phases`` the phase each was last in."""
+    had not finished, ``phases`` the phase each was last in; ``verdict`` says which rank is
+    stuck where (``harness.run.hang.diagnose``), ``progress`` holds each rank's last
+    collective entered and completed, ``flight_recorder`` the NCCL flight recorder dumps."""
 
-    def __init__(self, message: str, *, pending: list[int], phases: Mapping[int, str]) -> None:
+    def __init__(self, message: str, *, pending: list[int], phases: Mapping[int, str],
+                 verdict: str = "", progress: Mapping[int, Any] | None = None,
+                 flight_recorder: list[str] | None = None) -> None:
         super().__init__(message, rank=pending[0] if pending else None)
         self.pending = pending
         self.phases = dict(phases)
+        self.verdict = verdict  # harness.run.hang.diagnose: which rank is stuck where
+        self.progress = dict(progress or {})  # rank -> {"entered", "completed"} (last collective records)
+        self.flight_recorder = list(flight_recorder or [])  # NCCL flight recorder dumps, one per rank
 
 
 def resolve_backend(backend: str, world_size: int, local_world_size: int | None = None) -> tuple[str, str]:
@@ -310,6 +317,8 @@ def _rank_main(
     lifeline: Any,
     phase_codes: Any,
     phase_hooks: tuple[Any, ...],
+    progress_board: Any = None,
+    flight_recorder_dir: str | None = None,
     step: str | None = None,
     step_kwargs: Mapping[str, Any] | None = None,
 ) -> None:
@@ -342,6 +351,8 @@ def _rank_main(
         pg_backend, device_type = resolve_backend(backend, world_size)
         if device_type == "cuda":
             torch.cuda.set_device(rank % torch.cuda.device_count())
+            if flight_recorder_dir:
+                _enable_flight_recorder(flight_recorder_dir)
         elif "OMP_NUM_THREADS" not in os.environ:
             # Ranks share this machine's cores: one rank per core's worth of threads, as
             # torchrun does (OMP_NUM_THREADS=1), instead of every rank using every core.
@@ -361,7 +372,9 @@ def _rank_main(
             module, _, name = step.partition(":")
             run_step = getattr(importlib.import_module(module), name)
         try:
-            result = run_step(setup, rank, world_size, device_type, on_phase=on_phase, **dict(step_kwargs or {}))
+            log = progress_board.writer(rank) if progress_board is not None else None
+            result = run_step(setup, rank, world_size, device_type, on_phase=on_phase, collective_log=log,
+                              **dict(step_kwargs or {}))
         finally:
             on_phase("done")
         # As JSON text: the document is JSON anyway, and the parent then unpickles nothing
@@ -376,6 +389,55 @@ def _rank_main(
     finally:
         conn.close()
     os._exit(0)
+
+
+FLIGHT_RECORDER_PREFIX = "nccl_trace_rank_"
+"""File name of a rank's NCCL flight recorder dump, followed by the rank."""
+
+
+def _enable_flight_recorder(folder: str) -> None:
+    """In a NCCL rank, before init_process_group: keep PyTorch's flight recorder
+    (``TORCH_NCCL_TRACE_BUFFER_SIZE`` entries), dump it to ``folder/nccl_trace_rank_<r>`` and
+    open the pipe ``folder/pipe_<r>.pipe`` through which the launcher asks for a dump on a hang
+    (``TORCH_NCCL_DEBUG_INFO_PIPE_FILE``). Variables the user set are kept."""
+    dump = os.path.join(folder, FLIGHT_RECORDER_PREFIX)
+    for name, value in (("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000"), ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1"),
+                        ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", dump), ("TORCH_FR_DUMP_TEMP_FILE", dump),
+                        ("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", os.path.join(folder, "pipe_"))):
+        os.environ.setdefault(name, value)
+
+
+def _dump_flight_recorder(folder: str, world_size: int, wait_s: float = 5.0) -> list[str]:
+    """Ask each NCCL rank for its flight recorder dump (write to its pipe), wait for the files.
+
+    Returns the dump files written (none on gloo: no rank opened a pipe)."""
+    pipes = [os.path.join(folder, f"pipe_{r}.pipe") for r in range(world_size)]
+    asked = []
+    for rank, pipe in enumerate(pipes):
+        if not os.path.exists(pipe):
+            continue
+        try:
+            fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:  # no reader: the rank is gone
+            continue
+        try:
+            os.write(fd, b"1\n")
+            asked.append(os.path.join(folder, f"{FLIGHT_RECORDER_PREFIX}{rank}"))
+        finally:
+            os.close(fd)
+    deadline = time.monotonic() + (wait_s if asked else 0)
+    while asked and time.monotonic() < deadline and not all(os.path.exists(p) for p in asked):
+        time.sleep(0.1)
+    return sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.startswith(FLIGHT_RECORDER_PREFIX))
+
+
+def _hang_diagnosis(board: Any, phases: Mapping[int, str]) -> tuple[str, dict[int, Any], list[str]]:
+    """(verdict, progress, per-rank lines) from the ranks' progress board."""
+    from harness.run.hang import diagnose, per_rank_lines
+
+    progress = board.read()
+    all_phases = {r: phases.get(r, "done") for r in progress}
+    return diagnose(progress, all_phases), progress, per_rank_lines(progress, all_phases)
 
 
 def _receive(reader: Any, pending: dict[Any, int], procs: list[Any], results: dict[int, Any]) -> tuple[int, float, RunError] | None:
@@ -451,6 +513,11 @@ def run_local(
     tmpdir = tempfile.mkdtemp(prefix="run-", dir=session_dir())
     init_file = os.path.join(tmpdir, "rendezvous")
     phase_codes = ctx.Array("i", world_size, lock=False)
+    from harness.run.hang import ProgressBoard
+
+    board = ProgressBoard(ctx, world_size)  # each rank's last collective, read on a hang
+    # NCCL ranks keep PyTorch's flight recorder; its dumps outlive the run (removed if none).
+    fr_dir = tempfile.mkdtemp(prefix="fsdp2-flight-recorder-") if backend in ("auto", "nccl") else None
     procs: list[Any] = []
     readers: dict[Any, int] = {}
     lifelines: list[Any] = []
@@ -470,7 +537,7 @@ def run_local(
                 target=_rank_main,
                 name=f"fsdp2-rank-{rank}",
                 args=(rank, world_size, setup, backend, init_file, timeout_s, writer, life_r, phase_codes, phase_hooks,
-                      step, rank_kwargs),
+                      board, fr_dir, step, rank_kwargs),
                 daemon=True,
             )
             with _ranks_skip_main():
@@ -498,11 +565,19 @@ def run_local(
                              f"{world_size} ranks on this machine; raise it (--timeout / --run-timeout).")
                 else:
                     cause = "A hang: mismatched or missing collectives, or a stuck rank."
+                verdict, progress, lines = _hang_diagnosis(board, phases)
+                dumps = _dump_flight_recorder(fr_dir, world_size) if fr_dir else []
+                details = "\n".join([f"Diagnosis: {verdict}.", *lines]
+                                    + ([f"NCCL flight recorder dumps (read with torchfrtrace {fr_dir}): {', '.join(dumps)}"]
+                                       if dumps else []))
                 raise RunTimeout(
                     f"run timed out after {timeout_s:g} s: {len(pending)} of {world_size} ranks had not "
-                    f"finished ({where}); finished: {finished or 'none'}. {cause} All ranks were killed.",
+                    f"finished ({where}); finished: {finished or 'none'}. {cause} All ranks were killed.\n{details}",
                     pending=pending,
                     phases=phases,
+                    verdict=verdict,
+                    progress=progress,
+                    flight_recorder=dumps,
                 )
             # A rank's pipe becomes ready with its message, or at EOF when the rank dies
             # (the rank holds the only write end), so the pipes alone cover every ending.
@@ -527,3 +602,11 @@ def run_local(
         for conn in list(readers) + lifelines:
             conn.close()
         shutil.rmtree(tmpdir, ignore_errors=True)
+        if fr_dir is not None:
+            kept = [n for n in os.listdir(fr_dir) if n.startswith(FLIGHT_RECORDER_PREFIX)]
+            if kept:  # the dumps stay for torchfrtrace; the pipes go
+                for name in set(os.listdir(fr_dir)) - set(kept):
+                    with contextlib.suppress(OSError):
+                        os.unlink(os.path.join(fr_dir, name))
+            else:
+                shutil.rmtree(fr_dir, ignore_errors=True)

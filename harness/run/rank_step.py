@@ -43,6 +43,7 @@ from harness.run.build import build_model, make_inputs, make_loss, make_optimize
 from harness.run.instruments import Instruments
 from harness.run.loop import run_steps, step_plan
 from harness.run.parallelize import apply_fsdp, build_mesh, init_local_shards, units_from_setup
+from harness.run.recorders.environment import rank_environment
 from harness.run.recorders.numerics import compare
 from harness.run.recorders.phases import Phases
 
@@ -73,6 +74,20 @@ def _environment(device_type: str, device: torch.device) -> dict[str, Any]:
     }
 
 
+def _time_collectives(setup: RunSetup, collectives: list[dict[str, Any]], mesh: Any, rank: int, world_size: int,
+                      device: torch.device, dtype: torch.dtype) -> list[dict[str, Any]]:
+    """``setup.bandwidth``'s rows timed on this rank (``harness.run.bandwidth``), after the step."""
+    from harness.run.bandwidth import plan_rows, run_bandwidth
+
+    mp = setup.fsdp.mixed_precision
+    gather_dtype = torch_dtype(mp.param_dtype) if mp is not None and mp.param_dtype else dtype
+    rows = plan_rows(setup.bandwidth, collectives, world_size=world_size, default_dtype=gather_dtype,
+                     device_type=device.type)
+    return run_bandwidth(rows, rank=rank, device=device, warmup=setup.bandwidth.warmup,
+                         iterations=setup.bandwidth.iterations,
+                         group_of=lambda dim: None if dim is None else mesh.get_group(dim))
+
+
 def _tensor_mode(simulated: bool) -> contextlib.AbstractContextManager:
     if not simulated:
         return contextlib.nullcontext()
@@ -89,6 +104,7 @@ def run_step(
     *,
     simulated: bool = False,
     on_phase: Callable[[str], None] | None = None,
+    collective_log: Any = None,
     trace_dir: str | None = None,
     checkpoint_dir: str | None = None,
 ) -> dict[str, Any]:
@@ -102,6 +118,8 @@ def run_step(
         simulated: the fake process group is active: run under ``FakeTensorMode``, no numerics.
         on_phase: called with each phase name as it starts (the launcher reports a hung rank's
             last phase).
+        collective_log: receives each collective as entered and completed (``harness.run.hang``:
+            the launcher says which rank is stuck in which collective); None for nowhere.
         trace_dir: if given, an existing folder: the profiler's Chrome trace of the step
             (forward, backward, optimizer; FSDP:: labels and c10d ops) is written there as
             ``rank<rank>.json`` (``torch.autograd.profiler.profile.export_chrome_trace``).
@@ -146,7 +164,7 @@ def run_step(
                 reference = replica_reference(setup, root, inputs.tensor, loss_fn, dtype, world_size, coords)
         materialize = (functools.partial(init_local_shards, device=device, std=config.initializer_range,
                                          seed=setup.seed, rank=rank) if meta_init else None)
-        with Instruments(phases, group_dims) as instruments:
+        with Instruments(phases, group_dims, collective_log) as instruments:
             with phases.phase("setup"):
                 units = apply_fsdp(root, mesh, units_from_setup(setup, root), materialize=materialize)
                 optimizer = make_optimizer(setup, root.parameters())
@@ -160,6 +178,7 @@ def run_step(
         # step is comparing the reduce-scattered gradients (kept out of the memory tracker).
         numerics = compare(reference, root, outcome.output, outcome.loss) if reference is not None else None
 
+    observe_s = time.perf_counter() - t_observe
     state_dict = None
     if setup.state_dict.round_trip and not simulated:
         from harness.run.checkpoint import fresh_sharded, round_trip, shared_folder
@@ -167,10 +186,18 @@ def run_step(
         with phases.phase("state_dict"), shared_folder(checkpoint_dir) as folder:
             state_dict = round_trip(root, optimizer, functools.partial(fresh_sharded, setup, mesh, device, rank),
                                     folder, write_reference=bool(setup.state_dict.reload_world_sizes))
+    bandwidth = None
+    if setup.bandwidth is not None and not simulated:
+        with phases.phase("bandwidth"):
+            bandwidth = _time_collectives(setup, pieces["collectives"], mesh, rank, world_size, device, dtype)
     timings = dict(phases.timings_s)
-    timings["observe"] = time.perf_counter() - t_observe
+    timings["observe"] = observe_s
     timings["total"] = time.perf_counter() - t_start
     entry = {"rank": rank, "coords": coords, "input": inputs.describe(), **pieces, "numerics": numerics, "timings_s": timings}
+    if bandwidth is not None:
+        entry["bandwidth"] = bandwidth
+    if not simulated:  # one process simulates every rank: it has no per-rank host or device
+        entry["environment"] = rank_environment(rank, world_size, device, str(dist.get_backend()))
     if state_dict is not None:
         entry["state_dict"] = state_dict
     return {"entry": entry, "fsdp_units": [u.describe() for u in units], "environment": _environment(device_type, device)}

@@ -116,11 +116,12 @@ class CollectiveRecorder(TorchDispatchMode):
     which :func:`attribute` adds.
     """
 
-    def __init__(self, phase: Callable[[], str], group_dims: Mapping[str, str]) -> None:
+    def __init__(self, phase: Callable[[], str], group_dims: Mapping[str, str], collective_log: Any = None) -> None:
         super().__init__()
         self.phase = phase
         self.group_dims = dict(group_dims)
         self.records: list[dict[str, Any]] = []
+        self.progress = _Progress(collective_log) if collective_log is not None else None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: D105
         kwargs = kwargs or {}
@@ -133,10 +134,21 @@ class CollectiveRecorder(TorchDispatchMode):
         namespace = func.namespace
         op_name = func._schema.name.split("::", 1)[-1]
         if namespace in _NAMESPACES and op_name not in _NOT_COLLECTIVES:
+            if self.progress is not None:
+                self.progress.entered(len(self.records), _OP_KIND.get(op_name, "other"), self.phase())
             out = func(*args, **kwargs)
             self._record(func, op_name, args, kwargs, out)
+            if self.progress is not None:
+                self.progress.issued(out)
             return out
+        if namespace == "profiler" and self.progress is not None:
+            return self.progress.label(func, op_name, args, kwargs)
         return func(*args, **kwargs)
+
+    def __exit__(self, *exc: Any) -> Any:
+        if self.progress is not None:
+            self.progress.stop()
+        return super().__exit__(*exc)
 
     def _record(self, func, op_name: str, args, kwargs, out) -> None:
         arguments: dict[str, Any] = {}
@@ -188,6 +200,102 @@ class CollectiveRecorder(TorchDispatchMode):
                 "phase": self.phase(),
             }
         )
+
+
+class _Progress:
+    """Live progress for hang diagnosis (``harness.run.hang``): each collective as it is
+    entered, with the FSDP unit of the ``FSDP::`` labels open at that moment (FSDP's
+    ``record_function`` calls dispatch ``profiler._record_function_enter_new`` / ``_exit``, which
+    this mode sees whether or not a profiler runs), and as its ``Work`` completes (a daemon
+    thread polls ``Work.is_completed()``: gloo's works do not all offer a future)."""
+
+    POLL_S = 0.05
+
+    def __init__(self, sink: Any) -> None:
+        import threading
+
+        self.sink = sink
+        self.local = threading.local()
+        self.current: dict[str, Any] | None = None
+        self.pending: list[tuple[Any, dict[str, Any]]] = []
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.thread: Any = None
+
+    def label(self, func, op_name: str, args, kwargs):
+        out = func(*args, **kwargs)
+        stack = getattr(self.local, "stack", None)
+        if stack is None:
+            stack = self.local.stack = []
+        if op_name.startswith("_record_function_enter"):
+            stack.append(str(args[0]) if args else "")
+        elif op_name.startswith("_record_function_exit") and stack:
+            stack.pop()
+        return out
+
+    def _unit(self) -> str | None:
+        for name in reversed(getattr(self.local, "stack", None) or []):
+            if name.startswith("FSDP::"):
+                unit = parse_fsdp_label(name)[1]
+                if unit is not None:
+                    return unit
+        return None
+
+    def entered(self, seq: int, op: str, phase: str) -> None:
+        self.current = {"seq": seq, "op": op, "unit": self._unit(), "phase": phase}
+        self.sink.entered(self.current)
+
+    def issued(self, out: Any) -> None:
+        record, self.current = self.current, None
+        works = [w for w in _works(out)]
+        if not works:  # nothing asynchronous to wait for: done when the op returns
+            self.sink.completed(record)
+            return
+        with self.lock:
+            self.pending.append((works, record))
+        if self.thread is None:
+            import threading
+
+            self.thread = threading.Thread(target=self._poll, name="fsdp2-harness-progress", daemon=True)
+            self.thread.start()
+
+    def _poll(self) -> None:
+        while not self.stopped.wait(self.POLL_S):
+            with self.lock:
+                states = [(w, r, [_state(x) for x in w]) for w, r in self.pending]
+                ended = [(w, r, st) for w, r, st in states if "pending" not in st]
+                self.pending = [(w, r) for w, r, st in states if "pending" in st]
+            # a failed work (a timeout) ended but did not complete: it stays the rank's open collective
+            for _, record, _ in sorted((e for e in ended if "failed" not in e[2]), key=lambda e: e[1]["seq"]):
+                self.sink.completed(record)
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+
+def _works(out: Any) -> list[Any]:
+    """The ``Work`` objects a c10d op returned (boxed as ScriptObjects)."""
+    found = []
+    for value in out if isinstance(out, (tuple, list)) else [out]:
+        if isinstance(value, torch.ScriptObject):
+            try:
+                found.append(dist.distributed_c10d.Work.unbox(value))
+            except Exception:  # not a Work
+                continue
+    return found
+
+
+def _state(work: Any) -> str:
+    """"pending", "ok" or "failed" (``Work.is_completed`` / ``Work.is_success``)."""
+    try:
+        if not work.is_completed():
+            return "pending"
+    except Exception:
+        return "failed"
+    try:
+        return "ok" if work.is_success() else "failed"
+    except Exception:  # a work without is_success: it completed
+        return "ok"
 
 
 # --- attribution from the profiler ------------------------------------------------------------

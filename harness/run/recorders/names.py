@@ -15,6 +15,10 @@ COLLECTIVE_OPS: tuple[str, ...] = (
 )
 """Logical collective ops a record's ``op`` takes (recorders.collectives maps c10d ops to these)."""
 
+BANDWIDTH_OPS: tuple[str, ...] = ("all_gather", "reduce_scatter", "all_reduce")
+"""Collectives a bandwidth sweep can time (setup.bandwidth.ops): ``dist.all_gather_into_tensor``,
+``dist.reduce_scatter_tensor`` (sum) and ``dist.all_reduce`` (sum)."""
+
 MEMORY_CATEGORIES: dict[str, str] = {
     "Sharded Param": "sharded_param",
     "Unsharded Param": "unsharded_param",

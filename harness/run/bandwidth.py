@@ -1,0 +1,218 @@
+"""Timing collectives in nccl-tests' terms, after the step: ``setup.bandwidth``'s sweep and the
+step's own collectives replayed.
+
+Each row is one collective at one size S, counted as nccl-tests counts it (``doc/PERFORMANCE.md``
+of NVIDIA/nccl-tests): S is the all-gather's output buffer, the reduce-scatter's input buffer,
+the all-reduce's buffer, in bytes. For each row, on every rank of the row's process group:
+
+1. ``warmup`` untimed operations (out of place, as FSDP2 issues them:
+   ``dist.all_gather_into_tensor``, ``dist.reduce_scatter_tensor`` with sum, ``dist.all_reduce``);
+2. the timed loop of ``iterations`` operations, each waited on:
+   - CUDA (NCCL): a ``dist.barrier``, then ``torch.cuda.Event``s recorded around the loop on the
+     current stream (``Event.elapsed_time``); timer ``cuda_events``;
+   - CPU (gloo): a ``dist.barrier``, then wall time (``time.perf_counter``) from after the
+     barrier to the last operation's completion; timer ``wall_barrier``;
+   the row's ``time_s`` on this rank is the loop's time over ``iterations``;
+3. ``wrong``: the elements of the last result that differ from the expected gathered or
+   reduced values (nccl-tests' ``#wrong``). Inputs are small integers (exact in every float
+   dtype, and so are their sums over up to 256 ranks in bfloat16, 2048 in float16): the
+   expected values are exact, and a difference is an error, not rounding. Beyond those world
+   sizes the comparison allows the dtype's rounding of the sum.
+
+algbw, busbw and the nccl-tests table are computed from these rows by the judge
+(``harness/judge/bandwidth.py``), not here: the observation holds what was measured.
+
+The step's rows (source ``step``): each distinct (op, dtype, elements, process group) among the
+collectives the step issued, replayed standalone with the same sizes and group. They time the
+step's collectives on their own, not inside the step, where FSDP2 overlaps them with compute.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["PlannedRow", "unit_numel", "plan_rows", "run_bandwidth"]
+
+
+@dataclass(frozen=True)
+class PlannedRow:
+    """One row to time: ``numel`` is S in elements (divisible by ``group_size``)."""
+
+    name: str
+    source: str
+    op: str
+    dtype: torch.dtype
+    numel: int
+    requested_numel: int
+    group_size: int
+    mesh_dim: str | None
+    occurrences: int | None
+
+
+def unit_numel(config_name: str, group_size: int) -> int:
+    """Elements FSDP2 all-gathers for one decoder layer of ``config_name`` on ``group_size`` ranks.
+
+    Built on the meta device from ``model.Qwen3DecoderLayer`` (no memory); each parameter's dim 0
+    is padded to a multiple of ``group_size``, as FSDP2 pads its shards.
+    """
+    import model as qwen3
+
+    config = qwen3.get_config(config_name)
+    with torch.device("meta"):
+        layer = qwen3.Qwen3DecoderLayer(config, 0)
+    total = 0
+    for p in layer.parameters():
+        rows = math.ceil(p.shape[0] / group_size) * group_size
+        total += rows * (p.numel() // p.shape[0])
+    return total
+
+
+def _capped(numel: int, element_size: int, group_size: int, max_bytes: int | None) -> int:
+    if max_bytes is None or numel * element_size <= max_bytes:
+        return numel
+    per_rank = max(1, max_bytes // (element_size * group_size))
+    return per_rank * group_size
+
+
+def plan_rows(bandwidth: Any, step_collectives: Sequence[Mapping[str, Any]], *, world_size: int,
+              default_dtype: torch.dtype, device_type: str) -> list[PlannedRow]:
+    """The rows a rank times, in order: the sweep (each size, each op), then the step's collectives.
+
+    Args:
+        bandwidth: a :class:`harness.load.setup.BandwidthSetup`.
+        step_collectives: the rank's recorded collectives (observation ``collectives``).
+        world_size: ranks in the world (the sweep runs on the world group).
+        default_dtype: the sweep's dtype when ``bandwidth.dtype`` is None.
+        device_type: "cpu" applies ``bandwidth.cpu_max_bytes``.
+    """
+    from harness.run.build import torch_dtype
+
+    dtype = torch_dtype(bandwidth.dtype) if bandwidth.dtype else default_dtype
+    element_size = torch.empty((), dtype=dtype).element_size()
+    cap = bandwidth.cpu_max_bytes if device_type == "cpu" else None
+    rows = []
+    for size in bandwidth.sizes:
+        if size.layer_of is not None:
+            numel = unit_numel(size.layer_of, world_size)
+        else:
+            numel = math.ceil(size.numel / world_size) * world_size
+        for op in bandwidth.ops:
+            rows.append(PlannedRow(size.name, "sweep", op, dtype, _capped(numel, element_size, world_size, cap), numel,
+                                   world_size, None, None))
+    if bandwidth.step:
+        seen: dict[tuple, int] = {}
+        for c in step_collectives:
+            if c["op"] not in ("all_gather", "reduce_scatter", "all_reduce"):
+                continue
+            numel = c["buffer_bytes"] // c["element_size"] if c["element_size"] else 0
+            key = (c["op"], c["dtype"], numel, c["group_size"], c["mesh_dim"])
+            seen[key] = seen.get(key, 0) + 1
+        for (op, dtype_name, numel, group_size, mesh_dim), count in seen.items():
+            rows.append(PlannedRow("step", "step", op, torch_dtype(dtype_name), numel, numel, group_size, mesh_dim, count))
+    return rows
+
+
+def _pattern(numel: int, seed: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Small integers -1, 0, 1 in a rank-dependent order: exact in every float dtype."""
+    return ((torch.arange(numel, device=device, dtype=torch.int64) + seed) % 3 - 1).to(dtype)
+
+
+def _exact_sum_ranks(dtype: torch.dtype) -> int:
+    """The largest n for which every integer in [-n, n] is exact in ``dtype``: 2 / eps (256 in bfloat16)."""
+    return int(round(2 / torch.finfo(dtype).eps))
+
+
+def _count_wrong(out: torch.Tensor, expected: torch.Tensor, n: int) -> int:
+    diff = (out.double() - expected.double()).abs()
+    if n <= _exact_sum_ranks(out.dtype):
+        return int((diff != 0).sum())
+    return int((diff > torch.finfo(out.dtype).eps * n).sum())
+
+
+def _time_row(row: PlannedRow, rank: int, group: Any, device: torch.device, warmup: int,
+              iterations: int) -> tuple[float, int]:
+    """(mean seconds per operation on this rank, #wrong) for one row."""
+    n = row.group_size
+    group_rank = dist.get_rank(group) if group is not None else rank
+    chunk = row.numel // n
+    if row.op == "all_gather":
+        inp = _pattern(chunk, group_rank, row.dtype, device)
+        out = torch.empty(row.numel, dtype=row.dtype, device=device)
+        def op() -> None: dist.all_gather_into_tensor(out, inp, group=group)  # noqa: E704
+    elif row.op == "reduce_scatter":
+        inp = _pattern(row.numel, group_rank, row.dtype, device)
+        out = torch.empty(chunk, dtype=row.dtype, device=device)
+        def op() -> None: dist.reduce_scatter_tensor(out, inp, op=dist.ReduceOp.SUM, group=group)  # noqa: E704
+    else:
+        source = _pattern(row.numel, group_rank, row.dtype, device)
+        out = torch.empty_like(source)
+        def op() -> None:  # dist.all_reduce works in place: each operation first restores its input (a local copy, timed with it)
+            out.copy_(source)
+            dist.all_reduce(out, op=dist.ReduceOp.SUM, group=group)
+    for _ in range(warmup):
+        op()
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(device)
+    dist.barrier(group=group)
+    if cuda:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iterations):
+            op()
+        end.record()
+        end.synchronize()
+        seconds = start.elapsed_time(end) / 1e3
+    else:
+        t0 = time.perf_counter()
+        for _ in range(iterations):
+            op()
+        seconds = time.perf_counter() - t0
+    wrong = _wrong(row, out, group_rank, device)
+    return seconds / iterations, wrong
+
+
+def _wrong(row: PlannedRow, out: torch.Tensor, group_rank: int, device: torch.device) -> int:
+    n, chunk = row.group_size, row.numel // row.group_size
+    if row.op == "all_gather":  # chunk j is rank j's input
+        return sum(_count_wrong(out[j * chunk:(j + 1) * chunk], _pattern(chunk, j, row.dtype, device), n) for j in range(n))
+    # sum over ranks j of pattern(numel, j), restricted to this rank's chunk (reduce-scatter) or whole
+    lo, hi = (group_rank * chunk, (group_rank + 1) * chunk) if row.op == "reduce_scatter" else (0, row.numel)
+    index = torch.arange(lo, hi, device=device, dtype=torch.int64)
+    expected = sum(((index + j) % 3 - 1) for j in range(n))
+    return _count_wrong(out, expected, n)
+
+
+def run_bandwidth(rows: Sequence[PlannedRow], *, rank: int, device: torch.device, warmup: int, iterations: int,
+                  group_of: Callable[[str | None], Any]) -> list[dict[str, Any]]:
+    """Time every row on this rank; the rank entry's ``bandwidth`` records (schema ``bandwidth_row``).
+
+    ``group_of(mesh_dim)``: the process group of a mesh dim (None: the world, ``dist.group.WORLD``).
+    Every rank must call this with the same rows in the same order (collectives inside).
+    """
+    from harness.run.recorders.collectives import dtype_name
+
+    out = []
+    for row in rows:
+        group = group_of(row.mesh_dim)
+        with warnings.catch_warnings():
+            # torch 2.13 marks all_gather_into_tensor / reduce_scatter_tensor deprecated (FutureWarning,
+            # once per call site and rank); they are the functions FSDP2's collectives correspond to.
+            warnings.simplefilter("ignore", FutureWarning)
+            seconds, wrong = _time_row(row, rank, group, device, warmup, iterations)
+        element_size = torch.empty((), dtype=row.dtype).element_size()
+        out.append({
+            "name": row.name, "source": row.source, "op": row.op, "dtype": dtype_name(row.dtype),
+            "element_size": element_size, "size_bytes": row.numel * element_size, "count": row.numel,
+            "requested_bytes": row.requested_numel * element_size, "group_size": row.group_size,
+            "mesh_dim": row.mesh_dim, "occurrences": row.occurrences, "warmup": warmup, "iterations": iterations,
+            "time_s": seconds, "wrong": wrong, "timer": "cuda_events" if device.type == "cuda" else "wall_barrier",
+        })
+    return out

@@ -1,0 +1,175 @@
+"""Which collective each rank last entered and completed, and the verdict on a hang.
+
+Each rank's :class:`~harness.run.recorders.collectives.CollectiveRecorder` reports every
+collective twice: when it is issued ("entered": sequence number, op, FSDP unit, phase) and when
+its ``Work`` completes ("completed"). The local launcher gives every rank a slot of a shared
+:class:`ProgressBoard`, so that when a run times out it can still read where each rank was, kill
+the ranks, and say which rank is stuck where (:func:`diagnose`); under torchrun each rank
+writes to the process group's store instead (:class:`StoreProgress`) and a rank whose
+collective timed out reads every rank's records back. E.g.
+
+    rank 2 never entered all_gather #2 (layers.1, backward); ranks 0, 1, 3 wait in it
+
+Sequence numbers are the rank's collective index (the observation's ``index``), the same on
+every rank of a symmetric step. On NCCL, PyTorch's flight recorder keeps its own record
+(``TORCH_NCCL_TRACE_BUFFER_SIZE``); the launcher asks it to dump (see
+``harness.run.launch``) and names the files.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+__all__ = ["SLOT_BYTES", "ProgressBoard", "RankProgress", "StoreProgress", "read_store", "diagnose", "describe",
+           "per_rank_lines"]
+
+SLOT_BYTES = 256
+"""Bytes of one JSON record (entered or completed) in a rank's slot."""
+
+
+class RankProgress:
+    """One rank's writer into the board: ``entered(record)`` and ``completed(record)``.
+
+    A record is ``{"seq", "op", "unit", "phase"}``; it is written as JSON into the rank's half-slot
+    (cut to :data:`SLOT_BYTES`; a unit name longer than that loses its end).
+    """
+
+    def __init__(self, array: Any, rank: int) -> None:
+        self._array, self._base = array, rank * 2 * SLOT_BYTES
+
+    def _write(self, offset: int, record: Mapping[str, Any]) -> None:
+        data = json.dumps(dict(record), separators=(",", ":")).encode()[: SLOT_BYTES - 1]
+        start = self._base + offset
+        self._array[start:start + SLOT_BYTES] = data + b"\0" * (SLOT_BYTES - len(data))
+
+    def entered(self, record: Mapping[str, Any]) -> None:
+        self._write(0, record)
+
+    def completed(self, record: Mapping[str, Any]) -> None:
+        self._write(SLOT_BYTES, record)
+
+
+class ProgressBoard:
+    """Shared memory with two JSON records per rank, written by the ranks, read by the launcher.
+
+    Args:
+        ctx: the multiprocessing context the ranks are started from.
+        world_size: ranks.
+    """
+
+    def __init__(self, ctx: Any, world_size: int) -> None:
+        self.world_size = world_size
+        self.array = ctx.Array("c", world_size * 2 * SLOT_BYTES, lock=False)
+
+    def writer(self, rank: int) -> RankProgress:
+        return RankProgress(self.array, rank)
+
+    def read(self) -> dict[int, dict[str, Any]]:
+        """``{rank: {"entered": record or None, "completed": record or None}}``."""
+        out = {}
+        raw = bytes(self.array[:])
+        for rank in range(self.world_size):
+            records = {}
+            for i, key in enumerate(("entered", "completed")):
+                start = (rank * 2 + i) * SLOT_BYTES
+                text = raw[start:start + SLOT_BYTES].split(b"\0", 1)[0]
+                try:
+                    records[key] = json.loads(text) if text else None
+                except ValueError:  # caught mid-write
+                    records[key] = None
+            out[rank] = records
+        return out
+
+
+class StoreProgress:
+    """One rank's writer into a c10d store (a joined world: torchrun's ranks share no memory).
+
+    Keys ``fsdp2-harness/progress/<rank>/entered`` and ``.../completed`` hold the JSON records;
+    :func:`read_store` reads every rank's back.
+    """
+
+    def __init__(self, store: Any, rank: int) -> None:
+        self.store, self.rank = store, rank
+
+    def entered(self, record: Mapping[str, Any]) -> None:
+        self.store.set(f"{STORE_PREFIX}/{self.rank}/entered", json.dumps(dict(record)))
+
+    def completed(self, record: Mapping[str, Any]) -> None:
+        self.store.set(f"{STORE_PREFIX}/{self.rank}/completed", json.dumps(dict(record)))
+
+
+STORE_PREFIX = "fsdp2-harness/progress"
+
+
+def read_store(store: Any, world_size: int) -> dict[int, dict[str, Any]]:
+    """Every rank's records from the store (:class:`StoreProgress`); a key never written is None."""
+    out = {}
+    for rank in range(world_size):
+        records = {}
+        for key in ("entered", "completed"):
+            name = f"{STORE_PREFIX}/{rank}/{key}"
+            try:
+                records[key] = json.loads(store.get(name)) if store.check([name]) else None
+            except Exception:  # the store is gone or the record unreadable
+                records[key] = None
+        out[rank] = records
+    return out
+
+
+def _unit(record: Mapping[str, Any]) -> str:
+    unit = record.get("unit")
+    return "no unit" if unit is None else (unit or "root")
+
+
+def describe(record: Mapping[str, Any] | None) -> str:
+    """``all_gather #3 (layers.1, forward)``; ``none`` for no record."""
+    if not record:
+        return "none"
+    return f"{record['op']} #{record['seq']} ({_unit(record)}, {record['phase']})"
+
+
+def _ranks(ranks: list[int]) -> str:
+    ranks = sorted(ranks)
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+
+
+def diagnose(progress: Mapping[int, Mapping[str, Any]], phases: Mapping[int, str] | None = None) -> str:
+    """The verdict on a hang, one sentence, from each rank's last entered and completed collective.
+
+    Args:
+        progress: ``{rank: {"entered": record or None, "completed": record or None}}`` for every
+            rank of the world (:meth:`ProgressBoard.read`).
+        phases: each rank's phase when the run was stopped (for ranks outside any collective).
+
+    The collective that most ranks are furthest in is the frontier: ranks that never entered
+    it are named as stuck before it, and the ranks that entered it and did not complete it
+    as waiting in it.
+    """
+    phases = phases or {}
+    entered = {r: (p.get("entered") or {}).get("seq", -1) for r, p in progress.items()}
+    completed = {r: (p.get("completed") or {}).get("seq", -1) for r, p in progress.items()}
+    frontier = max(entered.values(), default=-1)
+    if frontier < 0:
+        where = ", ".join(f"rank {r} in {phases.get(r, 'an unknown phase')}" for r in sorted(progress))
+        return f"no rank entered a collective ({where})"
+    target = next(p["entered"] for r, p in sorted(progress.items()) if entered[r] == frontier)
+    behind = [r for r in progress if entered[r] < frontier]
+    waiting = [r for r in progress if entered[r] == frontier and completed[r] < frontier]
+    if behind:
+        head = f"{_ranks(behind)} never entered {describe(target)}"
+        if waiting:
+            return f"{head}; {_ranks(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in it"
+        return f"{head}; the others completed it"
+    if waiting:
+        return f"every rank entered {describe(target)} and {_ranks(waiting)} did not complete it (mismatched sizes or a stuck transport)"
+    where = ", ".join(f"rank {r} in {phases[r]}" for r in sorted(progress) if r in phases)
+    return (f"every rank completed {describe(target)}, its last collective; they are stuck outside collectives"
+            + (f" ({where})" if where else ""))
+
+
+def per_rank_lines(progress: Mapping[int, Mapping[str, Any]], phases: Mapping[int, str] | None = None) -> list[str]:
+    """One line per rank: its phase, last collective entered and last completed."""
+    phases = phases or {}
+    return [f"rank {r}: {f'phase {phases[r]}; ' if r in phases else ''}last entered {describe(p.get('entered'))}; "
+            f"last completed {describe(p.get('completed'))}" for r, p in sorted(progress.items())]

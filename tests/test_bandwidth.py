@@ -1,0 +1,201 @@
+"""Bandwidth in nccl-tests' terms: the formulas, the check kind, the table, the load errors, and
+the shipped ``specs/cluster_bandwidth.yaml`` on real gloo ranks with its busbw figures held
+against the formula applied to the recorded times."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from harness.judge.bandwidth import bandwidth_rows, bus_factor
+from harness.judge.checks import check, make_entry
+from harness.judge.evaluate import FAILING, evaluate_spec
+from harness.load.spec import SpecError, load_spec
+from harness.report.bandwidth import markdown_table, table_lines
+from observations import walkthrough_observation
+
+SPECS = Path(__file__).resolve().parents[1] / "specs"
+
+
+def timed(name, op, numel, time_s, *, n=4, element_size=2, wrong=0, source="sweep", requested=None):
+    return {"name": name, "source": source, "op": op, "dtype": "bfloat16", "element_size": element_size,
+            "size_bytes": numel * element_size, "count": numel, "requested_bytes": (requested or numel) * element_size,
+            "group_size": n, "mesh_dim": None, "occurrences": None, "warmup": 1, "iterations": 3,
+            "time_s": time_s, "wrong": wrong, "timer": "wall_barrier"}
+
+
+def timed_observation(times=(0.010, 0.012, 0.011, 0.013), wrong_rank=None) -> dict:
+    """4 ranks, hosts node-a (0, 1) and node-b (2, 3), each timing an all-gather and a reduce-scatter
+    of 2,360,448 bf16 elements (4,720,896 B) and an all-reduce of 1,000,000."""
+    obs = walkthrough_observation()
+    for r in obs["ranks"]:
+        rank = r["rank"]
+        r["environment"] = {"host": "node-a" if rank < 2 else "node-b", "node_rank": rank // 2, "local_rank": rank % 2,
+                            "local_world_size": 2, "torch_version": "2.13.0", "backend": "gloo", "device_type": "cpu",
+                            "device_name": "cpu", "variables": {}}
+        r["bandwidth"] = [
+            timed("layer", "all_gather", 2_360_448, times[rank], wrong=5 if rank == wrong_rank else 0),
+            timed("layer", "reduce_scatter", 2_360_448, 2 * times[rank]),
+            timed("small", "all_reduce", 1_000_000, 0.001),
+        ]
+    return obs
+
+
+def test_bus_factors_are_nccl_tests():
+    assert bus_factor("all_gather", 4) == 0.75 and bus_factor("reduce_scatter", 8) == 7 / 8
+    assert bus_factor("all_reduce", 4) == 1.5
+    with pytest.raises(ValueError, match="no nccl-tests bus factor for op 'broadcast'"):
+        bus_factor("broadcast", 4)
+
+
+def test_rows_apply_the_formula_to_the_mean_time_over_ranks():
+    rows = {(r.op, r.name): r for r in bandwidth_rows(timed_observation())}
+    ag = rows["all_gather", "layer"]
+    mean_s = (0.010 + 0.012 + 0.011 + 0.013) / 4  # 11.5 ms
+    assert ag.time_us == pytest.approx(mean_s * 1e6)
+    assert ag.algbw == pytest.approx(4_720_896 / mean_s / 1e9)  # 0.4105 GB/s
+    assert ag.busbw == pytest.approx(4_720_896 / mean_s / 1e9 * 3 / 4)
+    assert rows["all_reduce", "small"].busbw == pytest.approx(2_000_000 / 0.001 / 1e9 * 2 * 3 / 4)  # 3.0 GB/s
+    assert ag.times_us[3] == pytest.approx(13_000)
+
+
+def run(obs, **values):
+    return check(make_entry("bandwidth", values, id="bw", section="nccl-tests"), obs)
+
+
+def test_a_minimum_busbw_holds_and_fails():
+    obs = timed_observation()  # all-gather busbw = 4,720,896 / 0.0115 s x 3/4 = 0.307885 GB/s
+    assert run(obs, op="all_gather", size="layer", busbw=">= 0.3").status == "pass"
+    failed = run(obs, op="all_gather", size="layer", busbw=">= 0.31")
+    assert failed.status == "fail"
+    assert "expected >= 0.31; observed 0.307885 (ranks 0-3)" in failed.explain()
+
+
+def test_the_least_busbw_of_the_selected_rows_is_the_one_held():
+    obs = timed_observation()  # reduce-scatter takes twice as long: busbw 0.1539 GB/s
+    assert run(obs, size="layer", busbw=">= 0.3").status == "fail"
+    assert run(obs, size="layer", rows=2, busbw=">= 0.15").status == "pass"
+
+
+def test_wrong_elements_fail_naming_the_rank_and_its_host():
+    result = run(timed_observation(wrong_rank=2), op="all_gather", size="layer", wrong=0)
+    assert result.status == "fail"
+    assert "failing ranks: 2 (node-b)" in result.explain()
+
+
+def test_an_unknown_row_is_an_error_listing_the_timed_ones():
+    result = run(timed_observation(), op="all_reduce", size="layer", wrong=0)
+    assert result.status == "error"
+    assert "timed: ['all_gather layer', 'all_reduce small', 'reduce_scatter layer']" in result.message
+
+
+def test_a_simulated_run_skips():
+    obs = timed_observation()
+    obs["environment"]["simulated"] = True
+    assert run(obs, op="all_gather", busbw="> 0").status == "skip"
+
+
+def test_the_table_has_nccl_tests_columns():
+    lines = table_lines(bandwidth_rows(timed_observation()), world_size=4)
+    header = lines[2].split()
+    assert header[:10] == ["#", "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong"]
+    first = lines[4].split()
+    assert first[:9] == ["4720896", "2360448", "bfloat16", "none", "-1", "11500.0", "0.41", "0.31", "0"]
+    assert lines[5].split()[3] == "sum"
+    assert markdown_table(bandwidth_rows(timed_observation()))[0].startswith("| size (B) | count (elements) | type | redop")
+
+
+SPEC = """\
+spec: bw
+title: bandwidth
+document: nccl-tests
+setup:
+  mesh: {shape: [4]}
+  bandwidth:
+    sizes:
+      - {name: layer, layer_of: walkthrough}
+tables:
+  - section: s
+    check: bandwidth
+    entries:
+      - ENTRY
+"""
+
+
+@pytest.mark.parametrize("setup_or_entry, key_path, message", [
+    ("{op: all_gather, size: layr, wrong: 0}", "tables[0].entries[0].size",
+     "no size named 'layr'; setup.bandwidth times ['layer', 'step']"),
+    ("{op: allgather, size: layer, wrong: 0}", "tables[0].entries[0].op", "expected one of ['all_gather', 'reduce_scatter', 'all_reduce']"),
+    ("{op: all_gather, busbw: fast}", "tables[0].entries[0]", "busbw: expected a number"),
+    ("layer_of: walkthrough}\n      - {name: layer, numel: 10}", "setup.bandwidth.sizes[1].name", "size name 'layer' is used by sizes[0]"),
+    ("layer_of: Qwen3-9B}", "setup.bandwidth.sizes[0].layer_of", "expected a known config"),
+])
+def test_load_errors_name_file_line_and_key(tmp_path, setup_or_entry, key_path, message):
+    text = (SPEC.replace("ENTRY", setup_or_entry) if setup_or_entry.startswith("{")
+            else SPEC.replace("layer_of: walkthrough}", setup_or_entry).replace("ENTRY", "{op: all_gather, wrong: 0}"))
+    path = tmp_path / "bw.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert info.value.key_path == key_path, str(info.value)
+    assert message in info.value.message
+    assert str(info.value).startswith(f"{path}:{info.value.line}: {key_path}: ")
+
+
+def test_bandwidth_entries_need_setup_bandwidth(tmp_path):
+    path = tmp_path / "bw.yaml"
+    path.write_text(SPEC.replace("  bandwidth:\n    sizes:\n      - {name: layer, layer_of: walkthrough}\n", "")
+                    .replace("ENTRY", "{op: all_gather, wrong: 0}"), encoding="utf-8")
+    with pytest.raises(SpecError, match=r"bw.yaml:10: tables\[0\].entries\[0\]: setup.bandwidth is not set"):
+        load_spec(path)
+
+
+def test_unit_sizes_are_the_layers_fsdp_gathers():
+    from harness.run.bandwidth import unit_numel
+
+    assert unit_numel("walkthrough", 4) == 2_360_448
+    assert unit_numel("Qwen3-8B", 4) == 192_946_432
+    assert unit_numel("Qwen3-32B", 4) == 487_598_336
+    assert unit_numel("Qwen3-32B", 1024) == 487_600_128  # q_norm/k_norm and the layernorms padded
+
+
+def test_wrong_counts_elements_that_differ():
+    import torch
+
+    from harness.run.bandwidth import PlannedRow, _pattern, _wrong
+
+    row = PlannedRow("x", "sweep", "all_gather", torch.bfloat16, 12, 12, 3, None, None)
+    out = torch.cat([_pattern(4, j, torch.bfloat16, torch.device("cpu")) for j in range(3)])
+    assert _wrong(row, out, 0, torch.device("cpu")) == 0
+    out[5] += 1
+    out[11] = float("nan")
+    assert _wrong(row, out, 0, torch.device("cpu")) == 2
+    rs = PlannedRow("x", "sweep", "reduce_scatter", torch.bfloat16, 12, 12, 3, None, None)
+    index = torch.arange(4, 8)
+    expected = sum(((index + j) % 3 - 1) for j in range(3)).to(torch.bfloat16)  # rank 1's chunk of the sum
+    assert _wrong(rs, expected, 1, torch.device("cpu")) == 0
+    assert _wrong(rs, expected + 1, 1, torch.device("cpu")) == 4
+
+
+@pytest.mark.slow
+def test_cluster_spec_busbw_is_the_formula_on_the_recorded_times(spec_observation):
+    spec = load_spec(SPECS / "cluster_bandwidth.yaml")
+    obs = spec_observation(spec)
+    assert not [r.entry.id for r in evaluate_spec(spec, obs) if r.status in FAILING]
+    recorded = {}
+    for rank_doc in obs["ranks"]:
+        for row in rank_doc["bandwidth"]:
+            recorded.setdefault((row["op"], row["name"]), []).append(row)
+    rows = bandwidth_rows(obs)
+    assert {(r.op, r.name) for r in rows} == set(recorded)
+    assert len(rows) == 8  # 2 ops x 3 sizes, and the step's all-gather and reduce-scatter
+    for r in rows:
+        per_rank = recorded[r.op, r.name]
+        assert len(per_rank) == 4 and {row["wrong"] for row in per_rank} == {0}
+        t = math.fsum(row["time_s"] for row in per_rank) / 4
+        s = per_rank[0]["size_bytes"]
+        assert r.algbw == pytest.approx(s / t / 1e9, rel=1e-12)
+        assert r.busbw == pytest.approx(s / t / 1e9 * 3 / 4, rel=1e-12)
+        assert s <= 16_000_000 or r.name in ("walkthrough_layer", "step")  # the CPU cap

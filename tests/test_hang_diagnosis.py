@@ -1,0 +1,123 @@
+"""Hang diagnosis: which rank is stuck where, from each rank's last collective entered and completed.
+
+The verdict is a pure function of the ranks' progress records (tested on hand-written records);
+one real run on 3 gloo ranks hangs rank 1 at the start of backward and must be named as never
+entering the backward all-gather of layers.1 that ranks 0 and 2 wait in.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from harness.run.hang import ProgressBoard, diagnose, per_rank_lines
+
+
+def rec(seq, op="all_gather", unit="layers.0", phase="forward"):
+    return {"seq": seq, "op": op, "unit": unit, "phase": phase}
+
+
+def test_a_rank_that_never_entered_is_named_with_the_collective_its_peers_wait_in():
+    progress = {
+        0: {"entered": rec(3, unit="layers.1"), "completed": rec(2)},
+        1: {"entered": rec(3, unit="layers.1"), "completed": rec(2)},
+        2: {"entered": rec(2), "completed": rec(2)},
+        3: {"entered": rec(3, unit="layers.1"), "completed": rec(2)},
+    }
+    assert diagnose(progress) == "rank 2 never entered all_gather #3 (layers.1, forward); ranks 0, 1, 3 wait in it"
+    assert per_rank_lines(progress, {2: "forward"})[2] == (
+        "rank 2: phase forward; last entered all_gather #2 (layers.0, forward); last completed all_gather #2 (layers.0, forward)")
+
+
+def test_every_rank_in_the_same_collective_is_a_mismatch_or_a_stuck_transport():
+    progress = {r: {"entered": rec(4, "reduce_scatter", "layers.0", "backward"), "completed": rec(3)} for r in range(2)}
+    assert diagnose(progress) == ("every rank entered reduce_scatter #4 (layers.0, backward) and ranks 0, 1 did not "
+                                  "complete it (mismatched sizes or a stuck transport)")
+
+
+def test_ranks_outside_collectives_and_ranks_before_any():
+    done = {r: {"entered": rec(5, unit=""), "completed": rec(5, unit="")} for r in range(2)}
+    assert diagnose(done, {0: "optimizer", 1: "optimizer"}) == (
+        "every rank completed all_gather #5 (root, forward), its last collective; they are stuck outside "
+        "collectives (rank 0 in optimizer, rank 1 in optimizer)")
+    none = {r: {"entered": None, "completed": None} for r in range(2)}
+    assert diagnose(none, {0: "setup", 1: "init_process_group"}) == (
+        "no rank entered a collective (rank 0 in setup, rank 1 in init_process_group)")
+
+
+def test_the_board_round_trips_records_and_cuts_long_ones():
+    import multiprocessing
+
+    board = ProgressBoard(multiprocessing.get_context("spawn"), 2)
+    board.writer(1).entered(rec(7, unit="layers.12"))
+    board.writer(1).completed(rec(6))
+    board.writer(0).entered(rec(1, unit="x" * 1000))  # cut: unreadable, read as no record
+    assert board.read() == {0: {"entered": None, "completed": None},
+                            1: {"entered": rec(7, unit="layers.12"), "completed": rec(6)}}
+
+
+@pytest.mark.slow
+def test_an_injected_hang_names_the_stuck_rank_and_collective():
+    from harness.load.setup import ModelSetup, RunSetup
+    from harness.run.faults import Fault, injected
+    from harness.run.launch import RunTimeout, run_local
+
+    setup = RunSetup(model=ModelSetup(overrides={"num_hidden_layers": 2}), mesh_shape=(3,), numerics=False)
+    start = time.monotonic()
+    with pytest.raises(RunTimeout) as info:
+        with injected(Fault(rank=1, phase="backward", kind="hang")):
+            run_local(setup, backend="gloo", timeout_s=60)
+    assert time.monotonic() - start < 200  # ends (60 s, plus starting and killing ranks on a loaded machine)
+    # backward begins with layers.1's all-gather (#2 after the two forward all-gathers, #0 and #1)
+    assert info.value.verdict == "rank 1 never entered all_gather #2 (layers.1, backward); ranks 0, 2 wait in it"
+    assert "Diagnosis: rank 1 never entered all_gather #2 (layers.1, backward)" in str(info.value)
+    assert info.value.progress[1]["completed"] == {"seq": 1, "op": "all_gather", "unit": "layers.1", "phase": "forward"}
+    assert info.value.flight_recorder == []  # gloo: no NCCL flight recorder
+
+
+_JOINED_RANK = """
+import sys
+from harness.load.setup import ModelSetup, RunSetup
+from harness.run.faults import Fault, injected
+from harness.run.runner import RunError, run_setup
+setup = RunSetup(model=ModelSetup(overrides={"num_hidden_layers": 2}), mesh_shape=(3,), numerics=False)
+with injected(Fault(rank=1, phase="backward", kind="hang")):
+    try:
+        run_setup(setup, backend="gloo", timeout_s=20)
+    except RunError as exc:
+        print(exc)
+        sys.exit(2)
+"""
+
+
+@pytest.mark.slow
+def test_a_hang_in_a_joined_world_names_the_stuck_rank(tmp_path):
+    """A world set up as torchrun sets it (RANK, WORLD_SIZE, MASTER_ADDR): the ranks whose
+    collective times out read every rank's progress from the process group's store."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    procs = []
+    for rank in range(3):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "3", "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "3",
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "PYTHONPATH": repo}
+        procs.append(subprocess.Popen([sys.executable, "-c", _JOINED_RANK], env=env, cwd=repo, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    try:
+        outputs = {r: procs[r].communicate(timeout=240)[0] for r in (0, 2)}  # the peers end at the timeout
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for rank in (0, 2):
+        assert procs[rank].returncode == 2, outputs[rank]
+        assert "Diagnosis: rank 1 never entered all_gather #2 (layers.1, backward); ranks 0, 2 wait in it." in outputs[rank], \
+            outputs[rank]
