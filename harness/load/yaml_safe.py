@@ -172,6 +172,8 @@ def _yaml_error(path: str | Path, exc: yaml.YAMLError) -> YamlFileError:
         char = exc.character if isinstance(exc.character, int) else ord(exc.character[:1] or "\0")
         problem = f"character U+{char:04X} at character offset {exc.position} is not allowed in YAML text"
     problem = " ".join(str(problem).split())
+    if "maximum nesting depth" in problem:  # libyaml's own limit (1,000), before ours is measured
+        return YamlFileError(path, _line(mark), f"nested deeper than {MAX_DEPTH} levels of sequences and mappings")
     return YamlFileError(path, _line(mark), f"not valid YAML: {problem}")
 
 
