@@ -1,6 +1,6 @@
 """Cold `python -m harness validate specs/*.yaml` in two checkouts, interleaved; medians.
 
-    python benchmarks/bench_validate.py BASELINE_TREE [THIS_TREE] [--runs 7]
+    python benchmarks/bench_validate_trees.py BASELINE_TREE [THIS_TREE] [--runs 7]
 
 Each run is a fresh interpreter (imports included), as a user types it, with PYTHONPATH set to
 the tree under test and that tree's specs/. Interleaving spreads the load of a shared machine
