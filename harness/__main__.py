@@ -21,6 +21,7 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -196,8 +197,9 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
         interrupted = exc
     except Exception as exc:  # a harness bug: its traceback is shown, after the results are kept
         failure = exc
+    main_thread = threading.current_thread() is threading.main_thread()  # signal handlers live there
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main_thread else None  # written whole, not cut by a second Ctrl-C
     try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the results are written whole, not cut by a second Ctrl-C
         if args.json and _global_rank() == 0:  # under torchrun only rank 0 writes files
             status = _write_payload(console, args, all_results, documents, finished, interrupted or failure, status)
         if args.report and not follower and _global_rank() == 0:  # under torchrun only rank 0 writes it
@@ -216,7 +218,8 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
                 console.print(_mark(False, f"--junitxml {args.junitxml}: cannot write ({exc.strerror or exc})"))
                 status = max(status, 2)
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if main_thread:
+            signal.signal(signal.SIGINT, previous)
     if interrupted is not None:
         raise interrupted
     if failure is not None:
@@ -526,7 +529,8 @@ def main(argv: list[str] | None = None) -> int:
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(highlight=False, soft_wrap=True, width=160)
     handler = {"run": _cmd_run, "validate": _cmd_validate, "draft": _cmd_draft, "render": _cmd_render}[args.command]
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     previous_hook = sys.unraisablehook
 
     def unraisable(hook_args: Any) -> None:
@@ -545,7 +549,8 @@ def main(argv: list[str] | None = None) -> int:
         Console(stderr=True, highlight=False).print("terminated" if terminated else "interrupted")
         return 143 if terminated else 130
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
         sys.unraisablehook = previous_hook
 
 

@@ -58,7 +58,7 @@ rank runs ``fully_shard``, which chunks every unit's parameters into one piece p
 about 4 ms per unit and world rank on a 2-core machine (131,072 of them: about 8 minutes)."""
 
 RANK_BASE_BYTES = 200 * 10**6
-"""Memory of one rank process beyond its tensors. Measured (smaps_rollup, sampled every 50 ms,
+"""Memory of one rank process beyond its tensors. Measured (benchmarks/bench_rank_memory.py,
 torch 2.13 CPU): a walkthrough rank forked from the preloaded forkserver peaks at 96-112 MB
 private, 139-208 MB proportional set size, tensors included; 8 ranks of
 ``specs/qwen3_0_6b_8_ranks.yaml`` peaked at 1.48-1.70 GB each (12.0 GB together) where
