@@ -253,8 +253,12 @@ def reload_step(
     checkpoint_dir: str,
     saved_world_size: int,
     on_phase: Callable[[str], None] | None = None,
+    collective_log: Any = None,
 ) -> dict[str, Any]:
     """A rank of a second launch: load the run's checkpoint on this world; compare with the saved.
+
+    ``collective_log`` (the launcher's hang-diagnosis board, given to every rank body) is not
+    used: a reload issues only the checkpoint's own collectives, and its run is not diagnosed.
 
     ``setup`` is the run's on a 1-D mesh of this world (``harness.run.runner``); ``checkpoint_dir`` holds
     :data:`DCP_FOLDER` and :data:`REFERENCE_FILE` written by :func:`round_trip`. Each loaded
