@@ -286,16 +286,13 @@ def _works(out: Any) -> list[Any]:
 
 
 def _state(work: Any) -> str:
-    """"pending", "ok" or "failed" (``Work.is_completed`` / ``Work.is_success``)."""
+    """"pending", "ok" or "failed" (``Work.is_completed``). Not ``Work.is_success``: torch 2.13
+    deprecates it and prints a warning from every rank on each call; a failed collective raises
+    in the rank that waits on it, which the launcher reports."""
     try:
-        if not work.is_completed():
-            return "pending"
+        return "ok" if work.is_completed() else "pending"
     except Exception:
         return "failed"
-    try:
-        return "ok" if work.is_success() else "failed"
-    except Exception:  # a work without is_success: it completed
-        return "ok"
 
 
 # --- attribution from the profiler ------------------------------------------------------------
