@@ -197,8 +197,11 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
         interrupted = exc
     except Exception as exc:  # a harness bug: its traceback is shown, after the results are kept
         failure = exc
-    main_thread = threading.current_thread() is threading.main_thread()  # signal handlers live there
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main_thread else None  # written whole, not cut by a second Ctrl-C
+    # Files are written whole, not cut by a second Ctrl-C; with none to write, Ctrl-C stays live.
+    # Signal handlers live in the main thread only.
+    main_thread = threading.current_thread() is threading.main_thread()
+    writing = bool(args.json or args.report or args.junitxml)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main_thread and writing else None
     try:
         if args.json and _global_rank() == 0:  # under torchrun only rank 0 writes files
             status = _write_payload(console, args, all_results, documents, finished, interrupted or failure, status)
@@ -218,7 +221,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
                 console.print(_mark(False, f"--junitxml {args.junitxml}: cannot write ({exc.strerror or exc})"))
                 status = max(status, 2)
     finally:
-        if main_thread:
+        if previous is not None:
             signal.signal(signal.SIGINT, previous)
     if interrupted is not None:
         raise interrupted

@@ -34,15 +34,19 @@ title: two ranks
 document: a document
 backend: BACKEND
 setup:
-  model: {config: walkthrough, overrides: {num_hidden_layers: 1}}
+  # long enough (6 fp16 layers, B=4, L=128: seconds of CPU even on an idle machine) that the
+  # signal, sent 2 s after the ranks start, lands inside the step
+  model: {config: walkthrough, overrides: {num_hidden_layers: 6}}
   mesh: {shape: [2], dim_names: [dp]}
+  batch_per_rank: 4
+  seq_len: 128
   numerics: false
 tables:
   - section: "Forward"
     title: shapes
     check: step
     entries:
-      - {id: x_norm, step: step1.x_norm, shape: [2, 8, 512]}
+      - {id: x_norm, step: step1.x_norm, shape: [4, 128, 512]}
 """
 
 
