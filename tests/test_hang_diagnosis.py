@@ -30,6 +30,26 @@ def test_a_rank_that_never_entered_is_named_with_the_collective_its_peers_wait_i
         "rank 2: phase forward; last entered all_gather #2 (layers.0, forward); last completed all_gather #2 (layers.0, forward)")
 
 
+def test_a_peer_whose_work_ended_in_a_timeout_still_waits_in_it():
+    """gloo marks a timed-out Work completed: a member of the group of a collective that another
+    member never entered cannot have completed it, whatever its record says."""
+    progress = {
+        0: {"entered": rec(2), "completed": rec(1)},
+        1: {"entered": rec(1), "completed": rec(1)},
+        2: {"entered": rec(2), "completed": rec(2)},
+    }
+    assert diagnose(progress) == "rank 1 never entered all_gather #2 (layers.0, forward); ranks 0, 2 wait in it"
+
+
+def test_ranks_of_another_group_that_completed_the_collective_are_not_waiting():
+    """HSDP: shard groups {0, 1} and {2, 3}; rank 1 never entered #2, ranks 2 and 3 completed
+    theirs on their own group."""
+    group = {0: [0, 1, 2], 1: [0, 1, 2], 2: [2, 1, 2], 3: [2, 1, 2]}
+    progress = {r: {"entered": {**rec(2), "group": group[r]}, "completed": rec(2 if r >= 2 else 1)} for r in (0, 2, 3)}
+    progress[1] = {"entered": rec(1), "completed": rec(1)}
+    assert diagnose(progress) == "rank 1 never entered all_gather #2 (layers.0, forward); rank 0 waits in it"
+
+
 def test_every_rank_in_the_same_collective_is_a_mismatch_or_a_stuck_transport():
     progress = {r: {"entered": rec(4, "reduce_scatter", "layers.0", "backward"), "completed": rec(3)} for r in range(2)}
     assert diagnose(progress) == ("every rank entered reduce_scatter #4 (layers.0, backward) and ranks 0, 1 did not "
@@ -72,7 +92,8 @@ def test_an_injected_hang_names_the_stuck_rank_and_collective():
     # backward begins with layers.1's all-gather (#2 after the two forward all-gathers, #0 and #1)
     assert info.value.verdict == "rank 1 never entered all_gather #2 (layers.1, backward); ranks 0, 2 wait in it"
     assert "Diagnosis: rank 1 never entered all_gather #2 (layers.1, backward)" in str(info.value)
-    assert info.value.progress[1]["completed"] == {"seq": 1, "op": "all_gather", "unit": "layers.1", "phase": "forward"}
+    assert info.value.progress[1]["completed"] == {"seq": 1, "op": "all_gather", "unit": "layers.1", "phase": "forward",
+                                                   "group": [0, 1, 3]}
     assert info.value.flight_recorder == []  # gloo: no NCCL flight recorder
 
 

@@ -134,6 +134,14 @@ def _ranks(ranks: list[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
 
 
+def _members(group: Any) -> set[int] | None:
+    """The global ranks of a ``[first, stride, size]`` group span, or None when unknown."""
+    if not (isinstance(group, list) and len(group) == 3 and all(isinstance(x, int) for x in group)):
+        return None
+    first, stride, size = group
+    return {first + i * stride for i in range(size)}
+
+
 def diagnose(progress: Mapping[int, Mapping[str, Any]], phases: Mapping[int, str] | None = None) -> str:
     """The verdict on a hang, one sentence, from each rank's last entered and completed collective.
 
@@ -155,7 +163,12 @@ def diagnose(progress: Mapping[int, Mapping[str, Any]], phases: Mapping[int, str
         return f"no rank entered a collective ({where})"
     target = next(p["entered"] for r, p in sorted(progress.items()) if entered[r] == frontier)
     behind = [r for r in progress if entered[r] < frontier]
-    waiting = [r for r in progress if entered[r] == frontier and completed[r] < frontier]
+    # A collective cannot succeed on any member while another member never entered it: a rank
+    # that reports it completed saw its Work end in error (gloo marks a timed-out Work completed).
+    members = _members(target.get("group"))
+    blocked = [r for r in behind if members is None or r in members]
+    waiting = [r for r in progress if entered[r] == frontier
+               and (completed[r] < frontier or (blocked and (members is None or r in members)))]
     if behind:
         head = f"{_ranks(behind)} never entered {describe(target)}"
         if waiting:

@@ -104,6 +104,25 @@ def _resolve_group(arguments: Mapping[str, Any]) -> Any:
     return None
 
 
+def _group_span(func, args, kwargs) -> list[int] | None:
+    """The op's group as ``[first global rank, stride, size]`` (DeviceMesh groups are arithmetic
+    progressions), or None when unknown or irregular: compact enough for a progress slot at any
+    world size, and what hang diagnosis needs to tell who can complete a collective."""
+    arguments = {a.name: (args[i] if i < len(args) else kwargs.get(a.name))
+                 for i, a in enumerate(func._schema.arguments)}
+    try:
+        group = _resolve_group(arguments)
+        ranks = dist.get_process_group_ranks(group) if group is not None else None
+    except Exception:  # a group this process cannot resolve: leave membership unknown
+        return None
+    if not ranks:
+        return None
+    stride = ranks[1] - ranks[0] if len(ranks) > 1 else 1
+    if any(b - a != stride for a, b in zip(ranks, ranks[1:])):
+        return None
+    return [ranks[0], stride, len(ranks)]
+
+
 class CollectiveRecorder(TorchDispatchMode):
     """Records every c10d op dispatched while active, in issue order.
 
@@ -135,7 +154,8 @@ class CollectiveRecorder(TorchDispatchMode):
         op_name = func._schema.name.split("::", 1)[-1]
         if namespace in _NAMESPACES and op_name not in _NOT_COLLECTIVES:
             if self.progress is not None:
-                self.progress.entered(len(self.records), _OP_KIND.get(op_name, "other"), self.phase())
+                self.progress.entered(len(self.records), _OP_KIND.get(op_name, "other"), self.phase(),
+                                      _group_span(func, args, kwargs))
             out = func(*args, **kwargs)
             self._record(func, op_name, args, kwargs, out)
             if self.progress is not None:
@@ -241,8 +261,10 @@ class _Progress:
                     return unit
         return None
 
-    def entered(self, seq: int, op: str, phase: str) -> None:
+    def entered(self, seq: int, op: str, phase: str, group: list[int] | None = None) -> None:
         self.current = {"seq": seq, "op": op, "unit": self._unit(), "phase": phase}
+        if group is not None:
+            self.current["group"] = group
         self.sink.entered(self.current)
 
     def issued(self, out: Any) -> None:
