@@ -63,3 +63,28 @@ def test_the_launcher_reports_every_rank_through_the_step(backend):
     for rank, phases in seen.items():
         steps = [p for p in phases if p in ("forward", "backward", "optimizer")]
         assert steps == ["forward", "backward", "optimizer"], (rank, phases)
+
+
+def test_the_phase_trail_replays_phases_shorter_than_the_poll():
+    """A rank that went through forward, backward and optimizer between two polls is reported
+    in each of them, in order, while a slower rank stays where it is."""
+    import multiprocessing
+
+    from harness.run.launch import PhaseTrail, _report_trail
+
+    trail = PhaseTrail(multiprocessing.get_context("spawn"), 2)
+    for phase in ("setup", "forward", "backward", "optimizer"):
+        trail.enter(0, phase)
+    trail.enter(1, "setup")
+    calls: list[dict[int, str]] = []
+    reported = [0, 0]
+    _report_trail(trail, reported, calls.append)
+    assert [c[0] for c in calls] == ["setup", "forward", "backward", "optimizer"]
+    assert {c[1] for c in calls} == {"setup"}
+    trail.enter(1, "forward")
+    calls.clear()
+    _report_trail(trail, reported, calls.append)
+    assert calls == [{0: "optimizer", 1: "forward"}]
+    for _ in range(PhaseTrail.DEPTH + 3):  # more than the ring holds: the latest DEPTH are kept
+        trail.enter(1, "backward")
+    assert trail.current(1) == "backward" and len(trail.since(1, 0, trail.counts()[1])) == PhaseTrail.DEPTH

@@ -81,6 +81,39 @@ _PHASE_CODES = ("starting", "init_process_group", "setup", "replica", "forward",
                 "bandwidth", "state_dict")
 
 
+class PhaseTrail:
+    """Each rank's phases in the order it entered them, in shared memory: a count and a ring of
+    the last :attr:`DEPTH` phase codes per rank. The parent polls a few times a second, so a
+    phase that lasts milliseconds (the optimizer step of a small model) would be missed by a
+    plain "current phase" slot; the trail lets the parent report every phase it passed.
+    Each rank writes only its own row (code first, then count), so no lock is needed."""
+
+    DEPTH = 32
+
+    def __init__(self, ctx: Any, world_size: int) -> None:
+        self.world_size = world_size
+        self.array = ctx.Array("i", world_size * (1 + self.DEPTH), lock=False)
+
+    def enter(self, rank: int, name: str) -> None:
+        row = rank * (1 + self.DEPTH)
+        count = self.array[row]
+        self.array[row + 1 + count % self.DEPTH] = _PHASE_CODES.index(name) if name in _PHASE_CODES else 0
+        self.array[row] = count + 1
+
+    def current(self, rank: int) -> str:
+        row = rank * (1 + self.DEPTH)
+        count = self.array[row]
+        return _PHASE_CODES[self.array[row + 1 + (count - 1) % self.DEPTH]] if count else _PHASE_CODES[0]
+
+    def counts(self) -> list[int]:
+        return [self.array[r * (1 + self.DEPTH)] for r in range(self.world_size)]
+
+    def since(self, rank: int, seen: int, count: int) -> list[str]:
+        """The phases rank entered after its first ``seen`` ones, up to ``count`` (the last DEPTH at most)."""
+        row = rank * (1 + self.DEPTH)
+        return [_PHASE_CODES[self.array[row + 1 + i % self.DEPTH]] for i in range(max(seen, count - self.DEPTH), count)]
+
+
 class RunError(RuntimeError):
     """A run failed. ``rank`` is the failing rank (None if not one rank's fault); the message
     names it and carries its traceback text (``traceback``)."""
@@ -315,7 +348,7 @@ def _rank_main(
     timeout_s: float,
     conn: Any,
     lifeline: Any,
-    phase_codes: Any,
+    phase_trail: PhaseTrail,
     phase_hooks: tuple[Any, ...],
     progress_board: Any = None,
     flight_recorder_dir: str | None = None,
@@ -335,7 +368,7 @@ def _rank_main(
     threading.Thread(target=_watch_lifeline, args=(lifeline,), daemon=True).start()
 
     def on_phase(name: str) -> None:
-        phase_codes[rank] = _PHASE_CODES.index(name) if name in _PHASE_CODES else 0
+        phase_trail.enter(rank, name)
 
     try:
         from datetime import timedelta
@@ -431,6 +464,16 @@ def _dump_flight_recorder(folder: str, world_size: int, wait_s: float = 5.0) -> 
     return sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.startswith(FLIGHT_RECORDER_PREFIX))
 
 
+def _report_trail(trail: PhaseTrail, reported: list[int], on_progress: Callable[[dict[int, str]], None]) -> None:
+    """Call on_progress once per phase step since the last report, every rank's trail in step:
+    a rank with fewer new phases stays at its latest. ``reported`` (counts) is updated."""
+    counts = trail.counts()
+    trails = {r: trail.since(r, reported[r], counts[r]) or [trail.current(r)] for r in range(trail.world_size)}
+    for k in range(max(len(t) for t in trails.values())):
+        on_progress({r: t[min(k, len(t) - 1)] for r, t in trails.items()})
+    reported[:] = counts
+
+
 def _hang_diagnosis(board: Any, phases: Mapping[int, str]) -> tuple[str, dict[int, Any], list[str]]:
     """(verdict, progress, per-rank lines) from the ranks' progress board."""
     from harness.run.hang import diagnose, per_rank_lines
@@ -512,7 +555,7 @@ def run_local(
     ctx = forkserver_context()
     tmpdir = tempfile.mkdtemp(prefix="run-", dir=session_dir())
     init_file = os.path.join(tmpdir, "rendezvous")
-    phase_codes = ctx.Array("i", world_size, lock=False)
+    phase_trail = PhaseTrail(ctx, world_size)
     from harness.run.hang import ProgressBoard
 
     board = ProgressBoard(ctx, world_size)  # each rank's last collective, read on a hang
@@ -536,7 +579,7 @@ def run_local(
             p = ctx.Process(
                 target=_rank_main,
                 name=f"fsdp2-rank-{rank}",
-                args=(rank, world_size, setup, backend, init_file, timeout_s, writer, life_r, phase_codes, phase_hooks,
+                args=(rank, world_size, setup, backend, init_file, timeout_s, writer, life_r, phase_trail, phase_hooks,
                       board, fr_dir, step, rank_kwargs),
                 daemon=True,
             )
@@ -548,15 +591,14 @@ def run_local(
             readers[reader] = rank
             lifelines.append(life_w)
         pending_readers = dict(readers)
-        reported: list[int] = []
+        reported = [0] * world_size
         while pending_readers:
-            if on_progress is not None and list(phase_codes) != reported:
-                reported = list(phase_codes)
-                on_progress({r: _PHASE_CODES[code] for r, code in enumerate(reported)})
+            if on_progress is not None and phase_trail.counts() != reported:
+                _report_trail(phase_trail, reported, on_progress)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 pending = sorted(pending_readers.values())
-                phases = {r: _PHASE_CODES[phase_codes[r]] for r in pending}
+                phases = {r: phase_trail.current(r) for r in pending}
                 where = ", ".join(f"rank {r} in {phases[r]}" for r in pending)
                 finished = sorted(results)
                 starting = {"starting", "init_process_group"}
@@ -596,6 +638,8 @@ def run_local(
                 if others:
                     first.args = (f"{first.args[0]}\n(ranks {others} failed after it)",)
                 raise first
+        if on_progress is not None and phase_trail.counts() != reported:
+            _report_trail(phase_trail, reported, on_progress)
         return [results[r] for r in range(world_size)]
     finally:
         _kill_all(procs)
