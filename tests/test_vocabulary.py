@@ -75,7 +75,7 @@ BAD = [
     ("step", "{step: step1.x_norm, layer: 2, shape: [2, 8, 512]}", "tables[0].entries[0].layer", "the model has 2 decoder layers"),
     ("step", "{step: step2.kv_heads, shape: [2, 8, 512]}", "tables[0].entries[0].step", "unknown step 'step2.kv_heads'"),
     ("params_total", "{unit: layers.9, count: 0}", "tables[0].entries[0].unit", "no FSDP unit named 'layers.9'"),
-    ("params_total", "{role: leaf, count: 0}", "tables[0].entries[0].role", "expected one of ['layer', 'root']"),
+    ("params_total", "{role: leaf, count: 0}", "tables[0].entries[0].role", "expected one of ['layer', 'root', 'module']"),
     ("collectives", "{select: {phase: forwad}, count: 0}", "tables[0].entries[0].select", "phase 'forwad' cannot occur"),
     ("collectives", "{select: {op: allgather}, count: 0}", "tables[0].entries[0].select", "op 'allgather' cannot occur"),
     ("collectives", "{select: {mesh_dim: dp}, count: 0}", "tables[0].entries[0].select", "mesh dim 'dp' cannot occur"),

@@ -13,6 +13,10 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
+from harness.load.units import (UNIT_OPTION_KEYS, MixedPrecision, OffloadSetup, UnitPlan, UnitSpec, freeze,
+                                resolve_units, unit_spec_from_yaml)
+from model.names import module_paths
+
 DTYPES = ("float16", "bfloat16", "float32")
 
 
@@ -53,30 +57,58 @@ class ModelSetup:
 
 
 @dataclass(frozen=True)
-class MixedPrecision:
-    """``torch.distributed.fsdp.MixedPrecisionPolicy`` fields, as dtype names (None: keep)."""
-
-    param_dtype: str | None = None
-    reduce_dtype: str | None = None
-    output_dtype: str | None = None
-    cast_forward_inputs: bool = True
-
-
-@dataclass(frozen=True)
 class FSDPSetup:
     """How ``fully_shard`` is applied.
 
     Attributes:
-        reshard_after_forward: for the layer units: True, False, or an int (reshard to a
-            group of that size after forward).
+        reshard_after_forward: for every unit but the root (unless a unit sets its own):
+            True, False, an int (reshard to a group of that size after forward) or None (torch's
+            default).
         root_reshard_after_forward: for the root unit; None passes nothing, so torch's own
             default for the root applies, as in the document's ``fully_shard(model, mesh=mesh)``.
-        mixed_precision: None for no ``MixedPrecisionPolicy``.
+        mixed_precision: every unit's ``MixedPrecisionPolicy`` unless a unit sets ``mp_policy``;
+            None for no policy.
+        offload_policy: every unit's ``CPUOffloadPolicy`` unless a unit sets one; None: none.
+        units: the ``fully_shard`` calls in order (:mod:`harness.load.units`); None: one unit per
+            decoder layer, then the root (the document's setup code).
+        forward_prefetch: ((unit, (units...)), ...): ``unit.set_modules_to_forward_prefetch``.
+        backward_prefetch: the same for ``set_modules_to_backward_prefetch``.
+        defaults: the other unit options (``gradient_divide_factor``,
+            ``force_sum_reduction_for_comms``, ``reshard_after_backward``,
+            ``set_reshard_after_forward``, ``shard_placement``, ``checkpoint``, ``compile``)
+            as written at ``fsdp`` level, defaults of every unit.
     """
 
-    reshard_after_forward: bool | int = True
+    reshard_after_forward: bool | int | None = True
     root_reshard_after_forward: bool | int | None = None
     mixed_precision: MixedPrecision | None = None
+    offload_policy: OffloadSetup | None = None
+    units: tuple[UnitSpec, ...] | None = None
+    forward_prefetch: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    backward_prefetch: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    defaults: tuple[tuple[str, Any], ...] = ()
+
+    def unit_defaults(self) -> dict[str, Any]:
+        """Every unit option's value at ``fsdp`` level (:data:`harness.load.units.UNIT_OPTION_KEYS`)."""
+        out: dict[str, Any] = {"reshard_after_forward": self.reshard_after_forward,
+                               "mp_policy": self.mixed_precision, "offload_policy": self.offload_policy}
+        out.update(dict(self.defaults))
+        return out
+
+
+@dataclass(frozen=True)
+class FreezeSetup:
+    """Parameters made ``requires_grad=False`` by pattern (:func:`harness.load.units.match_params`).
+
+    Attributes:
+        params: FQN patterns (relative to the root; ``*`` one component, ``**`` several).
+        after_fully_shard: False: frozen on the built model, before ``fully_shard`` (FSDP then
+            sees frozen parameters at init); True: frozen on the sharded ``DTensor`` parameters,
+            after every ``fully_shard``.
+    """
+
+    params: tuple[str, ...] = ()
+    after_fully_shard: bool = False
 
 
 @dataclass(frozen=True)
@@ -108,6 +140,16 @@ class RunSetup:
             model is built on the meta device and each rank materializes only its shards
             after fully_shard (values then differ from init_weights'), for models too big to
             hold unsharded on every rank at once. The observation is otherwise the same.
+        init: how the weights come to be: "full" (built on the device, ``init_weights``, then
+            ``fully_shard``), "meta" (built on ``meta``, ``fully_shard``, ``to_empty``, then each
+            rank fills its shards with exactly the values "full" gives: same seed, same numbers;
+            RoPE's ``inv_freq`` recomputed), or None: "full" with numerics on, else each rank
+            draws its own shards (fast, values unlike "full"'s).
+        track_memory: run ``FSDPMemTracker`` over the step (the ``memory`` observation).
+        freeze: see :class:`FreezeSetup`.
+        record_errors: set by the loader when a spec has an ``expect_error`` entry: an error
+            raised by a rank is recorded in its observation (type, message, phase) instead of
+            failing the run.
     """
 
     model: ModelSetup = field(default_factory=ModelSetup)
@@ -120,6 +162,10 @@ class RunSetup:
     seed: int = 0
     observe_ranks: tuple[int, ...] | None = None
     numerics: bool = True
+    init: str | None = None
+    track_memory: bool = True
+    freeze: FreezeSetup = field(default_factory=FreezeSetup)
+    record_errors: bool = False
 
     @property
     def world_size(self) -> int:
@@ -128,11 +174,36 @@ class RunSetup:
             size *= n
         return size
 
+    @property
+    def layer_prefix(self) -> str:
+        """Where the decoder layers live: ``layers`` (decoder_layers) or ``model.layers``."""
+        return "layers" if self.model.body == "decoder_layers" else "model.layers"
+
+    def unit_plan(self, num_layers: int) -> list[UnitPlan]:
+        """The FSDP units in ``fully_shard`` order, the root last (:mod:`harness.load.units`).
+
+        Raises:
+            SetupError: a unit pattern matches no module, or a module is in two units.
+        """
+        plans, problems = resolve_units(self.fsdp.units, self.fsdp.unit_defaults(),
+                                        self.fsdp.root_reshard_after_forward,
+                                        module_paths(self.model.body, num_layers), self.layer_prefix)
+        names = [p.name for p in plans]
+        for key, pairs in (("forward_prefetch", self.fsdp.forward_prefetch),
+                           ("backward_prefetch", self.fsdp.backward_prefetch)):
+            for unit, targets in pairs:
+                for name in (unit, *targets):
+                    if _unit_key(name) not in names:
+                        problems.append((f"setup.fsdp.{key}", f"no FSDP unit named {name!r}; units: "
+                                                              f"{['root' if n == '' else n for n in names]}"))
+        if problems:
+            raise SetupError(*problems[0], errors=problems)
+        return plans
+
     def unit_names(self, num_layers: int) -> tuple[str, ...]:
         """FQNs of the FSDP units this setup creates, in ``fully_shard`` order ("" is the root):
-        one per decoder layer, then the root (the document's section "FSDP2 设置")."""
-        prefix = "layers" if self.model.body == "decoder_layers" else "model.layers"
-        return tuple(f"{prefix}.{i}" for i in range(num_layers)) + ("",)
+        by default one per decoder layer, then the root (the document's section "FSDP2 设置")."""
+        return tuple(p.name for p in self.unit_plan(num_layers))
 
     @property
     def data_parallel_size(self) -> int:
@@ -170,9 +241,10 @@ class RunSetup:
             problems.append(("setup.mesh.dim_names",
                              f"expected {len(shape)} name{'s' if len(shape) != 1 else ''} for shape {list(shape)}, "
                              f"got {list(names)}"))
-        fsdp = dict(data.pop("fsdp", {}))
-        mp = fsdp.pop("mixed_precision", None)
-        fsdp_setup = FSDPSetup(**fsdp, mixed_precision=MixedPrecision(**mp) if mp else None)
+        fsdp_setup = _fsdp_from_mapping(dict(data.pop("fsdp", {})))
+        frozen = data.pop("freeze", None)
+        freeze_setup = FreezeSetup(tuple(frozen.get("params", ())), bool(frozen.get("after_fully_shard", False))) \
+            if frozen else FreezeSetup()
         optimizer = OptimizerSetup(**data.pop("optimizer", {}))
         observe = data.pop("observe_ranks", None)
         world = 1
@@ -190,7 +262,28 @@ class RunSetup:
             mesh_shape=shape,
             mesh_dim_names=names,
             fsdp=fsdp_setup,
+            freeze=freeze_setup,
             optimizer=optimizer,
             observe_ranks=tuple(observe) if observe is not None else None,
             **data,
         )
+
+
+def _unit_key(name: str) -> str:
+    """A unit as a spec names it ('root' is the root, "")."""
+    return "" if name == "root" else name
+
+
+def _fsdp_from_mapping(fsdp: dict[str, Any]) -> FSDPSetup:
+    """``setup.fsdp`` (schema-validated) -> :class:`FSDPSetup`."""
+    mp = fsdp.pop("mixed_precision", None)
+    offload = fsdp.pop("offload_policy", None)
+    units = fsdp.pop("units", None)
+    prefetch = {k: tuple((_unit_key(u), tuple(_unit_key(t) for t in ts)) for u, ts in fsdp.pop(k, {}).items())
+                for k in ("forward_prefetch", "backward_prefetch")}
+    known = {"reshard_after_forward", "root_reshard_after_forward"}
+    defaults = tuple((k, freeze(fsdp.pop(k))) for k in list(fsdp) if k in UNIT_OPTION_KEYS and k not in known)
+    return FSDPSetup(**fsdp, mixed_precision=MixedPrecision(**mp) if mp else None,
+                     offload_policy=OffloadSetup(**offload) if offload is not None else None,
+                     units=tuple(unit_spec_from_yaml(u) for u in units) if units is not None else None,
+                     defaults=defaults, **prefetch)

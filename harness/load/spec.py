@@ -241,7 +241,12 @@ def load_spec(path: str | Path) -> Spec:
                 errors.add(_undotted(key_path), message)
         config = _check_model_config(errors, valid.get("model", {}))
         if setup is not None:
-            context = _context(setup, config)
+            try:
+                context = _context(setup, config)
+            except SetupError as exc:  # units that name no module, a module in two units, ...
+                for key_path, message in exc.errors:
+                    errors.add(_undotted(key_path), message)
+                context = Context(world_size=setup.world_size, mesh_dim_names=tuple(setup.mesh_dim_names))
 
     spec_range = data.get("torch", "")
     if ("torch",) not in broken:

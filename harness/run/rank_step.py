@@ -29,6 +29,7 @@ import contextlib
 import functools
 import platform
 import time
+import traceback
 from typing import Any, Callable
 
 import torch
@@ -39,7 +40,9 @@ from harness.load.setup import RunSetup
 from harness.run.build import build_model, make_inputs, make_loss, make_optimizer, replica_reference, torch_dtype
 from harness.run.instruments import Instruments
 from harness.run.loop import run_steps, step_plan
-from harness.run.parallelize import apply_fsdp, build_mesh, init_local_shards, units_from_setup
+from harness.run.parallelize import (ShardUnit, apply_fsdp, build_mesh, freeze_params, init_local_shards,
+                                     init_shards_like_full, units_from_setup)
+from harness.run.recorders.collectives import resolve_mesh_dims
 from harness.run.recorders.numerics import compare
 from harness.run.recorders.phases import Phases
 
@@ -114,40 +117,117 @@ def run_step(
     dtype = torch_dtype(setup.model.dtype)
     config = qwen3.get_config(setup.model.config, **dict(setup.model.overrides))
     numerics_on = setup.numerics and not simulated
-    # Without numerics, no rank needs the full weights: build on meta, shard, then materialize
-    # only this rank's shards (FSDP2's meta-device init). A full model on every rank at once
-    # would not fit here for Qwen3-0.6B on 8 ranks.
-    meta_init = not simulated and not numerics_on
+    # setup.init: "full" builds the full model on every rank; "meta" builds on meta, shards,
+    # then fills each rank's shards with the full init's values. Unset: "full" with numerics,
+    # else meta with each rank drawing its own shards (a full model on every rank at once would
+    # not fit here for Qwen3-0.6B on 8 ranks).
+    init = setup.init or ("full" if numerics_on else "local")
+    meta_init = not simulated and init != "full"
     mesh = build_mesh(setup, device_type)  # first, outside FakeTensorMode
-    group_dims = {mesh.get_group(i).group_name: name for i, name in enumerate(setup.mesh_dim_names)}
+    group_dims: dict[str, Any] = {}
+    for i, name in enumerate(setup.mesh_dim_names):  # a group serving several dims keeps them all
+        group = mesh.get_group(i).group_name
+        group_dims[group] = (*group_dims[group], name) if isinstance(group_dims.get(group), tuple) else \
+            ((group_dims[group], name) if group in group_dims else name)
     coords = [int(c) for c in mesh.get_coordinate()]
+    got: dict[str, Any] = {}  # what exists so far, for the observation of a recorded error
 
-    with _tensor_mode(simulated):
-        with phases.phase("setup"):
-            root = build_model(setup, config, dtype, torch.device("meta") if meta_init else device,
-                               init=not simulated and not meta_init)
-            inputs = make_inputs(setup, config, rank, world_size, dtype, device, local_only=simulated)
-        loss_fn = make_loss(setup.model.body)
-        reference = None
-        if numerics_on:
-            with phases.phase("replica"):
-                reference = replica_reference(setup, root, inputs.tensor, loss_fn, dtype, world_size, coords)
-        materialize = (functools.partial(init_local_shards, device=device, std=config.initializer_range,
-                                         seed=setup.seed, rank=rank) if meta_init else None)
-        with Instruments(phases, group_dims) as instruments:
+    try:
+        with _tensor_mode(simulated):
             with phases.phase("setup"):
-                units = apply_fsdp(root, mesh, units_from_setup(setup, root), materialize=materialize)
-                optimizer = make_optimizer(setup, root.parameters())
-            with instruments.observing(root, optimizer, units, inputs=(inputs.tensor,)):
-                outcome = run_steps(step_plan(setup, inputs.tensor), root, loss_fn, optimizer, phases, instruments)
-        t_observe = time.perf_counter()
-        pieces = instruments.pieces()
-        # SGD and AdamW read .grad and leave it as backward left it: comparing after the
-        # step is comparing the reduce-scattered gradients (kept out of the memory tracker).
-        numerics = compare(reference, root, outcome.output, outcome.loss) if reference is not None else None
+                root = build_model(setup, config, dtype, torch.device("meta") if meta_init else device,
+                                   init=not simulated and not meta_init)
+                inputs = got["inputs"] = make_inputs(setup, config, rank, world_size, dtype, device, local_only=simulated)
+            loss_fn = make_loss(setup.model.body)
+            shard_units = units_from_setup(setup, root)
+            reference = None
+            if numerics_on:
+                with phases.phase("replica"):
+                    # the replica: this model (full init), or a full model of its own (meta init)
+                    replica = root if not meta_init else build_model(setup, config, dtype, device, init=True)
+                    if setup.freeze.params:
+                        freeze_params(replica, setup.freeze.params)
+                    reference = replica_reference(setup, replica, inputs.tensor, loss_fn, dtype, world_size, coords,
+                                                  divisors=_divisors(shard_units, replica, world_size))
+                    if replica is root and setup.freeze.after_fully_shard:
+                        for p in root.parameters():  # frozen again after fully_shard, as the setup says
+                            p.requires_grad_(True)
+                    del replica
+            if init == "meta":
+                materialize = functools.partial(init_shards_like_full, device=device, seed=setup.seed)
+            elif meta_init:
+                materialize = functools.partial(init_local_shards, device=device, std=config.initializer_range,
+                                                seed=setup.seed, rank=rank)
+            else:
+                materialize = None
+            with Instruments(phases, group_dims, track_memory=setup.track_memory) as instruments:
+                got["instruments"] = instruments
+                with phases.phase("setup"):
+                    units = got["units"] = apply_fsdp(
+                        root, mesh, shard_units, materialize=materialize,
+                        forward_prefetch=setup.fsdp.forward_prefetch, backward_prefetch=setup.fsdp.backward_prefetch,
+                        freeze=setup.freeze.params, freeze_after=setup.freeze.after_fully_shard)
+                    optimizer = make_optimizer(setup, root.parameters())
+                with instruments.observing(root, optimizer, units, inputs=(inputs.tensor,)):
+                    outcome = run_steps(step_plan(setup, inputs.tensor), root, loss_fn, optimizer, phases, instruments)
+            t_observe = time.perf_counter()
+            pieces = instruments.pieces()
+            # SGD and AdamW read .grad and leave it as backward left it: comparing after the
+            # step is comparing the reduce-scattered gradients (kept out of the memory tracker).
+            numerics = compare(reference, root, outcome.output, outcome.loss) if reference is not None else None
+    except Exception as exc:
+        if not setup.record_errors:
+            raise
+        return _error_result(exc, phases, got, rank, coords, t_start, _environment(device_type, device))
 
     timings = dict(phases.timings_s)
     timings["observe"] = time.perf_counter() - t_observe
     timings["total"] = time.perf_counter() - t_start
     entry = {"rank": rank, "coords": coords, "input": inputs.describe(), **pieces, "numerics": numerics, "timings_s": timings}
+    if setup.record_errors:
+        entry["error"] = None
     return {"entry": entry, "fsdp_units": [u.describe() for u in units], "environment": _environment(device_type, device)}
+
+
+def _divisors(units: list[ShardUnit], root: torch.nn.Module, world_size: int) -> dict[str, float]:
+    """Parameter FQN -> what FSDP divides its summed gradient by: the unit's
+    ``gradient_divide_factor`` if set, else the data-parallel size (the world)."""
+    paths = {p: u for u in units for p in u.module_paths}
+    out = {}
+    for fqn, _ in root.named_parameters():
+        owner = max((p for p in paths if p == "" or fqn == p or fqn.startswith(p + ".")), key=len)
+        factor = paths[owner].after.gradient_divide_factor if paths[owner].after is not None else None
+        out[fqn] = float(factor) if factor is not None else float(world_size)
+    return out
+
+
+def _error_result(exc: BaseException, phases: Phases, got: dict[str, Any], rank: int, coords: list[int],
+                  t_start: float, environment: dict[str, Any]) -> dict[str, Any]:
+    """The rank's result when it raised and the spec expects errors: what was recorded up to
+    the error, and the error itself (type, message, phase, the last lines of its traceback)."""
+    pieces: dict[str, Any] = {"params": [], "param_states": [], "steps": [], "collectives": [], "memory": []}
+    instruments = got.get("instruments")
+    if instruments is not None:
+        try:
+            pieces = instruments.pieces()
+        except Exception:  # noqa: BLE001 - observing never entered, or the profiler disagrees
+            records = [dict(r, unit=None, fsdp_label=None, fsdp_labels=[], hook=None)
+                       for r in instruments.collectives.records]
+            pieces["collectives"] = resolve_mesh_dims(records)
+    inputs = got.get("inputs")
+    timings = dict(phases.timings_s)
+    timings["total"] = time.perf_counter() - t_start
+    entry = {
+        "rank": rank, "coords": coords,
+        "input": inputs.describe() if inputs is not None else {"name": "hidden_states", "shape": [], "dtype": "float32", "samples": []},
+        **pieces, "numerics": None, "timings_s": timings,
+        "error": {
+            "type": type(exc).__name__,
+            "qualname": f"{type(exc).__module__}.{type(exc).__qualname__}",
+            "message": str(exc),
+            "phase": phases.failed_in or phases.current,
+            "traceback": "".join(traceback.format_exception(exc)[-3:])[-2000:],
+        },
+    }
+    units = got.get("units")
+    return {"entry": entry, "fsdp_units": [u.describe() for u in units] if units else [], "environment": environment}

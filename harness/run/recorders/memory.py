@@ -69,7 +69,7 @@ class MemoryRecorder:
         inputs: tuple[torch.Tensor, ...] = (),
     ) -> None:
         self._unit_names = {id(m): name for m, name in unit_names.items()}
-        self._order = list(unit_names.values())
+        self._order = list(dict.fromkeys(unit_names.values()))
         self.tracker = FSDPMemTracker(root, optimizer)
         if inputs:
             self.tracker.track_inputs(inputs)

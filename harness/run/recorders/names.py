@@ -52,5 +52,6 @@ PARAM_STATE_POINTS: tuple[str, ...] = ("pre_forward", "post_forward")
 """Where recorders.params captures what a unit holds: after FSDP's pre-forward hook (the
 document's Step 0) and after its post-forward hook (Step 11)."""
 
-UNIT_ROLES: tuple[str, ...] = ("layer", "root")
-"""What an FSDP unit is: a decoder layer, or the root module (the last ``fully_shard`` call)."""
+UNIT_ROLES: tuple[str, ...] = ("layer", "root", "module")
+"""What an FSDP unit is: a decoder layer, the root module (the last ``fully_shard`` call), or any
+other module or group of modules (``setup.fsdp.units``)."""

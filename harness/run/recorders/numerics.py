@@ -71,6 +71,7 @@ def compute_reference(
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     replica_dtype: torch.dtype,
     all_reduce_sum: Callable[[torch.Tensor], None],
+    divisors: dict[str, float] | None = None,
 ) -> Reference:
     """Run the replica on this rank's inputs and average the gradients over ranks.
 
@@ -84,6 +85,9 @@ def compute_reference(
             from the model's.
         all_reduce_sum: in-place sum of a float32 tensor over all ranks (every rank calls it
             with the same parameter sequence).
+        divisors: parameter FQN -> what the summed gradient is divided by (FSDP's gradient
+            divide factor); None or a missing FQN: ``world_size``. Parameters without a
+            gradient (frozen) get no reference.
     """
     param_dtype = next(model.parameters()).dtype
     replica = model if replica_dtype == param_dtype else copy.deepcopy(model).to(replica_dtype)
@@ -95,7 +99,7 @@ def compute_reference(
     loss = loss_fn(out, inputs)
     loss.backward()
     grad_rows: dict[str, torch.Tensor] = {}
-    named = list(replica.named_parameters())
+    named = [(fqn, p) for fqn, p in replica.named_parameters() if p.grad is not None]
     # Sum over ranks in float32, in buckets of about _BUCKET_NUMEL elements (one all-reduce
     # per bucket: few round trips, bounded memory).
     start = 0
@@ -109,7 +113,8 @@ def compute_reference(
         offset = 0
         for fqn, p in named[start:stop]:
             full = bucket[offset : offset + p.numel()].view(p.shape)
-            grad_rows[fqn] = _rows(full, shard_count, shard_index).div(world_size)  # a copy
+            divisor = (divisors or {}).get(fqn, world_size)
+            grad_rows[fqn] = _rows(full, shard_count, shard_index).div(divisor)  # a copy
             offset += p.numel()
             p.grad = None
         del bucket
@@ -143,6 +148,10 @@ def compare(reference: Reference, model: nn.Module, output: torch.Tensor, loss: 
     """
     grads = []
     for fqn, p in model.named_parameters():
+        if fqn not in reference.grad_rows and p.grad is None:
+            continue  # frozen in the replica and in the FSDP step alike
+        if fqn not in reference.grad_rows:
+            raise ValueError(f"{fqn}: a gradient after backward, but none in the replica")
         expected = reference.grad_rows[fqn]
         grad = p.grad
         if grad is None:

@@ -28,11 +28,13 @@ class Unit:
     """One FSDP unit: the module ``fully_shard`` was applied to.
 
     Attributes:
-        name: module FQN relative to the root ('' for the root).
-        role: "layer" or "root".
+        name: module FQN relative to the root ('' for the root); for a unit of several
+            modules, torch's name for it: their FQNs joined by ", ".
+        role: "layer", "root" or "module".
         layer: decoder layer index for a layer unit, else None.
-        module: the module itself.
+        module: the module itself (the first of a unit of several modules).
         params: FQNs (relative to the root) of the parameters it manages, registration order.
+        modules: every module of the unit (() means ``(module,)``).
     """
 
     name: str
@@ -40,10 +42,15 @@ class Unit:
     layer: int | None
     module: nn.Module
     params: tuple[str, ...]
+    modules: tuple[nn.Module, ...] = ()
 
     def describe(self) -> dict[str, Any]:
         """The schema's ``fsdp_units`` entry."""
         return {"name": self.name, "role": self.role, "layer": self.layer, "params": list(self.params)}
+
+    def prefix_of(self, fqn: str) -> str:
+        """``fqn`` relative to the module that holds it (``get_parameter`` on :attr:`module`)."""
+        return fqn[len(self.name) + 1 :] if self.name else fqn
 
 
 def param_owner(fqn: str, unit_names: list[str]) -> str:
@@ -59,8 +66,13 @@ def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if isinstance(t, DTensor) else t
 
 
-def param_table(root: nn.Module, unit_names: list[str]) -> list[dict[str, Any]]:
-    """The schema's ``params`` list: every parameter of ``root``, ``named_parameters()`` order."""
+def param_table(root: nn.Module, unit_names: list[str] | dict[str, str]) -> list[dict[str, Any]]:
+    """The schema's ``params`` list: every parameter of ``root``, ``named_parameters()`` order.
+
+    ``unit_names``: parameter FQN -> the unit managing it (as FSDP's state says), or a list of
+    unit names (the owner is then the longest unit name that is a module prefix of the FQN).
+    """
+    owners = unit_names if isinstance(unit_names, dict) else None
     rows = []
     for fqn, p in root.named_parameters():
         local = _local(p)
@@ -68,7 +80,7 @@ def param_table(root: nn.Module, unit_names: list[str]) -> list[dict[str, Any]]:
         rows.append(
             {
                 "fqn": fqn,
-                "unit": param_owner(fqn, unit_names),
+                "unit": owners.get(fqn, "") if owners is not None else param_owner(fqn, unit_names),
                 "full_shape": list(p.shape),
                 "local_shape": list(local.shape),
                 "numel": int(p.numel()),
@@ -78,6 +90,8 @@ def param_table(root: nn.Module, unit_names: list[str]) -> list[dict[str, Any]]:
                 "is_dtensor": is_dtensor,
                 "placements": [repr(pl) for pl in p.placements] if is_dtensor else [],
                 "mesh_dim_names": list(p.device_mesh.mesh_dim_names or ()) if is_dtensor else [],
+                "requires_grad": bool(p.requires_grad),
+                "device": p.device.type,
             }
         )
     return rows
@@ -119,6 +133,8 @@ class ParamStateHooks:
 
     def install(self) -> "ParamStateHooks":
         for unit in self.units:
+            if len(unit.modules) > 1:  # a unit of several modules has no one module to hook
+                continue
             self._handles.append(
                 unit.module.register_forward_pre_hook(lambda m, args, u=unit: self._snapshot(u, "pre_forward"))
             )
