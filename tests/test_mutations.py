@@ -61,6 +61,12 @@ CASES = [
      "layers_move_n_l_times_10_6_mb", "expected 6"),  # unit role
     ("qwen3_walkthrough", "select: {phase: optimizer}", "select: {phase: backward}",
      "optimizer_needs_no_communication", "expected 0"),  # phase
+    # issue 10, units: a grouped unit, the tracker's perturbation, memory after fully_shard
+    ("tail_unit", "        count: 1\n        numel_in: 4128", "        count: 2\n        numel_in: 4128",
+     "tail_unit_gathers_once", "expected 2"),
+    ("tail_unit", "{id: layer_units, role: layer, count: 22", "{id: layer_units, role: module, count: 22",
+     "layer_units", "expected 22"),  # role module
+    ("tail_unit_memory_tracked", "sharded_param: 180992", "sharded_param: 180993", "sharded_parameters", "180,993"),
 ]
 
 
