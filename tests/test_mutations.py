@@ -67,6 +67,20 @@ CASES = [
     ("tail_unit", "{id: layer_units, role: layer, count: 22", "{id: layer_units, role: module, count: 22",
      "layer_units", "expected 22"),  # role module
     ("tail_unit_memory_tracked", "sharded_param: 180992", "sharded_param: 180993", "sharded_parameters", "180,993"),
+    # divide factors, the PREMUL_SUM refusal (expect_error, reduce_op)
+    ("premul_sum_refused_on_gloo", "        phase: backward\n", "        phase: forward\n", "premul_sum_refused",
+     "expected forward"),
+    ("premul_sum_refused_hsdp", 'message: {matches: "PREMUL_SUM with Gloo"}', 'message: {matches: "PREMUL_SUM with NCCL"}',
+     "premul_sum_refused", "a string matching /PREMUL_SUM with NCCL/"),
+    ("divide_factors_4", '[factor_8, "f = 8: SUM, then / 8", 2, 1, SUM, 8, true]',
+     '[factor_8, "f = 8: SUM, then / 8", 2, 1, SUM, 7, true]', "factor_8", "expected 7"),
+    ("divide_factors_2x2", '[factor_1_all_reduce, "f = 1: SUM across replicas", 0, all_reduce, 1, SUM, 1]',
+     '[factor_1_all_reduce, "f = 1: SUM across replicas", 0, all_reduce, 1, AVG, 1]', "factor_1_all_reduce", "expected AVG"),
+    # HSDP meshes with a dim of size 1 (the [1, 1] attribution)
+    ("hsdp_1x1", "count: 2, mesh_dim: dp_replicate, group_size: 1", "count: 2, mesh_dim: dp_shard, group_size: 1",
+     "all_reduce_per_unit", "expected dp_shard"),
+    ("hsdp_1x4", "group_size: 1, numel_in: 9256", "group_size: 4, numel_in: 9256", "all_reduce_per_unit", "expected 4"),
+    ("hsdp_4x1", "numel: 37024, local_numel: 37024}", "numel: 37024, local_numel: 9256}", "whole_layer_per_rank", "9,256"),
 ]
 
 

@@ -326,3 +326,45 @@ def init_shards_like_full(root: nn.Module, device: torch.device, *, seed: int) -
         target.copy_(sample[slices] if slices is not None else sample)
 
     qwen3.init_weights(root, generator=torch.Generator().manual_seed(seed), fill=fill)
+
+
+def unit_state(unit: Unit) -> dict[str, Any]:
+    """What torch's FSDP state holds for a unit (read after the step, when the root's lazy init
+    has settled its defaults): the observation's ``fsdp_units[].state``.
+
+    ``reshard_after_forward``: False when no post-forward mesh, True when it is the shard
+    mesh, else the size of the post-forward shard group; the others as ``FSDPParamGroup`` holds
+    them (``gradient_divide_factor`` None: FSDP's default division; ``offload``: a
+    ``CPUOffloadPolicy``; ``param_dtype``/``reduce_dtype``/``output_dtype``: the
+    ``MixedPrecisionPolicy``'s, None to keep).
+    """
+    from harness.run.recorders.collectives import dtype_name
+
+    state = fully_shard.state(unit.module)
+    group = getattr(state, "_fsdp_param_group", None)
+    if group is None:
+        return {"managed": False}
+    post = group.post_forward_mesh_info
+    if post is None:
+        raf: bool | int = False
+    elif post.shard_mesh_size == group.mesh_info.shard_mesh_size:
+        raf = True
+    else:
+        raf = int(post.shard_mesh_size)
+    mp = group.mp_policy
+
+    def name(d: torch.dtype | None) -> str | None:
+        return dtype_name(d) if d is not None else None
+
+    return {
+        "managed": True,
+        "modules": len(group.modules),
+        "reshard_after_forward": raf,
+        "reshard_after_backward": bool(group.reshard_after_backward),
+        "gradient_divide_factor": group.gradient_divide_factor,
+        "force_sum_reduction_for_comms": bool(group.force_sum_reduction_for_comms),
+        "offload": isinstance(group.offload_policy, CPUOffloadPolicy),
+        "param_dtype": name(mp.param_dtype),
+        "reduce_dtype": name(mp.reduce_dtype),
+        "output_dtype": name(mp.output_dtype),
+    }

@@ -41,7 +41,7 @@ from harness.run.build import build_model, make_inputs, make_loss, make_optimize
 from harness.run.instruments import Instruments
 from harness.run.loop import run_steps, step_plan
 from harness.run.parallelize import (ShardUnit, apply_fsdp, build_mesh, freeze_params, init_local_shards,
-                                     init_shards_like_full, units_from_setup)
+                                     init_shards_like_full, unit_state, units_from_setup)
 from harness.run.recorders.collectives import resolve_mesh_dims
 from harness.run.recorders.numerics import compare
 from harness.run.recorders.phases import Phases
@@ -186,7 +186,8 @@ def run_step(
     entry = {"rank": rank, "coords": coords, "input": inputs.describe(), **pieces, "numerics": numerics, "timings_s": timings}
     if setup.record_errors:
         entry["error"] = None
-    return {"entry": entry, "fsdp_units": [u.describe() for u in units], "environment": _environment(device_type, device)}
+    fsdp_units = [{**u.describe(), "state": unit_state(u)} for u in units]
+    return {"entry": entry, "fsdp_units": fsdp_units, "environment": _environment(device_type, device)}
 
 
 def _divisors(units: list[ShardUnit], root: torch.nn.Module, world_size: int) -> dict[str, float]:
@@ -229,5 +230,10 @@ def _error_result(exc: BaseException, phases: Phases, got: dict[str, Any], rank:
             "traceback": "".join(traceback.format_exception(exc)[-3:])[-2000:],
         },
     }
-    units = got.get("units")
-    return {"entry": entry, "fsdp_units": [u.describe() for u in units] if units else [], "environment": environment}
+    described = []
+    for u in got.get("units") or []:
+        try:
+            described.append({**u.describe(), "state": unit_state(u)})
+        except Exception:  # noqa: BLE001 - the state is as broken as the run
+            described.append(u.describe())
+    return {"entry": entry, "fsdp_units": described, "environment": environment}

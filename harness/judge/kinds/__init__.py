@@ -6,12 +6,13 @@ listed below; then regenerate the schema and README table (``python -m harness.j
 
 from __future__ import annotations
 
-from harness.judge.kinds import collectives, input, memory, numerics, param, param_state, params_total, step
+from harness.judge.kinds import (collectives, expect_error, input, memory, numerics, param, param_state, params_total,
+                                 reduce_op, step)
 from harness.judge.vocabulary import CheckKind
 
 REGISTRY: dict[str, CheckKind] = {
     m.KIND.name: m.KIND
-    for m in (param, params_total, input, step, param_state, collectives, memory, numerics)
+    for m in (param, params_total, input, step, param_state, collectives, memory, numerics, reduce_op, expect_error)
 }
 """Check kind name -> definition, in the order the README lists them."""
 

@@ -160,6 +160,11 @@ class CollectiveRecorder(TorchDispatchMode):
         namespace = func.namespace
         op_name = func._schema.name.split("::", 1)[-1]
         if namespace in _NAMESPACES and op_name not in _NOT_COLLECTIVES:
+            if namespace == "c10d":
+                # In-place ops: every buffer is an argument. Recorded before it runs, so a
+                # collective that raises (gloo refusing PREMUL_SUM) is in the record too.
+                self._record(func, op_name, args, kwargs, None)
+                return func(*args, **kwargs)
             out = func(*args, **kwargs)
             self._record(func, op_name, args, kwargs, out)
             return out
