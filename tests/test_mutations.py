@@ -81,6 +81,13 @@ CASES = [
      "all_reduce_per_unit", "expected dp_shard"),
     ("hsdp_1x4", "group_size: 1, numel_in: 9256", "group_size: 4, numel_in: 9256", "all_reduce_per_unit", "expected 4"),
     ("hsdp_4x1", "numel: 37024, local_numel: 37024}", "numel: 37024, local_numel: 9256}", "whole_layer_per_rank", "9,256"),
+    # explicit prefetch, reshard_after_backward
+    ("explicit_prefetch", "count: 2, hook: forward_prefetch", "count: 2, hook: pre_forward", "layers_1_2_prefetched",
+     "expected pre_forward"),
+    ("explicit_prefetch", "select: {phase: backward, op: all_gather, layer: [0, 1]}, count: 2",
+     "select: {phase: backward, op: all_gather, layer: [0, 2]}, count: 2", "layers_1_0_prefetched",
+     "backward_prefetch"),  # layer selector: layer 2 is gathered by its own pre_backward hook
+    ("reshard_after_backward_false", "unsharded_param: 296192", "unsharded_param: 0", "unsharded_after_the_step", "296,192"),
 ]
 
 

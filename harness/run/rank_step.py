@@ -168,13 +168,15 @@ def run_step(
                         forward_prefetch=setup.fsdp.forward_prefetch, backward_prefetch=setup.fsdp.backward_prefetch,
                         freeze=setup.freeze.params, freeze_after=setup.freeze.after_fully_shard)
                     optimizer = make_optimizer(setup, root.parameters())
+                    sharded = list(root.named_parameters())  # the shards, whatever the module holds later
                 with instruments.observing(root, optimizer, units, inputs=(inputs.tensor,)):
                     outcome = run_steps(step_plan(setup, inputs.tensor), root, loss_fn, optimizer, phases, instruments)
             t_observe = time.perf_counter()
             pieces = instruments.pieces()
             # SGD and AdamW read .grad and leave it as backward left it: comparing after the
             # step is comparing the reduce-scattered gradients (kept out of the memory tracker).
-            numerics = compare(reference, root, outcome.output, outcome.loss) if reference is not None else None
+            numerics = (compare(reference, root, outcome.output, outcome.loss, params=sharded)
+                        if reference is not None else None)
     except Exception as exc:
         if not setup.record_errors:
             raise

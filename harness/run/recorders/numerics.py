@@ -139,7 +139,8 @@ def _diff(actual: torch.Tensor, expected: torch.Tensor) -> dict[str, float]:
     return {"max_abs_diff": float((a - e).abs().max()), "max_abs_ref": float(e.abs().max())}
 
 
-def compare(reference: Reference, model: nn.Module, output: torch.Tensor, loss: torch.Tensor) -> dict[str, Any]:
+def compare(reference: Reference, model: nn.Module, output: torch.Tensor, loss: torch.Tensor,
+            params: list[tuple[str, torch.Tensor]] | None = None) -> dict[str, Any]:
     """The schema's ``numerics`` object for this rank, after backward, before the optimizer.
 
     Raises:
@@ -147,7 +148,9 @@ def compare(reference: Reference, model: nn.Module, output: torch.Tensor, loss: 
             shape is not the rows the replica kept (the comparison would be meaningless).
     """
     grads = []
-    for fqn, p in model.named_parameters():
+    # ``params``: the sharded parameters as fully_shard left them (with reshard_after_backward
+    # off the module holds unsharded tensors after backward; the gradients are on the shards).
+    for fqn, p in (params if params is not None else model.named_parameters()):
         if fqn not in reference.grad_rows and p.grad is None:
             continue  # frozen in the replica and in the FSDP step alike
         if fqn not in reference.grad_rows:
