@@ -88,6 +88,13 @@ CASES = [
      "select: {phase: backward, op: all_gather, layer: [0, 2]}, count: 2", "layers_1_0_prefetched",
      "backward_prefetch"),  # layer selector: layer 2 is gathered by its own pre_backward hook
     ("reshard_after_backward_false", "unsharded_param: 296192", "unsharded_param: 0", "unsharded_after_the_step", "296,192"),
+    # frozen parameters, before and after fully_shard
+    ("frozen_params", "count: 1, numel_in: 24704, numel_out: 12352}", "count: 1, numel_in: 37024, numel_out: 12352}",
+     "only_trainable_reduced", "37,024"),
+    ("frozen_params", "[self_attn.q_proj.weight, false, true, [32, 64]]", "[self_attn.q_proj.weight, true, true, [32, 64]]",
+     "self_attn.q_proj.weight", "expected true"),
+    ("frozen_params_after_fully_shard", "fqn: layers.0.self_attn.o_proj.weight, requires_grad: false",
+     "fqn: layers.0.self_attn.o_proj.weight, requires_grad: true", "frozen_shard", "expected true"),
 ]
 
 
