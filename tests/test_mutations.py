@@ -95,6 +95,12 @@ CASES = [
      "self_attn.q_proj.weight", "expected true"),
     ("frozen_params_after_fully_shard", "fqn: layers.0.self_attn.o_proj.weight, requires_grad: false",
      "fqn: layers.0.self_attn.o_proj.weight, requires_grad: true", "frozen_shard", "expected true"),
+    # activation checkpointing, CPU offload
+    ("activation_checkpointing", "activation: 9280}", "activation: 9216}", "only_checkpoint_inputs_saved", "9,216"),
+    ("activation_checkpointing", "layer: 1}, count: 1, hook: pre_backward}", "layer: 1}, count: 1, hook: backward_prefetch}",
+     "layer1_by_its_pre_backward", "expected backward_prefetch"),
+    ("cpu_offload", "[mlp.up_proj.weight, cpu, cpu, cpu, [64, 64]]", "[mlp.up_proj.weight, cpu, cuda, cpu, [64, 64]]",
+     "mlp.up_proj.weight", "expected cuda"),
 ]
 
 

@@ -173,6 +173,7 @@ def run_step(
                     outcome = run_steps(step_plan(setup, inputs.tensor), root, loss_fn, optimizer, phases, instruments)
             t_observe = time.perf_counter()
             pieces = instruments.pieces()
+            _where_after_step(pieces["params"], sharded, optimizer)
             # SGD and AdamW read .grad and leave it as backward left it: comparing after the
             # step is comparing the reduce-scattered gradients (kept out of the memory tracker).
             numerics = (compare(reference, root, outcome.output, outcome.loss, params=sharded)
@@ -239,3 +240,19 @@ def _error_result(exc: BaseException, phases: Phases, got: dict[str, Any], rank:
         except Exception:  # noqa: BLE001 - the state is as broken as the run
             described.append(u.describe())
     return {"entry": entry, "fsdp_units": described, "environment": environment}
+
+
+def _where_after_step(rows: list[dict[str, Any]], sharded: list[tuple[str, torch.Tensor]],
+                      optimizer: torch.optim.Optimizer) -> None:
+    """Add to each ``params`` row where its gradient and optimizer state live after the step
+    (``grad_device``: None without a gradient; ``optstate_device``: None without state), beside
+    the shard's ``device``: what ``CPUOffloadPolicy`` moves."""
+    by_fqn = dict(sharded)
+    for row in rows:
+        p = by_fqn.get(row["fqn"])
+        if p is None:
+            continue
+        grad = p.grad
+        row["grad_device"] = grad.device.type if grad is not None else None
+        devices = sorted({v.device.type for v in optimizer.state.get(p, {}).values() if isinstance(v, torch.Tensor) and v.dim() > 0})
+        row["optstate_device"] = devices[0] if len(devices) == 1 else (None if not devices else ",".join(devices))
