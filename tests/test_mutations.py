@@ -101,6 +101,10 @@ CASES = [
      "layer1_by_its_pre_backward", "expected backward_prefetch"),
     ("cpu_offload", "[mlp.up_proj.weight, cpu, cpu, cpu, [64, 64]]", "[mlp.up_proj.weight, cpu, cuda, cpu, [64, 64]]",
      "mlp.up_proj.weight", "expected cuda"),
+    # meta-device init
+    ("meta_init", "[embed.rank2, model.embed_tokens.weight, [2], [32, 64]]", "[embed.rank2, model.embed_tokens.weight, [2], [33, 64]]",
+     "embed.rank2", "[33, 64]"),
+    ("meta_init", "loss_max_abs_diff: 0}", 'loss_max_abs_diff: "> 0"}', "forward_identical", "> 0"),
 ]
 
 

@@ -111,3 +111,31 @@ def test_a_pattern_that_matches_nothing_is_a_load_error_at_its_line(tmp_path: Pa
     with pytest.raises(SpecError) as info:
         load_spec(path)
     assert str(info.value).startswith(f"{path}:9: setup.fsdp.units[1].modules[1]: 'lm_heads' matches no module")
+
+
+def test_meta_init_gives_the_full_inits_values_and_inv_freq(tmp_path: Path):
+    """init_shards_like_full on a 1-rank world: every weight and RoPE's inv_freq equal a full init's."""
+    import torch
+    import torch.distributed as dist
+
+    import model as qwen3
+    from harness.run.parallelize import apply_fsdp, build_mesh, init_shards_like_full, units_from_setup
+
+    setup = RunSetup.from_mapping({"model": {"body": "causal_lm", "overrides": dict(TINY, tie_word_embeddings=True),
+                                             "dtype": "float32"}, "mesh": {"shape": [1], "dim_names": ["dp"]},
+                                   "init": "meta", "seed": 3})
+    config = qwen3.get_config("walkthrough", **TINY, tie_word_embeddings=True)
+    full = qwen3.init_weights(qwen3.Qwen3ForCausalLM(config), generator=torch.Generator().manual_seed(3))
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdv'}", rank=0, world_size=1)
+    try:
+        meta = qwen3.Qwen3ForCausalLM(config, device="meta")
+        apply_fsdp(meta, build_mesh(setup, "cpu"), units_from_setup(setup, meta),
+                   materialize=lambda root: init_shards_like_full(root, torch.device("cpu"), seed=3))
+        got = {fqn: p.full_tensor() for fqn, p in meta.named_parameters()}
+        assert list(got) == [fqn for fqn, _ in full.named_parameters()]
+        for fqn, p in full.named_parameters():
+            assert torch.equal(got[fqn], p), fqn
+        assert meta.lm_head.weight is meta.model.embed_tokens.weight  # still tied
+        assert torch.equal(meta.model.rotary_emb.inv_freq, full.model.rotary_emb.inv_freq)
+    finally:
+        dist.destroy_process_group()
