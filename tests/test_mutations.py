@@ -105,6 +105,14 @@ CASES = [
     ("meta_init", "[embed.rank2, model.embed_tokens.weight, [2], [32, 64]]", "[embed.rank2, model.embed_tokens.weight, [2], [33, 64]]",
      "embed.rank2", "[33, 64]"),
     ("meta_init", "loss_max_abs_diff: 0}", 'loss_max_abs_diff: "> 0"}', "forward_identical", "> 0"),
+    # model options: tied embeddings split or grouped, empty shards
+    ("tied_embeddings_split_units", "raised: true, type: ValueError, phase: forward", "raised: true, type: RuntimeError, phase: forward",
+     "shared_parameter_refused", "expected RuntimeError"),
+    ("tied_embeddings_one_unit", "count: 1,\n         numel_in: 8192, numel_out: 4096", "count: 2,\n         numel_in: 8192, numel_out: 4096",
+     "tied_unit_reduced_once", "expected 2"),
+    ("empty_shards", "[q_norm.ranks2-3, self_attn.q_norm.weight, [2, 3], [0]]", "[q_norm.ranks2-3, self_attn.q_norm.weight, [2, 3], [1]]",
+     "q_norm.ranks2-3", "[1]"),
+    ("empty_shards", "ranks: [2, 3], local_numel: 92}", "ranks: [2, 3], local_numel: 110}", "emptier_ranks", "expected 110"),
 ]
 
 
