@@ -113,6 +113,11 @@ CASES = [
     ("empty_shards", "[q_norm.ranks2-3, self_attn.q_norm.weight, [2, 3], [0]]", "[q_norm.ranks2-3, self_attn.q_norm.weight, [2, 3], [1]]",
      "q_norm.ranks2-3", "[1]"),
     ("empty_shards", "ranks: [2, 3], local_numel: 92}", "ranks: [2, 3], local_numel: 110}", "emptier_ranks", "expected 110"),
+    # shard_placement_fn, set_reshard_after_forward after init
+    ("shard_placement", '[mlp.gate_proj.weight, ["Shard(dim=1)"], [128, 32]]', '[mlp.gate_proj.weight, ["Shard(dim=0)"], [128, 32]]',
+     "mlp.gate_proj.weight", "Shard(dim=0)"),
+    ("set_reshard_after_forward", "select: {op: all_gather, unit: root}, count: 2", "select: {op: all_gather, unit: root}, count: 1",
+     "root_gathered_in_both_passes", "expected 1"),
 ]
 
 

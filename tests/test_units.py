@@ -94,6 +94,21 @@ tables:
 """
 
 
+@pytest.mark.parametrize("setup, key", [
+    ({"fsdp": {"units": [{"modules": "model.layers.*", "shard_placement": {"model.layers.*.mlp.*": 1}}]}},
+     "setup.fsdp.units[0].shard_placement"),
+    ({"fsdp": {"shard_placement": {"layers.*.mlp.*.weight": 1}}}, "setup.fsdp.shard_placement"),
+    ({"freeze": {"params": ["model.layers.0.self_attn.q_proj"]}}, "setup.freeze.params[0]"),
+])
+def test_a_parameter_pattern_that_names_nothing_is_refused(setup, key):
+    from model.names import param_fqns
+
+    run = RunSetup.from_mapping({"model": {"body": "causal_lm", "overrides": TINY}, **setup})
+    with pytest.raises(SetupError) as info:
+        run.unit_plan(2, param_fqns("causal_lm", 2))
+    assert info.value.key_path == key and "matches no parameter" in info.value.message, str(info.value)
+
+
 def test_selectors_name_the_units_of_the_setup(tmp_path: Path):
     path = tmp_path / "spec.yaml"
     path.write_text(SPEC.replace("UNIT", '"model.norm, lm_head"'), encoding="utf-8")

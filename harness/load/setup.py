@@ -179,15 +179,21 @@ class RunSetup:
         """Where the decoder layers live: ``layers`` (decoder_layers) or ``model.layers``."""
         return "layers" if self.model.body == "decoder_layers" else "model.layers"
 
-    def unit_plan(self, num_layers: int) -> list[UnitPlan]:
+    def unit_plan(self, num_layers: int, param_fqns: tuple[str, ...] | None = None) -> list[UnitPlan]:
         """The FSDP units in ``fully_shard`` order, the root last (:mod:`harness.load.units`).
 
+        ``param_fqns``: the model's parameter FQNs, to check that every ``shard_placement`` and
+        ``freeze`` pattern names a parameter (skipped when None).
+
         Raises:
-            SetupError: a unit pattern matches no module, or a module is in two units.
+            SetupError: a unit pattern matches no module, a module is in two units, a prefetch
+                names no unit, or a parameter pattern matches no parameter.
         """
         plans, problems = resolve_units(self.fsdp.units, self.fsdp.unit_defaults(),
                                         self.fsdp.root_reshard_after_forward,
                                         module_paths(self.model.body, num_layers), self.layer_prefix)
+        if param_fqns is not None:
+            problems += _param_pattern_problems(self, plans, param_fqns)
         names = [p.name for p in plans]
         for key, pairs in (("forward_prefetch", self.fsdp.forward_prefetch),
                            ("backward_prefetch", self.fsdp.backward_prefetch)):
@@ -287,3 +293,27 @@ def _fsdp_from_mapping(fsdp: dict[str, Any]) -> FSDPSetup:
                      offload_policy=OffloadSetup(**offload) if offload is not None else None,
                      units=tuple(unit_spec_from_yaml(u) for u in units) if units is not None else None,
                      defaults=defaults, **prefetch)
+
+
+def _param_pattern_problems(setup: RunSetup, plans: list[UnitPlan], fqns: tuple[str, ...]) -> list[tuple[str, str]]:
+    """``shard_placement`` and ``freeze`` patterns that name no parameter of the model."""
+    from harness.load.units import match_params
+
+    def hint(pattern: str) -> str:
+        return (f"{pattern!r} matches no parameter; parameters look like {list(fqns[:3])} "
+                "('*' is one component, '**' several)")
+
+    out = []
+    seen = set()
+    for plan in plans:
+        for pattern, _ in plan.options.shard_placement:
+            where = (f"setup.fsdp.units[{plan.entry}].shard_placement"
+                     if plan.entry is not None and "shard_placement" in dict(setup.fsdp.units[plan.entry].given)
+                     else "setup.fsdp.shard_placement")
+            if (where, pattern) not in seen and not match_params(pattern, fqns):
+                seen.add((where, pattern))
+                out.append((where, hint(pattern)))
+    for j, pattern in enumerate(setup.freeze.params):
+        if not match_params(pattern, fqns):
+            out.append((f"setup.freeze.params[{j}]", hint(pattern)))
+    return out

@@ -284,9 +284,9 @@ def _context(setup: RunSetup, config: Any) -> Context:
     if config is None:
         return Context(world_size=setup.world_size, mesh_dim_names=tuple(setup.mesh_dim_names))
     n = config.num_hidden_layers
+    fqns = param_fqns(setup.model.body, n, tie_word_embeddings=config.tie_word_embeddings)
     return Context(world_size=setup.world_size, mesh_dim_names=tuple(setup.mesh_dim_names), num_layers=n,
-                   unit_names=setup.unit_names(n),
-                   param_fqns=param_fqns(setup.model.body, n, tie_word_embeddings=config.tie_word_embeddings))
+                   unit_names=tuple(p.name for p in setup.unit_plan(n, fqns)), param_fqns=fqns)
 
 
 def _check_model_config(errors: _Errors, model: Mapping[str, Any]) -> Any:

@@ -148,7 +148,8 @@ def run_step(
                     if setup.freeze.params:
                         freeze_params(replica, setup.freeze.params)
                     reference = replica_reference(setup, replica, inputs.tensor, loss_fn, dtype, world_size, coords,
-                                                  divisors=_divisors(shard_units, replica, world_size))
+                                                  divisors=_divisors(shard_units, replica, world_size),
+                                                  shard_dims=_shard_dims(shard_units, replica))
                     if replica is root and setup.freeze.after_fully_shard:
                         for p in root.parameters():  # frozen again after fully_shard, as the setup says
                             p.requires_grad_(True)
@@ -193,15 +194,34 @@ def run_step(
     return {"entry": entry, "fsdp_units": fsdp_units, "environment": _environment(device_type, device)}
 
 
+def _owners(units: list[ShardUnit], root: torch.nn.Module) -> dict[str, ShardUnit]:
+    """Parameter FQN -> the unit whose module path is its longest prefix (the root otherwise)."""
+    paths = {p: u for u in units for p in u.module_paths}
+    return {fqn: paths[max((p for p in paths if p == "" or fqn == p or fqn.startswith(p + ".")), key=len)]
+            for fqn, _ in root.named_parameters()}
+
+
 def _divisors(units: list[ShardUnit], root: torch.nn.Module, world_size: int) -> dict[str, float]:
     """Parameter FQN -> what FSDP divides its summed gradient by: the unit's
     ``gradient_divide_factor`` if set, else the data-parallel size (the world)."""
-    paths = {p: u for u in units for p in u.module_paths}
     out = {}
-    for fqn, _ in root.named_parameters():
-        owner = max((p for p in paths if p == "" or fqn == p or fqn.startswith(p + ".")), key=len)
-        factor = paths[owner].after.gradient_divide_factor if paths[owner].after is not None else None
+    for fqn, unit in _owners(units, root).items():
+        factor = unit.after.gradient_divide_factor if unit.after is not None else None
         out[fqn] = float(factor) if factor is not None else float(world_size)
+    return out
+
+
+def _shard_dims(units: list[ShardUnit], root: torch.nn.Module) -> dict[str, int]:
+    """Parameter FQN -> the dim its unit's ``shard_placement`` rules shard it on (rules in order,
+    as the harness's ``shard_placement_fn`` applies them); parameters no rule names are left out (0)."""
+    from harness.load.units import match_params
+
+    out = {}
+    for fqn, unit in _owners(units, root).items():
+        for pattern, dim in unit.shard_placement:
+            if match_params(pattern, [fqn]):
+                out[fqn] = dim
+                break
     return out
 
 

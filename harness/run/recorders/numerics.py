@@ -53,12 +53,13 @@ class Reference:
     grad_rows: dict[str, torch.Tensor]
     shard_count: int
     shard_index: int
+    shard_dims: dict[str, int] | None = None
 
 
-def _rows(t: torch.Tensor, count: int, index: int) -> torch.Tensor:
-    """Rows of shard ``index`` of ``count`` along dim 0, ``torch.chunk`` semantics (FSDP2's)."""
-    chunks = torch.chunk(t, count, dim=0)
-    return chunks[index] if index < len(chunks) else t[:0]
+def _rows(t: torch.Tensor, count: int, index: int, dim: int = 0) -> torch.Tensor:
+    """Shard ``index`` of ``count`` along ``dim`` (0: rows), ``torch.chunk`` semantics (FSDP2's)."""
+    chunks = torch.chunk(t, count, dim=dim)
+    return chunks[index] if index < len(chunks) else t.narrow(dim, 0, 0)
 
 
 def compute_reference(
@@ -72,6 +73,7 @@ def compute_reference(
     replica_dtype: torch.dtype,
     all_reduce_sum: Callable[[torch.Tensor], None],
     divisors: dict[str, float] | None = None,
+    shard_dims: dict[str, int] | None = None,
 ) -> Reference:
     """Run the replica on this rank's inputs and average the gradients over ranks.
 
@@ -114,7 +116,8 @@ def compute_reference(
         for fqn, p in named[start:stop]:
             full = bucket[offset : offset + p.numel()].view(p.shape)
             divisor = (divisors or {}).get(fqn, world_size)
-            grad_rows[fqn] = _rows(full, shard_count, shard_index).div(divisor)  # a copy
+            dim = (shard_dims or {}).get(fqn, 0)
+            grad_rows[fqn] = _rows(full, shard_count, shard_index, dim).div(divisor)  # a copy
             offset += p.numel()
             p.grad = None
         del bucket
@@ -127,6 +130,7 @@ def compute_reference(
         grad_rows=grad_rows,
         shard_count=shard_count,
         shard_index=shard_index,
+        shard_dims=dict(shard_dims or {}),
     )
 
 
@@ -161,8 +165,9 @@ def compare(reference: Reference, model: nn.Module, output: torch.Tensor, loss: 
             raise ValueError(f"{fqn}: no gradient after backward")
         if isinstance(grad, DTensor):
             placements = [repr(pl) for pl in grad.placements]
-            if placements[-1] != "Shard(dim=0)" or any(pl != "Replicate()" for pl in placements[:-1]):
-                raise ValueError(f"{fqn}: gradient placements {placements}, expected Shard(dim=0) on the shard dim")
+            want = f"Shard(dim={(reference.shard_dims or {}).get(fqn, 0)})"
+            if placements[-1] != want or any(pl != "Replicate()" for pl in placements[:-1]):
+                raise ValueError(f"{fqn}: gradient placements {placements}, expected {want} on the shard dim")
             grad = grad.to_local()
         try:
             diff = _diff(grad, expected)
