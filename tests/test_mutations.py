@@ -118,6 +118,12 @@ CASES = [
      "mlp.gate_proj.weight", "Shard(dim=0)"),
     ("set_reshard_after_forward", "select: {op: all_gather, unit: root}, count: 2", "select: {op: all_gather, unit: root}, count: 1",
      "root_gathered_in_both_passes", "expected 1"),
+    # per-unit mixed precision: unit input/output dtypes, loss dtype
+    ("per_unit_mixed_precision", "{id: lm_head_input_cast_to_fp32, unit: lm_head, point: pre_forward, input_dtypes: [float32]}",
+     "{id: lm_head_input_cast_to_fp32, unit: lm_head, point: pre_forward, input_dtypes: [bfloat16]}",
+     "lm_head_input_cast_to_fp32", "[bfloat16]"),
+    ("per_unit_mixed_precision", "output_dtype: float32, loss_dtype: float32}", "output_dtype: float32, loss_dtype: bfloat16}",
+     "fp32_logits_and_loss", "expected bfloat16"),
 ]
 
 

@@ -42,7 +42,7 @@ from harness.run.instruments import Instruments
 from harness.run.loop import run_steps, step_plan
 from harness.run.parallelize import (ShardUnit, apply_fsdp, build_mesh, freeze_params, init_local_shards,
                                      init_shards_like_full, unit_state, units_from_setup)
-from harness.run.recorders.collectives import resolve_mesh_dims
+from harness.run.recorders.collectives import dtype_name, resolve_mesh_dims
 from harness.run.recorders.numerics import compare
 from harness.run.recorders.phases import Phases
 
@@ -187,7 +187,9 @@ def run_step(
     timings = dict(phases.timings_s)
     timings["observe"] = time.perf_counter() - t_observe
     timings["total"] = time.perf_counter() - t_start
-    entry = {"rank": rank, "coords": coords, "input": inputs.describe(), **pieces, "numerics": numerics, "timings_s": timings}
+    entry = {"rank": rank, "coords": coords, "input": inputs.describe(), **pieces, "numerics": numerics, "timings_s": timings,
+             "output": {"shape": list(outcome.output.shape), "dtype": dtype_name(outcome.output.dtype),
+                        "loss_dtype": dtype_name(outcome.loss.dtype)}}
     if setup.record_errors:
         entry["error"] = None
     fsdp_units = [{**u.describe(), "state": unit_state(u)} for u in units]

@@ -62,6 +62,17 @@ def param_owner(fqn: str, unit_names: list[str]) -> str:
     return best
 
 
+def _flat_tensors(value: Any) -> list[torch.Tensor]:
+    """Every floating-point tensor in a (nested) tuple/list/dict, in order."""
+    if isinstance(value, torch.Tensor):
+        return [value] if value.is_floating_point() else []
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _flat_tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _flat_tensors(v)]
+    return []
+
+
 def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if isinstance(t, DTensor) else t
 
@@ -116,7 +127,7 @@ class ParamStateHooks:
         self._handles: list[Any] = []
         self._is_backward = is_backward
 
-    def _snapshot(self, unit: Unit, point: str) -> None:
+    def _snapshot(self, unit: Unit, point: str, tensors: Any = ()) -> None:
         if self._is_backward():
             return
         params = []
@@ -129,17 +140,21 @@ class ParamStateHooks:
             params.append(
                 {"fqn": fqn, "is_dtensor": isinstance(t, DTensor), "shape": list(local.shape), "dtype": dtype_name(t.dtype)}
             )
-        self.states.append({"unit": unit.name, "point": point, "params": params, "bytes": total})
+        # the module's tensor inputs (after FSDP's pre-forward: cast_forward_inputs applied) or
+        # outputs (after its post-forward: output_dtype applied)
+        dtypes = [dtype_name(t.dtype) for t in _flat_tensors(tensors)]
+        self.states.append({"unit": unit.name, "point": point, "params": params, "bytes": total,
+                            ("input_dtypes" if point == "pre_forward" else "output_dtypes"): dtypes})
 
     def install(self) -> "ParamStateHooks":
         for unit in self.units:
             if len(unit.modules) > 1:  # a unit of several modules has no one module to hook
                 continue
             self._handles.append(
-                unit.module.register_forward_pre_hook(lambda m, args, u=unit: self._snapshot(u, "pre_forward"))
+                unit.module.register_forward_pre_hook(lambda m, args, u=unit: self._snapshot(u, "pre_forward", args))
             )
             self._handles.append(
-                unit.module.register_forward_hook(lambda m, args, out, u=unit: self._snapshot(u, "post_forward"))
+                unit.module.register_forward_hook(lambda m, args, out, u=unit: self._snapshot(u, "post_forward", out))
             )
         return self
 
