@@ -124,6 +124,9 @@ CASES = [
      "lm_head_input_cast_to_fp32", "[bfloat16]"),
     ("per_unit_mixed_precision", "output_dtype: float32, loss_dtype: float32}", "output_dtype: float32, loss_dtype: bfloat16}",
      "fp32_logits_and_loss", "expected bfloat16"),
+    # torch.compile gated to CUDA runs
+    ("compile_gated_on_cpu", "type: RuntimeError, phase: setup", "type: RuntimeError, phase: forward", "refused_on_cpu",
+     "expected forward"),
 ]
 
 

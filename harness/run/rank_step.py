@@ -192,6 +192,11 @@ def run_step(
                         "loss_dtype": dtype_name(outcome.loss.dtype)}}
     if setup.record_errors:
         entry["error"] = None
+    if any(u.after is not None and u.after.compile for u in shard_units):
+        from torch._dynamo.utils import counters  # what dynamo captured (0 graphs under a dispatch mode)
+
+        entry["compile"] = {"unique_graphs": int(counters["stats"].get("unique_graphs", 0)),
+                            "graph_breaks": int(sum(counters["graph_break"].values()))}
     fsdp_units = [{**u.describe(), "state": unit_state(u)} for u in units]
     return {"entry": entry, "fsdp_units": fsdp_units, "environment": _environment(device_type, device)}
 
