@@ -127,6 +127,11 @@ CASES = [
     # torch.compile gated to CUDA runs
     ("compile_gated_on_cpu", "type: RuntimeError, phase: setup", "type: RuntimeError, phase: forward", "refused_on_cpu",
      "expected forward"),
+    # nested units, a child after its parent
+    ("nested_units", "count: 6, numel: 12320, local_numel: 6160}", "count: 6, numel: 12320, local_numel: 12320}",
+     "attention_unit", "12,320"),
+    ("parent_before_child", 'message: {matches: "Cannot concatenate overlapping meshes"}',
+     'message: {matches: "already sharded"}', "refused_in_setup", "a string matching /already sharded/"),
 ]
 
 
