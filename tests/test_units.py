@@ -154,3 +154,25 @@ def test_meta_init_gives_the_full_inits_values_and_inv_freq(tmp_path: Path):
         assert torch.equal(meta.model.rotary_emb.inv_freq, full.model.rotary_emb.inv_freq)
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("setup_yaml, key, words", [
+    ("  init: metal\n", "setup.init", "expected one of ['full', 'meta']"),
+    ("  track_memory: maybe\n", "setup.track_memory", "is not of type 'boolean'"),
+    ("  freeze: {params: []}\n", "setup.freeze.params", "should be non-empty"),
+    ("  fsdp: {gradient_divide_factor: 0}\n", "setup.fsdp.gradient_divide_factor", "less than or equal to the minimum"),
+    ("  fsdp: {offload_policy: {pin: true}}\n", "setup.fsdp.offload_policy.pin", "'pin' was unexpected"),
+    ("  fsdp: {units: [{modules: layers.*, reshard_after_backwards: false}]}\n",
+     "setup.fsdp.units[0].reshard_after_backwards", "'reshard_after_backwards' was unexpected"),
+    ("  fsdp: {units: [{modules: layers.*, shard_placement: {'layers.*.mlp.*.weight': -1}}]}\n",
+     "setup.fsdp.units[0].shard_placement.layers.*.mlp.*.weight", "less than the minimum of 0"),
+])
+def test_bad_values_of_the_new_keys_are_load_errors_at_their_line(tmp_path: Path, setup_yaml, key, words):
+    text = ("spec: s\ntitle: t\ndocument: d\nsetup:\n  model: {overrides: {num_hidden_layers: 2}}\n" + setup_yaml +
+            "tables:\n  - section: S\n    check: collectives\n    entries:\n      - {select: {op: all_gather}, count: 1}\n")
+    path = tmp_path / "spec.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert str(info.value).startswith(f"{path}:6: {key}: "), str(info.value)
+    assert words in str(info.value), str(info.value)
