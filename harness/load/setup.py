@@ -230,8 +230,11 @@ class RunSetup:
 
         Keys: model {config, overrides, body, dtype}, mesh {shape, dim_names},
         batch_per_rank, seq_len, fsdp {reshard_after_forward, root_reshard_after_forward,
-        mixed_precision {param_dtype, reduce_dtype, output_dtype, cast_forward_inputs}},
-        optimizer {name, lr}, seed, observe_ranks, numerics.
+        mixed_precision {param_dtype, reduce_dtype, output_dtype, cast_forward_inputs},
+        offload_policy {pin_memory}, units [...], forward_prefetch, backward_prefetch, and the
+        unit options as every unit's defaults (harness.load.units.UNIT_OPTION_KEYS)},
+        optimizer {name, lr}, seed, observe_ranks, numerics, init, track_memory,
+        freeze {params, after_fully_shard}.
 
         Raises:
             SetupError: naming the key path, for values the schema cannot catch (a mesh whose
