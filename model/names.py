@@ -55,3 +55,30 @@ def param_fqns(body: str, num_layers: int, *, tie_word_embeddings: bool = True) 
         return layers
     head = () if tie_word_embeddings else ("lm_head.weight",)
     return ("model.embed_tokens.weight",) + layers + ("model.norm.weight",) + head
+
+
+# Qwen3DecoderLayer.named_modules() below the layer (relative paths), registration order.
+LAYER_MODULE_NAMES: tuple[str, ...] = (
+    "self_attn", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "self_attn.q_norm", "self_attn.k_norm",
+    "mlp", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "mlp.act_fn",
+    "input_layernorm", "post_attention_layernorm",
+)
+
+
+def module_paths(body: str, num_layers: int) -> tuple[str, ...]:
+    """Every module FQN of a model in ``named_modules()`` order, the root (``""``) first.
+
+    ``decoder_layers`` (model.qwen3.Qwen3DecoderStack): ``layers``, ``layers.{i}`` and their
+    submodules, ``rotary_emb``; ``causal_lm`` (Qwen3ForCausalLM): ``model``,
+    ``model.embed_tokens``, ``model.layers...``, ``model.norm``, ``model.rotary_emb``,
+    ``lm_head`` (a module of its own even when its weight is tied to the embedding's).
+    """
+    prefix = "layers" if body == "decoder_layers" else "model.layers"
+    layers = [prefix]
+    for i in range(num_layers):
+        layers.append(f"{prefix}.{i}")
+        layers.extend(f"{prefix}.{i}.{name}" for name in LAYER_MODULE_NAMES)
+    if body == "decoder_layers":
+        return ("", *layers, "rotary_emb")
+    return ("", "model", "model.embed_tokens", *layers, "model.norm", "model.rotary_emb", "lm_head")

@@ -513,20 +513,26 @@ def _find_config(module: nn.Module) -> Qwen3Config | None:
     return None
 
 
-def _normal_(weight: torch.Tensor, std: float, generator: torch.Generator | None) -> None:
+def _normal_(weight: torch.Tensor, std: float, generator: torch.Generator | None, fill=None) -> None:
     """weight <- N(0, std^2), drawn in float32 on the generator's device, then copied.
 
     Drawing in float32 on one device makes the values independent of the parameter's device
     and (up to rounding) dtype: the same seed gives the same model on CPU and CUDA.
+    ``fill(weight, sample)`` replaces the copy (a sharded weight keeps its slice of the full
+    sample, which has the weight's full shape).
     """
     device = generator.device if generator is not None else weight.device
     sample = torch.empty(weight.shape, dtype=torch.float32, device=device)
     sample.normal_(0.0, std, generator=generator)
-    weight.copy_(sample)
+    if fill is not None:
+        fill(weight, sample)
+    else:
+        weight.copy_(sample)
 
 
 @torch.no_grad()
-def init_weights(module: nn.Module, std: float | None = None, generator: torch.Generator | None = None) -> nn.Module:
+def init_weights(module: nn.Module, std: float | None = None, generator: torch.Generator | None = None,
+                 fill=None) -> nn.Module:
     """transformers' Qwen3 initialization, deterministic given a ``torch.Generator``.
 
     Source: transformers ``PreTrainedModel._init_weights``: Linear and Embedding weights
@@ -540,6 +546,9 @@ def init_weights(module: nn.Module, std: float | None = None, generator: torch.G
             ``module`` (0.02 if none).
         generator: a seeded ``torch.Generator``; None uses torch's global RNG on each
             parameter's device.
+        fill: ``fill(weight, sample)`` puts a drawn float32 ``sample`` of the weight's full
+            shape into the weight (default: ``weight.copy_(sample)``); for a sharded (DTensor)
+            weight it keeps this rank's slice, so the draws and values are a full init's.
 
     Returns:
         ``module``, for chaining.
@@ -553,7 +562,7 @@ def init_weights(module: nn.Module, std: float | None = None, generator: torch.G
             if id(m.weight) in seen or m.weight.is_meta:
                 continue
             seen.add(id(m.weight))
-            _normal_(m.weight, std, generator)
+            _normal_(m.weight, std, generator, fill)
             if isinstance(m, nn.Linear) and m.bias is not None:
                 m.bias.zero_()
             if isinstance(m, nn.Embedding) and m.padding_idx is not None:

@@ -79,6 +79,77 @@ CASES = [
      "optimizer_needs_no_communication", "expected 0"),  # phase
     ("state_dict_empty_shards", "{id: rank2_elements, ranks: [2], local_numel: 8264}",
      "{id: rank2_elements, ranks: [1], local_numel: 8264}", "rank2_elements", "8,990"),  # ranks of a reload
+    # issue 10, units: a grouped unit, the tracker's perturbation, memory after fully_shard
+    ("tail_unit", "        count: 1\n        numel_in: 4128", "        count: 2\n        numel_in: 4128",
+     "tail_unit_gathers_once", "expected 2"),
+    ("tail_unit", "{id: layer_units, role: layer, count: 22", "{id: layer_units, role: module, count: 22",
+     "layer_units", "expected 22"),  # role module
+    ("tail_unit_memory_tracked", "sharded_param: 180992", "sharded_param: 180993", "sharded_parameters", "180,993"),
+    # divide factors, the PREMUL_SUM refusal (expect_error, reduce_op)
+    ("premul_sum_refused_on_gloo", "        phase: backward\n", "        phase: forward\n", "premul_sum_refused",
+     "expected forward"),
+    ("premul_sum_refused_hsdp", 'message: {matches: "PREMUL_SUM with Gloo"}', 'message: {matches: "PREMUL_SUM with NCCL"}',
+     "premul_sum_refused", "a string matching /PREMUL_SUM with NCCL/"),
+    ("divide_factors_4", '[factor_8, "f = 8: SUM, then / 8", 2, 1, SUM, 8, true]',
+     '[factor_8, "f = 8: SUM, then / 8", 2, 1, SUM, 7, true]', "factor_8", "expected 7"),
+    ("divide_factors_2x2", '[factor_1_all_reduce, "f = 1: SUM across replicas", 0, all_reduce, 1, SUM, 1]',
+     '[factor_1_all_reduce, "f = 1: SUM across replicas", 0, all_reduce, 1, AVG, 1]', "factor_1_all_reduce", "expected AVG"),
+    # HSDP meshes with a dim of size 1 (the [1, 1] attribution)
+    ("hsdp_1x1", "count: 2, mesh_dim: dp_replicate, group_size: 1", "count: 2, mesh_dim: dp_shard, group_size: 1",
+     "all_reduce_per_unit", "expected dp_shard"),
+    ("hsdp_1x4", "group_size: 1, numel_in: 9256", "group_size: 4, numel_in: 9256", "all_reduce_per_unit", "expected 4"),
+    ("hsdp_4x1", "numel: 37024, local_numel: 37024}", "numel: 37024, local_numel: 9256}", "whole_layer_per_rank", "9,256"),
+    # explicit prefetch, reshard_after_backward
+    ("explicit_prefetch", "count: 2, hook: forward_prefetch", "count: 2, hook: pre_forward", "layers_1_2_prefetched",
+     "expected pre_forward"),
+    ("explicit_prefetch", "select: {phase: backward, op: all_gather, layer: [0, 1]}, count: 2",
+     "select: {phase: backward, op: all_gather, layer: [0, 2]}, count: 2", "layers_1_0_prefetched",
+     "backward_prefetch"),  # layer selector: layer 2 is gathered by its own pre_backward hook
+    ("reshard_after_backward_false", "unsharded_param: 296192", "unsharded_param: 0", "unsharded_after_the_step", "296,192"),
+    # frozen parameters, before and after fully_shard
+    ("frozen_params", "count: 1, numel_in: 24704, numel_out: 12352}", "count: 1, numel_in: 37024, numel_out: 12352}",
+     "only_trainable_reduced", "37,024"),
+    ("frozen_params", "[self_attn.q_proj.weight, false, true, [32, 64]]", "[self_attn.q_proj.weight, true, true, [32, 64]]",
+     "self_attn.q_proj.weight", "expected true"),
+    ("frozen_params_after_fully_shard", "fqn: layers.0.self_attn.o_proj.weight, requires_grad: false",
+     "fqn: layers.0.self_attn.o_proj.weight, requires_grad: true", "frozen_shard", "expected true"),
+    # activation checkpointing, CPU offload
+    ("activation_checkpointing", "activation: 9280}", "activation: 9216}", "only_checkpoint_inputs_saved", "9,216"),
+    ("activation_checkpointing", "layer: 1}, count: 1, hook: pre_backward}", "layer: 1}, count: 1, hook: backward_prefetch}",
+     "layer1_by_its_pre_backward", "expected backward_prefetch"),
+    ("cpu_offload", "[mlp.up_proj.weight, cpu, cpu, cpu, [64, 64]]", "[mlp.up_proj.weight, cpu, cuda, cpu, [64, 64]]",
+     "mlp.up_proj.weight", "expected cuda"),
+    # meta-device init
+    ("meta_init", "[embed.rank2, model.embed_tokens.weight, [2], [32, 64]]", "[embed.rank2, model.embed_tokens.weight, [2], [33, 64]]",
+     "embed.rank2", "[33, 64]"),
+    ("meta_init", "loss_max_abs_diff: 0}", 'loss_max_abs_diff: "> 0"}', "forward_identical", "> 0"),
+    # model options: tied embeddings split or grouped, empty shards
+    ("tied_embeddings_split_units", "raised: true, type: ValueError, phase: forward", "raised: true, type: RuntimeError, phase: forward",
+     "shared_parameter_refused", "expected RuntimeError"),
+    ("tied_embeddings_one_unit", "count: 1,\n         numel_in: 8192, numel_out: 4096", "count: 2,\n         numel_in: 8192, numel_out: 4096",
+     "tied_unit_reduced_once", "expected 2"),
+    ("empty_shards", "[q_norm.ranks2-3, self_attn.q_norm.weight, [2, 3], [0]]", "[q_norm.ranks2-3, self_attn.q_norm.weight, [2, 3], [1]]",
+     "q_norm.ranks2-3", "[1]"),
+    ("empty_shards", "ranks: [2, 3], local_numel: 92}", "ranks: [2, 3], local_numel: 110}", "emptier_ranks", "expected 110"),
+    # shard_placement_fn, set_reshard_after_forward after init
+    ("shard_placement", '[mlp.gate_proj.weight, ["Shard(dim=1)"], [128, 32]]', '[mlp.gate_proj.weight, ["Shard(dim=0)"], [128, 32]]',
+     "mlp.gate_proj.weight", "Shard(dim=0)"),
+    ("set_reshard_after_forward", "select: {op: all_gather, unit: root}, count: 2", "select: {op: all_gather, unit: root}, count: 1",
+     "root_gathered_in_both_passes", "expected 1"),
+    # per-unit mixed precision: unit input/output dtypes, loss dtype
+    ("per_unit_mixed_precision", "{id: lm_head_input_cast_to_fp32, unit: lm_head, point: pre_forward, input_dtypes: [float32]}",
+     "{id: lm_head_input_cast_to_fp32, unit: lm_head, point: pre_forward, input_dtypes: [bfloat16]}",
+     "lm_head_input_cast_to_fp32", "[bfloat16]"),
+    ("per_unit_mixed_precision", "output_dtype: float32, loss_dtype: float32}", "output_dtype: float32, loss_dtype: bfloat16}",
+     "fp32_logits_and_loss", "expected bfloat16"),
+    # torch.compile gated to CUDA runs
+    ("compile_gated_on_cpu", "type: RuntimeError, phase: setup", "type: RuntimeError, phase: forward", "refused_on_cpu",
+     "expected forward"),
+    # nested units, a child after its parent
+    ("nested_units", "count: 6, numel: 12320, local_numel: 6160}", "count: 6, numel: 12320, local_numel: 12320}",
+     "attention_unit", "12,320"),
+    ("parent_before_child", 'message: {matches: "Cannot concatenate overlapping meshes"}',
+     'message: {matches: "already sharded"}', "refused_in_setup", "a string matching /already sharded/"),
 ]
 
 

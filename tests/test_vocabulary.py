@@ -75,7 +75,7 @@ BAD = [
     ("step", "{step: step1.x_norm, layer: 2, shape: [2, 8, 512]}", "tables[0].entries[0].layer", "the model has 2 decoder layers"),
     ("step", "{step: step2.kv_heads, shape: [2, 8, 512]}", "tables[0].entries[0].step", "unknown step 'step2.kv_heads'"),
     ("params_total", "{unit: layers.9, count: 0}", "tables[0].entries[0].unit", "no FSDP unit named 'layers.9'"),
-    ("params_total", "{role: leaf, count: 0}", "tables[0].entries[0].role", "expected one of ['layer', 'root']"),
+    ("params_total", "{role: leaf, count: 0}", "tables[0].entries[0].role", "expected one of ['layer', 'root', 'module']"),
     ("collectives", "{select: {phase: forwad}, count: 0}", "tables[0].entries[0].select", "phase 'forwad' cannot occur"),
     ("collectives", "{select: {op: allgather}, count: 0}", "tables[0].entries[0].select", "op 'allgather' cannot occur"),
     ("collectives", "{select: {mesh_dim: dp}, count: 0}", "tables[0].entries[0].select", "mesh dim 'dp' cannot occur"),
@@ -89,6 +89,13 @@ BAD = [
     ("param", "{fqn: layers.0.mlp.gate.weight, numel: 1}", "tables[0].entries[0].fqn", "has no parameter 'layers.0.mlp.gate.weight'"),
     ("param", "{param: mlp.gate.weight, layer: 0, numel: 1}", "tables[0].entries[0].param", "not the name of a parameter"),
     ("input", "{rank: 4, shape: [2, 8, 512]}", "tables[0].entries[0].rank", "rank(s) [4] outside the world"),
+    # issue 10 (units): reduce_op and expect_error
+    ("reduce_op", "{layer: 0, op: all_gather, count: 1}", "tables[0].entries[0].op", "expected one of ['reduce_scatter', 'all_reduce']"),
+    ("reduce_op", "{layer: 0, reduce_op: MEAN}", "tables[0].entries[0]", "reduce_op: expected one of ['SUM', 'AVG'"),
+    ("reduce_op", "{layer: 0, phase: forwad, count: 1}", "tables[0].entries[0].phase", "phase 'forwad' cannot occur"),
+    ("expect_error", "{phase: forwad}", "tables[0].entries[0]", "phase: expected one of ['setup'"),
+    ("expect_error", "{message: {matches: '(unclosed'}}", "tables[0].entries[0]", "as a regular expression"),
+    ("expect_error", "{raised: maybe}", "tables[0].entries[0]", "raised: expected true or false"),
 ]
 
 

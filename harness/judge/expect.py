@@ -10,6 +10,8 @@ A spec writes what the document prints. Three forms:
   Suffixes: K, M, G (counts, 10^3, 10^6, 10^9); B, KB, MB, GB (bytes, powers of 10: the
   document's MB is 10^6 bytes); KiB, MiB, GiB (powers of 2).
 * a bound: ``"<= 1e-3"``, ``"< 0.01"``, ``">= 1"``, ``"== 0"``.
+* a pattern: ``{matches: "PREMUL_SUM.*Gloo"}``: a string the regular expression finds
+  (``re.search``) in; for messages, whose exact wording a spec should not pin.
 
 Raises :class:`ExpectationError` (a ValueError) for a string that looks numeric but cannot be
 read, so a typo in a spec fails loudly at load time rather than comparing as text.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import operator
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -54,7 +57,7 @@ class Expectation:
 
     Attributes:
         raw: the value as written in the spec.
-        form: "exact", "rounded" or "bound".
+        form: "exact", "rounded", "bound" or "pattern" (value: the regular expression).
         value: the target (for rounded: in base units, elements or bytes).
         tolerance: absolute tolerance in base units (rounded only), else 0.
         unit: the printed unit ("MB", "K", ...), "" if none.
@@ -72,6 +75,8 @@ class Expectation:
         """True when ``observed`` meets this expectation. Non-numbers never meet a numeric one."""
         if self.form == "exact":
             return _normalize(observed) == _normalize(self.value)
+        if self.form == "pattern":
+            return isinstance(observed, str) and re.search(self.value, observed) is not None
         if isinstance(observed, bool) or not isinstance(observed, (int, float)):
             return False
         if self.form == "rounded":
@@ -82,6 +87,8 @@ class Expectation:
         """Human text of what is expected, with the tolerance spelled out."""
         if self.form == "exact":
             return _show(self.value)
+        if self.form == "pattern":
+            return f"a string matching /{self.value}/"
         if self.form == "bound":
             return f"{self.op} {_show(self.value)}"
         scale = UNIT_SCALE[self.unit]
@@ -100,8 +107,16 @@ def parse_expectation(raw: Any) -> Expectation:
     """Read a spec value as an :class:`Expectation` (see the module docstring for forms).
 
     Raises:
-        ExpectationError: a string that starts like a number or bound but does not parse.
+        ExpectationError: a string that starts like a number or bound but does not parse, or a
+            pattern that is not a regular expression.
     """
+    if isinstance(raw, Mapping) and list(raw) == ["matches"]:
+        pattern = raw["matches"]
+        try:
+            re.compile(pattern)
+        except (re.error, TypeError) as exc:
+            raise ExpectationError(f"cannot read {pattern!r} as a regular expression: {exc}") from None
+        return Expectation(dict(raw), "pattern", pattern)
     if isinstance(raw, str):
         m = _ROUNDED.match(raw)
         if m:

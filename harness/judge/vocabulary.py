@@ -108,6 +108,8 @@ DTYPE = ValueType("dtype", f"a dtype name, one of {list(DTYPE_NAMES)}", _exact(l
 BOOL = ValueType("bool", "true or false", _exact(lambda v: isinstance(v, bool)))
 TEXT = ValueType("text", "a string", _exact(lambda v: isinstance(v, str)))
 OPTIONAL_TEXT = ValueType("text", "a string or null", _exact(lambda v: v is None or isinstance(v, str)))
+MESSAGE = ValueType("message", "a string (exact), {matches: REGEX} (found by re.search) or null",
+                    lambda e: e.form == "pattern" or (e.form == "exact" and (e.value is None or isinstance(e.value, str))))
 TEXTS = ValueType("texts", "a list of strings", _exact(lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v)))
 INTS = ValueType("ints", "a list of integers", _exact(lambda v: isinstance(v, list) and all(_is_int(i) for i in v)))
 

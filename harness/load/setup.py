@@ -14,6 +14,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 from harness.run.recorders.names import BANDWIDTH_OPS  # noqa: F401 (the sweep's ops, re-exported)
+from harness.load.units import (UNIT_OPTION_KEYS, MixedPrecision, OffloadSetup, UnitPlan, UnitSpec, freeze,
+                                resolve_units, unit_spec_from_yaml)
+from model.names import module_paths
 
 DTYPES = ("float16", "bfloat16", "float32")
 
@@ -55,30 +58,58 @@ class ModelSetup:
 
 
 @dataclass(frozen=True)
-class MixedPrecision:
-    """``torch.distributed.fsdp.MixedPrecisionPolicy`` fields, as dtype names (None: keep)."""
-
-    param_dtype: str | None = None
-    reduce_dtype: str | None = None
-    output_dtype: str | None = None
-    cast_forward_inputs: bool = True
-
-
-@dataclass(frozen=True)
 class FSDPSetup:
     """How ``fully_shard`` is applied.
 
     Attributes:
-        reshard_after_forward: for the layer units: True, False, or an int (reshard to a
-            group of that size after forward).
+        reshard_after_forward: for every unit but the root (unless a unit sets its own):
+            True, False, an int (reshard to a group of that size after forward) or None (torch's
+            default).
         root_reshard_after_forward: for the root unit; None passes nothing, so torch's own
             default for the root applies, as in the document's ``fully_shard(model, mesh=mesh)``.
-        mixed_precision: None for no ``MixedPrecisionPolicy``.
+        mixed_precision: every unit's ``MixedPrecisionPolicy`` unless a unit sets ``mp_policy``;
+            None for no policy.
+        offload_policy: every unit's ``CPUOffloadPolicy`` unless a unit sets one; None: none.
+        units: the ``fully_shard`` calls in order (:mod:`harness.load.units`); None: one unit per
+            decoder layer, then the root (the document's setup code).
+        forward_prefetch: ((unit, (units...)), ...): ``unit.set_modules_to_forward_prefetch``.
+        backward_prefetch: the same for ``set_modules_to_backward_prefetch``.
+        defaults: the other unit options (``gradient_divide_factor``,
+            ``force_sum_reduction_for_comms``, ``reshard_after_backward``,
+            ``set_reshard_after_forward``, ``shard_placement``, ``checkpoint``, ``compile``)
+            as written at ``fsdp`` level, defaults of every unit.
     """
 
-    reshard_after_forward: bool | int = True
+    reshard_after_forward: bool | int | None = True
     root_reshard_after_forward: bool | int | None = None
     mixed_precision: MixedPrecision | None = None
+    offload_policy: OffloadSetup | None = None
+    units: tuple[UnitSpec, ...] | None = None
+    forward_prefetch: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    backward_prefetch: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    defaults: tuple[tuple[str, Any], ...] = ()
+
+    def unit_defaults(self) -> dict[str, Any]:
+        """Every unit option's value at ``fsdp`` level (:data:`harness.load.units.UNIT_OPTION_KEYS`)."""
+        out: dict[str, Any] = {"reshard_after_forward": self.reshard_after_forward,
+                               "mp_policy": self.mixed_precision, "offload_policy": self.offload_policy}
+        out.update(dict(self.defaults))
+        return out
+
+
+@dataclass(frozen=True)
+class FreezeSetup:
+    """Parameters made ``requires_grad=False`` by pattern (:func:`harness.load.units.match_params`).
+
+    Attributes:
+        params: FQN patterns (relative to the root; ``*`` one component, ``**`` several).
+        after_fully_shard: False: frozen on the built model, before ``fully_shard`` (FSDP then
+            sees frozen parameters at init); True: frozen on the sharded ``DTensor`` parameters,
+            after every ``fully_shard``.
+    """
+
+    params: tuple[str, ...] = ()
+    after_fully_shard: bool = False
 
 
 @dataclass(frozen=True)
@@ -206,6 +237,16 @@ class RunSetup:
             hold unsharded on every rank at once. The observation is otherwise the same.
         bandwidth: collectives timed after the step (:class:`BandwidthSetup`); None: none.
         state_dict: see :class:`StateDictSetup` (default: no checkpoint round trip).
+        init: how the weights come to be: "full" (built on the device, ``init_weights``, then
+            ``fully_shard``), "meta" (built on ``meta``, ``fully_shard``, ``to_empty``, then each
+            rank fills its shards with exactly the values "full" gives: same seed, same numbers;
+            RoPE's ``inv_freq`` recomputed), or None: "full" with numerics on, else each rank
+            draws its own shards (fast, values unlike "full"'s).
+        track_memory: run ``FSDPMemTracker`` over the step (the ``memory`` observation).
+        freeze: see :class:`FreezeSetup`.
+        record_errors: set by the loader when a spec has an ``expect_error`` entry: an error
+            raised by a rank is recorded in its observation (type, message, phase) instead of
+            failing the run.
     """
 
     model: ModelSetup = field(default_factory=ModelSetup)
@@ -220,6 +261,10 @@ class RunSetup:
     numerics: bool = True
     bandwidth: BandwidthSetup | None = None
     state_dict: StateDictSetup = field(default_factory=StateDictSetup)
+    init: str | None = None
+    track_memory: bool = True
+    freeze: FreezeSetup = field(default_factory=FreezeSetup)
+    record_errors: bool = False
 
     @property
     def world_size(self) -> int:
@@ -228,11 +273,42 @@ class RunSetup:
             size *= n
         return size
 
+    @property
+    def layer_prefix(self) -> str:
+        """Where the decoder layers live: ``layers`` (decoder_layers) or ``model.layers``."""
+        return "layers" if self.model.body == "decoder_layers" else "model.layers"
+
+    def unit_plan(self, num_layers: int, param_fqns: tuple[str, ...] | None = None) -> list[UnitPlan]:
+        """The FSDP units in ``fully_shard`` order, the root last (:mod:`harness.load.units`).
+
+        ``param_fqns``: the model's parameter FQNs, to check that every ``shard_placement`` and
+        ``freeze`` pattern names a parameter (skipped when None).
+
+        Raises:
+            SetupError: a unit pattern matches no module, a module is in two units, a prefetch
+                names no unit, or a parameter pattern matches no parameter.
+        """
+        plans, problems = resolve_units(self.fsdp.units, self.fsdp.unit_defaults(),
+                                        self.fsdp.root_reshard_after_forward,
+                                        module_paths(self.model.body, num_layers), self.layer_prefix)
+        if param_fqns is not None:
+            problems += _param_pattern_problems(self, plans, param_fqns)
+        names = [p.name for p in plans]
+        for key, pairs in (("forward_prefetch", self.fsdp.forward_prefetch),
+                           ("backward_prefetch", self.fsdp.backward_prefetch)):
+            for unit, targets in pairs:
+                for name in (unit, *targets):
+                    if _unit_key(name) not in names:
+                        problems.append((f"setup.fsdp.{key}", f"no FSDP unit named {name!r}; units: "
+                                                              f"{['root' if n == '' else n for n in names]}"))
+        if problems:
+            raise SetupError(*problems[0], errors=problems)
+        return plans
+
     def unit_names(self, num_layers: int) -> tuple[str, ...]:
         """FQNs of the FSDP units this setup creates, in ``fully_shard`` order ("" is the root):
-        one per decoder layer, then the root (the document's section "FSDP2 设置")."""
-        prefix = "layers" if self.model.body == "decoder_layers" else "model.layers"
-        return tuple(f"{prefix}.{i}" for i in range(num_layers)) + ("",)
+        by default one per decoder layer, then the root (the document's section "FSDP2 设置")."""
+        return tuple(p.name for p in self.unit_plan(num_layers))
 
     @property
     def data_parallel_size(self) -> int:
@@ -253,11 +329,12 @@ class RunSetup:
 
         Keys: model {config, overrides, body, dtype}, mesh {shape, dim_names},
         batch_per_rank, seq_len, fsdp {reshard_after_forward, root_reshard_after_forward,
-        mixed_precision {param_dtype, reduce_dtype, output_dtype, cast_forward_inputs}},
-        optimizer {name, lr}, seed, observe_ranks, numerics, bandwidth {ops, sizes, dtype, warmup,
-        iterations, cpu_max_bytes, step}.
-        optimizer {name, lr}, seed, observe_ranks, numerics, state_dict {round_trip,
-        reload_world_sizes}.
+        mixed_precision {param_dtype, reduce_dtype, output_dtype, cast_forward_inputs},
+        offload_policy {pin_memory}, units [...], forward_prefetch, backward_prefetch, and the
+        unit options as every unit's defaults (harness.load.units.UNIT_OPTION_KEYS)},
+        optimizer {name, lr}, seed, observe_ranks, numerics, init, track_memory,
+        freeze {params, after_fully_shard}, bandwidth {ops, sizes, dtype, warmup, iterations,
+        cpu_max_bytes, step}, state_dict {round_trip, reload_world_sizes}.
 
         Raises:
             SetupError: naming the key path, for values the schema cannot catch (a mesh whose
@@ -273,9 +350,10 @@ class RunSetup:
             problems.append(("setup.mesh.dim_names",
                              f"expected {len(shape)} name{'s' if len(shape) != 1 else ''} for shape {list(shape)}, "
                              f"got {list(names)}"))
-        fsdp = dict(data.pop("fsdp", {}))
-        mp = fsdp.pop("mixed_precision", None)
-        fsdp_setup = FSDPSetup(**fsdp, mixed_precision=MixedPrecision(**mp) if mp else None)
+        fsdp_setup = _fsdp_from_mapping(dict(data.pop("fsdp", {})))
+        frozen = data.pop("freeze", None)
+        freeze_setup = FreezeSetup(tuple(frozen.get("params", ())), bool(frozen.get("after_fully_shard", False))) \
+            if frozen else FreezeSetup()
         optimizer = OptimizerSetup(**data.pop("optimizer", {}))
         bandwidth = data.pop("bandwidth", None)
         if bandwidth is not None:
@@ -301,6 +379,7 @@ class RunSetup:
             mesh_shape=shape,
             mesh_dim_names=names,
             fsdp=fsdp_setup,
+            freeze=freeze_setup,
             optimizer=optimizer,
             observe_ranks=tuple(observe) if observe is not None else None,
             bandwidth=bandwidth,
@@ -323,3 +402,47 @@ def _state_dict_setup(data: Mapping[str, Any], world: int) -> tuple[StateDictSet
     if len(set(sizes)) != len(sizes):
         problems.append(("setup.state_dict.reload_world_sizes", f"expected distinct world sizes, got {list(sizes)}"))
     return StateDictSetup(round_trip=bool(data.get("round_trip", False)), reload_world_sizes=sizes), problems
+
+
+def _unit_key(name: str) -> str:
+    """A unit as a spec names it ('root' is the root, "")."""
+    return "" if name == "root" else name
+
+
+def _fsdp_from_mapping(fsdp: dict[str, Any]) -> FSDPSetup:
+    """``setup.fsdp`` (schema-validated) -> :class:`FSDPSetup`."""
+    mp = fsdp.pop("mixed_precision", None)
+    offload = fsdp.pop("offload_policy", None)
+    units = fsdp.pop("units", None)
+    prefetch = {k: tuple((_unit_key(u), tuple(_unit_key(t) for t in ts)) for u, ts in fsdp.pop(k, {}).items())
+                for k in ("forward_prefetch", "backward_prefetch")}
+    known = {"reshard_after_forward", "root_reshard_after_forward"}
+    defaults = tuple((k, freeze(fsdp.pop(k))) for k in list(fsdp) if k in UNIT_OPTION_KEYS and k not in known)
+    return FSDPSetup(**fsdp, mixed_precision=MixedPrecision(**mp) if mp else None,
+                     offload_policy=OffloadSetup(**offload) if offload is not None else None,
+                     units=tuple(unit_spec_from_yaml(u) for u in units) if units is not None else None,
+                     defaults=defaults, **prefetch)
+
+
+def _param_pattern_problems(setup: RunSetup, plans: list[UnitPlan], fqns: tuple[str, ...]) -> list[tuple[str, str]]:
+    """``shard_placement`` and ``freeze`` patterns that name no parameter of the model."""
+    from harness.load.units import match_params
+
+    def hint(pattern: str) -> str:
+        return (f"{pattern!r} matches no parameter; parameters look like {list(fqns[:3])} "
+                "('*' is one component, '**' several)")
+
+    out = []
+    seen = set()
+    for plan in plans:
+        for pattern, _ in plan.options.shard_placement:
+            where = (f"setup.fsdp.units[{plan.entry}].shard_placement"
+                     if plan.entry is not None and "shard_placement" in dict(setup.fsdp.units[plan.entry].given)
+                     else "setup.fsdp.shard_placement")
+            if (where, pattern) not in seen and not match_params(pattern, fqns):
+                seen.add((where, pattern))
+                out.append((where, hint(pattern)))
+    for j, pattern in enumerate(setup.freeze.params):
+        if not match_params(pattern, fqns):
+            out.append((f"setup.freeze.params[{j}]", hint(pattern)))
+    return out

@@ -165,12 +165,17 @@ def replica_reference(
     dtype: torch.dtype,
     world_size: int,
     coords: Sequence[int],
+    divisors: dict[str, float] | None = None,
+    shard_dims: dict[str, int] | None = None,
 ) -> Reference:
     """The plain replica's step on this rank's inputs, before ``fully_shard`` (collective).
 
     The replica computes in the mixed-precision policy's ``param_dtype`` if the setup has
     one, else in ``dtype``; its gradients are averaged over all ranks with a plain
     all-reduce, and the rows of this rank's shard kept (shard mesh dim: the last).
+    ``divisors``: parameter FQN -> the divisor of its summed gradient (a unit's gradient divide
+    factor); by default the world size (the mean). ``shard_dims``: parameter FQN -> the dim
+    its shard is cut along (``shard_placement``), by default 0.
     """
     mp = setup.fsdp.mixed_precision
     replica_dtype = torch_dtype(mp.param_dtype) if mp is not None and mp.param_dtype else dtype
@@ -183,4 +188,6 @@ def replica_reference(
         loss_fn=loss_fn,
         replica_dtype=replica_dtype,
         all_reduce_sum=lambda t: dist.all_reduce(t, op=dist.ReduceOp.SUM),
+        divisors=divisors,
+        shard_dims=shard_dims,
     )

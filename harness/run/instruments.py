@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 import model as qwen3
-from harness.run.recorders.collectives import CollectiveRecorder, attribute, dtype_name, profiler_spans
+from harness.run.recorders.collectives import CollectiveRecorder, attribute, dtype_name, profiler_spans, resolve_mesh_dims
 from harness.run.recorders.memory import MemoryRecorder
 from harness.run.recorders.params import ParamStateHooks, Unit, param_table
 from harness.run.recorders.phases import Phases
@@ -84,13 +84,17 @@ class Instruments:
 
     Args:
         phases: the run's phases; collectives are stamped with ``phases.current``.
-        group_dims: process group name -> mesh dim name (a collective's ``mesh_dim``).
+        group_dims: process group name -> mesh dim name, or a tuple of the names of every mesh
+            dim sharing that group (a collective's ``mesh_dim``, see ``resolve_mesh_dims``).
         collective_log: where each collective is reported as entered and completed, for hang
             diagnosis (a ``harness.run.hang.RankProgress``); None for nowhere.
+        track_memory: run the memory recorder (``FSDPMemTracker``) over the steps.
     """
 
-    def __init__(self, phases: Phases, group_dims: Mapping[str, str], collective_log: Any = None) -> None:
+    def __init__(self, phases: Phases, group_dims: Mapping[str, Any], collective_log: Any = None, *,
+                 track_memory: bool = True) -> None:
         self.collectives = CollectiveRecorder(lambda: phases.current, group_dims, collective_log)
+        self.track_memory = track_memory
         # torch.autograd.profiler.profile is what torch.profiler.profile wraps; the wrapper's
         # start also touches torch._inductor (a 1.5 s import on first use in a process).
         self.profiler = torch.autograd.profiler.profile(use_cpu=True, use_kineto=True)
@@ -126,9 +130,10 @@ class Instruments:
         # 4096 ranks it dispatches ~10^5 ops: the profiler starts after it. The collectives
         # recorded so far are setup's.
         self._n_setup = len(self.collectives.records)
-        self._params = param_table(root, [u.name for u in units])
-        self._memory = MemoryRecorder(root, optimizer, {u.module: u.name for u in units}, inputs=inputs)
-        with _quiet(self.profiler), self._memory:
+        self._params = param_table(root, {fqn: u.name for u in units for fqn in u.params})
+        modules = {m: u.name for u in units for m in (u.modules or (u.module,))}
+        self._memory = MemoryRecorder(root, optimizer, modules, inputs=inputs)
+        with _quiet(self.profiler), (self._memory if self.track_memory else contextlib.nullcontext()):
             # After entering FSDPMemTracker: it re-registers FSDP's forward hooks, and these
             # hooks must run after FSDP's (pre-forward prepended, post-forward appended).
             self._hooks = ParamStateHooks(list(units), is_backward=_in_backward).install()
@@ -148,7 +153,8 @@ class Instruments:
         """Take the whole-rank memory snapshot that follows ``optimizer.step()``."""
         if self._memory is None:
             raise RuntimeError("after_optimizer_step outside Instruments.observing")
-        self._memory.mark_after_step()
+        if self.track_memory:
+            self._memory.mark_after_step()
 
     def pieces(self) -> dict[str, Any]:
         """The rank entry's ``params``, ``param_states``, ``steps``, ``collectives``, ``memory``.
@@ -172,6 +178,6 @@ class Instruments:
             "params": self._params,
             "param_states": self._hooks.states,
             "steps": self.steps,
-            "collectives": setup + attribute(records[self._n_setup :], profiler_spans(self.profiler)),
-            "memory": self._memory.snapshots(),
+            "collectives": resolve_mesh_dims(setup + attribute(records[self._n_setup :], profiler_spans(self.profiler))),
+            "memory": self._memory.snapshots() if self.track_memory else [],
         }

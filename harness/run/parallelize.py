@@ -1,11 +1,14 @@
 """Applying FSDP2 to a built model: the mesh, the FSDP units, ``fully_shard``, meta-device init.
 
 :func:`apply_fsdp` is the only place in the harness that calls
-``torch.distributed.fsdp.fully_shard``. It takes the units as data (:class:`ShardUnit`: a
-module path and that unit's own ``fully_shard`` options), so richer setups (several modules
-per unit, per-unit offload policies, ``shard_placement_fn``, frozen parameters, activation
-checkpointing) extend the unit description and this one function, not the rank step.
-:func:`units_from_setup` derives today's units from a :class:`~harness.load.setup.RunSetup`.
+``torch.distributed.fsdp.fully_shard``. It takes the units as data (:class:`ShardUnit`: the
+modules of one ``fully_shard`` call and that unit's own options: ``reshard_after_forward``,
+``mp_policy``, ``offload_policy``, ``shard_placement_fn``; activation checkpointing before the
+call; ``set_gradient_divide_factor``, ``set_force_sum_reduction_for_comms``,
+``set_reshard_after_backward``, ``set_reshard_after_forward``, prefetch lists and
+``module.compile()`` after every call) and freezes parameters before or after sharding.
+:func:`units_from_setup` derives the units from a :class:`~harness.load.setup.RunSetup`
+(``setup.fsdp.units``, :mod:`harness.load.units`).
 
 Source: the walkthrough document ("FSDP2 Qwen3 Decoder Layer Walkthrough", section "FSDP2
 设置"): over a 1-D ``dp`` mesh of 4 ranks, every decoder layer becomes its own FSDP unit
@@ -17,36 +20,55 @@ reshard_after_forward, mp_policy, ...)`` (torch 2.13).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+from torch.distributed.tensor import DTensor, Shard
 
 import model as qwen3
 from harness.load.setup import RunSetup
+from harness.load.units import MixedPrecision, UnitOptions, match_params
 from harness.run.build import torch_dtype
-from harness.run.recorders.params import Unit, param_owner
+from harness.run.recorders.params import Unit
 
-__all__ = ["ShardUnit", "build_mesh", "units_from_setup", "mixed_precision_policy", "apply_fsdp", "init_local_shards"]
+__all__ = ["ShardUnit", "build_mesh", "units_from_setup", "mixed_precision_policy", "apply_fsdp", "freeze_params",
+           "init_local_shards", "init_shards_like_full"]
+
+
+COMPILE_ON_CPU = (
+    "setup.fsdp.units[].compile: torch.compile per unit runs only on CUDA ranks. Measured on this project's "
+    "2-core CPU machine (benchmarks/bench_compile.py): the first step of 2 tiny compiled layers under FSDP2 took "
+    "about 320 s on 2 gloo ranks (eager: 0.1 s). Note also that dynamo compiles nothing while a TorchDispatchMode is "
+    "active, as the harness's collective recorder is: compiled units then run eagerly (the observation's "
+    "'compile' counts the graphs dynamo captured)."
+)
 
 
 @dataclass(frozen=True)
 class ShardUnit:
-    """One ``fully_shard`` call: which module, as which unit, with which options.
+    """One ``fully_shard`` call: which modules, as which unit, with which options.
 
     Attributes:
-        path: module FQN relative to the root (``"layers.0"``, ``"model.layers.3"``); ``""``
-            is the root itself.
-        role: "layer" or "root" (the observation's ``fsdp_units[].role``).
+        path: the unit's name: its module's FQN relative to the root (``"layers.0"``,
+            ``"model.layers.3"``; ``""`` is the root), or for a unit of several modules torch's
+            name for it, their FQNs joined by ``", "``.
+        role: "layer", "root" or "module" (the observation's ``fsdp_units[].role``).
         layer: the decoder layer index of a layer unit, else None.
         reshard_after_forward: True, False or an int (reshard to groups of that size after
             forward); None passes nothing, so torch's default applies (for the root: not
             resharded after forward).
         mp_policy: the unit's ``MixedPrecisionPolicy``; None passes nothing (torch's default,
             no casting).
+        paths: the module FQNs of the call (a list call when more than one); () means ``(path,)``.
+        offload_policy: ``CPUOffloadPolicy`` or None (nothing passed).
+        shard_placement: ((parameter FQN pattern, dim), ...) for ``shard_placement_fn``.
+        after: the calls made on the unit before and after ``fully_shard`` (checkpointing,
+            divide factor, force-sum, reshard-after-backward, set_reshard_after_forward,
+            compile); None: none.
     """
 
     path: str
@@ -54,14 +76,25 @@ class ShardUnit:
     layer: int | None = None
     reshard_after_forward: bool | int | None = None
     mp_policy: MixedPrecisionPolicy | None = None
+    paths: tuple[str, ...] = ()
+    offload_policy: OffloadPolicy | None = None
+    shard_placement: tuple[tuple[str, int], ...] = ()
+    after: UnitOptions | None = None
+
+    @property
+    def module_paths(self) -> tuple[str, ...]:
+        return self.paths or (self.path,)
 
     def options(self) -> dict[str, Any]:
-        """The keyword arguments of this unit's ``fully_shard`` call, besides ``mesh``."""
+        """The keyword arguments of this unit's ``fully_shard`` call, besides ``mesh`` and
+        ``shard_placement_fn`` (which needs the model's parameter names: see :func:`apply_fsdp`)."""
         kwargs: dict[str, Any] = {}
         if self.reshard_after_forward is not None:
             kwargs["reshard_after_forward"] = self.reshard_after_forward
         if self.mp_policy is not None:
             kwargs["mp_policy"] = self.mp_policy
+        if self.offload_policy is not None:
+            kwargs["offload_policy"] = self.offload_policy
         return kwargs
 
 
@@ -74,11 +107,9 @@ def build_mesh(setup: RunSetup, device_type: str) -> DeviceMesh:
     return init_device_mesh(device_type, tuple(setup.mesh_shape), mesh_dim_names=tuple(setup.mesh_dim_names))
 
 
-def mixed_precision_policy(setup: RunSetup) -> MixedPrecisionPolicy:
-    """``setup.fsdp.mixed_precision`` as a ``MixedPrecisionPolicy`` (torch's default if None)."""
-    mp = setup.fsdp.mixed_precision
+def _policy(mp: MixedPrecision | None) -> MixedPrecisionPolicy | None:
     if mp is None:
-        return MixedPrecisionPolicy()
+        return None
     return MixedPrecisionPolicy(
         param_dtype=torch_dtype(mp.param_dtype),
         reduce_dtype=torch_dtype(mp.reduce_dtype),
@@ -87,20 +118,75 @@ def mixed_precision_policy(setup: RunSetup) -> MixedPrecisionPolicy:
     )
 
 
-def units_from_setup(setup: RunSetup, root: nn.Module) -> list[ShardUnit]:
-    """Today's units: each decoder layer of ``root`` in order, then the root (as the document).
+def mixed_precision_policy(setup: RunSetup) -> MixedPrecisionPolicy:
+    """``setup.fsdp.mixed_precision`` as a ``MixedPrecisionPolicy`` (torch's default if None)."""
+    return _policy(setup.fsdp.mixed_precision) or MixedPrecisionPolicy()
 
-    Layers take ``setup.fsdp.reshard_after_forward``; the root takes
+
+def units_from_setup(setup: RunSetup, root: nn.Module) -> list[ShardUnit]:
+    """The setup's units in ``fully_shard`` order, the root last (``RunSetup.unit_plan``).
+
+    By default each decoder layer of ``root`` in order, then the root (as the document): layers
+    take ``setup.fsdp.reshard_after_forward``; the root takes
     ``setup.fsdp.root_reshard_after_forward`` (None: nothing passed, as the document's
     ``fully_shard(model, mesh=mesh)``, so torch does not reshard the root after forward).
-    Every unit takes the setup's mixed-precision policy.
+    Every unit takes the setup's mixed-precision policy unless it sets its own ``mp_policy``.
+
+    Raises:
+        harness.load.setup.SetupError: a unit names no module of ``root`` (the loader reports
+            the same at load time).
     """
-    policy = mixed_precision_policy(setup)
-    num_layers = len(root.get_submodule("layers" if setup.model.body == "decoder_layers" else "model.layers"))
-    *layers, _root = setup.unit_names(num_layers)  # the loader validates selectors against the same names
-    units = [ShardUnit(path, "layer", i, setup.fsdp.reshard_after_forward, policy) for i, path in enumerate(layers)]
-    units.append(ShardUnit("", "root", None, setup.fsdp.root_reshard_after_forward, policy))
+    num_layers = len(root.get_submodule(setup.layer_prefix))
+    units = []
+    for plan in setup.unit_plan(num_layers):  # the loader validated selectors against the same plan
+        o = plan.options
+        units.append(ShardUnit(
+            plan.name, plan.role, plan.layer, o.reshard_after_forward, _policy(o.mp_policy), plan.paths,
+            CPUOffloadPolicy(pin_memory=o.offload_policy.pin_memory) if o.offload_policy is not None else None,
+            o.shard_placement, o,
+        ))
     return units
+
+
+def freeze_params(root: nn.Module, patterns: Sequence[str]) -> list[str]:
+    """``requires_grad_(False)`` on every parameter whose FQN matches one of ``patterns``.
+
+    Returns the FQNs frozen (``named_parameters()`` order).
+
+    Raises:
+        ValueError: a pattern matches no parameter.
+    """
+    named = dict(root.named_parameters())
+    frozen: list[str] = []
+    for pattern in patterns:
+        hits = match_params(pattern, list(named))
+        if not hits:
+            raise ValueError(f"setup.freeze.params: {pattern!r} matches no parameter")
+        frozen += [h for h in hits if h not in frozen]
+    for fqn in frozen:
+        named[fqn].requires_grad_(False)
+    return [f for f in named if f in frozen]
+
+
+def _placement_fn(rules: Sequence[tuple[str, int]], names: Mapping[int, str]) -> Callable[[nn.Parameter], Shard | None]:
+    """``shard_placement_fn``: ``Shard(dim)`` for a parameter matching a rule, else None (Shard(0))."""
+    def placement(param: nn.Parameter) -> Shard | None:
+        fqn = names.get(id(param), "")
+        for pattern, dim in rules:
+            if match_params(pattern, [fqn]):
+                return Shard(dim)
+        return None
+
+    return placement
+
+
+def _fsdp_params(module: nn.Module) -> list[nn.Parameter]:
+    """The parameters FSDP manages for the unit whose first module is ``module`` (its state)."""
+    state = fully_shard.state(module)
+    groups = getattr(state, "_fsdp_param_groups", None)
+    if groups is None:  # torch before per-mesh parameter groups
+        groups = [state._fsdp_param_group] if state._fsdp_param_group is not None else []
+    return [fp.sharded_param for g in groups for fp in g.fsdp_params]
 
 
 def apply_fsdp(
@@ -109,39 +195,90 @@ def apply_fsdp(
     units: Sequence[ShardUnit],
     *,
     materialize: Callable[[nn.Module], None] | None = None,
+    forward_prefetch: Sequence[tuple[str, Sequence[str]]] = (),
+    backward_prefetch: Sequence[tuple[str, Sequence[str]]] = (),
+    freeze: Sequence[str] = (),
+    freeze_after: bool = False,
 ) -> list[Unit]:
-    """Call ``fully_shard(module, mesh=mesh, **unit.options())`` for each unit, in order.
+    """Call ``fully_shard(modules, mesh=mesh, **unit.options())`` for each unit, in order.
 
     Order matters: a module sharded earlier keeps its parameters, and a later unit that
     contains it (its parent, the root last) manages only the parameters no earlier unit took.
+    Per unit, before its call: activation checkpointing of its modules (``checkpoint``);
+    after every call: ``materialize``, then per unit ``set_gradient_divide_factor``,
+    ``set_force_sum_reduction_for_comms``, ``set_reshard_after_backward`` and
+    ``set_reshard_after_forward`` (each with ``recurse=False`` where torch has it), the
+    prefetch lists, freezing (``freeze_after``) and ``module.compile()``.
 
     Args:
         root: the built model (on its device, or on ``meta`` for meta-device init).
         mesh: 1-D (FSDP, ``Shard(0)`` on it) or 2-D (HSDP: replicate on dim 0, shard on dim 1).
         units: the units, children before their parents.
         materialize: for a model built on ``meta``: called with ``root`` after every
-            ``fully_shard``, to allocate and fill only this rank's shards (see
-            :func:`init_local_shards`).
+            ``fully_shard``, to allocate and fill only this rank's shards.
+        forward_prefetch, backward_prefetch: (unit name, unit names) pairs ("" is the root).
+        freeze: parameter FQN patterns to make ``requires_grad=False``.
+        freeze_after: freeze after every ``fully_shard`` (the DTensor parameters) instead of before.
 
     Returns:
         The recorders' :class:`~harness.run.recorders.params.Unit` per unit, same order: its
-        module and the FQNs (relative to the root, ``named_parameters()`` order) of the
-        parameters it manages.
+        modules and the FQNs (relative to the root, ``named_parameters()`` order) of the
+        parameters torch's FSDP state for it manages.
 
     Raises:
         AttributeError: a unit's path names no submodule of ``root``.
+        ValueError: a freeze pattern matches no parameter.
+        Whatever torch raises for a unit it refuses (a module already managed, a bad placement).
     """
-    all_params = [fqn for fqn, _ in root.named_parameters()]
-    names = [u.path for u in units]
-    modules = [root.get_submodule(u.path) for u in units]
-    for unit, module in zip(units, modules):
-        fully_shard(module, mesh=mesh, **unit.options())
+    from torch.distributed._composable import checkpoint
+
+    if freeze and not freeze_after:
+        freeze_params(root, freeze)
+    names = {id(p): fqn for fqn, p in root.named_parameters()}
+    groups = [[root.get_submodule(p) for p in u.module_paths] for u in units]
+    for unit, modules in zip(units, groups):
+        if unit.after is not None and unit.after.checkpoint:
+            for m in modules:
+                checkpoint(m)
+        kwargs = unit.options()
+        if unit.shard_placement:
+            kwargs["shard_placement_fn"] = _placement_fn(unit.shard_placement, names)
+        fully_shard(modules if len(modules) > 1 else modules[0], mesh=mesh, **kwargs)
     if materialize is not None:
         materialize(root)
-    return [
-        Unit(u.path, u.role, u.layer, module, tuple(f for f in all_params if param_owner(f, names) == u.path))
-        for u, module in zip(units, modules)
-    ]
+    by_name = {u.path: modules[0] for u, modules in zip(units, groups)}
+    for unit, modules in zip(units, groups):
+        o, first = unit.after, modules[0]
+        if o is None:
+            continue
+        if o.gradient_divide_factor is not None:
+            first.set_gradient_divide_factor(o.gradient_divide_factor)
+        if o.force_sum_reduction_for_comms:
+            first.set_force_sum_reduction_for_comms(True)
+        if o.reshard_after_backward is not None:
+            first.set_reshard_after_backward(o.reshard_after_backward, recurse=False)
+        if o.set_reshard_after_forward is not None:
+            first.set_reshard_after_forward(o.set_reshard_after_forward, recurse=False)
+    for unit, targets in forward_prefetch:
+        by_name[unit].set_modules_to_forward_prefetch([by_name[t] for t in targets])
+    for unit, targets in backward_prefetch:
+        by_name[unit].set_modules_to_backward_prefetch([by_name[t] for t in targets])
+    if freeze and freeze_after:
+        freeze_params(root, freeze)
+    for unit, modules in zip(units, groups):
+        if unit.after is not None and unit.after.compile:
+            if mesh.device_type == "cpu":
+                raise RuntimeError(COMPILE_ON_CPU)
+            for m in modules:
+                m.compile()
+    # What each unit manages, as torch's FSDP state says (a tied weight is managed once).
+    names = {id(p): fqn for fqn, p in root.named_parameters()}
+    order = {fqn: i for i, fqn in enumerate(names.values())}
+    out = []
+    for u, modules in zip(units, groups):
+        managed = sorted((names[id(p)] for p in _fsdp_params(modules[0]) if id(p) in names), key=order.__getitem__)
+        out.append(Unit(u.path, u.role, u.layer, modules[0], tuple(managed), tuple(modules)))
+    return out
 
 
 def init_local_shards(root: nn.Module, device: torch.device, *, std: float, seed: int, rank: int) -> None:
@@ -151,8 +288,9 @@ def init_local_shards(root: nn.Module, device: torch.device, *, std: float, seed
     (embedding, projections, lm_head) ~ N(0, std^2), vectors (RMSNorm weights) = 1, as
     ``model.init_weights``; but each rank draws its own shard from its own generator
     (``seed``, ``rank``), so the full weights are not those of ``init_weights``: used only
-    when numerics are off, where no value is observed. RoPE's ``inv_freq`` buffer (not
-    sharded) is recomputed.
+    when numerics are off and ``setup.init`` is not set, where no value is observed. RoPE's
+    ``inv_freq`` buffer (not sharded) is recomputed. See :func:`init_shards_like_full` for
+    values identical to a full init.
     """
     root.to_empty(device=device)
     generator = torch.Generator().manual_seed(seed * 1_000_003 + rank)
@@ -167,3 +305,77 @@ def init_local_shards(root: nn.Module, device: torch.device, *, std: float, seed
         for m in root.modules():
             if isinstance(m, qwen3.Qwen3RotaryEmbedding):
                 m.reset_parameters()
+
+
+def _local_slices(p: torch.Tensor) -> tuple[slice, ...] | None:
+    """This rank's slice of each dim of ``p``'s full tensor (None: ``p`` is not a DTensor)."""
+    if not isinstance(p, DTensor):
+        return None
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    shape, offset = compute_local_shape_and_global_offset(p.shape, p.device_mesh, p.placements)
+    return tuple(slice(o, o + n) for o, n in zip(offset, shape))
+
+
+@torch.no_grad()
+def init_shards_like_full(root: nn.Module, device: torch.device, *, seed: int) -> None:
+    """Materialize a model sharded on ``meta`` with the values a full init gives (``setup.init: meta``).
+
+    ``root.to_empty(device)`` allocates every (local) tensor; then ``model.init_weights`` runs
+    with ``torch.Generator().manual_seed(seed)`` exactly as :func:`harness.run.build.build_model`
+    does for a full model, except that each weight is drawn whole (float32, one weight at a
+    time) and only this rank's slice (DTensor local shape and global offset: ``Shard(0)``,
+    ``Shard(1)``, padding, HSDP) is kept. Same draws in the same order: the same numbers as a
+    full init. RMSNorm weights are filled with 1 and RoPE's ``inv_freq`` recomputed (a buffer
+    ``to_empty`` leaves uninitialized).
+    """
+    root.to_empty(device=device)
+
+    def fill(weight: torch.Tensor, sample: torch.Tensor) -> None:
+        slices = _local_slices(weight)
+        target = weight.to_local() if slices is not None else weight
+        target.copy_(sample[slices] if slices is not None else sample)
+
+    qwen3.init_weights(root, generator=torch.Generator().manual_seed(seed), fill=fill)
+
+
+def unit_state(unit: Unit) -> dict[str, Any]:
+    """What torch's FSDP state holds for a unit (read after the step, when the root's lazy init
+    has settled its defaults): the observation's ``fsdp_units[].state``.
+
+    ``reshard_after_forward``: False when no post-forward mesh, True when it is the shard
+    mesh, else the size of the post-forward shard group; the others as ``FSDPParamGroup`` holds
+    them (``gradient_divide_factor`` None: FSDP's default division; ``offload``: a
+    ``CPUOffloadPolicy``; ``param_dtype``/``reduce_dtype``/``output_dtype``: the
+    ``MixedPrecisionPolicy``'s, None to keep).
+    """
+    from harness.run.recorders.collectives import dtype_name
+
+    state = fully_shard.state(unit.module)
+    group = getattr(state, "_fsdp_param_group", None)
+    if group is None:
+        return {"managed": False}
+    post = group.post_forward_mesh_info
+    if post is None:
+        raf: bool | int = False
+    elif post.shard_mesh_size == group.mesh_info.shard_mesh_size:
+        raf = True
+    else:
+        raf = int(post.shard_mesh_size)
+    mp = group.mp_policy
+
+    def name(d: torch.dtype | None) -> str | None:
+        return dtype_name(d) if d is not None else None
+
+    return {
+        "managed": True,
+        "modules": len(group.modules),
+        "reshard_after_forward": raf,
+        "reshard_after_backward": bool(group.reshard_after_backward),
+        "gradient_divide_factor": group.gradient_divide_factor,
+        "force_sum_reduction_for_comms": bool(group.force_sum_reduction_for_comms),
+        "offload": isinstance(group.offload_policy, CPUOffloadPolicy),
+        "param_dtype": name(mp.param_dtype),
+        "reduce_dtype": name(mp.reduce_dtype),
+        "output_dtype": name(mp.output_dtype),
+    }

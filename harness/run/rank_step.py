@@ -32,6 +32,7 @@ import functools
 import os
 import platform
 import time
+import traceback
 from typing import Any, Callable
 
 import torch
@@ -42,7 +43,9 @@ from harness.load.setup import RunSetup
 from harness.run.build import build_model, make_inputs, make_loss, make_optimizer, replica_reference, torch_dtype
 from harness.run.instruments import Instruments
 from harness.run.loop import run_steps, step_plan
-from harness.run.parallelize import apply_fsdp, build_mesh, init_local_shards, units_from_setup
+from harness.run.parallelize import (ShardUnit, apply_fsdp, build_mesh, freeze_params, init_local_shards,
+                                     init_shards_like_full, unit_state, units_from_setup)
+from harness.run.recorders.collectives import dtype_name, resolve_mesh_dims
 from harness.run.recorders.environment import rank_environment
 from harness.run.recorders.numerics import compare
 from harness.run.recorders.phases import Phases
@@ -144,39 +147,74 @@ def run_step(
     dtype = torch_dtype(setup.model.dtype)
     config = qwen3.get_config(setup.model.config, **dict(setup.model.overrides))
     numerics_on = setup.numerics and not simulated
-    # Without numerics, no rank needs the full weights: build on meta, shard, then materialize
-    # only this rank's shards (FSDP2's meta-device init). A full model on every rank at once
-    # would not fit here for Qwen3-0.6B on 8 ranks.
-    meta_init = not simulated and not numerics_on
+    # setup.init: "full" builds the full model on every rank; "meta" builds on meta, shards,
+    # then fills each rank's shards with the full init's values. Unset: "full" with numerics,
+    # else meta with each rank drawing its own shards (a full model on every rank at once would
+    # not fit here for Qwen3-0.6B on 8 ranks).
+    init = setup.init or ("full" if numerics_on else "local")
+    meta_init = not simulated and init != "full"
     mesh = build_mesh(setup, device_type)  # first, outside FakeTensorMode
-    group_dims = {mesh.get_group(i).group_name: name for i, name in enumerate(setup.mesh_dim_names)}
+    group_dims: dict[str, Any] = {}
+    for i, name in enumerate(setup.mesh_dim_names):  # a group serving several dims keeps them all
+        group = mesh.get_group(i).group_name
+        group_dims[group] = (*group_dims[group], name) if isinstance(group_dims.get(group), tuple) else \
+            ((group_dims[group], name) if group in group_dims else name)
     coords = [int(c) for c in mesh.get_coordinate()]
+    got: dict[str, Any] = {}  # what exists so far, for the observation of a recorded error
 
-    with _tensor_mode(simulated):
-        with phases.phase("setup"):
-            root = build_model(setup, config, dtype, torch.device("meta") if meta_init else device,
-                               init=not simulated and not meta_init)
-            inputs = make_inputs(setup, config, rank, world_size, dtype, device, local_only=simulated)
-        loss_fn = make_loss(setup.model.body)
-        reference = None
-        if numerics_on:
-            with phases.phase("replica"):
-                reference = replica_reference(setup, root, inputs.tensor, loss_fn, dtype, world_size, coords)
-        materialize = (functools.partial(init_local_shards, device=device, std=config.initializer_range,
-                                         seed=setup.seed, rank=rank) if meta_init else None)
-        with Instruments(phases, group_dims, collective_log) as instruments:
+    try:
+        with _tensor_mode(simulated):
             with phases.phase("setup"):
-                units = apply_fsdp(root, mesh, units_from_setup(setup, root), materialize=materialize)
-                optimizer = make_optimizer(setup, root.parameters())
-            with instruments.observing(root, optimizer, units, inputs=(inputs.tensor,)):
-                outcome = run_steps(step_plan(setup, inputs.tensor), root, loss_fn, optimizer, phases, instruments)
-        t_observe = time.perf_counter()
-        pieces = instruments.pieces()
-        if trace_dir is not None:  # the profiler's Chrome trace of this rank's step (report/trace.py merges them)
-            instruments.profiler.export_chrome_trace(os.path.join(trace_dir, f"rank{rank}.json"))
-        # SGD and AdamW read .grad and leave it as backward left it: comparing after the
-        # step is comparing the reduce-scattered gradients (kept out of the memory tracker).
-        numerics = compare(reference, root, outcome.output, outcome.loss) if reference is not None else None
+                root = build_model(setup, config, dtype, torch.device("meta") if meta_init else device,
+                                   init=not simulated and not meta_init)
+                inputs = got["inputs"] = make_inputs(setup, config, rank, world_size, dtype, device, local_only=simulated)
+            loss_fn = make_loss(setup.model.body)
+            shard_units = units_from_setup(setup, root)
+            reference = None
+            if numerics_on:
+                with phases.phase("replica"):
+                    # the replica: this model (full init), or a full model of its own (meta init)
+                    replica = root if not meta_init else build_model(setup, config, dtype, device, init=True)
+                    if setup.freeze.params:
+                        freeze_params(replica, setup.freeze.params)
+                    reference = replica_reference(setup, replica, inputs.tensor, loss_fn, dtype, world_size, coords,
+                                                  divisors=_divisors(shard_units, replica, world_size),
+                                                  shard_dims=_shard_dims(shard_units, replica))
+                    if replica is root and setup.freeze.after_fully_shard:
+                        for p in root.parameters():  # frozen again after fully_shard, as the setup says
+                            p.requires_grad_(True)
+                    del replica
+            if init == "meta":
+                materialize = functools.partial(init_shards_like_full, device=device, seed=setup.seed)
+            elif meta_init:
+                materialize = functools.partial(init_local_shards, device=device, std=config.initializer_range,
+                                                seed=setup.seed, rank=rank)
+            else:
+                materialize = None
+            with Instruments(phases, group_dims, collective_log, track_memory=setup.track_memory) as instruments:
+                got["instruments"] = instruments
+                with phases.phase("setup"):
+                    units = got["units"] = apply_fsdp(
+                        root, mesh, shard_units, materialize=materialize,
+                        forward_prefetch=setup.fsdp.forward_prefetch, backward_prefetch=setup.fsdp.backward_prefetch,
+                        freeze=setup.freeze.params, freeze_after=setup.freeze.after_fully_shard)
+                    optimizer = make_optimizer(setup, root.parameters())
+                    sharded = list(root.named_parameters())  # the shards, whatever the module holds later
+                with instruments.observing(root, optimizer, units, inputs=(inputs.tensor,)):
+                    outcome = run_steps(step_plan(setup, inputs.tensor), root, loss_fn, optimizer, phases, instruments)
+            t_observe = time.perf_counter()
+            pieces = instruments.pieces()
+            _where_after_step(pieces["params"], sharded, optimizer)
+            if trace_dir is not None:  # the profiler's Chrome trace of this rank's step (report/trace.py merges them)
+                instruments.profiler.export_chrome_trace(os.path.join(trace_dir, f"rank{rank}.json"))
+            # SGD and AdamW read .grad and leave it as backward left it: comparing after the
+            # step is comparing the reduce-scattered gradients (kept out of the memory tracker).
+            numerics = (compare(reference, root, outcome.output, outcome.loss, params=sharded)
+                        if reference is not None else None)
+    except Exception as exc:
+        if not setup.record_errors:
+            raise
+        return _error_result(exc, phases, got, rank, coords, t_start, _environment(device_type, device))
 
     observe_s = time.perf_counter() - t_observe
     state_dict = None
@@ -193,11 +231,105 @@ def run_step(
     timings = dict(phases.timings_s)
     timings["observe"] = observe_s
     timings["total"] = time.perf_counter() - t_start
-    entry = {"rank": rank, "coords": coords, "input": inputs.describe(), **pieces, "numerics": numerics, "timings_s": timings}
+    entry = {"rank": rank, "coords": coords, "input": inputs.describe(), **pieces, "numerics": numerics, "timings_s": timings,
+             "output": {"shape": list(outcome.output.shape), "dtype": dtype_name(outcome.output.dtype),
+                        "loss_dtype": dtype_name(outcome.loss.dtype)}}
+    if setup.record_errors:
+        entry["error"] = None
     if bandwidth is not None:
         entry["bandwidth"] = bandwidth
     if not simulated:  # one process simulates every rank: it has no per-rank host or device
         entry["environment"] = rank_environment(rank, world_size, device, str(dist.get_backend()))
     if state_dict is not None:
         entry["state_dict"] = state_dict
-    return {"entry": entry, "fsdp_units": [u.describe() for u in units], "environment": _environment(device_type, device)}
+    if any(u.after is not None and u.after.compile for u in shard_units):
+        from torch._dynamo.utils import counters  # what dynamo captured (0 graphs under a dispatch mode)
+
+        entry["compile"] = {"unique_graphs": int(counters["stats"].get("unique_graphs", 0)),
+                            "graph_breaks": int(sum(counters["graph_break"].values()))}
+    fsdp_units = [{**u.describe(), "state": unit_state(u)} for u in units]
+    return {"entry": entry, "fsdp_units": fsdp_units, "environment": _environment(device_type, device)}
+
+
+def _owners(units: list[ShardUnit], root: torch.nn.Module) -> dict[str, ShardUnit]:
+    """Parameter FQN -> the unit whose module path is its longest prefix (the root otherwise)."""
+    paths = {p: u for u in units for p in u.module_paths}
+    return {fqn: paths[max((p for p in paths if p == "" or fqn == p or fqn.startswith(p + ".")), key=len)]
+            for fqn, _ in root.named_parameters()}
+
+
+def _divisors(units: list[ShardUnit], root: torch.nn.Module, world_size: int) -> dict[str, float]:
+    """Parameter FQN -> what FSDP divides its summed gradient by: the unit's
+    ``gradient_divide_factor`` if set, else the data-parallel size (the world)."""
+    out = {}
+    for fqn, unit in _owners(units, root).items():
+        factor = unit.after.gradient_divide_factor if unit.after is not None else None
+        out[fqn] = float(factor) if factor is not None else float(world_size)
+    return out
+
+
+def _shard_dims(units: list[ShardUnit], root: torch.nn.Module) -> dict[str, int]:
+    """Parameter FQN -> the dim its unit's ``shard_placement`` rules shard it on (rules in order,
+    as the harness's ``shard_placement_fn`` applies them); parameters no rule names are left out (0)."""
+    from harness.load.units import match_params
+
+    out = {}
+    for fqn, unit in _owners(units, root).items():
+        for pattern, dim in unit.shard_placement:
+            if match_params(pattern, [fqn]):
+                out[fqn] = dim
+                break
+    return out
+
+
+def _error_result(exc: BaseException, phases: Phases, got: dict[str, Any], rank: int, coords: list[int],
+                  t_start: float, environment: dict[str, Any]) -> dict[str, Any]:
+    """The rank's result when it raised and the spec expects errors: what was recorded up to
+    the error, and the error itself (type, message, phase, the last lines of its traceback)."""
+    pieces: dict[str, Any] = {"params": [], "param_states": [], "steps": [], "collectives": [], "memory": []}
+    instruments = got.get("instruments")
+    if instruments is not None:
+        try:
+            pieces = instruments.pieces()
+        except Exception:  # noqa: BLE001 - observing never entered, or the profiler disagrees
+            records = [dict(r, unit=None, fsdp_label=None, fsdp_labels=[], hook=None)
+                       for r in instruments.collectives.records]
+            pieces["collectives"] = resolve_mesh_dims(records)
+    inputs = got.get("inputs")
+    timings = dict(phases.timings_s)
+    timings["total"] = time.perf_counter() - t_start
+    entry = {
+        "rank": rank, "coords": coords,
+        "input": inputs.describe() if inputs is not None else {"name": "hidden_states", "shape": [], "dtype": "float32", "samples": []},
+        **pieces, "numerics": None, "timings_s": timings,
+        "error": {
+            "type": type(exc).__name__,
+            "qualname": f"{type(exc).__module__}.{type(exc).__qualname__}",
+            "message": str(exc),
+            "phase": phases.failed_in or phases.current,
+            "traceback": "".join(traceback.format_exception(exc)[-3:])[-2000:],
+        },
+    }
+    described = []
+    for u in got.get("units") or []:
+        try:
+            described.append({**u.describe(), "state": unit_state(u)})
+        except Exception:  # noqa: BLE001 - the state is as broken as the run
+            described.append(u.describe())
+    return {"entry": entry, "fsdp_units": described, "environment": environment}
+
+
+def _where_after_step(rows: list[dict[str, Any]], sharded: list[tuple[str, torch.Tensor]],
+                      optimizer: torch.optim.Optimizer) -> None:
+    """Add to each ``params`` row where its gradient and optimizer state live after the step
+    (``grad_device``: None without a gradient; ``optstate_device``: None without state), beside
+    the shard's ``device``: what ``CPUOffloadPolicy`` moves."""
+    by_fqn = dict(sharded)
+    for row in rows:
+        p = by_fqn.get(row["fqn"])
+        if p is None:
+            continue
+        grad = p.grad
+        row["grad_device"] = grad.device.type if grad is not None else None
+        devices = sorted({v.device.type for v in optimizer.state.get(p, {}).values() if isinstance(v, torch.Tensor) and v.dim() > 0})
+        row["optstate_device"] = devices[0] if len(devices) == 1 else (None if not devices else ",".join(devices))

@@ -57,6 +57,7 @@ _SELECT_CHECKS = {
     "fsdp_label": _check_text,
     "hook": _check_text,
     "group_size": _check_group_size,
+    "reduce_op": _check_text,
     "layer": check_layer,
     "unit": check_unit,
     "role": check_role,
@@ -82,7 +83,7 @@ def check_select(value: Any, ctx: Context, *, nested: bool = False) -> str | Non
 
 
 _FIELDS_PER_COLLECTIVE = ("op", "dtype", "numel_in", "numel_out", "buffer_bytes", "group_size",
-                          "mesh_dim", "fsdp_label", "hook", "unit", "phase", "element_size")
+                          "mesh_dim", "fsdp_label", "hook", "unit", "phase", "element_size", "reduce_op")
 
 
 def _unit_label(unit: str | None) -> str:
@@ -114,8 +115,8 @@ KIND = CheckKind(
     name="collectives",
     doc="the collectives matching 'select': how many, op, dtype, elements, bytes (nccl-tests' S and ring bytes)",
     selectors=(
-        Selector("select", "which collectives: {phase, op, dtype, mesh_dim, fsdp_label, hook, group_size, layer, "
-                           "unit, role, not: {...}} (a value or a list each)", check_select),
+        Selector("select", "which collectives: {phase, op, dtype, mesh_dim, fsdp_label, hook, group_size, reduce_op, "
+                           "layer, unit, role, not: {...}} (a value or a list each)", check_select),
         RANKS,
     ),
     fields=(
@@ -135,6 +136,7 @@ KIND = CheckKind(
         Field("unit", OPTIONAL_TEXT, "the FSDP unit it belongs to ('' for the root)"),
         Field("phase", one_of("phase", PHASES), "the step phase it ran in"),
         Field("element_size", COUNT, "bytes per element"),
+        Field("reduce_op", OPTIONAL_TEXT, "the ReduceOp it was called with (SUM, AVG, PREMUL_SUM, ...; null for none)"),
         Field("sequence", TEXTS, "'op unit' of each selected collective in issue order"),
     ),
     measure=measure,

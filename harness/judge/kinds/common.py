@@ -60,5 +60,5 @@ def check_ranks(value: Any, ctx: Context) -> str | None:
 
 LAYER = Selector("layer", "decoder layer index, a list of them, or 'all'", check_layer)
 UNIT = Selector("unit", "an FSDP unit: its module FQN, 'root', or a list of them", check_unit)
-ROLE = Selector("role", "units by role: 'layer' (decoder layers) or 'root'", check_role)
+ROLE = Selector("role", "units by role: 'layer' (decoder layers), 'root', or 'module' (any other unit)", check_role)
 RANKS = Selector("ranks", "which ranks must meet the entry (default: every observed rank)", check_ranks)

@@ -8,12 +8,17 @@ from harness.judge.vocabulary import DTYPE, INTS, SHAPE, TEXT, CheckKind, Field,
 
 
 def measure(sel, obs):
-    return {r["rank"]: dict(r["input"]) for r in rank_docs(obs, sel.get("rank", sel.get("ranks")))}
+    out = {}
+    for r in rank_docs(obs, sel.get("rank", sel.get("ranks"))):
+        output = r.get("output") or {}
+        out[r["rank"]] = {**r["input"], "output_shape": output.get("shape"), "output_dtype": output.get("dtype"),
+                          "loss_dtype": output.get("loss_dtype")}
+    return out
 
 
 KIND = CheckKind(
     name="input",
-    doc="the model input each rank holds: shape, dtype, which samples of the global batch",
+    doc="the model input each rank holds: shape, dtype, which samples of the global batch; the model's output and loss dtypes",
     selectors=(
         Selector("rank", "the rank whose input this is", check_ranks),
         RANKS,
@@ -23,6 +28,9 @@ KIND = CheckKind(
         Field("shape", SHAPE, "the local input's shape, e.g. [B, L, d]"),
         Field("dtype", DTYPE, "the local input's dtype"),
         Field("samples", INTS, "indices of the global batch's samples this rank holds, found by matching rows"),
+        Field("output_shape", SHAPE, "the model output's shape (the last step's)"),
+        Field("output_dtype", DTYPE, "the model output's dtype (a root MixedPrecisionPolicy's output_dtype applied)"),
+        Field("loss_dtype", DTYPE, "the loss's dtype"),
     ),
     measure=measure,
 )

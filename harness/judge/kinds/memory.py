@@ -75,7 +75,7 @@ KIND = CheckKind(
         LAYER,
         UNIT,
         Selector("state", "Before/After + Pre-Forward, Post-Forward, Pre-Backward, Post-Backward, or Peak Forward/Backward; "
-                          "on the root also 'After Optimizer Step' and 'Peak'"),
+                          "on the root also 'After fully_shard', 'After Optimizer Step' and 'Peak'"),
         RANKS,
     ),
     fields=tuple(Field(name, BYTES, f"bytes of FSDPMemTracker's {label!r} category" + _TIMING.get(name, ""))

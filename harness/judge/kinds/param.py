@@ -6,7 +6,7 @@ from typing import Any
 
 from harness.judge.kinds.common import LAYER, RANKS
 from harness.judge.observed import find_param, param_fqn, rank_docs
-from harness.judge.vocabulary import (BOOL, BYTES, COUNT, DTYPE, SHAPE, TEXTS, CheckKind, Context, Field,
+from harness.judge.vocabulary import (BOOL, BYTES, COUNT, DTYPE, OPTIONAL_TEXT, SHAPE, TEXT, TEXTS, CheckKind, Context, Field,
                                       Selector)
 from model.names import LAYER_PARAM_NAMES_REGISTRATION
 
@@ -42,6 +42,10 @@ def measure(sel, obs):
                                   "element_size", "is_dtensor", "placements", "mesh_dim_names")},
             "bytes": p["numel"] * p["element_size"],
             "local_bytes": p["local_numel"] * p["element_size"],
+            "requires_grad": p.get("requires_grad"),
+            "device": p.get("device"),
+            "grad_device": p.get("grad_device"),
+            "optstate_device": p.get("optstate_device"),
         }
     return out
 
@@ -68,6 +72,10 @@ KIND = CheckKind(
         Field("is_dtensor", BOOL, "the parameter is a DTensor"),
         Field("placements", TEXTS, "DTensor placements, e.g. ['Shard(dim=0)']"),
         Field("mesh_dim_names", TEXTS, "the DeviceMesh dims the placements refer to"),
+        Field("requires_grad", BOOL, "false for a frozen parameter (setup.freeze)"),
+        Field("device", TEXT, "device type of the shard: cpu, cuda (CPUOffloadPolicy: cpu)"),
+        Field("grad_device", OPTIONAL_TEXT, "after the step: device type of its sharded gradient (null: none)"),
+        Field("optstate_device", OPTIONAL_TEXT, "after the step: device type of its optimizer state (null: none, e.g. SGD)"),
     ),
     measure=measure,
     rules=(_names_one,),

@@ -6,7 +6,7 @@ from typing import Any
 
 from harness.judge.kinds.common import LAYER, RANKS, UNIT
 from harness.judge.observed import CheckError, common, rank_docs, unit_names
-from harness.judge.vocabulary import BOOL, BYTES, COUNT, CheckKind, Context, Field, Selector
+from harness.judge.vocabulary import BOOL, BYTES, COUNT, TEXTS, CheckKind, Context, Field, Selector
 from harness.run.recorders.names import PARAM_STATE_POINTS
 
 
@@ -38,6 +38,8 @@ def measure(sel, obs):
                 "full_shapes": all(p["shape"] == full.get(p["fqn"]) for p in ps),
                 "local_shapes": all(p["shape"] == local.get(p["fqn"]) for p in ps),
                 "bytes": state["bytes"],
+                "input_dtypes": state.get("input_dtypes"),
+                "output_dtypes": state.get("output_dtypes"),
             })
         # several units (layer: all): a field's common value, or the per-unit list when they differ
         out[r["rank"]] = {k: common([u[k] for u in per_unit]) for k in per_unit[0]}
@@ -61,6 +63,8 @@ KIND = CheckKind(
         Field("full_shapes", BOOL, "every parameter has its full shape"),
         Field("local_shapes", BOOL, "every parameter has its shard's shape"),
         Field("bytes", BYTES, "bytes the unit's parameters occupy on this rank then"),
+        Field("input_dtypes", TEXTS, "pre_forward: dtypes of the unit's tensor inputs after FSDP's pre-forward (cast_forward_inputs)"),
+        Field("output_dtypes", TEXTS, "post_forward: dtypes of the unit's tensor outputs after FSDP's post-forward (output_dtype)"),
     ),
     measure=measure,
     rules=(_names_point,),

@@ -31,7 +31,8 @@ import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["CollectiveRecorder", "AttributionError", "Span", "attribute", "dtype_name", "parse_fsdp_label", "profiler_spans"]
+__all__ = ["CollectiveRecorder", "AttributionError", "Span", "attribute", "dtype_name", "parse_fsdp_label", "profiler_spans",
+           "resolve_mesh_dims", "REDUCE_OPS"]
 
 # Namespaces whose ops are collectives. ``_c10d_functional`` is what DTensor and compiled
 # code use; eager FSDP2 issues the in-place ``c10d`` ops.
@@ -68,6 +69,30 @@ _OP_KIND = {
     "recv_": "recv",
     "recv_any_source_": "recv",
 }
+
+
+# c10d's ReduceOp.RedOpType values (torch/csrc/distributed/c10d/Types.hpp, torch 2.13): what the
+# boxed ReduceOp of a dispatched c10d op reports through its one method, ``op()``.
+REDUCE_OPS: dict[int, str] = {
+    0: "SUM", 1: "AVG", 2: "PRODUCT", 3: "MIN", 4: "MAX", 5: "BAND", 6: "BOR", 7: "BXOR", 8: "PREMUL_SUM",
+}
+
+
+def _reduce_op(arguments: Mapping[str, Any]) -> str | None:
+    """The ReduceOp a c10d op was called with, by name (None if it takes none).
+
+    The dispatcher sees it as a ``torch.ScriptObject`` of class ``c10d.ReduceOp`` whose ``op()``
+    returns the ``RedOpType`` value; a PREMUL_SUM's factor is not exposed by that object.
+    """
+    for value in arguments.values():
+        if isinstance(value, torch.ScriptObject):
+            try:
+                if value._type().name() == "ReduceOp":
+                    code = int(value.op())
+                    return REDUCE_OPS.get(code, f"RedOpType({code})")
+            except Exception:  # noqa: BLE001 - another kind of ScriptObject
+                continue
+    return None
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -128,14 +153,16 @@ class CollectiveRecorder(TorchDispatchMode):
 
     Args:
         phase: returns the current phase name (``Phases.current``).
-        group_dims: ProcessGroup ``group_name`` -> mesh dim name, for the ``mesh_dim`` field.
+        group_dims: ProcessGroup ``group_name`` -> mesh dim name, or a tuple of the names of
+            every mesh dim whose group it is (on a ``[1, 1]`` mesh both dims are the default
+            group): :func:`resolve_mesh_dims` then chooses by how FSDP issued the collective.
 
     After the run, :attr:`records` holds one dict per op with the schema's collective fields
     except the profiler-derived ones (``unit``, ``fsdp_label``, ``fsdp_labels``, ``hook``),
     which :func:`attribute` adds.
     """
 
-    def __init__(self, phase: Callable[[], str], group_dims: Mapping[str, str], collective_log: Any = None) -> None:
+    def __init__(self, phase: Callable[[], str], group_dims: Mapping[str, Any], collective_log: Any = None) -> None:
         super().__init__()
         self.phase = phase
         self.group_dims = dict(group_dims)
@@ -156,6 +183,14 @@ class CollectiveRecorder(TorchDispatchMode):
             if self.progress is not None:
                 self.progress.entered(len(self.records), _OP_KIND.get(op_name, "other"), self.phase(),
                                       _group_span(func, args, kwargs))
+            if namespace == "c10d":
+                # In-place ops: every buffer is an argument. Recorded before it runs, so a
+                # collective that raises (gloo refusing PREMUL_SUM) is in the record too.
+                self._record(func, op_name, args, kwargs, None)
+                out = func(*args, **kwargs)
+                if self.progress is not None:
+                    self.progress.issued(out)
+                return out
             out = func(*args, **kwargs)
             self._record(func, op_name, args, kwargs, out)
             if self.progress is not None:
@@ -217,6 +252,7 @@ class CollectiveRecorder(TorchDispatchMode):
                 "buffer_bytes": buffer_numel * element_size,
                 "group_size": group_size,
                 "mesh_dim": self.group_dims.get(group_name) if group_name is not None else None,
+                "reduce_op": _reduce_op(arguments),
                 "phase": self.phase(),
             }
         )
@@ -458,4 +494,21 @@ def attribute(records: list[dict[str, Any]], spans: Iterable[Span]) -> list[dict
         record["fsdp_label"] = parse_fsdp_label(labels[-1])[0] if labels else None
         record["fsdp_labels"] = labels
         record["hook"] = hook
+    return records
+
+
+def resolve_mesh_dims(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Give each record whose group serves several mesh dims the one FSDP issued it on.
+
+    A ``[1, 1]`` HSDP mesh (or any mesh whose dims share a process group) leaves the group name
+    ambiguous. FSDP2 issues all-gathers and reduce-scatters on the shard group (the last mesh
+    dim) and the gradient all-reduce on the replicate group (dim 0) (``foreach_reduce``,
+    ``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``): an ambiguous all-reduce is
+    attributed to the first candidate dim, any other op to the last. Records with one mesh dim
+    are left as they are. Updates ``records`` in place and returns it.
+    """
+    for record in records:
+        dims = record.get("mesh_dim")
+        if isinstance(dims, (tuple, list)):
+            record["mesh_dim"] = dims[0] if record["op"] == "all_reduce" else dims[-1]
     return records

@@ -14,10 +14,11 @@ process group (sizes from the fake tensors' metadata), so the simulated backend 
 Only units that own parameters are instrumented (a root that manages no parameter, as in the
 ``decoder_layers`` body, gets no snapshots of its own).
 
-Beyond the tracker's per-unit states, :meth:`MemoryRecorder.snapshots` adds two snapshots of
-the whole rank under module ``""``: ``"After Optimizer Step"`` (current, after
-``optimizer.step()``: optimizer states exist) and ``"Peak"`` (the tracker's peak over the
-step).
+Beyond the tracker's per-unit states, :meth:`MemoryRecorder.snapshots` adds three snapshots of
+the whole rank under module ``""``: ``"After fully_shard"`` (current, as the tracker starts:
+after every ``fully_shard`` and before the first step), ``"After Optimizer Step"`` (current,
+after ``optimizer.step()``: optimizer states exist) and ``"Peak"`` (the tracker's peak over
+the step).
 
 Note: the tracker re-registers FSDP's forward hooks on entry (pre-hook prepended, post-hook
 appended), so any module hook that must run after FSDP's post-forward hook has to be
@@ -69,14 +70,17 @@ class MemoryRecorder:
         inputs: tuple[torch.Tensor, ...] = (),
     ) -> None:
         self._unit_names = {id(m): name for m, name in unit_names.items()}
-        self._order = list(unit_names.values())
+        self._order = list(dict.fromkeys(unit_names.values()))
         self.tracker = FSDPMemTracker(root, optimizer)
         if inputs:
             self.tracker.track_inputs(inputs)
         self._after_step: dict[str, int] | None = None
+        self._at_entry: dict[str, int] | None = None
 
     def __enter__(self) -> "MemoryRecorder":
         self.tracker.__enter__()
+        # Entered after fully_shard and before the first step: what the rank holds then.
+        self._at_entry = _bytes(self.tracker.get_tracker_snapshot("current"))
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -100,6 +104,8 @@ class MemoryRecorder:
                         {"module": name, "state": str(getattr(state, "value", state)), "bytes": _bytes(snap)}
                     )
         out = [entry for name in self._order for entry in per_unit.get(name, [])]
+        if self._at_entry is not None:
+            out.append({"module": "", "state": "After fully_shard", "bytes": self._at_entry})
         if self._after_step is not None:
             out.append({"module": "", "state": "After Optimizer Step", "bytes": self._after_step})
         out.append({"module": "", "state": "Peak", "bytes": _bytes(self.tracker.get_tracker_snapshot("peak"))})

@@ -47,14 +47,16 @@ MEMORY_UNIT_STATES: tuple[str, ...] = (
 """States at which FSDPMemTracker snapshots a unit that owns parameters."""
 
 MEMORY_ROOT_STATES: tuple[str, ...] = MEMORY_UNIT_STATES + (
+    "After fully_shard",  # MemoryRecorder.__enter__: after every fully_shard, before the first step
     "After Optimizer Step",  # MemoryRecorder.mark_after_step
     "Peak",  # MemoryRecorder.snapshots: the tracker's peak over the step
 )
-"""States recorded under the root unit (module ""): the unit states plus two whole-rank snapshots."""
+"""States recorded under the root unit (module ""): the unit states plus three whole-rank snapshots."""
 
 PARAM_STATE_POINTS: tuple[str, ...] = ("pre_forward", "post_forward")
 """Where recorders.params captures what a unit holds: after FSDP's pre-forward hook (the
 document's Step 0) and after its post-forward hook (Step 11)."""
 
-UNIT_ROLES: tuple[str, ...] = ("layer", "root")
-"""What an FSDP unit is: a decoder layer, or the root module (the last ``fully_shard`` call)."""
+UNIT_ROLES: tuple[str, ...] = ("layer", "root", "module")
+"""What an FSDP unit is: a decoder layer, the root module (the last ``fully_shard`` call), or any
+other module or group of modules (``setup.fsdp.units``)."""

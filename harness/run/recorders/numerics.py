@@ -53,12 +53,13 @@ class Reference:
     grad_rows: dict[str, torch.Tensor]
     shard_count: int
     shard_index: int
+    shard_dims: dict[str, int] | None = None
 
 
-def _rows(t: torch.Tensor, count: int, index: int) -> torch.Tensor:
-    """Rows of shard ``index`` of ``count`` along dim 0, ``torch.chunk`` semantics (FSDP2's)."""
-    chunks = torch.chunk(t, count, dim=0)
-    return chunks[index] if index < len(chunks) else t[:0]
+def _rows(t: torch.Tensor, count: int, index: int, dim: int = 0) -> torch.Tensor:
+    """Shard ``index`` of ``count`` along ``dim`` (0: rows), ``torch.chunk`` semantics (FSDP2's)."""
+    chunks = torch.chunk(t, count, dim=dim)
+    return chunks[index] if index < len(chunks) else t.narrow(dim, 0, 0)
 
 
 def compute_reference(
@@ -71,6 +72,8 @@ def compute_reference(
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     replica_dtype: torch.dtype,
     all_reduce_sum: Callable[[torch.Tensor], None],
+    divisors: dict[str, float] | None = None,
+    shard_dims: dict[str, int] | None = None,
 ) -> Reference:
     """Run the replica on this rank's inputs and average the gradients over ranks.
 
@@ -84,6 +87,9 @@ def compute_reference(
             from the model's.
         all_reduce_sum: in-place sum of a float32 tensor over all ranks (every rank calls it
             with the same parameter sequence).
+        divisors: parameter FQN -> what the summed gradient is divided by (FSDP's gradient
+            divide factor); None or a missing FQN: ``world_size``. Parameters without a
+            gradient (frozen) get no reference.
     """
     param_dtype = next(model.parameters()).dtype
     replica = model if replica_dtype == param_dtype else copy.deepcopy(model).to(replica_dtype)
@@ -95,7 +101,7 @@ def compute_reference(
     loss = loss_fn(out, inputs)
     loss.backward()
     grad_rows: dict[str, torch.Tensor] = {}
-    named = list(replica.named_parameters())
+    named = [(fqn, p) for fqn, p in replica.named_parameters() if p.grad is not None]
     # Sum over ranks in float32, in buckets of about _BUCKET_NUMEL elements (one all-reduce
     # per bucket: few round trips, bounded memory).
     start = 0
@@ -109,7 +115,9 @@ def compute_reference(
         offset = 0
         for fqn, p in named[start:stop]:
             full = bucket[offset : offset + p.numel()].view(p.shape)
-            grad_rows[fqn] = _rows(full, shard_count, shard_index).div(world_size)  # a copy
+            divisor = (divisors or {}).get(fqn, world_size)
+            dim = (shard_dims or {}).get(fqn, 0)
+            grad_rows[fqn] = _rows(full, shard_count, shard_index, dim).div(divisor)  # a copy
             offset += p.numel()
             p.grad = None
         del bucket
@@ -122,6 +130,7 @@ def compute_reference(
         grad_rows=grad_rows,
         shard_count=shard_count,
         shard_index=shard_index,
+        shard_dims=dict(shard_dims or {}),
     )
 
 
@@ -134,7 +143,8 @@ def _diff(actual: torch.Tensor, expected: torch.Tensor) -> dict[str, float]:
     return {"max_abs_diff": float((a - e).abs().max()), "max_abs_ref": float(e.abs().max())}
 
 
-def compare(reference: Reference, model: nn.Module, output: torch.Tensor, loss: torch.Tensor) -> dict[str, Any]:
+def compare(reference: Reference, model: nn.Module, output: torch.Tensor, loss: torch.Tensor,
+            params: list[tuple[str, torch.Tensor]] | None = None) -> dict[str, Any]:
     """The schema's ``numerics`` object for this rank, after backward, before the optimizer.
 
     Raises:
@@ -142,15 +152,22 @@ def compare(reference: Reference, model: nn.Module, output: torch.Tensor, loss: 
             shape is not the rows the replica kept (the comparison would be meaningless).
     """
     grads = []
-    for fqn, p in model.named_parameters():
+    # ``params``: the sharded parameters as fully_shard left them (with reshard_after_backward
+    # off the module holds unsharded tensors after backward; the gradients are on the shards).
+    for fqn, p in (params if params is not None else model.named_parameters()):
+        if fqn not in reference.grad_rows and p.grad is None:
+            continue  # frozen in the replica and in the FSDP step alike
+        if fqn not in reference.grad_rows:
+            raise ValueError(f"{fqn}: a gradient after backward, but none in the replica")
         expected = reference.grad_rows[fqn]
         grad = p.grad
         if grad is None:
             raise ValueError(f"{fqn}: no gradient after backward")
         if isinstance(grad, DTensor):
             placements = [repr(pl) for pl in grad.placements]
-            if placements[-1] != "Shard(dim=0)" or any(pl != "Replicate()" for pl in placements[:-1]):
-                raise ValueError(f"{fqn}: gradient placements {placements}, expected Shard(dim=0) on the shard dim")
+            want = f"Shard(dim={(reference.shard_dims or {}).get(fqn, 0)})"
+            if placements[-1] != want or any(pl != "Replicate()" for pl in placements[:-1]):
+                raise ValueError(f"{fqn}: gradient placements {placements}, expected {want} on the shard dim")
             grad = grad.to_local()
         try:
             diff = _diff(grad, expected)

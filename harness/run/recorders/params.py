@@ -28,11 +28,13 @@ class Unit:
     """One FSDP unit: the module ``fully_shard`` was applied to.
 
     Attributes:
-        name: module FQN relative to the root ('' for the root).
-        role: "layer" or "root".
+        name: module FQN relative to the root ('' for the root); for a unit of several
+            modules, torch's name for it: their FQNs joined by ", ".
+        role: "layer", "root" or "module".
         layer: decoder layer index for a layer unit, else None.
-        module: the module itself.
+        module: the module itself (the first of a unit of several modules).
         params: FQNs (relative to the root) of the parameters it manages, registration order.
+        modules: every module of the unit (() means ``(module,)``).
     """
 
     name: str
@@ -40,10 +42,15 @@ class Unit:
     layer: int | None
     module: nn.Module
     params: tuple[str, ...]
+    modules: tuple[nn.Module, ...] = ()
 
     def describe(self) -> dict[str, Any]:
         """The schema's ``fsdp_units`` entry."""
         return {"name": self.name, "role": self.role, "layer": self.layer, "params": list(self.params)}
+
+    def prefix_of(self, fqn: str) -> str:
+        """``fqn`` relative to the module that holds it (``get_parameter`` on :attr:`module`)."""
+        return fqn[len(self.name) + 1 :] if self.name else fqn
 
 
 def param_owner(fqn: str, unit_names: list[str]) -> str:
@@ -55,12 +62,28 @@ def param_owner(fqn: str, unit_names: list[str]) -> str:
     return best
 
 
+def _flat_tensors(value: Any) -> list[torch.Tensor]:
+    """Every floating-point tensor in a (nested) tuple/list/dict, in order."""
+    if isinstance(value, torch.Tensor):
+        return [value] if value.is_floating_point() else []
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _flat_tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _flat_tensors(v)]
+    return []
+
+
 def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if isinstance(t, DTensor) else t
 
 
-def param_table(root: nn.Module, unit_names: list[str]) -> list[dict[str, Any]]:
-    """The schema's ``params`` list: every parameter of ``root``, ``named_parameters()`` order."""
+def param_table(root: nn.Module, unit_names: list[str] | dict[str, str]) -> list[dict[str, Any]]:
+    """The schema's ``params`` list: every parameter of ``root``, ``named_parameters()`` order.
+
+    ``unit_names``: parameter FQN -> the unit managing it (as FSDP's state says), or a list of
+    unit names (the owner is then the longest unit name that is a module prefix of the FQN).
+    """
+    owners = unit_names if isinstance(unit_names, dict) else None
     rows = []
     for fqn, p in root.named_parameters():
         local = _local(p)
@@ -68,7 +91,7 @@ def param_table(root: nn.Module, unit_names: list[str]) -> list[dict[str, Any]]:
         rows.append(
             {
                 "fqn": fqn,
-                "unit": param_owner(fqn, unit_names),
+                "unit": owners.get(fqn, "") if owners is not None else param_owner(fqn, unit_names),
                 "full_shape": list(p.shape),
                 "local_shape": list(local.shape),
                 "numel": int(p.numel()),
@@ -78,6 +101,8 @@ def param_table(root: nn.Module, unit_names: list[str]) -> list[dict[str, Any]]:
                 "is_dtensor": is_dtensor,
                 "placements": [repr(pl) for pl in p.placements] if is_dtensor else [],
                 "mesh_dim_names": list(p.device_mesh.mesh_dim_names or ()) if is_dtensor else [],
+                "requires_grad": bool(p.requires_grad),
+                "device": p.device.type,
             }
         )
     return rows
@@ -102,7 +127,7 @@ class ParamStateHooks:
         self._handles: list[Any] = []
         self._is_backward = is_backward
 
-    def _snapshot(self, unit: Unit, point: str) -> None:
+    def _snapshot(self, unit: Unit, point: str, tensors: Any = ()) -> None:
         if self._is_backward():
             return
         params = []
@@ -115,15 +140,21 @@ class ParamStateHooks:
             params.append(
                 {"fqn": fqn, "is_dtensor": isinstance(t, DTensor), "shape": list(local.shape), "dtype": dtype_name(t.dtype)}
             )
-        self.states.append({"unit": unit.name, "point": point, "params": params, "bytes": total})
+        # the module's tensor inputs (after FSDP's pre-forward: cast_forward_inputs applied) or
+        # outputs (after its post-forward: output_dtype applied)
+        dtypes = [dtype_name(t.dtype) for t in _flat_tensors(tensors)]
+        self.states.append({"unit": unit.name, "point": point, "params": params, "bytes": total,
+                            ("input_dtypes" if point == "pre_forward" else "output_dtypes"): dtypes})
 
     def install(self) -> "ParamStateHooks":
         for unit in self.units:
+            if len(unit.modules) > 1:  # a unit of several modules has no one module to hook
+                continue
             self._handles.append(
-                unit.module.register_forward_pre_hook(lambda m, args, u=unit: self._snapshot(u, "pre_forward"))
+                unit.module.register_forward_pre_hook(lambda m, args, u=unit: self._snapshot(u, "pre_forward", args))
             )
             self._handles.append(
-                unit.module.register_forward_hook(lambda m, args, out, u=unit: self._snapshot(u, "post_forward"))
+                unit.module.register_forward_hook(lambda m, args, out, u=unit: self._snapshot(u, "post_forward", out))
             )
         return self
 

@@ -42,6 +42,7 @@ class Phases:
     ) -> None:
         self.current = "other"
         self.timings_s: dict[str, float] = {}
+        self.failed_in: str | None = None  # the innermost phase an exception left first
         self._sync = sync
         self._on_enter = on_enter
 
@@ -62,6 +63,10 @@ class Phases:
             for hook in PHASE_HOOKS:
                 hook(name)
             yield
+        except BaseException:
+            if self.failed_in is None:
+                self.failed_in = name
+            raise
         finally:
             self.timings_s[name] = self.timings_s.get(name, 0.0) + (self._now() - start)
             self.current = previous

@@ -1,0 +1,51 @@
+"""``expect_error``: the run, or a named phase of it, raises this exception with this message.
+
+A spec with an ``expect_error`` entry makes the loader set ``RunSetup.record_errors``: an
+exception a rank raises is then recorded in its observation (``ranks[].error``: type, module-
+qualified name, message, the phase it left, the end of its traceback) instead of failing the
+run, and the rank's other observations hold what was recorded up to it. A different error, or
+none, fails the entry and the report shows what was expected and what was observed per rank
+(``null`` for none). Ranks that fail only because a peer's failure broke their collective
+record that error (gloo's closed connection), so ``ranks:`` picks the ones that matter.
+"""
+
+from __future__ import annotations
+
+from harness.judge.kinds.common import RANKS
+from harness.judge.observed import CheckError, rank_docs
+from harness.judge.vocabulary import BOOL, MESSAGE, CheckKind, Field, one_of
+from harness.run.recorders.names import PHASES
+
+_PHASES = PHASES + ("replica",)
+
+
+def measure(sel, obs):
+    out = {}
+    for r in rank_docs(obs, sel.get("ranks")):
+        if "error" not in r:
+            raise CheckError(f"rank {r['rank']}: errors were not recorded in this observation "
+                             "(a run whose spec has no expect_error entry)")
+        e = r["error"] or {}
+        out[r["rank"]] = {
+            "raised": bool(e),
+            "type": e.get("type"),
+            "qualname": e.get("qualname"),
+            "message": e.get("message"),
+            "phase": e.get("phase"),
+        }
+    return out
+
+
+KIND = CheckKind(
+    name="expect_error",
+    doc="what a rank raised (recorded, not a failed run): exception type, message, the phase it left",
+    selectors=(RANKS,),
+    fields=(
+        Field("raised", BOOL, "whether the rank raised"),
+        Field("type", MESSAGE, "the exception's class name, e.g. RuntimeError (null: none raised)"),
+        Field("qualname", MESSAGE, "module and class, e.g. torch.distributed.DistBackendError"),
+        Field("message", MESSAGE, "the exception's message; {matches: REGEX} to match part of it"),
+        Field("phase", one_of("phase", _PHASES), "the innermost phase the error left: setup, replica, forward, backward, optimizer"),
+    ),
+    measure=measure,
+)

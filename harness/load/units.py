@@ -1,0 +1,286 @@
+"""FSDP units as a spec writes them, and the plan they resolve to (no torch import).
+
+``setup.fsdp.units`` is an ordered list of ``fully_shard`` calls. Each entry names modules by
+path or glob, relative to the root module (``*`` matches one path component):
+
+- a string names one unit per matching module: ``layers.*`` is ``fully_shard(layer)`` for each
+  decoder layer, in module order;
+- a list groups every module it names into ONE unit, ``fully_shard([norm, lm_head])``;
+- a mapping ``{modules: <string or list>, <options>}`` does the same with the unit's own options;
+- ``root`` (only as the last entry) gives the root unit its options; without it the root is
+  appended with ``fsdp.root_reshard_after_forward`` and the ``fsdp`` defaults. The root is always
+  the last ``fully_shard`` call (torch's documented order: children before their parents).
+
+Each option a unit leaves out takes the ``fsdp`` mapping's value of the same name (for the
+root's ``reshard_after_forward``: ``fsdp.root_reshard_after_forward``). ``null`` means "pass
+nothing": torch's own default.
+
+A unit's name is what torch calls it in its profiler labels (``FSDPParamGroup._module_fqn``,
+``torch/distributed/fsdp/_fully_shard/_fsdp_state.py``, torch 2.13): the module's FQN, or for a
+grouped unit its modules' FQNs in ``named_modules()`` order joined by ``", "``
+(``"model.norm, lm_head"``); ``""`` is the root.
+
+:func:`resolve_units` turns the written entries into :class:`UnitPlan` s and reports, as
+(key path, message) pairs, every pattern that matches no module and every module named by two
+units. What only torch can tell (a parent sharded before its child, a shared parameter) is
+left to the run, where it is observed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping, Sequence
+
+__all__ = [
+    "MixedPrecision", "OffloadSetup", "UnitOptions", "UnitSpec", "UnitPlan", "UNIT_OPTION_KEYS",
+    "unit_spec_from_yaml", "freeze", "resolve_units", "match_modules", "match_params", "unit_label",
+]
+
+
+@dataclass(frozen=True)
+class MixedPrecision:
+    """``torch.distributed.fsdp.MixedPrecisionPolicy`` fields, as dtype names (None: keep)."""
+
+    param_dtype: str | None = None
+    reduce_dtype: str | None = None
+    output_dtype: str | None = None
+    cast_forward_inputs: bool = True
+
+
+@dataclass(frozen=True)
+class OffloadSetup:
+    """``torch.distributed.fsdp.CPUOffloadPolicy(pin_memory)``: sharded parameters, gradients
+    and optimizer states live on the CPU; pinning needs an accelerator (False on a CPU run)."""
+
+    pin_memory: bool = False
+
+
+@dataclass(frozen=True)
+class UnitOptions:
+    """One unit's ``fully_shard`` arguments and the FSDPModule calls made on it after init.
+
+    Attributes:
+        reshard_after_forward: ``fully_shard(reshard_after_forward=)``: True, False, an int (a
+            group of that size after forward) or None (not passed: torch's default, True except
+            for the root, which torch leaves unsharded after forward).
+        mp_policy: ``MixedPrecisionPolicy``; None passes nothing (no casting).
+        offload_policy: ``CPUOffloadPolicy``; None passes nothing (no offload).
+        shard_placement: ((parameter pattern, dim), ...): ``shard_placement_fn`` returning
+            ``Shard(dim)`` for parameters whose FQN (relative to the root) matches the pattern,
+            None (``Shard(0)``) for the others; empty passes no function.
+        gradient_divide_factor: ``set_gradient_divide_factor(f)``; None: not called (FSDP
+            divides by the data-parallel size).
+        force_sum_reduction_for_comms: ``set_force_sum_reduction_for_comms(True)`` if True.
+        reshard_after_backward: ``set_reshard_after_backward(v, recurse=False)``; None: not called.
+        set_reshard_after_forward: ``set_reshard_after_forward(v, recurse=False)`` after every
+            ``fully_shard`` (a runtime change); None: not called.
+        checkpoint: activation checkpointing (``torch.distributed._composable.checkpoint``) on
+            each module of the unit, before ``fully_shard``.
+        compile: ``module.compile()`` on each module of the unit, after ``fully_shard``.
+    """
+
+    reshard_after_forward: bool | int | None = True
+    mp_policy: MixedPrecision | None = None
+    offload_policy: OffloadSetup | None = None
+    shard_placement: tuple[tuple[str, int], ...] = ()
+    gradient_divide_factor: float | None = None
+    force_sum_reduction_for_comms: bool = False
+    reshard_after_backward: bool | None = None
+    set_reshard_after_forward: bool | None = None
+    checkpoint: bool = False
+    compile: bool = False
+
+
+UNIT_OPTION_KEYS: tuple[str, ...] = tuple(f.name for f in fields(UnitOptions))
+"""Keys a unit entry (and the ``fsdp`` mapping, as defaults) may set."""
+
+
+@dataclass(frozen=True)
+class UnitSpec:
+    """One entry of ``setup.fsdp.units`` as written.
+
+    Attributes:
+        modules: the module paths or globs it names.
+        grouped: True for a list (one unit of every match), False for a string (a unit per match).
+        given: the options the entry sets itself, as (key, value) pairs (values as the YAML
+            holds them); the others come from the ``fsdp`` defaults.
+    """
+
+    modules: tuple[str, ...]
+    grouped: bool = False
+    given: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def is_root(self) -> bool:
+        return not self.grouped and self.modules in (("root",), ("",))
+
+
+@dataclass(frozen=True)
+class UnitPlan:
+    """One ``fully_shard`` call, resolved.
+
+    Attributes:
+        paths: FQNs of its modules (relative to the root; ``""`` is the root), module order.
+        name: torch's name for the unit (see module docstring).
+        role: "layer" (exactly one decoder layer), "root", or "module" (anything else).
+        layer: the decoder layer index of a "layer" unit, else None.
+        options: its :class:`UnitOptions`.
+        entry: the index of the ``setup.fsdp.units`` entry it came from (None: the default units).
+    """
+
+    paths: tuple[str, ...]
+    name: str
+    role: str
+    layer: int | None
+    options: UnitOptions = field(default_factory=UnitOptions)
+    entry: int | None = None
+
+
+def unit_label(paths: Sequence[str]) -> str:
+    """torch's ``_module_fqn`` for a unit of these modules (already in module order)."""
+    return ", ".join(paths)
+
+
+def _glob(part: str) -> str:
+    """One path component of a pattern as a regex: ``*`` any run within the component, ``?`` one
+    character of it, ``**`` (parameters only) any run of components."""
+    if part == "**":
+        return r".*"
+    return "".join(r"[^.]*" if c == "*" else r"[^.]" if c == "?" else re.escape(c) for c in part)
+
+
+def match_modules(pattern: str, module_paths: Sequence[str]) -> list[str]:
+    """Module paths matching ``pattern`` (``*`` within one component), in module order."""
+    if pattern in ("", "root"):
+        return [""] if "" in module_paths else []
+    rx = re.compile(r"\.".join(_glob(p) for p in pattern.split(".")) + r"\Z")
+    return [p for p in module_paths if p and rx.match(p)]
+
+
+def match_params(pattern: str, param_fqns: Sequence[str]) -> list[str]:
+    """Parameter FQNs matching ``pattern``: ``*`` within one component, ``**`` across several."""
+    rx = re.compile(r"\.".join(_glob(p) for p in pattern.split(".")) + r"\Z")
+    return [f for f in param_fqns if rx.match(f)]
+
+
+def unit_spec_from_yaml(value: Any) -> UnitSpec:
+    """A ``setup.fsdp.units`` entry (schema-validated) -> :class:`UnitSpec`."""
+    if isinstance(value, str):
+        return UnitSpec((value,), grouped=False)
+    if isinstance(value, list):
+        return UnitSpec(tuple(value), grouped=True)
+    modules = value["modules"]
+    given = tuple((k, freeze(v)) for k, v in value.items() if k != "modules")
+    if isinstance(modules, str):
+        return UnitSpec((modules,), grouped=False, given=given)
+    return UnitSpec(tuple(modules), grouped=True, given=given)
+
+
+def freeze(value: Any) -> Any:
+    """Mappings and lists as nested tuples (a frozen dataclass's field stays immutable)."""
+    if isinstance(value, Mapping):
+        return tuple((k, freeze(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def _option(key: str, value: Any) -> Any:
+    """A written option value (YAML form, possibly frozen to tuples) -> its UnitOptions form."""
+    if isinstance(value, (MixedPrecision, OffloadSetup)):  # an fsdp-level default, already built
+        return value
+    if key == "mp_policy":
+        return None if value is None else MixedPrecision(**dict(value))
+    if key == "offload_policy":
+        return None if value is None else OffloadSetup(**dict(value))
+    if key == "shard_placement":
+        return tuple((str(k), int(v)) for k, v in (dict(value).items() if value else ()))
+    if key == "gradient_divide_factor" and value is not None:
+        return float(value)
+    return value
+
+
+def _layer_index(path: str, layer_prefix: str) -> int | None:
+    m = re.fullmatch(re.escape(layer_prefix) + r"\.(\d+)", path)
+    return int(m[1]) if m else None
+
+
+def resolve_units(
+    specs: Sequence[UnitSpec] | None,
+    defaults: Mapping[str, Any],
+    root_reshard_after_forward: bool | int | None,
+    module_paths: Sequence[str],
+    layer_prefix: str,
+) -> tuple[list[UnitPlan], list[tuple[str, str]]]:
+    """The units in ``fully_shard`` order and the problems found.
+
+    Args:
+        specs: ``setup.fsdp.units`` (None: one unit per decoder layer, then the root).
+        defaults: the ``fsdp`` mapping's option values (keys of :data:`UNIT_OPTION_KEYS`).
+        root_reshard_after_forward: the root's ``reshard_after_forward`` unless its entry sets one.
+        module_paths: every module FQN of the model, ``named_modules()`` order (``""`` first).
+        layer_prefix: where the decoder layers live (``layers`` or ``model.layers``).
+
+    Returns:
+        (plans, problems): problems are (key path, message) pairs, e.g.
+        ``("setup.fsdp.units[1].modules", "'lm_head' matches no module ...")``.
+    """
+    written = specs is not None
+    specs = list(specs) if written else [UnitSpec((f"{layer_prefix}.*",))]
+    problems: list[tuple[str, str]] = []
+    plans: list[UnitPlan] = []
+    owner: dict[str, int] = {}  # module path -> entry index that took it
+    base = {k: _option(k, v) for k, v in defaults.items()}
+    root_spec: UnitSpec | None = None
+    for i, spec in enumerate(specs):
+        where = f"setup.fsdp.units[{i}]"
+        if spec.is_root:
+            if i != len(specs) - 1:
+                problems.append((f"{where}.modules", f"'root' must be the last unit (the root's fully_shard is the last "
+                                                     f"call, after its children); it is entry {i} of {len(specs)}"))
+            root_spec = spec
+            continue
+        given = dict(spec.given)
+        options = UnitOptions(**{**base, **{k: _option(k, v) for k, v in given.items()}})
+        found: list[str] = []
+        for j, pattern in enumerate(spec.modules):
+            key = f"{where}.modules" + (f"[{j}]" if spec.grouped else "")
+            if pattern in ("", "root"):
+                problems.append((key, "the root is not grouped with other modules; write 'root' as the last entry"))
+                continue
+            hits = match_modules(pattern, module_paths)
+            if not hits:
+                problems.append((key, f"{pattern!r} matches no module of the model; {_near(pattern, module_paths)}"))
+            for hit in hits:
+                if hit in owner:
+                    problems.append((key, f"module {hit!r} is already in units[{owner[hit]}]; a module belongs to one unit"))
+                elif hit not in found:
+                    found.append(hit)
+        for hit in found:
+            owner[hit] = i
+        order = {p: n for n, p in enumerate(module_paths)}
+        found.sort(key=order.__getitem__)
+        groups = [found] if spec.grouped else [[p] for p in found]
+        for paths in groups:
+            if not paths:
+                continue
+            layer = _layer_index(paths[0], layer_prefix) if len(paths) == 1 else None
+            plans.append(UnitPlan(tuple(paths), unit_label(paths), "layer" if layer is not None else "module", layer,
+                                  options, i if written else None))
+    root_given = dict(root_spec.given) if root_spec is not None else {}
+    root_options = {**base, "reshard_after_forward": root_reshard_after_forward,
+                    **{k: _option(k, v) for k, v in root_given.items()}}
+    plans.append(UnitPlan(("",), "", "root", None, UnitOptions(**root_options),
+                          len(specs) - 1 if root_spec is not None else None))
+    return plans, problems
+
+
+def _near(pattern: str, module_paths: Sequence[str]) -> str:
+    """Module paths at the pattern's depth that share its first component (at most 8)."""
+    depth = pattern.count(".")
+    head = pattern.split(".")[0]
+    same = [p for p in module_paths if p and p.count(".") == depth and p.split(".")[0] == head]
+    pool = same or [p for p in module_paths if p and p.count(".") == depth] or [p for p in module_paths if p]
+    shown = pool[:8]
+    return f"modules like it: {shown}" + (f" (and {len(pool) - 8} more)" if len(pool) > 8 else "")
