@@ -49,6 +49,8 @@ parameters, so models build under ``FakeTensorMode`` or on ``meta`` in half prec
 
 from __future__ import annotations
 
+from typing import Collection
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -410,13 +412,20 @@ def _rope_tables(config: Qwen3Config, hidden_states: torch.Tensor) -> tuple[torc
 
 
 def _run_layers(
-    layers: nn.ModuleList, rotary_emb: Qwen3RotaryEmbedding, hidden_states: torch.Tensor, position_ids
+    layers: nn.ModuleList, rotary_emb: Qwen3RotaryEmbedding, hidden_states: torch.Tensor, position_ids,
+    skip_layers: Collection[int] = (),
 ) -> torch.Tensor:
-    """Run the decoder layers on (B, L, d) with cos/sin computed once (as transformers does)."""
+    """Run the decoder layers on (B, L, d) with cos/sin computed once (as transformers does).
+
+    A layer whose index is in ``skip_layers`` is not called: its input passes on unchanged
+    (a module used only in some microbatches; its parameters get no gradient from this pass).
+    """
     if position_ids is None:
         position_ids = _position_ids(hidden_states.shape[1], hidden_states.device)  # (1, L)
     position_embeddings = rotary_emb(hidden_states, position_ids)  # (B|1, L, d_h) x 2
-    for layer in layers:
+    for i, layer in enumerate(layers):
+        if i in skip_layers:
+            continue
         hidden_states = layer(hidden_states, position_embeddings)  # (B, L, d)
     return hidden_states
 
@@ -428,7 +437,8 @@ class Qwen3DecoderStack(nn.Module):
     ``embed_tokens`` and ``norm``; so ``Qwen3Model``'s state dict restricted to ``layers.*``
     loads here with ``strict=True``.
 
-    forward(hidden_states (B, L, d), position_ids int64 (B|1, L) or None for 0..L-1)
+    forward(hidden_states (B, L, d), position_ids int64 (B|1, L) or None for 0..L-1,
+            skip_layers: indices of layers not to run)
         -> (B, L, d), the last layer's output (no final norm).
     """
 
@@ -441,8 +451,9 @@ class Qwen3DecoderStack(nn.Module):
         )
         self.rotary_emb = Qwen3RotaryEmbedding(config, **factory)
 
-    def forward(self, hidden_states: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        return _run_layers(self.layers, self.rotary_emb, hidden_states, position_ids)
+    def forward(self, hidden_states: torch.Tensor, position_ids: torch.Tensor | None = None,
+                skip_layers: Collection[int] = ()) -> torch.Tensor:
+        return _run_layers(self.layers, self.rotary_emb, hidden_states, position_ids, skip_layers)
 
 
 class Qwen3Model(nn.Module):
@@ -467,9 +478,10 @@ class Qwen3Model(nn.Module):
         self.norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps, **factory)
         self.rotary_emb = Qwen3RotaryEmbedding(config, **factory)
 
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
+                skip_layers: Collection[int] = ()) -> torch.Tensor:
         hidden_states = self.embed_tokens(input_ids)  # (B, L, d)
-        hidden_states = _run_layers(self.layers, self.rotary_emb, hidden_states, position_ids)  # (B, L, d)
+        hidden_states = _run_layers(self.layers, self.rotary_emb, hidden_states, position_ids, skip_layers)  # (B, L, d)
         return self.norm(hidden_states)  # (B, L, d)
 
 
@@ -500,8 +512,9 @@ class Qwen3ForCausalLM(nn.Module):
         if self.config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        hidden_states = self.model(input_ids, position_ids)  # (B, L, d)
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
+                skip_layers: Collection[int] = ()) -> torch.Tensor:
+        hidden_states = self.model(input_ids, position_ids, skip_layers)  # (B, L, d)
         return self.lm_head(hidden_states)  # (B, L, V)
 
 

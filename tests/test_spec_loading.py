@@ -293,7 +293,7 @@ def test_memory_states_that_load(tmp_path, selector, state):
     ("module: layers.0", "Peak", "not an FSDPMemTracker state of module 'layers.0'"),
     ("unit: root", "Peak Optimizer", "states: ['Before Pre-Forward', 'After Pre-Forward', 'Before Post-Forward', "
      "'After Post-Forward', 'Before Pre-Backward', 'After Pre-Backward', 'Before Post-Backward', "
-     "'After Post-Backward', 'Peak Forward', 'Peak Backward', 'After Optimizer Step', 'Peak']"),
+     "'After Post-Backward', 'Peak Forward', 'Peak Backward', 'After Optimizer Step', 'After Zero Grad', 'Peak']"),
 ])
 def test_unknown_memory_state_fails_at_load(tmp_path, selector, state, says):
     text = MEMORY.replace("SELECTOR", selector).replace("STATE", f'"{state}"')

@@ -35,6 +35,8 @@ class Context:
         num_layers: decoder layers the model has.
         unit_names: FQNs of the FSDP units the setup creates ("" is the root).
         param_fqns: FQNs of the model's parameters (tied weights once), or None if unknown.
+        microbatches: microbatches of each step the schedule runs, by ``step_index`` (the
+            default schedule: ``(1,)``), or None if unknown.
     """
 
     world_size: int | None = None
@@ -42,6 +44,7 @@ class Context:
     num_layers: int | None = None
     unit_names: tuple[str, ...] | None = None
     param_fqns: tuple[str, ...] | None = None
+    microbatches: tuple[int, ...] | None = None
 
 
 Check = Callable[[Any, Context], "str | None"]

@@ -13,6 +13,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
+from harness.load.schedule import Schedule
+
 DTYPES = ("float16", "bfloat16", "float32")
 
 
@@ -108,6 +110,8 @@ class RunSetup:
             model is built on the meta device and each rank materializes only its shards
             after fully_shard (values then differ from init_weights'), for models too big to
             hold unsharded on every rank at once. The observation is otherwise the same.
+        schedule: the steps to run (``harness.load.schedule``); None: the walkthrough's one
+            step (one forward, the body's loss, backward, optimizer step).
     """
 
     model: ModelSetup = field(default_factory=ModelSetup)
@@ -120,6 +124,7 @@ class RunSetup:
     seed: int = 0
     observe_ranks: tuple[int, ...] | None = None
     numerics: bool = True
+    schedule: Schedule | None = None
 
     @property
     def world_size(self) -> int:
@@ -154,7 +159,7 @@ class RunSetup:
         Keys: model {config, overrides, body, dtype}, mesh {shape, dim_names},
         batch_per_rank, seq_len, fsdp {reshard_after_forward, root_reshard_after_forward,
         mixed_precision {param_dtype, reduce_dtype, output_dtype, cast_forward_inputs}},
-        optimizer {name, lr}, seed, observe_ranks, numerics.
+        optimizer {name, lr}, seed, observe_ranks, numerics, schedule (harness.load.schedule).
 
         Raises:
             SetupError: naming the key path, for values the schema cannot catch (a mesh whose
@@ -183,6 +188,10 @@ class RunSetup:
             problems.append(("setup.observe_ranks",
                              f"rank(s) {outside} outside the world: world size {world} (mesh shape {list(shape)}), "
                              f"ranks 0-{world - 1}"))
+        schedule = None
+        if "schedule" in data:
+            schedule, schedule_problems = Schedule.from_mapping(data.pop("schedule") or {})
+            problems += schedule_problems
         if problems:
             raise SetupError(*problems[0], errors=problems)
         return cls(
@@ -192,5 +201,6 @@ class RunSetup:
             fsdp=fsdp_setup,
             optimizer=optimizer,
             observe_ranks=tuple(observe) if observe is not None else None,
+            schedule=schedule,
             **data,
         )

@@ -28,6 +28,7 @@ from harness.judge.kinds import REGISTRY
 from harness.judge.kinds.docs import ENTRY_TITLE
 from harness.judge.vocabulary import CheckKind, Context
 from harness.load.model_config import resolve_config_file
+from harness.load.schedule import schedule_problems
 from harness.load.setup import RunSetup, SetupError
 from model.names import param_fqns
 
@@ -242,6 +243,11 @@ def load_spec(path: str | Path) -> Spec:
         config = _check_model_config(errors, valid.get("model", {}))
         if setup is not None:
             context = _context(setup, config)
+            if setup.schedule is not None and config is not None:
+                for key_path, message in schedule_problems(setup.schedule, body=setup.model.body,
+                                                           num_layers=config.num_hidden_layers,
+                                                           unit_names=context.unit_names):
+                    errors.add(_undotted(key_path), message)
 
     spec_range = data.get("torch", "")
     if ("torch",) not in broken:
@@ -275,9 +281,11 @@ def _context(setup: RunSetup, config: Any) -> Context:
     if config is None:
         return Context(world_size=setup.world_size, mesh_dim_names=tuple(setup.mesh_dim_names))
     n = config.num_hidden_layers
+    microbatches = setup.schedule.microbatches() if setup.schedule is not None else (1,)
     return Context(world_size=setup.world_size, mesh_dim_names=tuple(setup.mesh_dim_names), num_layers=n,
                    unit_names=setup.unit_names(n),
-                   param_fqns=param_fqns(setup.model.body, n, tie_word_embeddings=config.tie_word_embeddings))
+                   param_fqns=param_fqns(setup.model.body, n, tie_word_embeddings=config.tie_word_embeddings),
+                   microbatches=microbatches)
 
 
 def _check_model_config(errors: _Errors, model: Mapping[str, Any]) -> Any:

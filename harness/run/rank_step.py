@@ -12,8 +12,11 @@ puts together the stages, each in its own module:
 3. ``harness.run.parallelize``: the device mesh and ``fully_shard`` on each decoder layer,
    then on the root (the document's section "FSDP2 设置"); a 2-D mesh is HSDP;
 4. ``harness.run.instruments``: the recorders, entered in their one working order;
-5. ``harness.run.loop``: the steps (forward, loss, backward, ``optimizer.step()``), phases
-   marked;
+5. ``harness.run.loop``: the steps of ``harness.run.plan.step_plan`` (forward, loss,
+   backward, ``optimizer.step()``; with ``setup.schedule`` its microbatches, runtime calls,
+   clipping), phases marked. With a schedule and numerics, the single-process reference of
+   the same plan (``harness.run.recorders.updates.schedule_reference``) replaces the replica
+   of step 2, and each step's parameter updates are compared with it;
 
 and returns the rank's entry of the observation document (schema:
 ``harness/schemas/observation.schema.json``, ``$defs/rank``).
@@ -38,10 +41,12 @@ import model as qwen3
 from harness.load.setup import RunSetup
 from harness.run.build import build_model, make_inputs, make_loss, make_optimizer, replica_reference, torch_dtype
 from harness.run.instruments import Instruments
-from harness.run.loop import run_steps, step_plan
+from harness.run.loop import run_steps
 from harness.run.parallelize import apply_fsdp, build_mesh, init_local_shards, units_from_setup
+from harness.run.plan import forward_count, global_batches, loss_function, step_plan
 from harness.run.recorders.numerics import compare
 from harness.run.recorders.phases import Phases
+from harness.run.recorders.updates import ParamUpdates, schedule_reference
 
 __all__ = ["run_step"]
 
@@ -127,24 +132,46 @@ def run_step(
             root = build_model(setup, config, dtype, torch.device("meta") if meta_init else device,
                                init=not simulated and not meta_init)
             inputs = make_inputs(setup, config, rank, world_size, dtype, device, local_only=simulated)
-        loss_fn = make_loss(setup.model.body)
-        reference = None
-        if numerics_on:
+        schedule = setup.schedule
+        loss_fn = make_loss(setup.model.body) if schedule is None else loss_function(schedule.loss_for(setup.model.body))
+        B, count = setup.batch_per_rank, forward_count(schedule)
+        batches = global_batches(setup, config, dtype, count, rows=B if simulated else None) if schedule else None
+        local = slice(0, B) if simulated else slice(rank * B, (rank + 1) * B)
+        plan = step_plan(setup, inputs.tensor, lambda n: [b[local].clone().to(device) for b in batches])
+        reference = schedule_ref = None
+        if numerics_on and schedule is None:
             with phases.phase("replica"):
                 reference = replica_reference(setup, root, inputs.tensor, loss_fn, dtype, world_size, coords)
+        elif numerics_on:
+            with phases.phase("replica"):
+                mp = setup.fsdp.mixed_precision
+                compute = torch_dtype(mp.param_dtype) if mp is not None and mp.param_dtype else dtype
+                reduce = torch_dtype(mp.reduce_dtype) if mp is not None and mp.reduce_dtype else compute
+                schedule_ref = schedule_reference(
+                    root, plan, [b.to(device) for b in batches],
+                    loss_fn=loss_fn, make_optimizer=lambda ps: make_optimizer(setup, ps), world_size=world_size,
+                    rank=rank, shard_count=setup.mesh_shape[-1], shard_index=coords[-1],
+                    compute_dtype=compute, reduce_dtype=reduce)
         materialize = (functools.partial(init_local_shards, device=device, std=config.initializer_range,
                                          seed=setup.seed, rank=rank) if meta_init else None)
         with Instruments(phases, group_dims) as instruments:
             with phases.phase("setup"):
                 units = apply_fsdp(root, mesh, units_from_setup(setup, root), materialize=materialize)
                 optimizer = make_optimizer(setup, root.parameters())
-            with instruments.observing(root, optimizer, units, inputs=(inputs.tensor,)):
-                outcome = run_steps(step_plan(setup, inputs.tensor), root, loss_fn, optimizer, phases, instruments)
+            updates = (ParamUpdates(root, setup.mesh_shape[-1], coords[-1])
+                       if schedule is not None and not simulated else None)
+            with instruments.observing(root, optimizer, units, inputs=(inputs.tensor,), updates=updates):
+                outcome = run_steps(plan, root, loss_fn, optimizer, phases, instruments)
         t_observe = time.perf_counter()
         pieces = instruments.pieces()
         # SGD and AdamW read .grad and leave it as backward left it: comparing after the
         # step is comparing the reduce-scattered gradients (kept out of the memory tracker).
         numerics = compare(reference, root, outcome.output, outcome.loss) if reference is not None else None
+        if schedule_ref is not None:
+            numerics = schedule_ref.numerics(updates.params, outcome.output, outcome.loss)
+            updates.against(schedule_ref)
+            for norm in pieces["grad_norms"]:
+                norm["reference"] = schedule_ref.grad_norms.get(norm["step_index"])
 
     timings = dict(phases.timings_s)
     timings["observe"] = time.perf_counter() - t_observe

@@ -14,10 +14,15 @@ process group (sizes from the fake tensors' metadata), so the simulated backend 
 Only units that own parameters are instrumented (a root that manages no parameter, as in the
 ``decoder_layers`` body, gets no snapshots of its own).
 
-Beyond the tracker's per-unit states, :meth:`MemoryRecorder.snapshots` adds two snapshots of
-the whole rank under module ``""``: ``"After Optimizer Step"`` (current, after
-``optimizer.step()``: optimizer states exist) and ``"Peak"`` (the tracker's peak over the
-step).
+Beyond the tracker's per-unit states, :meth:`MemoryRecorder.snapshots` adds snapshots of
+the whole rank under module ``""``: ``"After Optimizer Step"`` (current, after each
+``optimizer.step()``: optimizer states exist), ``"After Zero Grad"`` (after each
+``optimizer.zero_grad()`` between steps) and ``"Peak"`` (the tracker's peak over the run).
+
+Every snapshot carries the ``step_index`` and ``microbatch`` it was taken in: the loop calls
+:meth:`MemoryRecorder.mark_position` at the end of each microbatch, and a per-unit snapshot
+belongs to the first microbatch whose end saw it (``Peak`` has neither; the whole-rank
+snapshots of a step have its step index and no microbatch).
 
 Note: the tracker re-registers FSDP's forward hooks on entry (pre-hook prepended, post-hook
 appended), so any module hook that must run after FSDP's post-forward hook has to be
@@ -73,7 +78,8 @@ class MemoryRecorder:
         self.tracker = FSDPMemTracker(root, optimizer)
         if inputs:
             self.tracker.track_inputs(inputs)
-        self._after_step: dict[str, int] | None = None
+        self._whole: list[dict[str, Any]] = []  # whole-rank snapshots in order
+        self._marks: list[tuple[dict[tuple[int, str], int], int, int]] = []  # (snapshot counts, step, microbatch)
 
     def __enter__(self) -> "MemoryRecorder":
         self.tracker.__enter__()
@@ -82,9 +88,29 @@ class MemoryRecorder:
     def __exit__(self, *exc: Any) -> None:
         self.tracker.__exit__(*exc)
 
-    def mark_after_step(self) -> None:
+    def mark_after_step(self, step_index: int = 0) -> None:
         """Take the whole-rank snapshot that follows ``optimizer.step()``."""
-        self._after_step = _bytes(self.tracker.get_tracker_snapshot("current"))
+        self.mark_state("After Optimizer Step", step_index)
+
+    def mark_state(self, state: str, step_index: int | None) -> None:
+        """Take a whole-rank snapshot now, recorded under module ``""`` as ``state``."""
+        self._whole.append({"module": "", "state": state, "step_index": step_index, "microbatch": None,
+                            "bytes": _bytes(self.tracker.get_tracker_snapshot("current"))})
+
+    def _counts(self) -> dict[tuple[int, str], int]:
+        return {(id(module), str(getattr(state, "value", state))): len(snaps)
+                for module, stats in self.tracker.memory_tracking.items()
+                for state, snaps in stats.snapshots.items()}
+
+    def mark_position(self, step_index: int, microbatch: int) -> None:
+        """The per-unit snapshots taken so far and not yet marked belong to this microbatch."""
+        self._marks.append((self._counts(), step_index, microbatch))
+
+    def _position(self, key: tuple[int, str], i: int) -> tuple[int | None, int | None]:
+        for counts, step_index, microbatch in self._marks:
+            if counts.get(key, 0) > i:
+                return step_index, microbatch
+        return None, None
 
     def snapshots(self) -> list[dict[str, Any]]:
         """The schema's ``memory`` entries: units in ``fully_shard`` order, states in the
@@ -95,12 +121,15 @@ class MemoryRecorder:
             if name is None:  # a module FSDPMemTracker tracks that is not an FSDP unit
                 continue
             for state, snaps in stats.snapshots.items():
-                for snap in snaps:
+                label = str(getattr(state, "value", state))
+                for i, snap in enumerate(snaps):
+                    step_index, microbatch = self._position((id(module), label), i)
                     per_unit.setdefault(name, []).append(
-                        {"module": name, "state": str(getattr(state, "value", state)), "bytes": _bytes(snap)}
+                        {"module": name, "state": label, "step_index": step_index, "microbatch": microbatch,
+                         "bytes": _bytes(snap)}
                     )
         out = [entry for name in self._order for entry in per_unit.get(name, [])]
-        if self._after_step is not None:
-            out.append({"module": "", "state": "After Optimizer Step", "bytes": self._after_step})
-        out.append({"module": "", "state": "Peak", "bytes": _bytes(self.tracker.get_tracker_snapshot("peak"))})
+        out += self._whole
+        out.append({"module": "", "state": "Peak", "step_index": None, "microbatch": None,
+                    "bytes": _bytes(self.tracker.get_tracker_snapshot("peak"))})
         return out

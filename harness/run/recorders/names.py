@@ -7,8 +7,10 @@ module that imports nothing heavy.
 
 from __future__ import annotations
 
-PHASES: tuple[str, ...] = ("setup", "forward", "backward", "optimizer")
-"""Phases of a rank's step, in order (recorders.phases); a collective records the phase it ran in."""
+PHASES: tuple[str, ...] = ("setup", "zero_grad", "unshard", "forward", "reshard", "backward", "clip_grad_norm",
+                           "optimizer")
+"""Phases of a rank's step, in order (recorders.phases; the schedule's runtime calls have their own:
+``zero_grad``, ``unshard``, ``reshard``, ``clip_grad_norm``); a collective records the phase it ran in."""
 
 COLLECTIVE_OPS: tuple[str, ...] = (
     "all_gather", "reduce_scatter", "all_reduce", "broadcast", "all_to_all", "barrier", "send", "recv", "other",
@@ -44,6 +46,7 @@ MEMORY_UNIT_STATES: tuple[str, ...] = (
 
 MEMORY_ROOT_STATES: tuple[str, ...] = MEMORY_UNIT_STATES + (
     "After Optimizer Step",  # MemoryRecorder.mark_after_step
+    "After Zero Grad",  # MemoryRecorder.mark_state, after optimizer.zero_grad() between steps
     "Peak",  # MemoryRecorder.snapshots: the tracker's peak over the step
 )
 """States recorded under the root unit (module ""): the unit states plus two whole-rank snapshots."""
