@@ -6,12 +6,14 @@ listed below; then regenerate the schema and README table (``python -m harness.j
 
 from __future__ import annotations
 
-from harness.judge.kinds import collectives, input, memory, numerics, param, param_state, params_total, step
+from harness.judge.kinds import (collectives, events, grad_norm, input, memory, numerics, param, param_state,
+                                 param_update, params_total, step)
 from harness.judge.vocabulary import CheckKind
 
 REGISTRY: dict[str, CheckKind] = {
     m.KIND.name: m.KIND
-    for m in (param, params_total, input, step, param_state, collectives, memory, numerics)
+    for m in (param, params_total, input, step, param_state, collectives, memory, numerics, events, param_update,
+              grad_norm)
 }
 """Check kind name -> definition, in the order the README lists them."""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from harness.judge.kinds.common import RANKS, check_layer, check_role, check_unit
+from harness.judge.kinds.common import RANKS, check_layer, check_microbatch, check_role, check_step_index, check_unit
 from harness.judge.observed import COLLECTIVE_MATCH_KEYS, common, rank_docs, ring_bytes, select_collectives
 from harness.judge.vocabulary import (BYTES, COUNT, DTYPE, DTYPE_NAMES, OPTIONAL_TEXT, TEXT, TEXTS, CheckKind,
                                       Context, Field, Selector, one_of)
@@ -57,6 +57,8 @@ _SELECT_CHECKS = {
     "fsdp_label": _check_text,
     "hook": _check_text,
     "group_size": _check_group_size,
+    "step_index": check_step_index,
+    "microbatch": check_microbatch,
     "layer": check_layer,
     "unit": check_unit,
     "role": check_role,
@@ -115,7 +117,7 @@ KIND = CheckKind(
     doc="the collectives matching 'select': how many, op, dtype, elements, bytes (nccl-tests' S and ring bytes)",
     selectors=(
         Selector("select", "which collectives: {phase, op, dtype, mesh_dim, fsdp_label, hook, group_size, layer, "
-                           "unit, role, not: {...}} (a value or a list each)", check_select),
+                           "unit, role, step_index, microbatch, not: {...}} (a value or a list each)", check_select),
         RANKS,
     ),
     fields=(

@@ -98,7 +98,6 @@ class ShardStateProbe:
         self.units = [u for u in units if u.params]
         self._last = {u.name: self._state(u) for u in self.units}
         self._handles: list[Any] = []
-        self._nodes: set[int] = set()
 
     @staticmethod
     def _state(unit: Unit) -> str:
@@ -118,11 +117,12 @@ class ShardStateProbe:
         self.probe()
         # FSDP wraps the unit's inputs in RegisterPostBackwardFunction when one needs a
         # gradient; that node's backward runs the unit's post-backward: look right after it.
+        # The inputs of one call share that node: hook it once per call.
         for value in list(args) + list(kwargs.values()):
             node = getattr(value, "grad_fn", None) if isinstance(value, torch.Tensor) else None
-            if node is not None and "RegisterPostBackward" in node.name() and id(node) not in self._nodes:
-                self._nodes.add(id(node))
+            if node is not None and "RegisterPostBackward" in node.name():
                 node.register_hook(lambda grad_inputs, grad_outputs: self.probe())
+                break
 
     def install(self) -> "ShardStateProbe":
         """Register the forward hooks (after FSDP's: install after ``FSDPMemTracker`` is entered)."""

@@ -57,3 +57,13 @@ document's Step 0) and after its post-forward hook (Step 11)."""
 
 UNIT_ROLES: tuple[str, ...] = ("layer", "root")
 """What an FSDP unit is: a decoder layer, or the root module (the last ``fully_shard`` call)."""
+
+EVENT_NAMES: tuple[str, ...] = (
+    "root_pre_forward", "inputs_to_device", "cast_forward_inputs", "cast_forward_outputs", "pre_forward",
+    "all_gather", "all_gather_copy_out", "post_forward", "forward_prefetch", "pre_backward", "backward_prefetch",
+    "post_backward", "post_backward_accumulate", "post_backward_reshard", "post_backward_rs_wait",
+    "post_backward_reduce", "root_post_backward_callback", "reshard", "unshard",
+)
+"""Events recorders.events writes: FSDP's profiler labels without ``FSDP::`` (torch 2.13
+``_fsdp_param_group.py``, ``_fsdp_state.py``), and ``reshard``/``unshard``, the shard-state
+changes the harness sees."""
