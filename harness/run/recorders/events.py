@@ -14,8 +14,9 @@ Three kinds of profiler events, on one clock (the profiler's), read after the ru
 2. ``reshard U`` / ``unshard U``: the harness's :class:`ShardStateProbe` looks at which
    parameters the unit's module holds (FSDP registers the sharded ``DTensor`` parameters when
    sharded, plain tensors when unsharded) right after FSDP's forward pre- and post-hooks, right
-   after the autograd node that runs the unit's post-backward (``RegisterPostBackwardFunction``),
-   and at the loop's phase boundaries; when the state differs from the last look it emits an
+   after FSDP's pre-backward hook (a gradient hook on the unit's outputs, registered after
+   FSDP's), right after the autograd node that runs the unit's post-backward
+   (``RegisterPostBackwardFunction``), and at the end of each of the loop's phases; when the state differs from the last look it emits an
    instant profiler marker ``HARNESS::reshard layers.0``. The event's position is thus the first
    look after the change (FSDP reshards inside ``post_forward``, ``post_backward_reshard`` or the
    root's post-backward callback; the marker follows that label).
@@ -124,11 +125,23 @@ class ShardStateProbe:
                 node.register_hook(lambda grad_inputs, grad_outputs: self.probe())
                 break
 
+    def _after_post_forward(self, module: nn.Module, args: tuple, output: Any) -> None:
+        self.probe()
+        # FSDP's pre-backward hook sits on the unit's outputs (registered in its post-forward):
+        # a tensor hook registered after it runs right after it in backward.
+        outputs = output if isinstance(output, (tuple, list)) else (output,)
+        for t in outputs:
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                t.register_hook(self._after_pre_backward)
+
+    def _after_pre_backward(self, grad: torch.Tensor) -> None:
+        self.probe()
+
     def install(self) -> "ShardStateProbe":
         """Register the forward hooks (after FSDP's: install after ``FSDPMemTracker`` is entered)."""
         for unit in self.units:
             self._handles.append(unit.module.register_forward_pre_hook(self._after_pre_forward, with_kwargs=True))
-            self._handles.append(unit.module.register_forward_hook(lambda m, a, o: self.probe()))
+            self._handles.append(unit.module.register_forward_hook(self._after_post_forward))
         return self
 
     def remove(self) -> None:
