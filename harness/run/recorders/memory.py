@@ -20,9 +20,12 @@ the whole rank under module ``""``: ``"After Optimizer Step"`` (current, after e
 ``optimizer.zero_grad()`` between steps) and ``"Peak"`` (the tracker's peak over the run).
 
 Every snapshot carries the ``step_index`` and ``microbatch`` it was taken in: the loop calls
-:meth:`MemoryRecorder.mark_position` at the end of each microbatch, and a per-unit snapshot
-belongs to the first microbatch whose end saw it (``Peak`` has neither; the whole-rank
-snapshots of a step have its step index and no microbatch).
+:meth:`MemoryRecorder.mark_position` at the end of each microbatch, which keeps that
+microbatch's per-unit snapshots and resets the tracker's per-module stats
+(``reset_mod_stats``, torch's way to track another iteration: without it the tracker refuses a
+second forward of a root that holds parameters). ``Peak`` has neither; the whole-rank snapshots
+of a step have its step index and no microbatch. Several forwards of such a root before one
+backward remain unsupported by the tracker (it raises NotImplementedError).
 
 Note: the tracker re-registers FSDP's forward hooks on entry (pre-hook prepended, post-hook
 appended), so any module hook that must run after FSDP's post-forward hook has to be
@@ -79,7 +82,7 @@ class MemoryRecorder:
         if inputs:
             self.tracker.track_inputs(inputs)
         self._whole: list[dict[str, Any]] = []  # whole-rank snapshots in order
-        self._marks: list[tuple[dict[tuple[int, str], int], int, int]] = []  # (snapshot counts, step, microbatch)
+        self._units: list[dict[str, Any]] = []  # per-unit snapshots of the microbatches so far
 
     def __enter__(self) -> "MemoryRecorder":
         self.tracker.__enter__()
@@ -97,24 +100,14 @@ class MemoryRecorder:
         self._whole.append({"module": "", "state": state, "step_index": step_index, "microbatch": None,
                             "bytes": _bytes(self.tracker.get_tracker_snapshot("current"))})
 
-    def _counts(self) -> dict[tuple[int, str], int]:
-        return {(id(module), str(getattr(state, "value", state))): len(snaps)
-                for module, stats in self.tracker.memory_tracking.items()
-                for state, snaps in stats.snapshots.items()}
-
     def mark_position(self, step_index: int, microbatch: int) -> None:
-        """The per-unit snapshots taken so far and not yet marked belong to this microbatch."""
-        self._marks.append((self._counts(), step_index, microbatch))
+        """A microbatch ended: keep the per-unit snapshots taken in it, tagged with its step index
+        and microbatch, and clear the tracker's per-module stats (``reset_mod_stats``): the
+        tracker refuses a second forward of a root that holds parameters otherwise."""
+        self._units.extend(self._unit_snapshots(step_index, microbatch))
+        self.tracker.reset_mod_stats()
 
-    def _position(self, key: tuple[int, str], i: int) -> tuple[int | None, int | None]:
-        for counts, step_index, microbatch in self._marks:
-            if counts.get(key, 0) > i:
-                return step_index, microbatch
-        return None, None
-
-    def snapshots(self) -> list[dict[str, Any]]:
-        """The schema's ``memory`` entries: units in ``fully_shard`` order, states in the
-        tracker's order; then the two whole-rank snapshots under module ``""``."""
+    def _unit_snapshots(self, step_index: int | None, microbatch: int | None) -> list[dict[str, Any]]:
         per_unit: dict[str, list[dict[str, Any]]] = {}
         for module, stats in self.tracker.memory_tracking.items():
             name = self._unit_names.get(id(module))
@@ -122,13 +115,17 @@ class MemoryRecorder:
                 continue
             for state, snaps in stats.snapshots.items():
                 label = str(getattr(state, "value", state))
-                for i, snap in enumerate(snaps):
-                    step_index, microbatch = self._position((id(module), label), i)
+                for snap in snaps:
                     per_unit.setdefault(name, []).append(
                         {"module": name, "state": label, "step_index": step_index, "microbatch": microbatch,
                          "bytes": _bytes(snap)}
                     )
-        out = [entry for name in self._order for entry in per_unit.get(name, [])]
+        return [entry for name in self._order for entry in per_unit.get(name, [])]
+
+    def snapshots(self) -> list[dict[str, Any]]:
+        """The schema's ``memory`` entries: per microbatch, units in ``fully_shard`` order and
+        states in the tracker's order; then the whole-rank snapshots under module ``""``."""
+        out = self._units + self._unit_snapshots(None, None)
         out += self._whole
         out.append({"module": "", "state": "Peak", "step_index": None, "microbatch": None,
                     "bytes": _bytes(self.tracker.get_tracker_snapshot("peak"))})
