@@ -16,8 +16,9 @@ Each step of ``schedule.steps`` (one by default) is, in order:
 
    a. ``unshard``: ``FSDPModule.unshard()`` on the named units;
    b. ``forwards`` forwards (default 1), each on its own inputs, under ``torch.no_grad()`` if
-      ``no_grad``; a layer named in ``used_only_in`` runs only in the microbatches listed
-      there (else the stack passes its input on unchanged); the loss of a forward is the
+      ``no_grad``; a layer or block (``layers.1.mlp``: post_attention_layernorm and MLP,
+      ``layers.1.self_attn``: input_layernorm and attention) named in ``used_only_in`` runs
+      only in the microbatches listed there (else its input passes on unchanged); the loss of a forward is the
       schedule's ``loss`` on the output, or on the step tensor ``loss_on`` names
       (``layers.1:step9.gate``: layer 1's Step 9 gate activation, ``model/steps.py``);
    c. ``reshard``: ``FSDPModule.reshard()`` on the named units;
@@ -72,7 +73,8 @@ class ScheduleStep:
         forward_only: no backward, no optimizer step.
         no_grad: forwards under ``torch.no_grad()`` (implies ``forward_only``).
         loss_on: ``"<decoder layer path>:<step name>"`` or None for the model output.
-        used_only_in: decoder layer path -> the microbatches (0-based) it runs in.
+        used_only_in: decoder layer path (``layers.1``) or one of its blocks (``layers.1.mlp``,
+            ``layers.1.self_attn``) -> the microbatches (0-based) it runs in.
         clip_grad_norm: None, or the clipping before the optimizer step.
         optimizer_step: call ``optimizer.step()``.
         zero_grad: before this step (not the plan's first): True (set_to_none), "zeros", False.
@@ -193,9 +195,11 @@ def schedule_problems(schedule: Schedule, *, body: str, num_layers: int, unit_na
             if loss == "cross_entropy":
                 out.append((f"{where}.loss_on", "cross_entropy is taken on logits; a step tensor takes "
                                                 "schedule.loss mean_square or sum"))
+        blocks = [f"{layer}.{block}" for layer in layers for block in ("self_attn", "mlp")]
         for path in step.used_only_in:
-            if path not in layers:
-                out.append((f"{where}.used_only_in.{path}", f"no decoder layer {path!r}; layers: {layers}"))
+            if path not in layers and path not in blocks:
+                out.append((f"{where}.used_only_in.{path}", f"no decoder layer or block {path!r}; a layer ({layers}) "
+                                                            f"or its self_attn / mlp block, e.g. {blocks[-1]!r}"))
         for key in ("unshard", "reshard"):
             for j, name in enumerate(getattr(step, key)):
                 if name not in shown_units:

@@ -65,13 +65,14 @@ class PlannedMicrobatch:
     Attributes:
         index: position in its step.
         forwards: the forwards before its backward.
-        skip_layers: decoder layer indices not run in it (``used_only_in``).
+        skip_layers: decoder layers (indices) or their blocks ((index, "mlp" | "self_attn")) not run
+            in it (``used_only_in``); the model's ``skip_layers`` argument.
         sync: the value for ``set_requires_gradient_sync`` before it; None: not called.
     """
 
     index: int
     forwards: tuple[PlannedForward, ...]
-    skip_layers: tuple[int, ...] = ()
+    skip_layers: tuple[int | tuple[int, str], ...] = ()
     sync: bool | None = None
 
 
@@ -96,8 +97,11 @@ class PlannedStep:
             object.__setattr__(self, "microbatches", (PlannedMicrobatch(0, (PlannedForward(0, self.inputs),)),))
 
 
-def _layer_index(path: str) -> int:
-    return int(path.rsplit(".", 1)[1])
+def _skipped(path: str, prefix_parts: int) -> int | tuple[int, str]:
+    """``layers.1`` -> 1; ``layers.1.mlp`` -> (1, "mlp") (``prefix_parts``: dots before the index)."""
+    parts = path.split(".")
+    index = int(parts[prefix_parts])
+    return (index, parts[prefix_parts + 1]) if len(parts) > prefix_parts + 1 else index
 
 
 def forward_count(schedule: Schedule | None) -> int:
@@ -146,7 +150,8 @@ def step_plan(setup: RunSetup, inputs: torch.Tensor, more_inputs: Callable[[int]
         for m in range(step.microbatches):
             forwards = tuple(PlannedForward(k + f, rank_inputs[k + f]) for f in range(step.forwards))
             k += step.forwards
-            skip = tuple(sorted(_layer_index(path) for path, used in step.used_only_in.items() if m not in used))
+            depth = 1 if setup.model.body == "decoder_layers" else 2  # layers.1 / model.layers.1
+            skip = tuple(_skipped(path, depth) for path, used in sorted(step.used_only_in.items()) if m not in used)
             sync = None
             if step.microbatches > 1 and step.gradient_sync == "last" and step.backward:
                 sync = m == step.microbatches - 1

@@ -20,12 +20,16 @@ the whole rank under module ``""``: ``"After Optimizer Step"`` (current, after e
 ``optimizer.zero_grad()`` between steps) and ``"Peak"`` (the tracker's peak over the run).
 
 Every snapshot carries the ``step_index`` and ``microbatch`` it was taken in: the loop calls
-:meth:`MemoryRecorder.mark_position` at the end of each microbatch, which keeps that
-microbatch's per-unit snapshots and resets the tracker's per-module stats
-(``reset_mod_stats``, torch's way to track another iteration: without it the tracker refuses a
-second forward of a root that holds parameters). ``Peak`` has neither; the whole-rank snapshots
-of a step have its step index and no microbatch. Several forwards of such a root before one
-backward remain unsupported by the tracker (it raises NotImplementedError).
+:meth:`MemoryRecorder.mark_position` at the end of each microbatch, which keeps the per-unit
+snapshots taken in it; where the tracker tracks the root (a root holding parameters) it then
+resets the per-module stats (``reset_mod_stats``, torch's way to track another iteration:
+without it the tracker refuses the root's second forward). ``Peak`` has neither; the
+whole-rank snapshots of a step have its step index and no microbatch.
+
+Limits of FSDPMemTracker (torch 2.13), seen through schedules: several forwards of a root
+holding parameters before one backward raise NotImplementedError; a unit whose post-backward
+runs (from the root's post-backward callback) without a forward since the tracker last saw it
+raises KeyError (after a reset) or AttributeError ``_unsharded_param`` (never gathered yet).
 
 Note: the tracker re-registers FSDP's forward hooks on entry (pre-hook prepended, post-hook
 appended), so any module hook that must run after FSDP's post-forward hook has to be
@@ -83,6 +87,8 @@ class MemoryRecorder:
             self.tracker.track_inputs(inputs)
         self._whole: list[dict[str, Any]] = []  # whole-rank snapshots in order
         self._units: list[dict[str, Any]] = []  # per-unit snapshots of the microbatches so far
+        self._taken: dict[tuple[int, str], int] = {}  # (module id, state) -> snapshots already kept
+        self._root_id = id(root)
 
     def __enter__(self) -> "MemoryRecorder":
         self.tracker.__enter__()
@@ -101,13 +107,19 @@ class MemoryRecorder:
                             "bytes": _bytes(self.tracker.get_tracker_snapshot("current"))})
 
     def mark_position(self, step_index: int, microbatch: int) -> None:
-        """A microbatch ended: keep the per-unit snapshots taken in it, tagged with its step index
-        and microbatch, and clear the tracker's per-module stats (``reset_mod_stats``): the
-        tracker refuses a second forward of a root that holds parameters otherwise."""
+        """A microbatch ended: keep the per-unit snapshots taken since the last mark, tagged with
+        its step index and microbatch. If the tracker tracks the root (a root that holds
+        parameters), clear its per-module stats (``reset_mod_stats``): it refuses the root's
+        next forward otherwise. Without that need the stats are kept, because the tracker's
+        post-backward hook fails on a unit with no stats (one that did not run forward since the
+        reset)."""
         self._units.extend(self._unit_snapshots(step_index, microbatch))
-        self.tracker.reset_mod_stats()
+        if self._root_id in {id(m) for m in self.tracker.memory_tracking}:
+            self.tracker.reset_mod_stats()
+            self._taken.clear()
 
     def _unit_snapshots(self, step_index: int | None, microbatch: int | None) -> list[dict[str, Any]]:
+        """The snapshots taken since the last call, per unit in ``fully_shard`` order."""
         per_unit: dict[str, list[dict[str, Any]]] = {}
         for module, stats in self.tracker.memory_tracking.items():
             name = self._unit_names.get(id(module))
@@ -115,11 +127,13 @@ class MemoryRecorder:
                 continue
             for state, snaps in stats.snapshots.items():
                 label = str(getattr(state, "value", state))
-                for snap in snaps:
+                key = (id(module), label)
+                for snap in snaps[self._taken.get(key, 0):]:
                     per_unit.setdefault(name, []).append(
                         {"module": name, "state": label, "step_index": step_index, "microbatch": microbatch,
                          "bytes": _bytes(snap)}
                     )
+                self._taken[key] = len(snaps)
         return [entry for name in self._order for entry in per_unit.get(name, [])]
 
     def snapshots(self) -> list[dict[str, Any]]:
