@@ -104,7 +104,8 @@ MALFORMED = [
                  "expected 3 values for columns ['param', 'local_shape', 'local_numel'], got 2", id="row-columns"),
     pytest.param(edit("step: step1.x_norm, shape:", "step: step1.x_norm, shap:"), "{id: x_norm",
                  "tables[0].entries[0].shap", "'shap' is not a selector or field of check kind 'step'; selectors: "
-                 "['layer', 'ranks', 'step']; fields: ['dim0', 'dtype', 'layers', 'shape']", id="unknown-field"),
+                 "['layer', 'microbatch', 'ranks', 'step', 'step_index']; fields: ['dim0', 'dtype', 'layers', 'shape']",
+                 id="unknown-field"),
     pytest.param(edit("step: step2.k_heads", "step: step2.kv_heads"), "{id: k_heads", "tables[0].entries[1].step",
                  "unknown step 'step2.kv_heads'; steps: ['step1.x_norm', 'step2.q',", id="unknown-step"),
     pytest.param(edit("{id: x_norm,", '{id: x_norm, torch: "2.6",'), "{id: x_norm", "tables[0].entries[0].torch",
