@@ -193,10 +193,13 @@ class Instruments:
     def record_grad_norm(self, step_index: int, norm: torch.Tensor, clip: Any) -> None:
         """Record what ``clip_grad_norm_`` returned: a DTensor (its placements) or a tensor."""
         is_dtensor = hasattr(norm, "full_tensor")
-        value = norm.full_tensor() if is_dtensor else norm
+        try:
+            value = float(norm.full_tensor() if is_dtensor else norm)
+        except Exception:  # FakeTensorMode (the fake backend): no value to read
+            value = None
         self.grad_norms.append({
             "step_index": step_index, "max_norm": float(clip.max_norm), "norm_type": float(clip.norm_type),
-            "value": float(value), "is_dtensor": is_dtensor,
+            "value": value, "is_dtensor": is_dtensor,
             "placements": [repr(pl) for pl in norm.placements] if is_dtensor else [],
             "dtype": dtype_name(norm.dtype), "reference": None,
         })

@@ -22,9 +22,9 @@ def measure(sel, obs):
             "is_dtensor": common([g["is_dtensor"] for g in chosen]),
             "placements": common([g["placements"] for g in chosen]),
             "dtype": common([g["dtype"] for g in chosen]),
-            "clipped": common([g["value"] > g["max_norm"] for g in chosen]),
+            "clipped": common([g["value"] > g["max_norm"] if g["value"] is not None else None for g in chosen]),
         }
-        if all(g["reference"] is not None for g in chosen):
+        if all(g["reference"] is not None and g["value"] is not None for g in chosen):
             diffs = [abs(g["value"] - g["reference"]) for g in chosen]
             values.update(
                 reference=common([g["reference"] for g in chosen]),
