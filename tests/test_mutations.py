@@ -129,6 +129,9 @@ SETUP_CASES = [
      ["step1_moves_nothing"]),  # optimizer_step
     ("forward_no_grad", "- {unshard: [model.layers.0]}", "- {unshard: [model.layers.0], forward_only: true}",
      ["equals_reference"]),  # forward_only
+    ("forward_no_grad", "- {no_grad: true}\n", "- {no_grad: false}\n",  # no_grad: step 0 trains, so backward
+     ["layers_reshard_root_does_not", "step0_gathers_three_units", "step0_nothing_else",  # gathers, reduces and
+      "step1_root_still_unsharded"]),  # reshards the root, which step 1 then gathers again
     ("forward_no_grad", "- {unshard: [model.layers.0]}", "- {unshard: [model.layers.1]}",
      ["manual_unshard_gathers_layer0", "step2_forward_gathers"]),  # unshard
     ("forward_no_grad", "- {no_grad: true, reshard: [root]}", "- {no_grad: true, reshard: [model.layers.0]}",
