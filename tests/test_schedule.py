@@ -15,8 +15,7 @@ import torch
 
 import model as qwen3
 from harness.judge.checks import check, make_entry
-from harness.load.schedule import Schedule
-from harness.load.setup import ModelSetup, RunSetup
+from harness.load.setup import RunSetup
 from harness.load.spec import SpecError, load_spec
 from harness.observation import load_schema
 from harness.run.build import build_model, make_inputs

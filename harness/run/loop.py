@@ -31,7 +31,7 @@ from torch import nn
 
 import model as qwen3
 from harness.run.instruments import Instruments
-from harness.run.plan import PlannedStep
+from harness.run.plan import PlannedStep, StepCapture
 from harness.run.recorders.phases import Phases
 
 __all__ = ["PlannedStep", "StepOutcome", "run_steps"]
@@ -43,18 +43,6 @@ class StepOutcome:
 
     output: torch.Tensor
     loss: torch.Tensor
-
-
-class _Capture:
-    """Holds the step tensor ``loss_on`` names as the forward emits it (the first emission)."""
-
-    def __init__(self, layer: int, name: str) -> None:
-        self.layer, self.name = layer, name
-        self.tensor: torch.Tensor | None = None
-
-    def __call__(self, layer: int, name: str, t: torch.Tensor) -> None:
-        if self.tensor is None and layer == self.layer and name == self.name:
-            self.tensor = t
 
 
 def _module(root: nn.Module, unit: str) -> nn.Module:
@@ -98,7 +86,7 @@ def run_steps(
                 with torch.no_grad() if spec.no_grad else contextlib.nullcontext():
                     for fwd in mb.forwards:
                         target = spec.loss_target()
-                        capture = _Capture(int(target[0].rsplit(".", 1)[1]), target[1]) if target else None
+                        capture = StepCapture(target) if target else None
                         with instruments.forward_steps(root), \
                                 (qwen3.observe_steps(root, capture) if capture else contextlib.nullcontext()):
                             output = root(fwd.inputs, skip_layers=mb.skip_layers) if mb.skip_layers else root(fwd.inputs)

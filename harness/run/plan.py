@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from harness.load.schedule import Schedule, ScheduleStep
 from harness.load.setup import RunSetup
 
-__all__ = ["PlannedForward", "PlannedMicrobatch", "PlannedStep", "LossFn", "loss_function", "global_batches",
+__all__ = ["StepCapture", "PlannedForward", "PlannedMicrobatch", "PlannedStep", "LossFn", "loss_function", "global_batches",
            "forward_count", "step_plan"]
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -48,6 +48,21 @@ def loss_function(name: str) -> LossFn:
             return F.cross_entropy(logits[:, :-1].float().reshape(-1, vocab), input_ids[:, 1:].reshape(-1))
         return cross_entropy
     raise ValueError(f"schedule.loss {name!r}: expected one of mean_square, sum, cross_entropy")
+
+
+class StepCapture:
+    """A step observer (``model.observe_steps`` callback) that keeps the tensor ``loss_on`` names:
+    the first emission of ``name`` by decoder layer ``layer`` (a recomputation in backward, under
+    activation checkpointing, emits it again)."""
+
+    def __init__(self, loss_on: tuple[str, str]) -> None:
+        path, self.name = loss_on
+        self.layer = int(path.rsplit(".", 1)[1])
+        self.tensor: torch.Tensor | None = None
+
+    def __call__(self, layer: int, name: str, t: torch.Tensor) -> None:
+        if self.tensor is None and layer == self.layer and name == self.name:
+            self.tensor = t
 
 
 @dataclass(frozen=True)

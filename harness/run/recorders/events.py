@@ -178,9 +178,10 @@ def events_from_profiler(prof: Any) -> list[dict[str, Any]]:
     spans.sort(key=lambda sp: (sp.start, -sp.end))
     phases = [sp for sp in spans if _PHASE.match(sp.name)]
     labels = [sp for sp in spans if sp.name.startswith("FSDP::")]
+    phase_ids = {id(sp) for sp in phases}
     out = []
     for sp in spans:
-        if sp in phases:
+        if id(sp) in phase_ids:
             continue
         around = [p for p in phases if p.contains(sp)]
         phase, step, mb = "other", None, None

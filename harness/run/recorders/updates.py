@@ -35,6 +35,7 @@ from torch.distributed.tensor import DTensor
 
 import model as qwen3
 from harness.load.schedule import ScheduleStep
+from harness.run.plan import StepCapture
 
 from .collectives import dtype_name
 
@@ -118,15 +119,6 @@ def _diff(actual: torch.Tensor, expected: torch.Tensor) -> dict[str, float]:
     return {"max_abs_diff": float((a - e).abs().max()), "max_abs_ref": float(e.abs().max())}
 
 
-class _Capture:
-    def __init__(self, layer: int, name: str) -> None:
-        self.layer, self.name, self.tensor = layer, name, None
-
-    def __call__(self, layer: int, name: str, t: torch.Tensor) -> None:
-        if self.tensor is None and layer == self.layer and name == self.name:
-            self.tensor = t
-
-
 def schedule_reference(
     model: nn.Module,
     plan: Sequence[Any],
@@ -174,7 +166,7 @@ def schedule_reference(
                         if x.is_floating_point():
                             x = x.to(compute_dtype)
                         target = spec.loss_target()
-                        capture = _Capture(int(target[0].rsplit(".", 1)[1]), target[1]) if target else None
+                        capture = StepCapture(target) if target else None
                         if capture is not None:
                             with qwen3.observe_steps(replica, capture):
                                 out = replica(x, skip_layers=mb.skip_layers) if mb.skip_layers else replica(x)
