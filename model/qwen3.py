@@ -49,6 +49,8 @@ parameters, so models build under ``FakeTensorMode`` or on ``meta`` in half prec
 
 from __future__ import annotations
 
+from typing import Collection
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -353,9 +355,12 @@ class Qwen3DecoderLayer(StepObservable, nn.Module):
     ``input_layernorm`` [d], ``post_attention_layernorm`` [d]. 11 parameters.
 
     forward(hidden_states (B, L, d), position_embeddings (cos, sin) each (B|1, L, d_h) or
-    None) -> (B, L, d). With None, positions 0..L-1 are computed here exactly as
+    None, skip) -> (B, L, d). With None, positions 0..L-1 are computed here exactly as
     :class:`Qwen3RotaryEmbedding` does (convenient for a lone layer; a stack computes them
-    once for all layers).
+    once for all layers). ``skip`` may name the blocks "self_attn" (input_layernorm and
+    attention, Steps 1-6) and "mlp" (post_attention_layernorm and MLP, Steps 8-9) not to run:
+    the hidden states pass that residual block unchanged (a module used only in some
+    microbatches); Steps 7 and 10 are still reported.
 
     Attributes:
         layer_idx: passed to observers with every step.
@@ -376,25 +381,28 @@ class Qwen3DecoderLayer(StepObservable, nn.Module):
         self,
         hidden_states: torch.Tensor,
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        skip: Collection[str] = (),
     ) -> torch.Tensor:
         if position_embeddings is None:
             position_embeddings = _rope_tables(self.config, hidden_states)
         obs = self._step_observer
         i = self.layer_idx
-        residual = hidden_states  # (B, L, d)
-        hidden_states = self.input_layernorm(hidden_states)  # (B, L, d)
-        if obs is not None:
-            obs(i, "step1.x_norm", hidden_states)
-        hidden_states = self.self_attn(hidden_states, position_embeddings)  # Steps 2-6, (B, L, d)
-        hidden_states = residual + hidden_states  # (B, L, d)
+        if "self_attn" not in skip:
+            residual = hidden_states  # (B, L, d)
+            hidden_states = self.input_layernorm(hidden_states)  # (B, L, d)
+            if obs is not None:
+                obs(i, "step1.x_norm", hidden_states)
+            hidden_states = self.self_attn(hidden_states, position_embeddings)  # Steps 2-6, (B, L, d)
+            hidden_states = residual + hidden_states  # (B, L, d)
         if obs is not None:
             obs(i, "step7.residual", hidden_states)
-        residual = hidden_states
-        hidden_states = self.post_attention_layernorm(hidden_states)  # (B, L, d)
-        if obs is not None:
-            obs(i, "step8.h_norm", hidden_states)
-        hidden_states = self.mlp(hidden_states)  # Step 9, (B, L, d)
-        hidden_states = residual + hidden_states  # (B, L, d)
+        if "mlp" not in skip:
+            residual = hidden_states
+            hidden_states = self.post_attention_layernorm(hidden_states)  # (B, L, d)
+            if obs is not None:
+                obs(i, "step8.h_norm", hidden_states)
+            hidden_states = self.mlp(hidden_states)  # Step 9, (B, L, d)
+            hidden_states = residual + hidden_states  # (B, L, d)
         if obs is not None:
             obs(i, "step10.output", hidden_states)
         return hidden_states
@@ -410,14 +418,28 @@ def _rope_tables(config: Qwen3Config, hidden_states: torch.Tensor) -> tuple[torc
 
 
 def _run_layers(
-    layers: nn.ModuleList, rotary_emb: Qwen3RotaryEmbedding, hidden_states: torch.Tensor, position_ids
+    layers: nn.ModuleList, rotary_emb: Qwen3RotaryEmbedding, hidden_states: torch.Tensor, position_ids,
+    skip_layers: Collection[int | tuple[int, str]] = (),
 ) -> torch.Tensor:
-    """Run the decoder layers on (B, L, d) with cos/sin computed once (as transformers does)."""
+    """Run the decoder layers on (B, L, d) with cos/sin computed once (as transformers does).
+
+    ``skip_layers``: a layer index in it is not called (its input passes on unchanged); a pair
+    ``(index, "mlp")`` or ``(index, "self_attn")`` skips that block of the layer (see
+    :class:`Qwen3DecoderLayer`). For a module used only in some microbatches: its parameters
+    get no gradient from this pass.
+    """
     if position_ids is None:
         position_ids = _position_ids(hidden_states.shape[1], hidden_states.device)  # (1, L)
     position_embeddings = rotary_emb(hidden_states, position_ids)  # (B|1, L, d_h) x 2
-    for layer in layers:
-        hidden_states = layer(hidden_states, position_embeddings)  # (B, L, d)
+    for i, layer in enumerate(layers):
+        if i in skip_layers:
+            continue
+        blocks = tuple(block for entry in skip_layers if isinstance(entry, tuple) and entry[0] == i
+                       for block in entry[1:])
+        if blocks:
+            hidden_states = layer(hidden_states, position_embeddings, skip=blocks)  # (B, L, d)
+        else:
+            hidden_states = layer(hidden_states, position_embeddings)  # (B, L, d)
     return hidden_states
 
 
@@ -428,7 +450,8 @@ class Qwen3DecoderStack(nn.Module):
     ``embed_tokens`` and ``norm``; so ``Qwen3Model``'s state dict restricted to ``layers.*``
     loads here with ``strict=True``.
 
-    forward(hidden_states (B, L, d), position_ids int64 (B|1, L) or None for 0..L-1)
+    forward(hidden_states (B, L, d), position_ids int64 (B|1, L) or None for 0..L-1,
+            skip_layers: layers (indices) or blocks ((index, "mlp"|"self_attn")) not to run)
         -> (B, L, d), the last layer's output (no final norm).
     """
 
@@ -441,8 +464,9 @@ class Qwen3DecoderStack(nn.Module):
         )
         self.rotary_emb = Qwen3RotaryEmbedding(config, **factory)
 
-    def forward(self, hidden_states: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        return _run_layers(self.layers, self.rotary_emb, hidden_states, position_ids)
+    def forward(self, hidden_states: torch.Tensor, position_ids: torch.Tensor | None = None,
+                skip_layers: Collection[int | tuple[int, str]] = ()) -> torch.Tensor:
+        return _run_layers(self.layers, self.rotary_emb, hidden_states, position_ids, skip_layers)
 
 
 class Qwen3Model(nn.Module):
@@ -467,9 +491,10 @@ class Qwen3Model(nn.Module):
         self.norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps, **factory)
         self.rotary_emb = Qwen3RotaryEmbedding(config, **factory)
 
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
+                skip_layers: Collection[int | tuple[int, str]] = ()) -> torch.Tensor:
         hidden_states = self.embed_tokens(input_ids)  # (B, L, d)
-        hidden_states = _run_layers(self.layers, self.rotary_emb, hidden_states, position_ids)  # (B, L, d)
+        hidden_states = _run_layers(self.layers, self.rotary_emb, hidden_states, position_ids, skip_layers)  # (B, L, d)
         return self.norm(hidden_states)  # (B, L, d)
 
 
@@ -500,8 +525,9 @@ class Qwen3ForCausalLM(nn.Module):
         if self.config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        hidden_states = self.model(input_ids, position_ids)  # (B, L, d)
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
+                skip_layers: Collection[int | tuple[int, str]] = ()) -> torch.Tensor:
+        hidden_states = self.model(input_ids, position_ids, skip_layers)  # (B, L, d)
         return self.lm_head(hidden_states)  # (B, L, V)
 
 

@@ -150,6 +150,31 @@ CASES = [
      "attention_unit", "12,320"),
     ("parent_before_child", 'message: {matches: "Cannot concatenate overlapping meshes"}',
      'message: {matches: "already sharded"}', "refused_in_setup", "a string matching /already sharded/"),
+    # schedules: one figure per spec, and each new selector changed to another the setup produces
+    ("grad_accumulation", "        select: {step_index: 0, microbatch: 0, op: reduce_scatter}\n        count: 0",
+     "        select: {step_index: 0, microbatch: 0, op: reduce_scatter}\n        count: 2", "mb0_no_reduce_scatter", "expected 2"),
+    ("grad_accumulation", "select: {step_index: 0, microbatch: 1, op: reduce_scatter}",
+     "select: {step_index: 0, microbatch: 0, op: reduce_scatter}", "mb1_reduce_scatters_each_layer", "expected 2"),  # microbatch
+    ("event_order", 'order: ["reshard layers.0", "all_gather layers.1"]', 'order: ["all_gather layers.1", "reshard layers.0"]',
+     "reshard_before_next_gather", "all_gather layers.1"),
+    ("event_order", 'events: ["reshard layers.0", "all_gather layers.1"]', 'events: ["reshard layers.1", "all_gather layers.1"]',
+     "reshard_before_next_gather", "reshard layers.1"),  # events
+    ("forward_no_grad", 'sequence: ["all_gather model.layers.0", "all_gather model.layers.1"]',
+     'sequence: ["all_gather root", "all_gather model.layers.0", "all_gather model.layers.1"]',
+     "step1_root_still_unsharded", "all_gather root"),
+    ("clip_grad_norm", "numel_in: 22", "numel_in: 11", "one_all_reduce_of_22_norms", "expected 11"),
+    ("clip_grad_norm", 'placements: ["Replicate()"]', 'placements: ["Shard(dim=0)"]', "replicated_dtensor", "Shard(dim=0)"),
+    ("adamw_three_steps", "        step_index: 0\n        optstate: 148184", "        step_index: 0\n        optstate: 148096",
+     "optimizer_state", "148,096"),
+    ("adamw_three_steps", "        step_index: 2\n        sharded_grad: 74048", "        step_index: 1\n        sharded_grad: 74048",
+     "zeros_keeps_the_gradients", "74,048"),  # step_index
+    ("loss_on_intermediate", "numel_in: 20640", "numel_in: 37024", "layer1_reduces_20640", "37,024"),
+    ("loss_on_intermediate", "        param: mlp.up_proj.weight\n        rows_changed: 0",
+     "        param: mlp.gate_proj.weight\n        rows_changed: 0", "up_proj_unchanged", "expected 0"),  # param_update's param
+    ("mixed_precision_accumulation", "        dtype: float32\n        numel_in: 37024", "        dtype: bfloat16\n        numel_in: 37024",
+     "mb1_reduce_scatters_fp32", "bfloat16"),
+    ("mixed_precision_accumulation", "        microbatch: 0\n        layers: 1", "        microbatch: 1\n        layers: 1",
+     "layer1_absent_in_mb0", "expected 1"),  # step's microbatch
 ]
 
 
@@ -177,6 +202,53 @@ def test_one_changed_figure_fails_exactly_that_entry(spec_name, old, new, failin
     message = failing[0].explain()
     assert shown in message and "observed" in message
     assert failing[0].entry.section in message
+
+
+# A changed setup key changes the run itself: the mutated spec runs (its own observation, cached
+# per setup like every spec's) and exactly the entries that pin that key's effect fail.
+# (spec, text in the spec, replacement, the failing entry ids in file order)
+SETUP_CASES = [
+    ("grad_accumulation", "- {microbatches: 2, gradient_sync: every, optimizer_step: false}",
+     "- {microbatches: 3, gradient_sync: every, optimizer_step: false}", ["every_step_reduce_scatters"]),  # microbatches
+    ("grad_accumulation", "- {microbatches: 2, gradient_sync: last}", "- {microbatches: 2, gradient_sync: every}",
+     ["mb0_no_reduce_scatter"]),  # gradient_sync
+    ("grad_accumulation", "- {forwards: 2}", "- {forwards: 3}",
+     ["forward_gathers", "layer1_gathered_twice_in_backward", "layer1_post_backward_per_forward"]),  # forwards
+    ("grad_accumulation", "gradient_sync: every, optimizer_step: false}", "gradient_sync: every, optimizer_step: true}",
+     ["step1_moves_nothing"]),  # optimizer_step
+    ("forward_no_grad", "- {unshard: [model.layers.0]}", "- {unshard: [model.layers.0], forward_only: true}",
+     ["equals_reference"]),  # forward_only
+    ("forward_no_grad", "- {no_grad: true}\n", "- {no_grad: false}\n",  # no_grad: step 0 trains, so backward
+     ["layers_reshard_root_does_not", "step0_gathers_three_units", "step0_nothing_else",  # gathers, reduces and
+      "step1_root_still_unsharded"]),  # reshards the root, which step 1 then gathers again
+    ("forward_no_grad", "- {unshard: [model.layers.0]}", "- {unshard: [model.layers.1]}",
+     ["manual_unshard_gathers_layer0", "step2_forward_gathers"]),  # unshard
+    ("forward_no_grad", "- {no_grad: true, reshard: [root]}", "- {no_grad: true, reshard: [model.layers.0]}",
+     ["manual_reshard_of_the_root", "step2_forward_gathers"]),  # reshard
+    ("loss_on_intermediate", '- {loss_on: "layers.1:step9.gate"}', '- {loss_on: "layers.1:step9.up"}',
+     ["up_proj_unchanged", "gate_proj_moves"]),  # loss_on
+    ("mixed_precision_accumulation", "used_only_in: {layers.1: [1]}", "used_only_in: {layers.0: [1]}",
+     ["mb0_gathers_layer0_only"]),  # used_only_in
+    ("clip_grad_norm", "{max_norm: 1.0, norm_type: 1.0}", "{max_norm: 1.0e+9, norm_type: 1.0}",
+     ["l1_equals_reference"]),  # clip_grad_norm
+    ("clip_grad_norm", "    loss: sum", "    loss: mean_square", ["l2_equals_reference"]),  # loss: the L1 norm still exceeds 1
+    ("adamw_three_steps", "- {zero_grad: zeros}", "- {zero_grad: true}", ["zeros_keeps_the_gradients"]),  # zero_grad
+    ("adamw_three_steps", "- {repeat: 2}", "- {repeat: 3}", ["every_row_every_step", "zeros_keeps_the_gradients"]),  # repeat
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec_name, old, new, failing_ids", SETUP_CASES,
+                         ids=[f"{c[0]}-{c[2].strip('- {}')[:30]}" for c in SETUP_CASES])
+def test_one_changed_setup_key_fails_exactly_its_entries(spec_name, old, new, failing_ids, tmp_path, spec_observation):
+    original = SPECS / f"{spec_name}.yaml"
+    text = original.read_text(encoding="utf-8")
+    assert text.count(old) == 1, f"the text to change must occur once in {original.name}"
+    mutated = tmp_path / original.name
+    mutated.write_text(text.replace(old, new), encoding="utf-8")
+    spec = load_spec(mutated)
+    failing = [r for r in evaluate_spec(spec, spec_observation(spec)) if r.status in FAILING]
+    assert [r.entry.id for r in failing] == failing_ids, "\n".join(r.explain() for r in failing)
 
 
 @pytest.mark.slow

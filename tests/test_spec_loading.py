@@ -104,7 +104,8 @@ MALFORMED = [
                  "expected 3 values for columns ['param', 'local_shape', 'local_numel'], got 2", id="row-columns"),
     pytest.param(edit("step: step1.x_norm, shape:", "step: step1.x_norm, shap:"), "{id: x_norm",
                  "tables[0].entries[0].shap", "'shap' is not a selector or field of check kind 'step'; selectors: "
-                 "['layer', 'ranks', 'step']; fields: ['dim0', 'dtype', 'layers', 'shape']", id="unknown-field"),
+                 "['layer', 'microbatch', 'ranks', 'step', 'step_index']; fields: ['dim0', 'dtype', 'layers', 'shape']",
+                 id="unknown-field"),
     pytest.param(edit("step: step2.k_heads", "step: step2.kv_heads"), "{id: k_heads", "tables[0].entries[1].step",
                  "unknown step 'step2.kv_heads'; steps: ['step1.x_norm', 'step2.q',", id="unknown-step"),
     pytest.param(edit("{id: x_norm,", '{id: x_norm, torch: "2.6",'), "{id: x_norm", "tables[0].entries[0].torch",
@@ -293,7 +294,8 @@ def test_memory_states_that_load(tmp_path, selector, state):
     ("module: layers.0", "Peak", "not an FSDPMemTracker state of module 'layers.0'"),
     ("unit: root", "Peak Optimizer", "states: ['Before Pre-Forward', 'After Pre-Forward', 'Before Post-Forward', "
      "'After Post-Forward', 'Before Pre-Backward', 'After Pre-Backward', 'Before Post-Backward', "
-     "'After Post-Backward', 'Peak Forward', 'Peak Backward', 'After fully_shard', 'After Optimizer Step', 'Peak']"),
+     "'After Post-Backward', 'Peak Forward', 'Peak Backward', 'After fully_shard', 'After Optimizer Step', "
+     "'After Zero Grad', 'Peak']"),
 ])
 def test_unknown_memory_state_fails_at_load(tmp_path, selector, state, says):
     text = MEMORY.replace("SELECTOR", selector).replace("STATE", f'"{state}"')

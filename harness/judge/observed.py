@@ -153,14 +153,16 @@ def ring_bytes(collective: Mapping[str, Any]) -> float:
     return float(s)
 
 
-COLLECTIVE_MATCH_KEYS = ("phase", "op", "dtype", "mesh_dim", "fsdp_label", "hook", "group_size", "reduce_op")
+COLLECTIVE_MATCH_KEYS = ("phase", "op", "dtype", "mesh_dim", "fsdp_label", "hook", "group_size", "reduce_op",
+                         "step_index", "microbatch")
 """Record fields a collectives ``select`` may filter on directly (a value or a list of values)."""
 
 
 def select_collectives(obs: Mapping[str, Any], rank_doc: Mapping[str, Any], select: Mapping[str, Any]) -> list[dict]:
     """Collectives of one rank matching ``select``.
 
-    Keys: phase, op, dtype, mesh_dim, fsdp_label, hook, group_size, reduce_op (a value or a list of values),
+    Keys: phase, op, dtype, mesh_dim, fsdp_label, hook, group_size, reduce_op, step_index, microbatch (a
+    value or a list of values),
     layer (int, list or 'all'), unit (name, 'root' or list), role ('layer' | 'root'),
     and ``not`` (a mapping of the same keys, excluded).
     """

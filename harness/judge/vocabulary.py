@@ -40,6 +40,8 @@ class Context:
         state_dict_loads: the world sizes the setup's checkpoint is loaded on (the run's own
             first, then ``setup.state_dict.reload_world_sizes``); () without a round trip;
             None if unknown.
+        microbatches: microbatches of each step the schedule runs, by ``step_index`` (the
+            default schedule: ``(1,)``), or None if unknown.
     """
 
     world_size: int | None = None
@@ -49,6 +51,7 @@ class Context:
     param_fqns: tuple[str, ...] | None = None
     bandwidth_sizes: tuple[str, ...] | None = None
     state_dict_loads: tuple[int, ...] | None = None
+    microbatches: tuple[int, ...] | None = None
 
 
 Check = Callable[[Any, Context], "str | None"]

@@ -17,6 +17,7 @@ from harness.run.recorders.names import BANDWIDTH_OPS  # noqa: F401 (the sweep's
 from harness.load.units import (UNIT_OPTION_KEYS, MixedPrecision, OffloadSetup, UnitPlan, UnitSpec, freeze,
                                 resolve_units, unit_spec_from_yaml)
 from model.names import module_paths
+from harness.load.schedule import Schedule
 
 DTYPES = ("float16", "bfloat16", "float32")
 
@@ -247,6 +248,8 @@ class RunSetup:
         record_errors: set by the loader when a spec has an ``expect_error`` entry: an error
             raised by a rank is recorded in its observation (type, message, phase) instead of
             failing the run.
+        schedule: the steps to run (``harness.load.schedule``); None: the walkthrough's one
+            step (one forward, the body's loss, backward, optimizer step).
     """
 
     model: ModelSetup = field(default_factory=ModelSetup)
@@ -265,6 +268,7 @@ class RunSetup:
     track_memory: bool = True
     freeze: FreezeSetup = field(default_factory=FreezeSetup)
     record_errors: bool = False
+    schedule: Schedule | None = None
 
     @property
     def world_size(self) -> int:
@@ -334,7 +338,8 @@ class RunSetup:
         unit options as every unit's defaults (harness.load.units.UNIT_OPTION_KEYS)},
         optimizer {name, lr}, seed, observe_ranks, numerics, init, track_memory,
         freeze {params, after_fully_shard}, bandwidth {ops, sizes, dtype, warmup, iterations,
-        cpu_max_bytes, step}, state_dict {round_trip, reload_world_sizes}.
+        cpu_max_bytes, step}, state_dict {round_trip, reload_world_sizes},
+        schedule (harness.load.schedule).
 
         Raises:
             SetupError: naming the key path, for values the schema cannot catch (a mesh whose
@@ -372,6 +377,10 @@ class RunSetup:
                              f"ranks 0-{world - 1}"))
         state_dict, sd_problems = _state_dict_setup(data.pop("state_dict", {}), world)
         problems += sd_problems
+        schedule = None
+        if "schedule" in data:
+            schedule, schedule_problems = Schedule.from_mapping(data.pop("schedule") or {})
+            problems += schedule_problems
         if problems:
             raise SetupError(*problems[0], errors=problems)
         return cls(
@@ -384,6 +393,7 @@ class RunSetup:
             observe_ranks=tuple(observe) if observe is not None else None,
             bandwidth=bandwidth,
             state_dict=state_dict,
+            schedule=schedule,
             **data,
         )
 

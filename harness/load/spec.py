@@ -30,6 +30,7 @@ from harness.judge.kinds import REGISTRY
 from harness.judge.kinds.docs import ENTRY_TITLE
 from harness.judge.vocabulary import CheckKind, Context
 from harness.load.model_config import resolve_config_file
+from harness.load.schedule import schedule_problems
 from harness.load.setup import RunSetup, SetupError
 from harness.load.timing import timing_dependent_errors
 from harness.load.yaml_safe import YamlFileError, load_file
@@ -258,6 +259,11 @@ def load_spec(path: str | Path) -> Spec:
                 for key_path, message in exc.errors:
                     errors.add(_undotted(key_path), message)
                 context = Context(world_size=setup.world_size, mesh_dim_names=tuple(setup.mesh_dim_names))
+            if setup.schedule is not None and config is not None and context.unit_names is not None:
+                for key_path, message in schedule_problems(setup.schedule, body=setup.model.body,
+                                                           num_layers=config.num_hidden_layers,
+                                                           unit_names=context.unit_names):
+                    errors.add(_undotted(key_path), message)
 
     spec_range = data.get("torch", "")
     if ("torch",) not in broken:
@@ -319,9 +325,10 @@ def _context(setup: RunSetup, config: Any) -> Context:
                        state_dict_loads=loads)
     n = config.num_hidden_layers
     fqns = param_fqns(setup.model.body, n, tie_word_embeddings=config.tie_word_embeddings)
+    microbatches = setup.schedule.microbatches() if setup.schedule is not None else (1,)
     return Context(world_size=setup.world_size, mesh_dim_names=tuple(setup.mesh_dim_names), num_layers=n,
                    unit_names=tuple(p.name for p in setup.unit_plan(n, fqns)), param_fqns=fqns,
-                   bandwidth_sizes=sizes, state_dict_loads=loads)
+                   bandwidth_sizes=sizes, state_dict_loads=loads, microbatches=microbatches)
 
 
 def _check_model_config(errors: _Errors, model: Mapping[str, Any]) -> Any:

@@ -11,7 +11,14 @@
   training steps;
 - the :class:`~harness.run.recorders.params.ParamStateHooks` (what each unit holds right after
   FSDP's pre- and post-forward hooks), installed for the training steps;
-- the walkthrough's step observer (``model.observe_steps``), around each forward.
+- the walkthrough's step observer (``model.observe_steps``), around each forward;
+- the :class:`~harness.run.recorders.events.ShardStateProbe` (a unit's reshard/unshard as a
+  profiler marker beside FSDP's own labels: the ``events`` list), installed for the steps;
+- optionally a :class:`~harness.run.recorders.updates.ParamUpdates` (which rows of each shard
+  each step changed), passed to :meth:`Instruments.observing`.
+
+The loop enters every phase through :meth:`Instruments.phase`, which tells the recorders the
+step index and microbatch: collectives, memory snapshots, step tensors and events carry them.
 
 Use::
 
@@ -22,11 +29,13 @@ Use::
     pieces = instruments.pieces()                              # the rank's observation parts
 
 :meth:`pieces` returns the rank entry's ``params``, ``param_states``, ``steps``,
-``collectives`` and ``memory`` (``harness/schemas/observation.schema.json``, ``$defs/rank``).
+``collectives``, ``memory``, ``events``, ``grad_norms`` and (if tracked) ``param_updates``
+(``harness/schemas/observation.schema.json``, ``$defs/rank``).
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
 from typing import Any, ContextManager, Iterator, Mapping, Sequence
@@ -35,7 +44,9 @@ import torch
 from torch import nn
 
 import model as qwen3
-from harness.run.recorders.collectives import CollectiveRecorder, attribute, dtype_name, profiler_spans, resolve_mesh_dims
+from harness.run.recorders.collectives import (CollectiveRecorder, attribute, dtype_name, profiler_spans,
+                                              resolve_mesh_dims)
+from harness.run.recorders.events import ShardStateProbe, events_from_profiler, phase_span
 from harness.run.recorders.memory import MemoryRecorder
 from harness.run.recorders.params import ParamStateHooks, Unit, param_table
 from harness.run.recorders.phases import Phases
@@ -103,6 +114,12 @@ class Instruments:
         self._params: list[dict[str, Any]] = []
         self._memory: MemoryRecorder | None = None
         self._hooks: ParamStateHooks | None = None
+        self._phases = phases
+        self._probe: ShardStateProbe | None = None
+        self._updates: Any = None
+        self._position: tuple[int | None, int | None] = (0, 0)
+        self._marks: list[tuple[int, int | None, int | None]] = []  # (first collective index, step, microbatch)
+        self.grad_norms: list[dict[str, Any]] = []
 
     def __enter__(self) -> "Instruments":
         """Start recording collectives (those of ``fully_shard`` and meta init included)."""
@@ -120,12 +137,16 @@ class Instruments:
         units: Sequence[Unit],
         *,
         inputs: tuple[torch.Tensor, ...] = (),
+        updates: Any = None,
     ) -> Iterator["Instruments"]:
         """Observe the training steps: enter after ``fully_shard`` and the optimizer exist.
 
         Takes the parameter table (sharded, before any step), then starts the profiler, the
-        memory tracker and the parameter-state hooks, in that order.
+        memory tracker, the parameter-state hooks and the shard-state probe, in that order.
+        ``updates``: a :class:`~harness.run.recorders.updates.ParamUpdates` to call at each
+        step's start and end (None: parameter updates are not tracked).
         """
+        self._updates = updates
         # fully_shard has no FSDP:: labels to attribute to, and under the fake backend at
         # 4096 ranks it dispatches ~10^5 ops: the profiler starts after it. The collectives
         # recorded so far are setup's.
@@ -137,24 +158,80 @@ class Instruments:
             # After entering FSDPMemTracker: it re-registers FSDP's forward hooks, and these
             # hooks must run after FSDP's (pre-forward prepended, post-forward appended).
             self._hooks = ParamStateHooks(list(units), is_backward=_in_backward).install()
+            self._probe = ShardStateProbe(list(units)).install()
             try:
                 yield self
             finally:
+                self._probe.remove()
                 self._hooks.remove()
+
+    @contextlib.contextmanager
+    def phase(self, name: str, step_index: int, microbatch: int | None = None) -> Iterator[None]:
+        """Run the block as phase ``name`` of step ``step_index`` (and ``microbatch``, None for the
+        step's own phases: zero_grad, clip_grad_norm, optimizer); the shard-state probe looks at
+        the units at its end."""
+        self._position = (step_index, microbatch)
+        self._marks.append((len(self.collectives.records), step_index, microbatch))
+        try:
+            with self._phases.phase(name), phase_span(name, step_index, microbatch):
+                yield
+                if self._probe is not None:
+                    self._probe.probe()
+        except Exception as exc:  # say where in the schedule it failed
+            where = f"in phase {name} of step {step_index}" + (f", microbatch {microbatch}" if microbatch is not None else "")
+            if where not in getattr(exc, "__notes__", ()):
+                exc.add_note(where)
+            raise
+
+    def begin_step(self, step_index: int) -> None:
+        """A step starts: the parameter-update tracker keeps the shards as they are now."""
+        if self._updates is not None:
+            self._updates.before_step(step_index)
+
+    def end_microbatch(self) -> None:
+        """A microbatch ended: memory snapshots so far belong to it."""
+        if self._memory is not None and self.track_memory and self._position[1] is not None:
+            self._memory.mark_position(*self._position)
+
+    def after_zero_grad(self, step_index: int) -> None:
+        """Take the whole-rank memory snapshot that follows ``optimizer.zero_grad()``."""
+        if self._memory is not None and self.track_memory:
+            self._memory.mark_state("After Zero Grad", step_index)
+
+    def record_grad_norm(self, step_index: int, norm: torch.Tensor, clip: Any) -> None:
+        """Record what ``clip_grad_norm_`` returned: a DTensor (its placements) or a tensor."""
+        is_dtensor = hasattr(norm, "full_tensor")
+        try:
+            value = float(norm.full_tensor() if is_dtensor else norm)
+        except Exception:  # FakeTensorMode (the fake backend): no value to read
+            value = None
+        self.grad_norms.append({
+            "step_index": step_index, "max_norm": float(clip.max_norm), "norm_type": float(clip.norm_type),
+            "value": value, "is_dtensor": is_dtensor,
+            "placements": [repr(pl) for pl in norm.placements] if is_dtensor else [],
+            "dtype": dtype_name(norm.dtype), "reference": None,
+        })
+
+    def end_step(self, step_index: int) -> None:
+        """A step ended: the parameter-update tracker compares the shards with their start."""
+        if self._updates is not None:
+            self._updates.after_step(step_index)
 
     def forward_steps(self, root: nn.Module) -> ContextManager[Any]:
         """Around a forward: record the walkthrough's Steps 1-10 (name, layer, shape, dtype)."""
         return qwen3.observe_steps(root, self._on_step)
 
     def _on_step(self, layer: int, name: str, t: torch.Tensor) -> None:
-        self.steps.append({"layer": int(layer), "name": name, "shape": list(t.shape), "dtype": dtype_name(t.dtype)})
+        step_index, microbatch = self._position
+        self.steps.append({"layer": int(layer), "name": name, "shape": list(t.shape), "dtype": dtype_name(t.dtype),
+                           "step_index": step_index, "microbatch": microbatch})
 
-    def after_optimizer_step(self) -> None:
+    def after_optimizer_step(self, step_index: int = 0) -> None:
         """Take the whole-rank memory snapshot that follows ``optimizer.step()``."""
         if self._memory is None:
             raise RuntimeError("after_optimizer_step outside Instruments.observing")
         if self.track_memory:
-            self._memory.mark_after_step()
+            self._memory.mark_after_step(step_index)
 
     def pieces(self) -> dict[str, Any]:
         """The rank entry's ``params``, ``param_states``, ``steps``, ``collectives``, ``memory``.
@@ -173,11 +250,21 @@ class Instruments:
         records = self.collectives.records
         setup = records[: self._n_setup]
         for record in setup:
-            record.update(unit=None, fsdp_label=None, fsdp_labels=[], hook=None)
-        return {
+            record.update(unit=None, fsdp_label=None, fsdp_labels=[], hook=None, step_index=None, microbatch=None)
+        starts = [first for first, _, _ in self._marks]  # the phase each collective was issued in
+        for record in records[self._n_setup :]:
+            i = bisect.bisect_right(starts, record["index"]) - 1
+            _, step_index, microbatch = self._marks[i] if i >= 0 else (None, None, None)
+            record.update(step_index=step_index, microbatch=microbatch)
+        pieces = {
             "params": self._params,
             "param_states": self._hooks.states,
             "steps": self.steps,
             "collectives": resolve_mesh_dims(setup + attribute(records[self._n_setup :], profiler_spans(self.profiler))),
             "memory": self._memory.snapshots() if self.track_memory else [],
+            "events": events_from_profiler(self.profiler),
+            "grad_norms": self.grad_norms,
         }
+        if self._updates is not None:
+            pieces["param_updates"] = self._updates.records
+        return pieces

@@ -1,48 +1,52 @@
-"""The training loop: forward, loss, backward, optimizer step, each a marked phase.
+"""The training loop: a step plan run phase by phase, every phase marked with its step and microbatch.
 
-The loop runs over a step plan (:func:`step_plan`). Today a setup plans one step on the
-rank's inputs; schedules (several steps, microbatches) extend the plan and this loop.
+:func:`run_steps` runs the plan of ``harness.run.plan.step_plan``. For each step, in order
+(``harness.load.schedule`` says what each key does):
+
+- ``zero_grad`` (not before the first step): ``optimizer.zero_grad(set_to_none=...)``, then a
+  whole-rank memory snapshot "After Zero Grad";
+- per microbatch: ``set_requires_gradient_sync`` on the root if the plan says so; the manual
+  ``unshard()`` calls (phase ``unshard``); the forwards and their losses (phase ``forward``,
+  under ``torch.no_grad()`` for ``no_grad``); the manual ``reshard()`` calls (phase
+  ``reshard``); one ``backward()`` of the mean loss divided by the microbatch count (phase
+  ``backward``) unless the step is forward-only;
+- ``clip_grad_norm_`` (phase ``clip_grad_norm``), its returned total norm recorded;
+- ``optimizer.step()`` (phase ``optimizer``) unless the step is forward-only or says
+  ``optimizer_step: false``, then the "After Optimizer Step" snapshot.
+
+Each phase is entered through :meth:`Instruments.phase`, which also tells the recorders the
+step index and microbatch (collectives, memory snapshots, step tensors and FSDP events carry
+them). Without a schedule the plan is the walkthrough's one step and this loop does exactly
+forward, loss, backward, ``optimizer.step()``.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
 from torch import nn
 
-from harness.load.setup import RunSetup
+import model as qwen3
 from harness.run.instruments import Instruments
+from harness.run.plan import PlannedStep, StepCapture
 from harness.run.recorders.phases import Phases
 
-__all__ = ["PlannedStep", "StepOutcome", "step_plan", "run_steps"]
-
-
-@dataclass(frozen=True)
-class PlannedStep:
-    """One optimizer step.
-
-    Attributes:
-        index: 0-based position in the plan.
-        inputs: the rank's inputs for this step (hidden states [B, L, d] or token ids [B, L]).
-    """
-
-    index: int
-    inputs: torch.Tensor
+__all__ = ["PlannedStep", "StepOutcome", "run_steps"]
 
 
 @dataclass(frozen=True)
 class StepOutcome:
-    """What the last step computed: the model's output and the float32 scalar loss."""
+    """What the last forward computed: its output (or ``loss_on`` tensor) and float32 scalar loss."""
 
     output: torch.Tensor
     loss: torch.Tensor
 
 
-def step_plan(setup: RunSetup, inputs: torch.Tensor) -> list[PlannedStep]:
-    """The steps ``setup`` asks for: today one step on ``inputs``."""
-    return [PlannedStep(0, inputs)]
+def _module(root: nn.Module, unit: str) -> nn.Module:
+    return root if unit in ("", "root") else root.get_submodule(unit)
 
 
 def run_steps(
@@ -53,24 +57,64 @@ def run_steps(
     phases: Phases,
     instruments: Instruments,
 ) -> StepOutcome:
-    """Run every planned step inside ``instruments.observing(...)``; the last step's outcome.
-
-    Phases: ``forward`` (the model and the loss), ``backward`` (``loss.backward()``, FSDP's
-    reduce-scatter), ``optimizer`` (``optimizer.step()`` on the sharded parameters).
+    """Run every planned step inside ``instruments.observing(...)``; the last forward's outcome.
 
     Raises:
-        ValueError: an empty plan.
+        ValueError: an empty plan, or ``loss_on`` names a step tensor the forward never emitted
+            (the layer was skipped in that microbatch).
     """
     if not plan:
         raise ValueError("step plan is empty: expected at least one step")
+    outcome = None
     for step in plan:
-        with phases.phase("forward"):
-            with instruments.forward_steps(root):
-                output = root(step.inputs)
-            loss = loss_fn(output, step.inputs)
-        with phases.phase("backward"):
-            loss.backward()
-        with phases.phase("optimizer"):
-            optimizer.step()
-        instruments.after_optimizer_step()
-    return StepOutcome(output, loss)
+        spec = step.step
+        instruments.begin_step(step.index)
+        if step.index > 0 and spec.zero_grad is not False:
+            with instruments.phase("zero_grad", step.index):
+                optimizer.zero_grad(set_to_none=spec.zero_grad is True)
+            instruments.after_zero_grad(step.index)
+        n_mb = len(step.microbatches)
+        for mb in step.microbatches:
+            if mb.sync is not None:
+                root.set_requires_gradient_sync(mb.sync)
+            if spec.unshard:
+                with instruments.phase("unshard", step.index, mb.index):
+                    for unit in spec.unshard:
+                        _module(root, unit).unshard()
+            losses = []
+            with instruments.phase("forward", step.index, mb.index):
+                with torch.no_grad() if spec.no_grad else contextlib.nullcontext():
+                    for fwd in mb.forwards:
+                        target = spec.loss_target()
+                        capture = StepCapture(target) if target else None
+                        with instruments.forward_steps(root), \
+                                (qwen3.observe_steps(root, capture) if capture else contextlib.nullcontext()):
+                            output = root(fwd.inputs, skip_layers=mb.skip_layers) if mb.skip_layers else root(fwd.inputs)
+                        if capture is not None:
+                            if capture.tensor is None:
+                                raise ValueError(f"step {step.index} microbatch {mb.index}: loss_on {spec.loss_on!r} "
+                                                 f"was not computed (is the layer skipped there?)")
+                            output = capture.tensor
+                        losses.append(loss_fn(output, fwd.inputs))
+                        outcome = StepOutcome(output, losses[-1])
+                scale = len(losses) * n_mb
+                loss = losses[0] if scale == 1 else torch.stack(losses).sum() / scale
+            if spec.reshard:
+                with instruments.phase("reshard", step.index, mb.index):
+                    for unit in spec.reshard:
+                        _module(root, unit).reshard()
+            if spec.backward:
+                with instruments.phase("backward", step.index, mb.index):
+                    loss.backward()
+            instruments.end_microbatch()
+        if spec.clip_grad_norm is not None:
+            with instruments.phase("clip_grad_norm", step.index):
+                norm = torch.nn.utils.clip_grad_norm_(root.parameters(), spec.clip_grad_norm.max_norm,
+                                                      norm_type=spec.clip_grad_norm.norm_type)
+            instruments.record_grad_norm(step.index, norm, spec.clip_grad_norm)
+        if spec.steps_optimizer:
+            with instruments.phase("optimizer", step.index):
+                optimizer.step()
+            instruments.after_optimizer_step(step.index)
+        instruments.end_step(step.index)
+    return outcome

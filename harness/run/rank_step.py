@@ -12,8 +12,11 @@ puts together the stages, each in its own module:
 3. ``harness.run.parallelize``: the device mesh and ``fully_shard`` on each decoder layer,
    then on the root (the document's section "FSDP2 设置"); a 2-D mesh is HSDP;
 4. ``harness.run.instruments``: the recorders, entered in their one working order;
-5. ``harness.run.loop``: the steps (forward, loss, backward, ``optimizer.step()``), phases
-   marked;
+5. ``harness.run.loop``: the steps of ``harness.run.plan.step_plan`` (forward, loss,
+   backward, ``optimizer.step()``; with ``setup.schedule`` its microbatches, runtime calls,
+   clipping), phases marked. With a schedule and numerics, the single-process reference of
+   the same plan (``harness.run.recorders.updates.schedule_reference``) replaces the replica
+   of step 2, and each step's parameter updates are compared with it;
 6. ``harness.run.checkpoint``, if ``setup.state_dict.round_trip`` (real runs): after the
    recorders have stopped, the state-dict round trip (phase ``state_dict``);
 
@@ -42,13 +45,15 @@ import model as qwen3
 from harness.load.setup import RunSetup
 from harness.run.build import build_model, make_inputs, make_loss, make_optimizer, replica_reference, torch_dtype
 from harness.run.instruments import Instruments
-from harness.run.loop import run_steps, step_plan
+from harness.run.loop import run_steps
 from harness.run.parallelize import (ShardUnit, apply_fsdp, build_mesh, freeze_params, init_local_shards,
                                      init_shards_like_full, unit_state, units_from_setup)
+from harness.run.plan import forward_count, global_batches, loss_function, step_plan
 from harness.run.recorders.collectives import dtype_name, resolve_mesh_dims
 from harness.run.recorders.environment import rank_environment
 from harness.run.recorders.numerics import compare
 from harness.run.recorders.phases import Phases
+from harness.run.recorders.updates import ParamUpdates, schedule_reference
 
 __all__ = ["run_step"]
 
@@ -168,18 +173,33 @@ def run_step(
                 root = build_model(setup, config, dtype, torch.device("meta") if meta_init else device,
                                    init=not simulated and not meta_init)
                 inputs = got["inputs"] = make_inputs(setup, config, rank, world_size, dtype, device, local_only=simulated)
-            loss_fn = make_loss(setup.model.body)
+            schedule = setup.schedule
+            loss_fn = make_loss(setup.model.body) if schedule is None else loss_function(schedule.loss_for(setup.model.body))
+            B, count = setup.batch_per_rank, forward_count(schedule)
+            batches = global_batches(setup, config, dtype, count, rows=B if simulated else None) if schedule else None
+            local = slice(0, B) if simulated else slice(rank * B, (rank + 1) * B)
+            plan = step_plan(setup, inputs.tensor, lambda n: [b[local].clone().to(device) for b in batches])
             shard_units = units_from_setup(setup, root)
-            reference = None
+            reference = schedule_ref = None
             if numerics_on:
                 with phases.phase("replica"):
                     # the replica: this model (full init), or a full model of its own (meta init)
                     replica = root if not meta_init else build_model(setup, config, dtype, device, init=True)
                     if setup.freeze.params:
                         freeze_params(replica, setup.freeze.params)
-                    reference = replica_reference(setup, replica, inputs.tensor, loss_fn, dtype, world_size, coords,
-                                                  divisors=_divisors(shard_units, replica, world_size),
-                                                  shard_dims=_shard_dims(shard_units, replica))
+                    if schedule is None:
+                        reference = replica_reference(setup, replica, inputs.tensor, loss_fn, dtype, world_size, coords,
+                                                      divisors=_divisors(shard_units, replica, world_size),
+                                                      shard_dims=_shard_dims(shard_units, replica))
+                    else:
+                        mp = setup.fsdp.mixed_precision
+                        compute = torch_dtype(mp.param_dtype) if mp is not None and mp.param_dtype else dtype
+                        reduce = torch_dtype(mp.reduce_dtype) if mp is not None and mp.reduce_dtype else compute
+                        schedule_ref = schedule_reference(
+                            replica, plan, [b.to(device) for b in batches],
+                            loss_fn=loss_fn, make_optimizer=lambda ps: make_optimizer(setup, ps), world_size=world_size,
+                            rank=rank, shard_count=setup.mesh_shape[-1], shard_index=coords[-1],
+                            compute_dtype=compute, reduce_dtype=reduce)
                     if replica is root and setup.freeze.after_fully_shard:
                         for p in root.parameters():  # frozen again after fully_shard, as the setup says
                             p.requires_grad_(True)
@@ -200,8 +220,10 @@ def run_step(
                         freeze=setup.freeze.params, freeze_after=setup.freeze.after_fully_shard)
                     optimizer = make_optimizer(setup, root.parameters())
                     sharded = list(root.named_parameters())  # the shards, whatever the module holds later
-                with instruments.observing(root, optimizer, units, inputs=(inputs.tensor,)):
-                    outcome = run_steps(step_plan(setup, inputs.tensor), root, loss_fn, optimizer, phases, instruments)
+                updates = (ParamUpdates(root, setup.mesh_shape[-1], coords[-1])
+                           if schedule is not None and not simulated else None)
+                with instruments.observing(root, optimizer, units, inputs=(inputs.tensor,), updates=updates):
+                    outcome = run_steps(plan, root, loss_fn, optimizer, phases, instruments)
             t_observe = time.perf_counter()
             pieces = instruments.pieces()
             _where_after_step(pieces["params"], sharded, optimizer)
@@ -211,6 +233,11 @@ def run_step(
             # step is comparing the reduce-scattered gradients (kept out of the memory tracker).
             numerics = (compare(reference, root, outcome.output, outcome.loss, params=sharded)
                         if reference is not None else None)
+            if schedule_ref is not None:
+                numerics = schedule_ref.numerics(updates.params, outcome.output, outcome.loss)
+                updates.against(schedule_ref)
+                for norm in pieces["grad_norms"]:
+                    norm["reference"] = schedule_ref.grad_norms.get(norm["step_index"])
     except Exception as exc:
         if not setup.record_errors:
             raise

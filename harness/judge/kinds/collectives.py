@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from harness.judge.kinds.common import RANKS, check_layer, check_role, check_unit
+from harness.judge.kinds.common import RANKS, check_layer, check_microbatch, check_role, check_step_index, check_unit
 from harness.judge.observed import COLLECTIVE_MATCH_KEYS, common, rank_docs, ring_bytes, select_collectives
 from harness.judge.vocabulary import (BYTES, COUNT, DTYPE, DTYPE_NAMES, OPTIONAL_TEXT, TEXT, TEXTS, CheckKind,
                                       Context, Field, Selector, one_of)
@@ -58,6 +58,8 @@ _SELECT_CHECKS = {
     "hook": _check_text,
     "group_size": _check_group_size,
     "reduce_op": _check_text,
+    "step_index": check_step_index,
+    "microbatch": check_microbatch,
     "layer": check_layer,
     "unit": check_unit,
     "role": check_role,
@@ -116,7 +118,7 @@ KIND = CheckKind(
     doc="the collectives matching 'select': how many, op, dtype, elements, bytes (nccl-tests' S and ring bytes)",
     selectors=(
         Selector("select", "which collectives: {phase, op, dtype, mesh_dim, fsdp_label, hook, group_size, reduce_op, "
-                           "layer, unit, role, not: {...}} (a value or a list each)", check_select),
+                           "layer, unit, role, step_index, microbatch, not: {...}} (a value or a list each)", check_select),
         RANKS,
     ),
     fields=(

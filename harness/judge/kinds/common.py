@@ -62,3 +62,46 @@ LAYER = Selector("layer", "decoder layer index, a list of them, or 'all'", check
 UNIT = Selector("unit", "an FSDP unit: its module FQN, 'root', or a list of them", check_unit)
 ROLE = Selector("role", "units by role: 'layer' (decoder layers), 'root', or 'module' (any other unit)", check_role)
 RANKS = Selector("ranks", "which ranks must meet the entry (default: every observed rank)", check_ranks)
+
+
+def check_step_index(value: Any, ctx: Context) -> str | None:
+    """Why a 'step_index' selector names no step of the schedule (None when it does)."""
+    indices = _ints(value)
+    if indices is None or any(v < 0 for v in indices):
+        return f"expected a step index >= 0 (0-based over the schedule's repeated steps) or a list of them, got {value!r}"
+    if ctx.microbatches is not None:
+        outside = [v for v in indices if v >= len(ctx.microbatches)]
+        if outside:
+            n = len(ctx.microbatches)
+            return f"step(s) {outside} do not exist: the schedule runs {n} step{'s' if n != 1 else ''} (0-{n - 1})"
+    return None
+
+
+def check_microbatch(value: Any, ctx: Context) -> str | None:
+    """Why a 'microbatch' selector names no microbatch of any step (None when it can)."""
+    indices = _ints(value)
+    if indices is None or any(v < 0 for v in indices):
+        return f"expected a microbatch index >= 0 or a list of them, got {value!r}"
+    if ctx.microbatches is not None:
+        most = max(ctx.microbatches)
+        outside = [v for v in indices if v >= most]
+        if outside:
+            return (f"microbatch(es) {outside} do not exist: no step of the schedule has more than {most} "
+                    f"microbatch{'es' if most != 1 else ''} (0-{most - 1})")
+    return None
+
+
+STEP_INDEX = Selector("step_index", "the schedule's step (0-based, repeats counted), a list of them; default: every step "
+                                    "(named step_index: 'step' names a step tensor)", check_step_index)
+MICROBATCH = Selector("microbatch", "the microbatch within its step (0-based), a list of them; default: every one",
+                      check_microbatch)
+
+
+def position_matches(record: Any, sel: Any) -> bool:
+    """Whether an observation record's step_index and microbatch meet the entry's selectors."""
+    for key in ("step_index", "microbatch"):
+        if key in sel:
+            wanted = sel[key] if isinstance(sel[key], list) else [sel[key]]
+            if record.get(key) not in wanted:
+                return False
+    return True

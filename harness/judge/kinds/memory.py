@@ -1,10 +1,13 @@
-"""``memory``: FSDPMemTracker's snapshot of a rank's bytes by category at a unit's state."""
+"""``memory``: FSDPMemTracker's snapshot of a rank's bytes by category at a unit's state.
+
+With several steps or microbatches a state is snapshotted again each time: ``step_index`` and
+``microbatch`` choose one; without them the first is measured."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from harness.judge.kinds.common import LAYER, RANKS, UNIT
+from harness.judge.kinds.common import LAYER, MICROBATCH, RANKS, STEP_INDEX, UNIT, position_matches
 from harness.judge.observed import CheckError, rank_docs, unit_name
 from harness.judge.vocabulary import BYTES, CheckKind, Context, Field, Selector
 from harness.run.recorders.names import MEMORY_CATEGORIES, MEMORY_ROOT_STATES, MEMORY_UNIT_STATES
@@ -59,10 +62,12 @@ def measure(sel, obs):
     state = sel["state"]
     out = {}
     for r in rank_docs(obs, sel.get("ranks")):
-        snaps = [m for m in r["memory"] if m["module"] == module and m["state"] == state]
+        snaps = [m for m in r["memory"] if m["module"] == module and m["state"] == state and position_matches(m, sel)]
         if not snaps:
             states = sorted({m["state"] for m in r["memory"] if m["module"] == module})
-            raise CheckError(f"rank {r['rank']}: no memory snapshot {state!r} for module {module!r}; states: {states}")
+            where = {k: sel[k] for k in ("step_index", "microbatch") if k in sel}
+            raise CheckError(f"rank {r['rank']}: no memory snapshot {state!r} for module {module!r}"
+                             f"{' at ' + str(where) if where else ''}; states: {states}")
         out[r["rank"]] = dict(snaps[0]["bytes"])
     return out
 
@@ -75,7 +80,9 @@ KIND = CheckKind(
         LAYER,
         UNIT,
         Selector("state", "Before/After + Pre-Forward, Post-Forward, Pre-Backward, Post-Backward, or Peak Forward/Backward; "
-                          "on the root also 'After fully_shard', 'After Optimizer Step' and 'Peak'"),
+                          "on the root also 'After fully_shard', 'After Optimizer Step', 'After Zero Grad' and 'Peak'"),
+        STEP_INDEX,
+        MICROBATCH,
         RANKS,
     ),
     fields=tuple(Field(name, BYTES, f"bytes of FSDPMemTracker's {label!r} category" + _TIMING.get(name, ""))

@@ -1,4 +1,9 @@
-"""``numerics``: the FSDP step against a non-sharded replica with the same weights and batch."""
+"""``numerics``: the FSDP step against a non-sharded replica with the same weights and batch.
+
+With ``setup.schedule`` the reference is the single-process run of the same schedule
+(``harness/run/recorders/updates.py``), computing in the policy's ``param_dtype`` and reducing in
+its ``reduce_dtype``; the last forward's output and loss and the gradients after the last step
+are compared (a gradient None on both sides is left out)."""
 
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ def measure(sel, obs):
             "grads_count": len(grads),
             "loss_max_abs_diff": (n.get("loss") or {}).get("max_abs_diff"),
             "replica_dtype": n["replica_dtype"],
+            "reduce_dtype": n.get("reduce_dtype", "float32"),
         }
     return out
 
@@ -44,6 +50,8 @@ KIND = CheckKind(
         Field("grads_count", COUNT, "gradient shards compared"),
         Field("loss_max_abs_diff", NUMBER, "|loss - replica loss|"),
         Field("replica_dtype", DTYPE, "the dtype the replica computed in"),
+        Field("reduce_dtype", DTYPE, "the dtype the reference summed gradients over ranks in (with a schedule the "
+                                     "policy's reduce_dtype, else float32)"),
     ),
     measure=measure,
 )

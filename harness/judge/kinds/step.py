@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.judge.kinds.common import LAYER, RANKS
+from harness.judge.kinds.common import LAYER, MICROBATCH, RANKS, STEP_INDEX, position_matches
 from harness.judge.observed import CheckError, common, rank_docs
 from harness.judge.vocabulary import COUNT, DTYPE, SHAPE, CheckKind, Context, Field, Selector
 from model.steps import STEP_NAMES
@@ -24,7 +24,8 @@ def measure(sel, obs):
     wanted = layers if isinstance(layers, list) else [layers]
     out = {}
     for r in rank_docs(obs, sel.get("ranks")):
-        found = [s for s in r["steps"] if s["name"] == name and (layers == "all" or s["layer"] in wanted)]
+        found = [s for s in r["steps"] if s["name"] == name and (layers == "all" or s["layer"] in wanted)
+                 and position_matches(s, sel)]
         if not found:
             names = sorted({s["name"] for s in r["steps"]})
             raise CheckError(f"rank {r['rank']}: step {name!r} (layer {layers}) not observed; observed steps: {names}")
@@ -44,13 +45,15 @@ KIND = CheckKind(
     selectors=(
         Selector("step", "a step tensor's name from model/steps.py, e.g. step2.q_heads", _check_step),
         LAYER,
+        STEP_INDEX,
+        MICROBATCH,
         RANKS,
     ),
     fields=(
         Field("shape", SHAPE, "the tensor's shape (the same in every selected layer)"),
         Field("dtype", DTYPE, "the tensor's dtype"),
         Field("dim0", COUNT, "the tensor's first dimension"),
-        Field("layers", COUNT, "how many of the selected layers produced the tensor"),
+        Field("layers", COUNT, "how many times the selected layers produced the tensor (once per layer per forward)"),
     ),
     measure=measure,
     rules=(_names_step,),

@@ -37,7 +37,9 @@ __all__ = ["CollectiveRecorder", "AttributionError", "Span", "attribute", "dtype
 # Namespaces whose ops are collectives. ``_c10d_functional`` is what DTensor and compiled
 # code use; eager FSDP2 issues the in-place ``c10d`` ops.
 _NAMESPACES = ("c10d", "_c10d_functional")
-_NOT_COLLECTIVES = {"wait_tensor", "wait", "work_wait"}
+# Not collectives: waits, and DTensor's autograd wrapper of a functional collective's result
+# (clip_grad_norm_ over DTensor gradients dispatches it after its all_reduce).
+_NOT_COLLECTIVES = {"wait_tensor", "wait", "work_wait", "_wrap_tensor_autograd"}
 
 _OP_KIND = {
     "_allgather_base_": "all_gather",
@@ -461,10 +463,12 @@ def attribute(records: list[dict[str, Any]], spans: Iterable[Span]) -> list[dict
     labels_all = [sp for sp in spans if sp.name.startswith("FSDP::")]
     collectives_all = [sp for sp in spans if not sp.name.startswith("FSDP::")]
     # The profiler shows one op as nested events of the same name (one level per active
-    # dispatch mode, with "PythonDispatchMode" events between them): keep the outermost.
+    # dispatch mode, with "PythonDispatchMode" events between them), and a functional
+    # collective (``_c10d_functional::all_reduce``, DTensor's) with the c10d op it calls inside
+    # it: keep the outermost.
     seen: list[Span] = []
     for sp in collectives_all:
-        if not any(o.name == sp.name and o.contains(sp) for o in seen[-8:]):
+        if not any(o.contains(sp) for o in seen[-8:]):
             seen.append(sp)
     if len(seen) != len(records):
         raise AttributionError(

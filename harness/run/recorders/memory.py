@@ -14,11 +14,23 @@ process group (sizes from the fake tensors' metadata), so the simulated backend 
 Only units that own parameters are instrumented (a root that manages no parameter, as in the
 ``decoder_layers`` body, gets no snapshots of its own).
 
-Beyond the tracker's per-unit states, :meth:`MemoryRecorder.snapshots` adds three snapshots of
+Beyond the tracker's per-unit states, :meth:`MemoryRecorder.snapshots` adds snapshots of
 the whole rank under module ``""``: ``"After fully_shard"`` (current, as the tracker starts:
 after every ``fully_shard`` and before the first step), ``"After Optimizer Step"`` (current,
-after ``optimizer.step()``: optimizer states exist) and ``"Peak"`` (the tracker's peak over
-the step).
+after each ``optimizer.step()``: optimizer states exist), ``"After Zero Grad"`` (after each
+``optimizer.zero_grad()`` between steps) and ``"Peak"`` (the tracker's peak over the run).
+
+Every snapshot carries the ``step_index`` and ``microbatch`` it was taken in: the loop calls
+:meth:`MemoryRecorder.mark_position` at the end of each microbatch, which keeps the per-unit
+snapshots taken in it; where the tracker tracks the root (a root holding parameters) it then
+resets the per-module stats (``reset_mod_stats``, torch's way to track another iteration:
+without it the tracker refuses the root's second forward). ``Peak`` has neither; the
+whole-rank snapshots of a step have its step index and no microbatch.
+
+Limits of FSDPMemTracker (torch 2.13), seen through schedules: several forwards of a root
+holding parameters before one backward raise NotImplementedError; a unit whose post-backward
+runs (from the root's post-backward callback) without a forward since the tracker last saw it
+raises KeyError (after a reset) or AttributeError ``_unsharded_param`` (never gathered yet).
 
 Note: the tracker re-registers FSDP's forward hooks on entry (pre-hook prepended, post-hook
 appended), so any module hook that must run after FSDP's post-forward hook has to be
@@ -74,39 +86,64 @@ class MemoryRecorder:
         self.tracker = FSDPMemTracker(root, optimizer)
         if inputs:
             self.tracker.track_inputs(inputs)
-        self._after_step: dict[str, int] | None = None
-        self._at_entry: dict[str, int] | None = None
+        self._whole: list[dict[str, Any]] = []  # whole-rank snapshots in order
+        self._units: list[dict[str, Any]] = []  # per-unit snapshots of the microbatches so far
+        self._taken: dict[tuple[int, str], int] = {}  # (module id, state) -> snapshots already kept
+        self._root_id = id(root)
 
     def __enter__(self) -> "MemoryRecorder":
         self.tracker.__enter__()
         # Entered after fully_shard and before the first step: what the rank holds then.
-        self._at_entry = _bytes(self.tracker.get_tracker_snapshot("current"))
+        self.mark_state("After fully_shard", None)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.tracker.__exit__(*exc)
 
-    def mark_after_step(self) -> None:
+    def mark_after_step(self, step_index: int = 0) -> None:
         """Take the whole-rank snapshot that follows ``optimizer.step()``."""
-        self._after_step = _bytes(self.tracker.get_tracker_snapshot("current"))
+        self.mark_state("After Optimizer Step", step_index)
 
-    def snapshots(self) -> list[dict[str, Any]]:
-        """The schema's ``memory`` entries: units in ``fully_shard`` order, states in the
-        tracker's order; then the two whole-rank snapshots under module ``""``."""
+    def mark_state(self, state: str, step_index: int | None) -> None:
+        """Take a whole-rank snapshot now, recorded under module ``""`` as ``state``."""
+        self._whole.append({"module": "", "state": state, "step_index": step_index, "microbatch": None,
+                            "bytes": _bytes(self.tracker.get_tracker_snapshot("current"))})
+
+    def mark_position(self, step_index: int, microbatch: int) -> None:
+        """A microbatch ended: keep the per-unit snapshots taken since the last mark, tagged with
+        its step index and microbatch. If the tracker tracks the root (a root that holds
+        parameters), clear its per-module stats (``reset_mod_stats``): it refuses the root's
+        next forward otherwise. Without that need the stats are kept, because the tracker's
+        post-backward hook fails on a unit with no stats (one that did not run forward since the
+        reset)."""
+        self._units.extend(self._unit_snapshots(step_index, microbatch))
+        if self._root_id in {id(m) for m in self.tracker.memory_tracking}:
+            self.tracker.reset_mod_stats()
+            self._taken.clear()
+
+    def _unit_snapshots(self, step_index: int | None, microbatch: int | None) -> list[dict[str, Any]]:
+        """The snapshots taken since the last call, per unit in ``fully_shard`` order."""
         per_unit: dict[str, list[dict[str, Any]]] = {}
         for module, stats in self.tracker.memory_tracking.items():
             name = self._unit_names.get(id(module))
             if name is None:  # a module FSDPMemTracker tracks that is not an FSDP unit
                 continue
             for state, snaps in stats.snapshots.items():
-                for snap in snaps:
+                label = str(getattr(state, "value", state))
+                key = (id(module), label)
+                for snap in snaps[self._taken.get(key, 0):]:
                     per_unit.setdefault(name, []).append(
-                        {"module": name, "state": str(getattr(state, "value", state)), "bytes": _bytes(snap)}
+                        {"module": name, "state": label, "step_index": step_index, "microbatch": microbatch,
+                         "bytes": _bytes(snap)}
                     )
-        out = [entry for name in self._order for entry in per_unit.get(name, [])]
-        if self._at_entry is not None:
-            out.append({"module": "", "state": "After fully_shard", "bytes": self._at_entry})
-        if self._after_step is not None:
-            out.append({"module": "", "state": "After Optimizer Step", "bytes": self._after_step})
-        out.append({"module": "", "state": "Peak", "bytes": _bytes(self.tracker.get_tracker_snapshot("peak"))})
+                self._taken[key] = len(snaps)
+        return [entry for name in self._order for entry in per_unit.get(name, [])]
+
+    def snapshots(self) -> list[dict[str, Any]]:
+        """The schema's ``memory`` entries: per microbatch, units in ``fully_shard`` order and
+        states in the tracker's order; then the whole-rank snapshots under module ``""``."""
+        out = self._units + self._unit_snapshots(None, None)
+        out += self._whole
+        out.append({"module": "", "state": "Peak", "step_index": None, "microbatch": None,
+                    "bytes": _bytes(self.tracker.get_tracker_snapshot("peak"))})
         return out

@@ -7,8 +7,10 @@ module that imports nothing heavy.
 
 from __future__ import annotations
 
-PHASES: tuple[str, ...] = ("setup", "forward", "backward", "optimizer")
-"""Phases of a rank's step, in order (recorders.phases); a collective records the phase it ran in."""
+PHASES: tuple[str, ...] = ("setup", "zero_grad", "unshard", "forward", "reshard", "backward", "clip_grad_norm",
+                           "optimizer")
+"""Phases of a rank's step, in order (recorders.phases; the schedule's runtime calls have their own:
+``zero_grad``, ``unshard``, ``reshard``, ``clip_grad_norm``); a collective records the phase it ran in."""
 
 COLLECTIVE_OPS: tuple[str, ...] = (
     "all_gather", "reduce_scatter", "all_reduce", "broadcast", "all_to_all", "barrier", "send", "recv", "other",
@@ -49,6 +51,7 @@ MEMORY_UNIT_STATES: tuple[str, ...] = (
 MEMORY_ROOT_STATES: tuple[str, ...] = MEMORY_UNIT_STATES + (
     "After fully_shard",  # MemoryRecorder.__enter__: after every fully_shard, before the first step
     "After Optimizer Step",  # MemoryRecorder.mark_after_step
+    "After Zero Grad",  # MemoryRecorder.mark_state, after optimizer.zero_grad() between steps
     "Peak",  # MemoryRecorder.snapshots: the tracker's peak over the step
 )
 """States recorded under the root unit (module ""): the unit states plus three whole-rank snapshots."""
@@ -60,3 +63,13 @@ document's Step 0) and after its post-forward hook (Step 11)."""
 UNIT_ROLES: tuple[str, ...] = ("layer", "root", "module")
 """What an FSDP unit is: a decoder layer, the root module (the last ``fully_shard`` call), or any
 other module or group of modules (``setup.fsdp.units``)."""
+
+EVENT_NAMES: tuple[str, ...] = (
+    "root_pre_forward", "inputs_to_device", "cast_forward_inputs", "cast_forward_outputs", "pre_forward",
+    "all_gather", "all_gather_copy_out", "post_forward", "forward_prefetch", "pre_backward", "backward_prefetch",
+    "post_backward", "post_backward_accumulate", "post_backward_reshard", "post_backward_rs_wait",
+    "post_backward_reduce", "root_post_backward_callback", "reshard", "unshard",
+)
+"""Events recorders.events writes: FSDP's profiler labels without ``FSDP::`` (torch 2.13
+``_fsdp_param_group.py``, ``_fsdp_state.py``), and ``reshard``/``unshard``, the shard-state
+changes the harness sees."""

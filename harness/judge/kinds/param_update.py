@@ -1,0 +1,92 @@
+"""``param_update``: which rows of each rank's shard a step changed, and the shard against the
+single-process reference of the same schedule (``harness/run/recorders/updates.py``).
+
+A row is an index along dim 0 (FSDP2's ``Shard(0)`` dim; a 1-D parameter's elements). Select
+one parameter (``param`` with ``layer``, or ``fqn``), or every parameter of some units
+(``layer``/``unit`` alone), or all; ``step_index`` chooses steps (default: every step). Counts
+add up over the selected parameters and steps, differences take their largest.
+"""
+
+from __future__ import annotations
+
+from harness.judge.kinds.common import LAYER, RANKS, STEP_INDEX, UNIT, position_matches
+from harness.judge.kinds.param import _check_fqn, _check_param
+from harness.judge.observed import CheckError, param_fqn, rank_docs, unit_names
+from harness.judge.vocabulary import BOOL, COUNT, INTS, NUMBER, CheckKind, Field, Selector
+
+
+def _param_needs_layer(values, ctx):
+    if "param" in values and "layer" not in values:
+        return [(None, "a 'param_update' entry naming 'param' names its 'layer' too (or a full 'fqn')")]
+    return []
+
+
+def _selected_fqns(obs, sel) -> set[str] | None:
+    if "fqn" in sel or "param" in sel:
+        return {param_fqn(obs, sel)}
+    names = unit_names(obs, sel)
+    if names is None:
+        return None
+    return {p for u in obs["fsdp_units"] if u["name"] in names for p in u["params"]}
+
+
+def measure(sel, obs):
+    fqns = _selected_fqns(obs, sel)
+    out = {}
+    for r in rank_docs(obs, sel.get("ranks")):
+        if "param_updates" not in r:
+            raise CheckError(f"rank {r['rank']}: no parameter updates recorded (they are recorded with a "
+                             f"setup.schedule, on real ranks)")
+        chosen = [u for u in r["param_updates"] if (fqns is None or u["fqn"] in fqns) and position_matches(u, sel)]
+        if not chosen:
+            raise CheckError(f"rank {r['rank']}: no parameter update for {sorted(fqns) if fqns else 'any parameter'}"
+                             f"{' at step ' + str(sel['step_index']) if 'step_index' in sel else ''}")
+        rows = sum(u["rows"] for u in chosen)
+        changed = sum(u["rows_changed"] for u in chosen)
+        values = {
+            "params": len({u["fqn"] for u in chosen}),
+            "rows": rows,
+            "rows_changed": changed,
+            "rows_unchanged": rows - changed,
+            "all_rows_changed": changed == rows,
+            "unchanged_rows": sorted({i for u in chosen for i in u["unchanged_rows"]}),
+        }
+        if all("max_abs_diff" in u for u in chosen):
+            diff = max(u["max_abs_diff"] for u in chosen)
+            ref = max(u["max_abs_ref"] for u in chosen)
+            values.update(
+                max_abs_diff=diff,
+                rel_diff=diff / ref if ref else diff,
+                ref_rows_changed=sum(u["ref_rows_changed"] for u in chosen),
+                same_rows_as_reference=all(u["same_rows_as_reference"] for u in chosen),
+            )
+        out[r["rank"]] = values
+    return out
+
+
+KIND = CheckKind(
+    name="param_update",
+    doc="rows of each rank's shard a step changed, and the shard against a single-process reference of the same schedule",
+    selectors=(
+        Selector("param", "a parameter's name inside a decoder layer, e.g. mlp.up_proj.weight (with 'layer')", _check_param),
+        Selector("fqn", "a parameter's fully qualified name", _check_fqn),
+        LAYER,
+        UNIT,
+        STEP_INDEX,
+        RANKS,
+    ),
+    fields=(
+        Field("params", COUNT, "parameters selected"),
+        Field("rows", COUNT, "rows of the selected shards (summed over parameters and steps)"),
+        Field("rows_changed", COUNT, "rows in which any element changed over the step"),
+        Field("rows_unchanged", COUNT, "rows - rows_changed"),
+        Field("all_rows_changed", BOOL, "every selected row changed"),
+        Field("unchanged_rows", INTS, "global row indices that did not change (the first 64 per parameter and step)"),
+        Field("max_abs_diff", NUMBER, "largest |shard - reference rows| after the step (needs numerics)"),
+        Field("rel_diff", NUMBER, "max_abs_diff / largest |reference rows|"),
+        Field("ref_rows_changed", COUNT, "rows of the same shards the reference's step changed"),
+        Field("same_rows_as_reference", BOOL, "the changed rows are exactly the reference's, for every selected shard"),
+    ),
+    measure=measure,
+    rules=(_param_needs_layer,),
+)

@@ -1,0 +1,207 @@
+"""The training schedule a spec asks for: steps, microbatches, forwards, runtime calls, the loss.
+
+A spec's ``setup.schedule`` (optional; schema ``$defs/schedule``) becomes a :class:`Schedule`.
+Without it the harness runs the walkthrough's one step: one forward on the rank's inputs, the
+body's loss on the output, ``loss.backward()``, ``optimizer.step()``.
+
+Each step of ``schedule.steps`` (one by default) is, in order:
+
+1. ``zero_grad`` (not before the plan's first step): ``optimizer.zero_grad(set_to_none=True)``
+   (``true``, the default), ``set_to_none=False`` (``zeros``) or nothing (``false``: gradients
+   accumulate across steps);
+2. for each of ``microbatches`` (default 1): with ``gradient_sync: last`` (default)
+   ``set_requires_gradient_sync(False)`` on the root before every microbatch but the last and
+   ``True`` before the last (FSDP2 then reduce-scatters once, after the last backward); with
+   ``every``, sync stays on and every microbatch reduce-scatters;
+
+   a. ``unshard``: ``FSDPModule.unshard()`` on the named units;
+   b. ``forwards`` forwards (default 1), each on its own inputs, under ``torch.no_grad()`` if
+      ``no_grad``; a layer or block (``layers.1.mlp``: post_attention_layernorm and MLP,
+      ``layers.1.self_attn``: input_layernorm and attention) named in ``used_only_in`` runs
+      only in the microbatches listed there (else its input passes on unchanged); the loss of a forward is the
+      schedule's ``loss`` on the output, or on the step tensor ``loss_on`` names
+      (``layers.1:step9.gate``: layer 1's Step 9 gate activation, ``model/steps.py``);
+   c. ``reshard``: ``FSDPModule.reshard()`` on the named units;
+   d. unless ``forward_only`` (implied by ``no_grad``): one backward of the mean of the
+      microbatch's losses divided by ``microbatches`` (so the accumulated gradient is the mean
+      over the step's samples);
+3. ``clip_grad_norm: {max_norm, norm_type}``: ``torch.nn.utils.clip_grad_norm_`` over the
+   model's parameters (the returned total norm is observed);
+4. ``optimizer.step()`` unless ``optimizer_step: false`` or ``forward_only``.
+
+``repeat: K`` writes the step K times. Step indices (``step_index`` in the observation and in
+selectors) count the repeated steps, from 0; microbatch indices count within a step.
+
+Source: torch 2.13 ``FSDPModule.set_requires_gradient_sync``, ``unshard``, ``reshard``;
+``torch.nn.utils.clip_grad_norm_``; ``torch.optim.Optimizer.zero_grad``.
+Imports nothing heavy (no torch): loading a spec stays fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from model.steps import STEP_NAMES
+
+__all__ = ["LOSSES", "GRADIENT_SYNC", "ZERO_GRAD", "ClipGradNorm", "ScheduleStep", "Schedule", "schedule_problems"]
+
+LOSSES: tuple[str, ...] = ("mean_square", "sum", "cross_entropy")
+"""Loss functions: ``out.float().pow(2).mean()``, ``out.float().sum()``, and cross-entropy of the
+causal LM's logits at positions 0..L-2 against the tokens at 1..L-1 (``causal_lm`` only)."""
+
+GRADIENT_SYNC: tuple[str, ...] = ("last", "every")
+ZERO_GRAD: tuple[Any, ...] = (True, "zeros", False)
+
+
+@dataclass(frozen=True)
+class ClipGradNorm:
+    """``torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type)``'s arguments."""
+
+    max_norm: float
+    norm_type: float = 2.0
+
+
+@dataclass(frozen=True)
+class ScheduleStep:
+    """One optimizer step of the schedule (see the module docstring for the order of calls).
+
+    Attributes:
+        microbatches: backward passes per step (gradient accumulation).
+        gradient_sync: "last" (sync off on all microbatches but the last) or "every".
+        forwards: forwards per microbatch before its one backward.
+        forward_only: no backward, no optimizer step.
+        no_grad: forwards under ``torch.no_grad()`` (implies ``forward_only``).
+        loss_on: ``"<decoder layer path>:<step name>"`` or None for the model output.
+        used_only_in: decoder layer path (``layers.1``) or one of its blocks (``layers.1.mlp``,
+            ``layers.1.self_attn``) -> the microbatches (0-based) it runs in.
+        clip_grad_norm: None, or the clipping before the optimizer step.
+        optimizer_step: call ``optimizer.step()``.
+        zero_grad: before this step (not the plan's first): True (set_to_none), "zeros", False.
+        unshard: units (FQN, "" for the root) to ``unshard()`` before each microbatch's forwards.
+        reshard: units to ``reshard()`` after each microbatch's forwards.
+        repeat: how many times the step is run.
+    """
+
+    microbatches: int = 1
+    gradient_sync: str = "last"
+    forwards: int = 1
+    forward_only: bool = False
+    no_grad: bool = False
+    loss_on: str | None = None
+    used_only_in: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    clip_grad_norm: ClipGradNorm | None = None
+    optimizer_step: bool = True
+    zero_grad: bool | str = True
+    unshard: tuple[str, ...] = ()
+    reshard: tuple[str, ...] = ()
+    repeat: int = 1
+
+    @property
+    def backward(self) -> bool:
+        """Whether the step runs backward (not forward-only, not under no_grad)."""
+        return not (self.forward_only or self.no_grad)
+
+    @property
+    def steps_optimizer(self) -> bool:
+        return self.backward and self.optimizer_step
+
+    def loss_target(self) -> tuple[str, str] | None:
+        """``loss_on`` split into (layer path, step name), None for the model output."""
+        if self.loss_on is None:
+            return None
+        path, _, name = self.loss_on.rpartition(":")
+        return path, name
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The steps to run and the loss (None: the body's, mean_square or cross_entropy)."""
+
+    steps: tuple[ScheduleStep, ...] = (ScheduleStep(),)
+    loss: str | None = None
+
+    def expanded(self) -> list[ScheduleStep]:
+        """The steps as run: each written step ``repeat`` times; position = ``step_index``."""
+        return [s for s in self.steps for _ in range(s.repeat)]
+
+    def microbatches(self) -> tuple[int, ...]:
+        """Microbatches of each run step, by ``step_index``."""
+        return tuple(s.microbatches for s in self.expanded())
+
+    def loss_for(self, body: str) -> str:
+        return self.loss or ("cross_entropy" if body == "causal_lm" else "mean_square")
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> tuple["Schedule", list[tuple[str, str]]]:
+        """Build from ``setup.schedule`` (schema-validated). Returns the schedule and the
+        problems the schema cannot see, as (key path, expected) pairs."""
+        problems: list[tuple[str, str]] = []
+        steps = []
+        for i, raw in enumerate(data.get("steps", [{}])):
+            where = f"setup.schedule.steps[{i}]"
+            raw = dict(raw)
+            clip = raw.pop("clip_grad_norm", None)
+            used = {str(k): tuple(v) for k, v in (raw.pop("used_only_in", None) or {}).items()}
+            zero = raw.pop("zero_grad", True)
+            step = ScheduleStep(
+                **{k: tuple(v) if k in ("unshard", "reshard") else v for k, v in raw.items()},
+                clip_grad_norm=ClipGradNorm(**clip) if clip else None,
+                used_only_in=used,
+                zero_grad=zero,
+            )
+            if step.no_grad and "forward_only" in raw and not step.forward_only:
+                problems.append((f"{where}.forward_only", "no_grad: true runs no backward; expected forward_only "
+                                                          "true or left out"))
+            if not step.backward and step.clip_grad_norm is not None:
+                problems.append((f"{where}.clip_grad_norm", "a forward-only step has no gradients to clip; "
+                                                            "expected no clip_grad_norm"))
+            for path, mbs in used.items():
+                outside = [m for m in mbs if not 0 <= m < step.microbatches]
+                if outside:
+                    problems.append((f"{where}.used_only_in.{path}",
+                                     f"microbatch(es) {outside} do not exist: the step has {step.microbatches} "
+                                     f"microbatch{'es' if step.microbatches != 1 else ''} "
+                                     f"(0-{step.microbatches - 1})"))
+            if step.loss_on is not None:
+                _, name = step.loss_target()
+                if ":" not in step.loss_on or name not in STEP_NAMES:
+                    problems.append((f"{where}.loss_on", f"expected '<decoder layer path>:<step name>' like "
+                                                         f"'layers.1:step9.gate', steps: {list(STEP_NAMES)}; "
+                                                         f"got {step.loss_on!r}"))
+            steps.append(step)
+        return cls(steps=tuple(steps), loss=data.get("loss")), problems
+
+
+def schedule_problems(schedule: Schedule, *, body: str, num_layers: int, unit_names: Sequence[str]) -> list[tuple[str, str]]:
+    """What a schedule names that the model of the setup does not have, as (key path, expected).
+
+    ``unit_names``: the setup's FSDP unit FQNs ("" for the root, written 'root' in specs).
+    """
+    prefix = "layers" if body == "decoder_layers" else "model.layers"
+    layers = [f"{prefix}.{i}" for i in range(num_layers)]
+    shown_units = ["root" if u == "" else u for u in unit_names]
+    out: list[tuple[str, str]] = []
+    loss = schedule.loss_for(body)
+    if loss == "cross_entropy" and body != "causal_lm":
+        out.append(("setup.schedule.loss", "cross_entropy needs the causal LM's logits (model.body: causal_lm); "
+                                           "expected mean_square or sum"))
+    for i, step in enumerate(schedule.steps):
+        where = f"setup.schedule.steps[{i}]"
+        target = step.loss_target()
+        if target is not None and ":" in (step.loss_on or ""):
+            if target[0] not in layers:
+                out.append((f"{where}.loss_on", f"no decoder layer {target[0]!r}; layers: {layers}"))
+            if loss == "cross_entropy":
+                out.append((f"{where}.loss_on", "cross_entropy is taken on logits; a step tensor takes "
+                                                "schedule.loss mean_square or sum"))
+        blocks = [f"{layer}.{block}" for layer in layers for block in ("self_attn", "mlp")]
+        for path in step.used_only_in:
+            if path not in layers and path not in blocks:
+                out.append((f"{where}.used_only_in.{path}", f"no decoder layer or block {path!r}; a layer ({layers}) "
+                                                            f"or its self_attn / mlp block, e.g. {blocks[-1]!r}"))
+        for key in ("unshard", "reshard"):
+            for j, name in enumerate(getattr(step, key)):
+                if name not in shown_units:
+                    out.append((f"{where}.{key}[{j}]", f"no FSDP unit {name!r}; units: {shown_units}"))
+    return out

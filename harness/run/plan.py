@@ -1,0 +1,175 @@
+"""The step plan: a setup's schedule as concrete steps, microbatches and forwards with their inputs.
+
+:func:`step_plan` turns ``setup.schedule`` (``harness.load.schedule``) into
+:class:`PlannedStep` objects, each holding its microbatches and each microbatch its forwards
+with this rank's inputs; ``harness.run.loop`` runs them and the schedule reference
+(``harness.run.recorders.updates``) replays the same plan on the global batches.
+
+Inputs: the k-th forward of the plan (counting every forward of every microbatch of every step,
+from 0) takes the k-th global batch drawn from one generator seeded ``setup.seed + 1``; forward
+0's batch is the one ``harness.run.build.make_inputs`` draws, so a one-step schedule sees the
+inputs of the default run. Rank r takes rows ``r*B .. r*B+B-1`` of each global batch (the
+document's assignment, section "每个 rank 上的激活值（输入）").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from harness.load.schedule import Schedule, ScheduleStep
+from harness.load.setup import RunSetup
+
+__all__ = ["StepCapture", "PlannedForward", "PlannedMicrobatch", "PlannedStep", "LossFn", "loss_function", "global_batches",
+           "forward_count", "step_plan"]
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def loss_function(name: str) -> LossFn:
+    """``loss(tensor, inputs)`` -> float32 scalar, for a :data:`harness.load.schedule.LOSSES` name.
+
+    ``mean_square``: ``t.float().pow(2).mean()``; ``sum``: ``t.float().sum()``;
+    ``cross_entropy``: logits [B, L, V] at positions 0..L-2 against token ids [B, L] at 1..L-1.
+
+    Raises:
+        ValueError: an unknown name.
+    """
+    if name == "mean_square":
+        return lambda t, inputs: t.float().pow(2).mean()
+    if name == "sum":
+        return lambda t, inputs: t.float().sum()
+    if name == "cross_entropy":
+        def cross_entropy(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+            vocab = logits.shape[-1]
+            return F.cross_entropy(logits[:, :-1].float().reshape(-1, vocab), input_ids[:, 1:].reshape(-1))
+        return cross_entropy
+    raise ValueError(f"schedule.loss {name!r}: expected one of mean_square, sum, cross_entropy")
+
+
+class StepCapture:
+    """A step observer (``model.observe_steps`` callback) that keeps the tensor ``loss_on`` names:
+    the first emission of ``name`` by decoder layer ``layer`` (a recomputation in backward, under
+    activation checkpointing, emits it again)."""
+
+    def __init__(self, loss_on: tuple[str, str]) -> None:
+        path, self.name = loss_on
+        self.layer = int(path.rsplit(".", 1)[1])
+        self.tensor: torch.Tensor | None = None
+
+    def __call__(self, layer: int, name: str, t: torch.Tensor) -> None:
+        if self.tensor is None and layer == self.layer and name == self.name:
+            self.tensor = t
+
+
+@dataclass(frozen=True)
+class PlannedForward:
+    """One forward: ``index`` k in the plan and this rank's inputs (the k-th global batch's rows)."""
+
+    index: int
+    inputs: torch.Tensor
+
+
+@dataclass(frozen=True)
+class PlannedMicrobatch:
+    """One backward's worth of forwards.
+
+    Attributes:
+        index: position in its step.
+        forwards: the forwards before its backward.
+        skip_layers: decoder layers (indices) or their blocks ((index, "mlp" | "self_attn")) not run
+            in it (``used_only_in``); the model's ``skip_layers`` argument.
+        sync: the value for ``set_requires_gradient_sync`` before it; None: not called.
+    """
+
+    index: int
+    forwards: tuple[PlannedForward, ...]
+    skip_layers: tuple[int | tuple[int, str], ...] = ()
+    sync: bool | None = None
+
+
+@dataclass(frozen=True)
+class PlannedStep:
+    """One optimizer step of the plan.
+
+    Attributes:
+        index: ``step_index``, 0-based over the repeated steps.
+        inputs: the first forward's inputs.
+        microbatches: in order.
+        step: what the schedule says of it (runtime calls, loss target, clipping...).
+    """
+
+    index: int
+    inputs: torch.Tensor
+    microbatches: tuple[PlannedMicrobatch, ...] = ()
+    step: ScheduleStep = ScheduleStep()
+
+    def __post_init__(self) -> None:
+        if not self.microbatches:  # a bare step: one microbatch, one forward on ``inputs``
+            object.__setattr__(self, "microbatches", (PlannedMicrobatch(0, (PlannedForward(0, self.inputs),)),))
+
+
+def _skipped(path: str, prefix_parts: int) -> int | tuple[int, str]:
+    """``layers.1`` -> 1; ``layers.1.mlp`` -> (1, "mlp") (``prefix_parts``: dots before the index)."""
+    parts = path.split(".")
+    index = int(parts[prefix_parts])
+    return (index, parts[prefix_parts + 1]) if len(parts) > prefix_parts + 1 else index
+
+
+def forward_count(schedule: Schedule | None) -> int:
+    """Forwards the plan runs, hence global batches it draws."""
+    if schedule is None:
+        return 1
+    return sum(s.microbatches * s.forwards for s in schedule.expanded())
+
+
+def global_batches(setup: RunSetup, config: Any, dtype: torch.dtype, count: int, *, rows: int | None = None) -> list[torch.Tensor]:
+    """``count`` global batches of ``world_size * B`` samples, drawn in order from one generator
+    seeded ``setup.seed + 1`` (batch 0 is ``make_inputs``'s): hidden states [W*B, L, d] drawn in
+    float32 then cast to ``dtype`` (``decoder_layers``), or token ids [W*B, L] in [0, V) (int64).
+
+    ``rows``: draw batches of this many rows instead (simulated runs: the local shape only).
+    """
+    n = setup.world_size * setup.batch_per_rank if rows is None else rows
+    generator = torch.Generator().manual_seed(setup.seed + 1)
+    out = []
+    for _ in range(count):
+        if setup.model.body == "decoder_layers":
+            out.append(torch.randn(n, setup.seq_len, config.hidden_size, generator=generator).to(dtype))
+        else:
+            out.append(torch.randint(0, config.vocab_size, (n, setup.seq_len), generator=generator))
+    return out
+
+
+def step_plan(setup: RunSetup, inputs: torch.Tensor, more_inputs: Callable[[int], list[torch.Tensor]] | None = None) -> list[PlannedStep]:
+    """The steps ``setup`` asks for, with this rank's inputs.
+
+    Args:
+        inputs: this rank's inputs of forward 0 (``make_inputs``).
+        more_inputs: ``more_inputs(count)`` -> this rank's inputs of forwards 0..count-1 (called
+            only when the schedule runs more than one forward).
+
+    Without a schedule: one step, one microbatch, one forward on ``inputs``.
+    """
+    schedule = setup.schedule
+    if schedule is None:
+        return [PlannedStep(0, inputs)]
+    count = forward_count(schedule)
+    rank_inputs = [inputs] if count == 1 else more_inputs(count)
+    plan, k = [], 0
+    for index, step in enumerate(schedule.expanded()):
+        microbatches = []
+        for m in range(step.microbatches):
+            forwards = tuple(PlannedForward(k + f, rank_inputs[k + f]) for f in range(step.forwards))
+            k += step.forwards
+            depth = 1 if setup.model.body == "decoder_layers" else 2  # layers.1 / model.layers.1
+            skip = tuple(_skipped(path, depth) for path, used in sorted(step.used_only_in.items()) if m not in used)
+            sync = None
+            if step.microbatches > 1 and step.gradient_sync == "last" and step.backward:
+                sync = m == step.microbatches - 1
+            microbatches.append(PlannedMicrobatch(m, forwards, skip, sync))
+        plan.append(PlannedStep(index, microbatches[0].forwards[0].inputs, tuple(microbatches), step))
+    return plan

@@ -1,0 +1,207 @@
+"""FSDP's own event order: its profiler labels, the units' shard-state changes, per step and microbatch.
+
+Three kinds of profiler events, on one clock (the profiler's), read after the run:
+
+1. FSDP's ``record_function`` labels (torch 2.13 ``_fsdp_param_group.py``, ``_fsdp_state.py``):
+   ``FSDP::pre_forward (layers.0)``, ``FSDP::all_gather (layers.0)``, ``FSDP::post_forward``,
+   ``FSDP::pre_backward``, ``FSDP::backward_prefetch for layers.0``,
+   ``FSDP::post_backward_reshard``, ``FSDP::post_backward_reduce``,
+   ``FSDP::root_post_backward_callback``, ... Each becomes an event named by the label without
+   ``FSDP::`` and its unit: ``all_gather layers.0``. Its ``training_state`` is the one torch sets
+   for the unit's parameter group inside that hook (:data:`TRAINING_STATES`); a data label
+   (``all_gather``, ``all_gather_copy_out``) takes the state of the hook around it (``IDLE``
+   when none: a manual ``unshard()``).
+2. ``reshard U`` / ``unshard U``: the harness's :class:`ShardStateProbe` looks at which
+   parameters the unit's module holds (FSDP registers the sharded ``DTensor`` parameters when
+   sharded, plain tensors when unsharded) right after FSDP's forward pre- and post-hooks, right
+   after FSDP's pre-backward hook (a gradient hook on the unit's outputs, registered after
+   FSDP's), right after the autograd node that runs the unit's post-backward
+   (``RegisterPostBackwardFunction``), and at the end of each of the loop's phases; when the state differs from the last look it emits an
+   instant profiler marker ``HARNESS::reshard layers.0``. The event's position is thus the first
+   look after the change (FSDP reshards inside ``post_forward``, ``post_backward_reshard`` or the
+   root's post-backward callback; the marker follows that label).
+3. ``HARNESS::phase <phase> <step_index> <microbatch>`` spans the loop opens around each phase:
+   every event takes the phase, step index and microbatch of the innermost span around it.
+
+FSDP's post-backward of a unit whose forward inputs need no gradient (the first decoder layer
+on hidden states) runs in the root's post-backward callback, whose end the probe sees at the
+end of ``backward``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import torch
+from torch import nn
+from torch.distributed.tensor import DTensor
+
+from .collectives import parse_fsdp_label
+from .params import Unit
+
+__all__ = ["MARK", "TRAINING_STATES", "ShardStateProbe", "phase_span", "events_from_profiler"]
+
+MARK = "HARNESS::"
+
+TRAINING_STATES: dict[str, str] = {
+    "FSDP::root_pre_forward": "FORWARD",
+    "FSDP::pre_forward": "FORWARD",
+    "FSDP::post_forward": "FORWARD",
+    "FSDP::forward_prefetch": "FORWARD",
+    "FSDP::pre_backward": "PRE_BACKWARD",
+    "FSDP::backward_prefetch": "PRE_BACKWARD",
+    "FSDP::post_backward": "POST_BACKWARD",
+    "FSDP::post_backward_accumulate": "POST_BACKWARD",
+    "FSDP::post_backward_reshard": "POST_BACKWARD",
+    "FSDP::post_backward_reduce": "POST_BACKWARD",
+    "FSDP::post_backward_rs_wait": "POST_BACKWARD",
+    "FSDP::root_post_backward_callback": "POST_BACKWARD",
+}
+"""The ``TrainingState`` (torch 2.13 ``_fsdp_common.TrainingState``) FSDP sets inside each hook
+label: ``pre_forward`` sets FORWARD and ``post_forward`` leaves it at FORWARD until it returns
+(then IDLE); ``pre_backward`` PRE_BACKWARD; ``post_backward`` POST_BACKWARD; prefetching runs
+the target group under the caller's state."""
+
+_DATA_LABELS = ("FSDP::all_gather", "FSDP::all_gather_copy_out")
+_PHASE = re.compile(r"^HARNESS::phase (?P<phase>\S+) (?P<step>-?\d+) (?P<mb>-?\d+)$")
+
+
+def _marker(name: str) -> None:
+    """An instant profiler event named ``HARNESS::<name>`` (a span of no work)."""
+    with torch.autograd.profiler.record_function(MARK + name):
+        pass
+
+
+@contextlib.contextmanager
+def phase_span(phase: str, step_index: int | None, microbatch: int | None) -> Iterator[None]:
+    """A profiler span ``HARNESS::phase <phase> <step> <microbatch>`` (-1 for None) around a block."""
+    s = -1 if step_index is None else step_index
+    m = -1 if microbatch is None else microbatch
+    with torch.autograd.profiler.record_function(f"{MARK}phase {phase} {s} {m}"):
+        yield
+
+
+def _unit_label(unit: str) -> str:
+    return unit or "root"
+
+
+class ShardStateProbe:
+    """Emits ``HARNESS::reshard U`` / ``HARNESS::unshard U`` markers when a unit's state changes.
+
+    Args:
+        units: the FSDP units (a unit without parameters has no state and emits nothing).
+    """
+
+    def __init__(self, units: Sequence[Unit]) -> None:
+        self.units = [u for u in units if u.params]
+        self._last = {u.name: self._state(u) for u in self.units}
+        self._handles: list[Any] = []
+
+    @staticmethod
+    def _state(unit: Unit) -> str:
+        fqn = unit.params[0]
+        relative = fqn[len(unit.name) + 1 :] if unit.name else fqn
+        return "sharded" if isinstance(unit.module.get_parameter(relative), DTensor) else "unsharded"
+
+    def probe(self) -> None:
+        """Look at every unit; emit a marker for each whose state changed since the last look."""
+        for unit in self.units:
+            state = self._state(unit)
+            if state != self._last[unit.name]:
+                self._last[unit.name] = state
+                _marker(f"{'reshard' if state == 'sharded' else 'unshard'} {_unit_label(unit.name)}")
+
+    def _after_pre_forward(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        self.probe()
+        # FSDP wraps the unit's inputs in RegisterPostBackwardFunction when one needs a
+        # gradient; that node's backward runs the unit's post-backward: look right after it.
+        # The inputs of one call share that node: hook it once per call.
+        for value in list(args) + list(kwargs.values()):
+            node = getattr(value, "grad_fn", None) if isinstance(value, torch.Tensor) else None
+            if node is not None and "RegisterPostBackward" in node.name():
+                node.register_hook(lambda grad_inputs, grad_outputs: self.probe())
+                break
+
+    def _after_post_forward(self, module: nn.Module, args: tuple, output: Any) -> None:
+        self.probe()
+        # FSDP's pre-backward hook sits on the unit's outputs (registered in its post-forward):
+        # a tensor hook registered after it runs right after it in backward.
+        outputs = output if isinstance(output, (tuple, list)) else (output,)
+        for t in outputs:
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                t.register_hook(self._after_pre_backward)
+
+    def _after_pre_backward(self, grad: torch.Tensor) -> None:
+        self.probe()
+
+    def install(self) -> "ShardStateProbe":
+        """Register the forward hooks (after FSDP's: install after ``FSDPMemTracker`` is entered)."""
+        for unit in self.units:
+            self._handles.append(unit.module.register_forward_pre_hook(self._after_pre_forward, with_kwargs=True))
+            self._handles.append(unit.module.register_forward_hook(self._after_post_forward))
+        return self
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+
+@dataclass(frozen=True)
+class _Span:
+    name: str
+    start: int
+    end: int
+    thread: int
+
+    def contains(self, other: "_Span") -> bool:
+        return self.thread == other.thread and self.start <= other.start and other.end <= self.end
+
+
+def events_from_profiler(prof: Any) -> list[dict[str, Any]]:
+    """The schema's ``events`` list from a finished ``torch.autograd.profiler.profile``.
+
+    Each event: ``event`` (the label without ``FSDP::``, or ``reshard``/``unshard``), ``unit``
+    (FQN, "" for the root, None for labels that name none), ``source`` ("fsdp" or "harness"),
+    ``training_state`` (see :data:`TRAINING_STATES`; None for harness markers), and the
+    ``phase``, ``step_index``, ``microbatch`` of the innermost ``HARNESS::phase`` span around it
+    ("other", None, None outside every span). In start order.
+    """
+    spans = []
+    for ev in prof.kineto_results.events():
+        name = ev.name()
+        if name.startswith("FSDP::") or name.startswith(MARK):
+            spans.append(_Span(name, ev.start_ns(), ev.end_ns(), ev.start_thread_id()))
+    spans.sort(key=lambda sp: (sp.start, -sp.end))
+    phases = [sp for sp in spans if _PHASE.match(sp.name)]
+    labels = [sp for sp in spans if sp.name.startswith("FSDP::")]
+    phase_ids = {id(sp) for sp in phases}
+    out = []
+    for sp in spans:
+        if id(sp) in phase_ids:
+            continue
+        around = [p for p in phases if p.contains(sp)]
+        phase, step, mb = "other", None, None
+        if around:
+            m = _PHASE.match(around[-1].name)
+            phase = m["phase"]
+            step = int(m["step"]) if int(m["step"]) >= 0 else None
+            mb = int(m["mb"]) if int(m["mb"]) >= 0 else None
+        if sp.name.startswith(MARK):
+            event, _, unit = sp.name[len(MARK):].partition(" ")
+            unit = "" if unit == "root" else unit
+            source, state = "harness", None
+        else:
+            label, unit = parse_fsdp_label(sp.name)
+            event, source = label.removeprefix("FSDP::"), "fsdp"
+            state = TRAINING_STATES.get(label)
+            if label in _DATA_LABELS:
+                hooks = [lab for lab in labels if lab is not sp and lab.contains(sp)
+                         and parse_fsdp_label(lab.name)[0] not in _DATA_LABELS]
+                state = TRAINING_STATES.get(parse_fsdp_label(hooks[-1].name)[0], "IDLE") if hooks else "IDLE"
+        out.append({"event": event, "unit": unit, "source": source, "training_state": state,
+                    "phase": phase, "step_index": step, "microbatch": mb})
+    return out

@@ -1,0 +1,269 @@
+"""Parameter updates per step against a single-process reference run of the same schedule.
+
+:class:`ParamUpdates` keeps a copy of this rank's local shard of every parameter at the start
+of each step and compares it with the shard at the step's end: which rows (indices along dim
+0, FSDP2's ``Shard(0)`` dim; a 1-D parameter's elements are its rows) changed. After the run,
+:meth:`ParamUpdates.against` puts each step's shard against the reference's rows of the same
+shard after the same step.
+
+:func:`schedule_reference` is that reference: the full model (the same tensors FSDP then
+shards, copied before ``fully_shard``), one process, the plan's global batches, the same
+schedule. For each microbatch it runs every rank's chunk of the global batch (rows
+``c*B .. c*B+B-1``) on a copy of the weights cast to the compute dtype (the mixed-precision
+policy's ``param_dtype``, else the parameters' dtype), as the ranks do; each chunk's gradient
+is cast to the reduce dtype (the policy's ``reduce_dtype``, else the compute dtype) and kept
+per chunk across microbatches while gradient sync is off (FSDP2 keeps the unsharded gradient
+in the reduce dtype then); at a synced microbatch the chunks' gradients are summed in the
+reduce dtype and divided by the world size, cast to the parameters' dtype and added to their
+``.grad``. Then ``clip_grad_norm_`` (its total norm recorded) and the optimizer step (same
+class and learning rate) as the schedule says. So every rank's FSDP step has the reference
+it should equal, within the rounding of the reduce dtype and of summation order.
+
+Every rank computes the same reference (deterministic, no communication): W chunk passes per
+microbatch per rank; meant for small models (the ``overrides`` of a spec), not Qwen3-8B.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import nn
+from torch.distributed.tensor import DTensor
+
+import model as qwen3
+from harness.load.schedule import ScheduleStep
+from harness.run.plan import StepCapture
+
+from .collectives import dtype_name
+
+__all__ = ["ParamUpdates", "ScheduleReference", "schedule_reference", "shard_rows"]
+
+
+def shard_rows(t: torch.Tensor, count: int, index: int) -> torch.Tensor:
+    """Rows of shard ``index`` of ``count`` along dim 0 (``torch.chunk``, FSDP2's ``Shard(0)``)."""
+    chunks = torch.chunk(t, count, dim=0)
+    return chunks[index] if index < len(chunks) else t[:0]
+
+
+def _row_offset(rows: int, count: int, index: int) -> int:
+    """Global index of the first row of shard ``index`` (``torch.chunk``: ceil(rows / count) each)."""
+    per = -(-rows // count) if rows else 0
+    return min(rows, per * index)
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def _changed_rows(after: torch.Tensor, before: torch.Tensor) -> torch.Tensor:
+    """Bool [rows]: the rows where any element differs."""
+    if after.numel() == 0:
+        return torch.zeros(after.shape[0] if after.dim() else 0, dtype=torch.bool)
+    return (after != before).reshape(after.shape[0], -1).any(dim=1)
+
+
+@dataclass
+class ScheduleReference:
+    """What the single-process reference computed, kept for this rank's shard.
+
+    Attributes:
+        rows_before: fqn -> this shard's rows before the first step.
+        rows_after: step_index -> fqn -> this shard's rows after that step.
+        grad_norms: step_index -> the total norm ``clip_grad_norm_`` returned (float).
+        output: this rank's chunk of the last forward's output (or ``loss_on`` tensor).
+        loss: that forward's loss (float32 scalar).
+        grad_rows: fqn -> this shard's rows of the gradient after the last step (None: no gradient).
+        compute_dtype, reduce_dtype: the dtypes it computed and reduced in.
+    """
+
+    rows_before: dict[str, torch.Tensor] = field(default_factory=dict)
+    rows_after: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
+    grad_norms: dict[int, float] = field(default_factory=dict)
+    output: torch.Tensor | None = None
+    loss: torch.Tensor | None = None
+    grad_rows: dict[str, torch.Tensor | None] = field(default_factory=dict)
+    compute_dtype: torch.dtype = torch.float32
+    reduce_dtype: torch.dtype = torch.float32
+
+    def numerics(self, params: Sequence[tuple[str, nn.Parameter]], output: torch.Tensor, loss: torch.Tensor) -> dict[str, Any]:
+        """The schema's ``numerics`` object: this rank's last output, loss and gradient shards
+        (``params``: the sharded parameters by FQN) against the reference's (a gradient that is
+        None on both sides is left out; None on one side counts as zeros)."""
+        grads = []
+        for fqn, p in params:
+            expected = self.grad_rows.get(fqn)
+            grad = p.grad
+            if grad is None and expected is None:
+                continue
+            actual = _local(grad) if grad is not None else torch.zeros_like(expected)
+            expected = expected if expected is not None else torch.zeros_like(actual)
+            grads.append({"fqn": fqn, **_diff(actual, expected)})
+        return {
+            "replica_dtype": dtype_name(self.compute_dtype),
+            "reduce_dtype": dtype_name(self.reduce_dtype),
+            "forward_output": _diff(output, self.output),
+            "loss": _diff(loss.reshape(1), self.loss.reshape(1)),
+            "grads": grads,
+        }
+
+
+def _diff(actual: torch.Tensor, expected: torch.Tensor) -> dict[str, float]:
+    a, e = actual.detach().double(), expected.detach().double()
+    if a.shape != e.shape:
+        raise ValueError(f"shape {list(a.shape)} is compared with the reference's {list(e.shape)}")
+    if a.numel() == 0:
+        return {"max_abs_diff": 0.0, "max_abs_ref": 0.0}
+    return {"max_abs_diff": float((a - e).abs().max()), "max_abs_ref": float(e.abs().max())}
+
+
+def schedule_reference(
+    model: nn.Module,
+    plan: Sequence[Any],
+    batches: Sequence[torch.Tensor],
+    *,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    make_optimizer: Callable[[Any], torch.optim.Optimizer],
+    world_size: int,
+    rank: int,
+    shard_count: int,
+    shard_index: int,
+    compute_dtype: torch.dtype,
+    reduce_dtype: torch.dtype,
+) -> ScheduleReference:
+    """Run the plan on one full copy of ``model`` (see the module docstring); ``model`` is left as is.
+
+    Args:
+        plan: ``harness.run.plan.step_plan``'s steps (their microbatches, forwards, skipped
+            layers and schedule step).
+        batches: the global batches, by forward index ([W*B, ...] each).
+        rank: this rank (whose chunk's output and loss are kept).
+        shard_count, shard_index: size of the shard mesh dim and this rank's coordinate on it.
+    """
+    master = copy.deepcopy(model)
+    params = dict(master.named_parameters())
+    optimizer = make_optimizer(master.parameters())
+    B = batches[0].shape[0] // world_size
+    ref = ScheduleReference(compute_dtype=compute_dtype, reduce_dtype=reduce_dtype)
+    ref.rows_before = {fqn: shard_rows(p.detach(), shard_count, shard_index).clone() for fqn, p in params.items()}
+    for step in plan:
+        spec: ScheduleStep = step.step
+        if step.index > 0 and spec.zero_grad is not False:
+            optimizer.zero_grad(set_to_none=spec.zero_grad is True)
+        pending: list[dict[str, torch.Tensor]] = [{} for _ in range(world_size)]  # per chunk, reduce dtype
+        n_mb = len(step.microbatches)
+        for mb in step.microbatches:
+            replica = copy.deepcopy(master).to(compute_dtype)  # FSDP gathers the current weights each microbatch
+            for p in replica.parameters():
+                p.grad = None
+            for c in range(world_size):
+                losses = []
+                with torch.no_grad() if not spec.backward else torch.enable_grad():
+                    for fwd in mb.forwards:
+                        x = batches[fwd.index][c * B:(c + 1) * B]
+                        if x.is_floating_point():
+                            x = x.to(compute_dtype)
+                        target = spec.loss_target()
+                        capture = StepCapture(target) if target else None
+                        if capture is not None:
+                            with qwen3.observe_steps(replica, capture):
+                                out = replica(x, skip_layers=mb.skip_layers) if mb.skip_layers else replica(x)
+                            out = capture.tensor
+                        else:
+                            out = replica(x, skip_layers=mb.skip_layers) if mb.skip_layers else replica(x)
+                        losses.append(loss_fn(out, x))
+                        if c == rank:
+                            ref.output, ref.loss = out.detach().clone(), losses[-1].detach().clone()
+                if not spec.backward:
+                    continue
+                scale = len(losses) * n_mb
+                (losses[0] if scale == 1 else torch.stack(losses).sum() / scale).backward()
+                for fqn, p in replica.named_parameters():
+                    if p.grad is not None:
+                        g = p.grad.to(reduce_dtype)
+                        pending[c][fqn] = pending[c][fqn] + g if fqn in pending[c] else g
+                    p.grad = None
+            sync = mb.sync is not False  # None (always synced) or True (the last)
+            if spec.backward and sync:
+                for fqn, p in params.items():
+                    parts = [pending[c][fqn] for c in range(world_size) if fqn in pending[c]]
+                    if not parts:
+                        continue
+                    total = parts[0].clone()
+                    for part in parts[1:]:
+                        total += part
+                    reduced = (total / world_size).to(p.dtype)
+                    p.grad = reduced if p.grad is None else p.grad + reduced
+                pending = [{} for _ in range(world_size)]
+            del replica
+        if spec.clip_grad_norm is not None:
+            norm = torch.nn.utils.clip_grad_norm_(master.parameters(), spec.clip_grad_norm.max_norm,
+                                                  norm_type=spec.clip_grad_norm.norm_type)
+            ref.grad_norms[step.index] = float(norm)
+        if spec.steps_optimizer:
+            optimizer.step()
+        ref.rows_after[step.index] = {fqn: shard_rows(p.detach(), shard_count, shard_index).clone()
+                                      for fqn, p in params.items()}
+    ref.grad_rows = {fqn: shard_rows(p.grad, shard_count, shard_index).clone() if p.grad is not None else None
+                     for fqn, p in params.items()}
+    return ref
+
+
+class ParamUpdates:
+    """Which rows of this rank's shard of each parameter each step changed.
+
+    Args:
+        root: the sharded model.
+        shard_count, shard_index: size of the shard mesh dim and this rank's coordinate on it
+            (for the global index of a shard's rows).
+
+    :attr:`records`: one per step and parameter: ``step_index``, ``fqn``, ``rows`` (local rows),
+    ``rows_changed``, ``unchanged_rows`` (global row indices, at most 64), ``max_abs_update``;
+    after :meth:`against`, also ``max_abs_diff`` / ``max_abs_ref`` (the shard against the
+    reference's rows after the same step), ``ref_rows_changed`` and ``same_rows_as_reference``.
+    """
+
+    _SHOWN = 64
+
+    def __init__(self, root: nn.Module, shard_count: int, shard_index: int) -> None:
+        # The sharded parameters themselves (what the optimizer steps), taken while sharded: a
+        # unit left unsharded (no reshard after a forward) registers its unsharded tensors.
+        self.params = list(root.named_parameters())
+        self.shard_count, self.shard_index = shard_count, shard_index
+        self.records: list[dict[str, Any]] = []
+        self._before: dict[int, dict[str, torch.Tensor]] = {}
+        self._after: dict[int, dict[str, torch.Tensor]] = {}
+
+    def before_step(self, step_index: int) -> None:
+        with torch.no_grad():
+            self._before[step_index] = {fqn: _local(p).detach().clone() for fqn, p in self.params}
+
+    def after_step(self, step_index: int) -> None:
+        after = {}
+        with torch.no_grad():
+            for fqn, p in self.params:
+                now, before = _local(p).detach(), self._before[step_index][fqn]
+                changed = _changed_rows(now, before)
+                offset = _row_offset(int(p.shape[0]) if p.dim() else 0, self.shard_count, self.shard_index)
+                unchanged = [offset + int(i) for i in torch.nonzero(~changed).flatten()[: self._SHOWN]]
+                update = float((now.double() - before.double()).abs().max()) if now.numel() else 0.0
+                self.records.append({"step_index": step_index, "fqn": fqn, "rows": int(changed.numel()),
+                                     "rows_changed": int(changed.sum()), "unchanged_rows": unchanged,
+                                     "max_abs_update": update})
+                after[fqn] = now.clone()
+        self._after[step_index] = after
+
+    def against(self, reference: ScheduleReference) -> None:
+        """Add the comparison with ``reference`` (same plan, same shard) to every record."""
+        for record in self.records:
+            s, fqn = record["step_index"], record["fqn"]
+            expected = reference.rows_after[s][fqn]
+            before = reference.rows_before[fqn] if s == 0 else reference.rows_after[s - 1][fqn]
+            actual = self._after[s][fqn]
+            ref_changed = _changed_rows(expected, before)
+            ours = _changed_rows(actual, self._before[s][fqn])
+            record.update(_diff(actual, expected))
+            record["ref_rows_changed"] = int(ref_changed.sum())
+            record["same_rows_as_reference"] = bool(torch.equal(ref_changed, ours))

@@ -1,0 +1,305 @@
+"""The schedule without launching ranks: its setup keys and their load errors, the step plan,
+the single-process reference, and the check kinds events, param_update, grad_norm and the
+step_index/microbatch selectors measured on hand-written observations.
+
+The real runs are the shipped specs (specs/grad_accumulation.yaml, event_order.yaml, ...)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import jsonschema
+import pytest
+import torch
+
+import model as qwen3
+from harness.judge.checks import check, make_entry
+from harness.load.setup import RunSetup
+from harness.load.spec import SpecError, load_spec
+from harness.observation import load_schema
+from harness.run.build import build_model, make_inputs
+from harness.run.plan import global_batches, loss_function, step_plan
+from harness.run.recorders.updates import schedule_reference, shard_rows
+from observations import walkthrough_observation
+
+TINY = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16}
+
+SPEC = """\
+spec: sched
+title: a schedule
+document: a document
+setup:
+  model: {config: walkthrough, overrides: {num_hidden_layers: 2}, body: BODY}
+  mesh: {shape: [2], dim_names: [dp]}
+  schedule:
+    SCHEDULE
+tables:
+  - section: "S"
+    check: CHECK
+    entries:
+      - ENTRY
+"""
+
+
+def write(tmp_path: Path, schedule: str, check: str = "collectives", entry: str = "{select: {op: all_gather}, count: 4}",
+          body: str = "decoder_layers") -> Path:
+    path = tmp_path / "spec.yaml"
+    path.write_text(SPEC.replace("SCHEDULE", schedule).replace("CHECK", check).replace("ENTRY", entry)
+                    .replace("BODY", body), encoding="utf-8")
+    return path
+
+
+# --- loading --------------------------------------------------------------------------------
+
+def test_a_schedule_loads_with_every_key(tmp_path):
+    schedule = ("steps: [{microbatches: 2, gradient_sync: every, forwards: 2, used_only_in: {layers.1.mlp: [1]}, "
+                "clip_grad_norm: {max_norm: 1.0, norm_type: 2}, optimizer_step: false, zero_grad: zeros, "
+                "unshard: [layers.0], reshard: [root], repeat: 3}, {no_grad: true}, {loss_on: 'layers.1:step9.gate'}]\n"
+                "    loss: sum")
+    spec = load_spec(write(tmp_path, schedule))
+    s = spec.setup.schedule
+    assert s.loss == "sum" and s.microbatches() == (2, 2, 2, 1, 1)
+    assert s.steps[0].used_only_in == {"layers.1.mlp": (1,)} and s.steps[0].unshard == ("layers.0",)
+    assert s.steps[1].no_grad and not s.steps[1].backward and s.steps[2].loss_target() == ("layers.1", "step9.gate")
+    assert spec.setup.to_dict()["schedule"]["steps"][0]["clip_grad_norm"] == {"max_norm": 1.0, "norm_type": 2}
+
+
+# (schedule, key path blamed, words of the message)
+BAD = [
+    ("steps: [{loss_on: 'layers.1.step9.gate'}]", "setup.schedule.steps[0].loss_on", "'<decoder layer path>:<step name>'"),
+    ("steps: [{loss_on: 'layers.1:step9.gates'}]", "setup.schedule.steps[0].loss_on", "steps: ['step1.x_norm'"),
+    ("steps: [{loss_on: 'layers.2:step9.gate'}]", "setup.schedule.steps[0].loss_on", "no decoder layer 'layers.2'"),
+    ("steps: [{microbatches: 2, used_only_in: {layers.1: [2]}}]", "setup.schedule.steps[0].used_only_in.layers.1",
+     "microbatch(es) [2] do not exist: the step has 2 microbatches (0-1)"),
+    ("steps: [{used_only_in: {layers.1.attn: [0]}}]", "setup.schedule.steps[0].used_only_in.layers.1.attn",
+     "no decoder layer or block 'layers.1.attn'"),
+    ("steps: [{unshard: [layers.3]}]", "setup.schedule.steps[0].unshard[0]", "no FSDP unit 'layers.3'; units: ['layers.0', 'layers.1', 'root']"),
+    ("steps: [{}]\n    loss: cross_entropy", "setup.schedule.loss", "cross_entropy needs the causal LM's logits"),
+    ("steps: [{no_grad: true, forward_only: false}]", "setup.schedule.steps[0].forward_only", "no_grad: true runs no backward"),
+    ("steps: [{no_grad: true, clip_grad_norm: {max_norm: 1}}]", "setup.schedule.steps[0].clip_grad_norm", "no gradients to clip"),
+    ("steps: [{microbatches: 0}]", "setup.schedule.steps[0].microbatches", "0 is less than the minimum of 1"),
+    ("steps: [{gradient_sync: first}]", "setup.schedule.steps[0].gradient_sync", "expected one of ['last', 'every']"),
+    ("steps: [{zero_grad: maybe}]", "setup.schedule.steps[0].zero_grad", "expected one of [True, False, 'zeros']"),
+    ("steps: [{microbatch: 2}]", "setup.schedule.steps[0].microbatch", "'microbatch' was unexpected"),
+]
+
+
+@pytest.mark.parametrize("schedule, key_path, words", BAD, ids=[b[1].rsplit(".", 1)[-1] + str(i) for i, b in enumerate(BAD)])
+def test_a_bad_schedule_is_a_load_error_naming_the_key(tmp_path, schedule, key_path, words):
+    path = write(tmp_path, schedule)
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert len(info.value.errors) == 1, str(info.value)
+    line, key, message = info.value.errors[0]
+    assert key == key_path and words in message, str(info.value)
+    assert str(info.value).startswith(f"{path}:{line}: {key_path}: ") and line >= 7
+
+
+# (check kind, entry, key path blamed, words): selectors that no step or microbatch of the schedule has
+BAD_SELECTORS = [
+    ("collectives", "{select: {step_index: 3}, count: 0}", "tables[0].entries[0].select",
+     "step_index: step(s) [3] do not exist: the schedule runs 3 steps (0-2)"),
+    ("collectives", "{select: {microbatch: 2}, count: 0}", "tables[0].entries[0].select",
+     "microbatch: microbatch(es) [2] do not exist: no step of the schedule has more than 2 microbatches (0-1)"),
+    ("memory", "{layer: 0, state: After Pre-Forward, step_index: -1, total: 0}", "tables[0].entries[0].step_index",
+     "expected a step index >= 0"),
+    ("step", "{step: step1.x_norm, microbatch: 5, layers: 2}", "tables[0].entries[0].microbatch", "do not exist"),
+    ("events", "{events: [reshard layers.9], count: 0}", "tables[0].entries[0].events", "no FSDP unit 'layers.9'"),
+    ("events", "{events: ['unshrd *'], count: 0}", "tables[0].entries[0].events", "no event 'unshrd'"),
+    ("events", "{phase: forwards, count: 0}", "tables[0].entries[0].phase", "phase 'forwards' cannot occur"),
+    ("param_update", "{param: mlp.up_proj.weight, rows: 1}", "tables[0].entries[0]", "names its 'layer' too"),
+    ("param_update", "{fqn: layers.0.mlp.up.weight, rows: 1}", "tables[0].entries[0].fqn", "has no parameter"),
+    ("grad_norm", "{step_index: 7, value: 1.0}", "tables[0].entries[0].step_index", "do not exist"),
+    ("grad_norm", "{placements: Replicate()}", "tables[0].entries[0]", "placements: expected a list of strings"),
+]
+
+
+@pytest.mark.parametrize("check_kind, entry, key_path, words", BAD_SELECTORS, ids=[f"{b[0]}{i}" for i, b in enumerate(BAD_SELECTORS)])
+def test_selectors_refuse_steps_the_schedule_does_not_run(tmp_path, check_kind, entry, key_path, words):
+    path = write(tmp_path, "steps: [{microbatches: 2, repeat: 2}, {}]", check_kind, entry)
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert len(info.value.errors) == 1, str(info.value)
+    _, key, message = info.value.errors[0]
+    assert key == key_path and words in message, str(info.value)
+
+
+# --- the plan and the reference -------------------------------------------------------------
+
+def tiny_setup(schedule: dict, body: str = "decoder_layers", **kwargs) -> RunSetup:
+    return RunSetup.from_mapping({"model": {"config": "walkthrough", "overrides": TINY, "body": body, "dtype": "float32"},
+                                  "mesh": {"shape": [2]}, "schedule": schedule, **kwargs})
+
+
+def test_the_plan_expands_repeats_microbatches_and_forwards():
+    setup = tiny_setup({"steps": [{"microbatches": 3, "used_only_in": {"layers.1": [2], "layers.0.mlp": [0]}},
+                                  {"forwards": 2, "repeat": 2}, {"microbatches": 2, "gradient_sync": "every"}]})
+    config = qwen3.get_config("walkthrough", **TINY)
+    batches = global_batches(setup, config, torch.float32, 3 + 4 + 2)
+    plan = step_plan(setup, batches[0][:2], lambda n: [b[:2] for b in batches[:n]])
+    assert [s.index for s in plan] == [0, 1, 2, 3]
+    assert [[[f.index for f in mb.forwards] for mb in s.microbatches] for s in plan] == [
+        [[0], [1], [2]], [[3, 4]], [[5, 6]], [[7], [8]]]
+    assert [mb.sync for mb in plan[0].microbatches] == [False, False, True]
+    assert [mb.sync for mb in plan[3].microbatches] == [None, None]  # sync on every microbatch: never switched
+    assert [mb.skip_layers for mb in plan[0].microbatches] == [(1,), ((0, "mlp"), 1), ((0, "mlp"),)]
+    assert torch.equal(plan[1].microbatches[0].forwards[1].inputs, batches[4][:2])
+
+
+def test_forward_0_sees_the_default_runs_inputs():
+    setup = tiny_setup({"steps": [{"microbatches": 2}]})
+    config = qwen3.get_config("walkthrough", **TINY)
+    inputs = make_inputs(setup, config, 1, 2, torch.float32, torch.device("cpu"), local_only=False)
+    assert torch.equal(global_batches(setup, config, torch.float32, 2)[0][2:4], inputs.tensor)
+
+
+@pytest.mark.parametrize("name, expected", [("mean_square", 14 / 4), ("sum", 6.0)])
+def test_loss_functions(name, expected):
+    assert float(loss_function(name)(torch.tensor([[1.0, 2.0], [3.0, 0.0]]), None)) == expected
+    with pytest.raises(ValueError, match="expected one of mean_square, sum, cross_entropy"):
+        loss_function("l2")
+
+
+def test_the_reference_is_one_sgd_step_on_the_mean_gradient():
+    """Two chunks, two microbatches with sync off on the first: the reference's step is
+    w - lr x (mean over chunks and microbatches of the gradients), as one process computes it."""
+    setup = tiny_setup({"steps": [{"microbatches": 2}]})
+    config = qwen3.get_config("walkthrough", **TINY)
+    model = build_model(setup, config, torch.float32, torch.device("cpu"), init=True)
+    batches = global_batches(setup, config, torch.float32, 2)
+    plan = step_plan(setup, batches[0][:2], lambda n: [b[:2] for b in batches[:n]])
+    loss_fn = loss_function("mean_square")
+    ref = schedule_reference(model, plan, batches, loss_fn=loss_fn, make_optimizer=lambda ps: torch.optim.SGD(ps, lr=0.5),
+                             world_size=2, rank=0, shard_count=2, shard_index=1, compute_dtype=torch.float32,
+                             reduce_dtype=torch.float32)
+    plain = copy.deepcopy(model)
+    sum(loss_fn(plain(b[c * 2:(c + 1) * 2]), None) for b in batches for c in range(2)).div(4).backward()
+    for fqn, p in plain.named_parameters():
+        expected = shard_rows((p - 0.5 * p.grad).detach(), 2, 1)
+        torch.testing.assert_close(ref.rows_after[0][fqn], expected, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(ref.grad_rows[fqn], shard_rows(p.grad, 2, 1), rtol=1e-5, atol=1e-7)
+    assert all(p.grad is None for p in model.parameters())  # the model itself is left as it was
+
+
+# --- measures on hand-written observations ---------------------------------------------------
+
+def _events() -> list[dict]:
+    def e(event, unit, source="fsdp", state=None, phase="forward", mb=0):
+        return {"event": event, "unit": unit, "source": source, "training_state": state, "phase": phase,
+                "step_index": 0, "microbatch": mb}
+    return [
+        e("root_pre_forward", None, state="FORWARD"), e("pre_forward", "layers.0", state="FORWARD"),
+        e("all_gather", "layers.0", state="FORWARD"), e("unshard", "layers.0", "harness"),
+        e("post_forward", "layers.0", state="FORWARD"), e("reshard", "layers.0", "harness"),
+        e("pre_forward", "layers.1", state="FORWARD"), e("all_gather", "layers.1", state="FORWARD"),
+        e("unshard", "layers.1", "harness"), e("post_forward", "layers.1", state="FORWARD"),
+        e("pre_backward", "layers.1", state="PRE_BACKWARD", phase="backward"),
+        e("post_backward_reduce", "layers.1", state="POST_BACKWARD", phase="backward"),
+        e("reshard", "layers.1", "harness", phase="backward"),
+    ]
+
+
+def _updates(step: int) -> list[dict]:
+    return [
+        {"step_index": step, "fqn": "layers.1.mlp.up_proj.weight", "rows": 256, "rows_changed": 256 if step else 0,
+         "unchanged_rows": [] if step else list(range(512, 576)), "max_abs_update": 0.0, "max_abs_diff": 1e-7 * (step + 1),
+         "max_abs_ref": 0.1, "ref_rows_changed": 256 if step else 0, "same_rows_as_reference": True},
+        {"step_index": step, "fqn": "layers.1.mlp.gate_proj.weight", "rows": 256, "rows_changed": 256, "unchanged_rows": [],
+         "max_abs_update": 1e-3, "max_abs_diff": 2e-7, "max_abs_ref": 0.1, "ref_rows_changed": 256,
+         "same_rows_as_reference": True},
+    ]
+
+
+@pytest.fixture(scope="module")
+def obs():
+    doc = walkthrough_observation()
+    for r in doc["ranks"]:
+        for c in r["collectives"]:
+            c.update(step_index=0, microbatch=0)
+        r["events"] = _events()
+        r["param_updates"] = _updates(0) + _updates(1)
+        r["grad_norms"] = [{"step_index": 0, "max_norm": 1.0, "norm_type": 2.0, "value": 3.0, "is_dtensor": True,
+                            "placements": ["Replicate()"], "dtype": "float32", "reference": 3.0 + 3e-7 * r["rank"]}]
+    return doc
+
+
+def run(kind: str, obs, **values):
+    return check(make_entry(kind, values, id="t", section="S", table="t", spec="x.yaml", line=1), obs)
+
+
+def test_the_hand_written_observation_is_schema_valid(obs):
+    jsonschema.Draft202012Validator(load_schema()).validate(obs)
+
+
+def test_events_order_and_sequence(obs):
+    assert run("events", obs, events=["reshard layers.0", "all_gather layers.1"],
+               order=["reshard layers.0", "all_gather layers.1"]).status == "pass"
+    result = run("events", obs, events=["reshard layers.0", "all_gather layers.1"],
+                 order=["all_gather layers.1", "reshard layers.0"])
+    assert result.status == "fail" and "observed [reshard layers.0, all_gather layers.1]" in result.explain()
+    assert run("events", obs, phase="forward", source="harness",
+               sequence=["unshard layers.0", "reshard layers.0", "unshard layers.1"]).status == "pass"
+    assert run("events", obs, events=["*_forward*"], training_state="FORWARD", count=5).status == "pass"
+    assert run("events", obs, events=["root_pre_forward"], count=1).status == "pass"  # a label naming no unit
+    assert run("events", obs, phase="backward", microbatch=1, count=0).status == "pass"
+
+
+def test_events_missing_is_an_error(obs):
+    old = copy.deepcopy(obs)
+    del old["ranks"][2]["events"]
+    result = run("events", old, count=1)
+    assert result.status == "error" and "rank 2: no events recorded" in result.message
+
+
+def test_param_update_aggregates_and_selects(obs):
+    assert run("param_update", obs, layer=1, param="mlp.up_proj.weight", step_index=0,
+               rows_changed=0, rows_unchanged=256, unchanged_rows=list(range(512, 576))).status == "pass"
+    assert run("param_update", obs, params=2, rows=1024, rows_changed=768, all_rows_changed=False,
+               max_abs_diff=2e-7, same_rows_as_reference=True, ref_rows_changed=768).status == "pass"
+    assert run("param_update", obs, step_index=1, all_rows_changed=True, rel_diff="<= 3e-6").status == "pass"
+    result = run("param_update", obs, step_index=0, all_rows_changed=True)
+    assert result.status == "fail" and "false" in result.explain()
+    result = run("param_update", obs, fqn="layers.0.mlp.up_proj.weight", rows=1)
+    assert result.status == "error" and "no parameter update for ['layers.0.mlp.up_proj.weight']" in result.message
+
+
+def test_param_update_without_a_reference_has_no_diff(obs):
+    plain = copy.deepcopy(obs)
+    for r in plain["ranks"]:
+        for u in r["param_updates"]:
+            for k in ("max_abs_diff", "max_abs_ref", "ref_rows_changed", "same_rows_as_reference"):
+                del u[k]
+    assert run("param_update", plain, rows=1024).status == "pass"
+    result = run("param_update", plain, max_abs_diff="<= 1")
+    assert result.status == "error" and "field 'max_abs_diff' not observed" in result.message
+
+
+def test_grad_norm(obs):
+    assert run("grad_norm", obs, placements=["Replicate()"], is_dtensor=True, clipped=True, value=3.0,
+               rel_diff="<= 1e-6").status == "pass"
+    result = run("grad_norm", obs, abs_diff="<= 5e-7")
+    assert result.status == "fail" and result.fields[0].failed_ranks == [2, 3]
+    result = run("grad_norm", obs, step_index=1, value=3.0)
+    assert result.status == "error" and "no clip_grad_norm_ recorded at step 1" in result.message
+
+
+def test_position_selectors_on_existing_kinds(obs):
+    later = copy.deepcopy(obs)
+    for r in later["ranks"]:
+        r["collectives"][-1].update(step_index=1, microbatch=1)
+        for s in r["steps"]:
+            s.update(step_index=0, microbatch=0)
+        r["steps"][-1].update(step_index=1)
+        for m in r["memory"]:
+            m.update(step_index=0, microbatch=0)
+        r["memory"].append({**r["memory"][0], "step_index": 1, "microbatch": 0, "bytes": {"unsharded_param": 7}})
+    assert run("collectives", later, select={"step_index": 1, "microbatch": 1}, count=1,
+               sequence=["reduce_scatter layers.0"]).status == "pass"
+    assert run("collectives", later, select={"step_index": 0}, count=5).status == "pass"
+    assert run("step", later, step="step10.output", step_index=0, layers=1).status == "pass"
+    assert run("memory", later, layer=0, state="After Pre-Forward", step_index=1, unsharded_param=7).status == "pass"
+    assert run("memory", later, layer=0, state="After Pre-Forward", unsharded_param=7).status == "fail"  # the first one
+    result = run("memory", later, layer=0, state="After Pre-Forward", step_index=2, unsharded_param=7)
+    assert result.status == "error" and "at {'step_index': 2}" in result.message
