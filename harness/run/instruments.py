@@ -172,6 +172,7 @@ class Instruments:
         the units at its end."""
         self._position = (step_index, microbatch)
         self._marks.append((len(self.collectives.records), step_index, microbatch))
+        self.collectives.settle()  # the last phase's collectives were waited on: let go of their works
         try:
             with self._phases.phase(name), phase_span(name, step_index, microbatch):
                 yield

@@ -207,6 +207,12 @@ class CollectiveRecorder(TorchDispatchMode):
             self.progress.stop()
         return super().__exit__(*exc)
 
+    def settle(self) -> None:
+        """A new phase began: every collective issued so far was waited on; hang diagnosis
+        reports them completed and lets go of their works (and the tensors they hold)."""
+        if self.progress is not None:
+            self.progress.settle(waited=True)
+
     def _record(self, func, op_name: str, args, kwargs, out) -> None:
         arguments: dict[str, Any] = {}
         for i, arg in enumerate(func._schema.arguments):
@@ -321,12 +327,23 @@ class _Progress:
 
     def _poll(self) -> None:
         while not self.stopped.wait(self.POLL_S):
-            with self.lock:
-                states = [(w, r, [_state(x) for x in w]) for w, r in self.pending]
-                ended = [(w, r, st) for w, r, st in states if "pending" not in st]
-                self.pending = [(w, r) for w, r, st in states if "pending" in st]
+            self.settle()
+
+    def settle(self, *, waited: bool = False) -> None:
+        """Report the works that ended since the last look and let go of them: a ``Work`` keeps
+        its tensors (a reduce-scatter's output, which the sharded gradients view) alive, and
+        FSDPMemTracker would count them after ``zero_grad`` freed the gradients.
+
+        ``waited``: the rank's thread moved on to a new phase, so every collective issued before
+        was waited on (FSDP waits for its all-gathers in forward and for its reduce-scatters by
+        the end of backward): report them all completed. gloo's ``reduce_scatter_tensor`` returns
+        a ``Work`` whose ``is_completed()`` stays False after ``wait()`` (torch 2.13)."""
+        with self.lock:  # the poll thread and the rank's thread both settle: one at a time, in order
+            states = [(w, r, [_state(x) for x in w]) for w, r in self.pending]
+            done = [(r, st) for _, r, st in states if waited or "pending" not in st]
+            self.pending = [(w, r) for w, r, st in states if not waited and "pending" in st]
             # a failed work (a timeout) ended but did not complete: it stays the rank's open collective
-            for _, record, _ in sorted((e for e in ended if "failed" not in e[2]), key=lambda e: e[1]["seq"]):
+            for record, _ in sorted((d for d in done if "failed" not in d[1]), key=lambda d: d[0]["seq"]):
                 self.sink.completed(record)
 
     def stop(self) -> None:
