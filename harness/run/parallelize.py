@@ -277,7 +277,7 @@ def apply_fsdp(
     out = []
     for u, modules in zip(units, groups):
         managed = sorted((names[id(p)] for p in _fsdp_params(modules[0]) if id(p) in names), key=order.__getitem__)
-        out.append(Unit(u.path, u.role, u.layer, modules[0], tuple(managed), tuple(modules)))
+        out.append(Unit(u.path, u.role, u.layer, modules[0], tuple(managed), tuple(modules), tuple(u.module_paths)))
     return out
 
 

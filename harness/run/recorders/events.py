@@ -102,9 +102,7 @@ class ShardStateProbe:
 
     @staticmethod
     def _state(unit: Unit) -> str:
-        fqn = unit.params[0]
-        relative = fqn[len(unit.name) + 1 :] if unit.name else fqn
-        return "sharded" if isinstance(unit.module.get_parameter(relative), DTensor) else "unsharded"
+        return "sharded" if isinstance(unit.get_parameter(unit.params[0]), DTensor) else "unsharded"
 
     def probe(self) -> None:
         """Look at every unit; emit a marker for each whose state changed since the last look."""

@@ -35,6 +35,8 @@ class Unit:
         module: the module itself (the first of a unit of several modules).
         params: FQNs (relative to the root) of the parameters it manages, registration order.
         modules: every module of the unit (() means ``(module,)``).
+        paths: each module's FQN relative to the root, in the order of ``modules`` (() means
+            ``(name,)``).
     """
 
     name: str
@@ -43,14 +45,25 @@ class Unit:
     module: nn.Module
     params: tuple[str, ...]
     modules: tuple[nn.Module, ...] = ()
+    paths: tuple[str, ...] = ()
 
     def describe(self) -> dict[str, Any]:
         """The schema's ``fsdp_units`` entry."""
         return {"name": self.name, "role": self.role, "layer": self.layer, "params": list(self.params)}
 
-    def prefix_of(self, fqn: str) -> str:
-        """``fqn`` relative to the module that holds it (``get_parameter`` on :attr:`module`)."""
-        return fqn[len(self.name) + 1 :] if self.name else fqn
+    def holder(self, fqn: str) -> tuple[nn.Module, str]:
+        """The unit's module that holds parameter ``fqn`` and the name relative to it, for
+        ``get_parameter`` (FSDP swaps the parameter objects, so they are looked up by name)."""
+        pairs = zip(self.paths or (self.name,), self.modules or (self.module,))
+        path, module = max(((p, m) for p, m in pairs if not p or fqn == p or fqn.startswith(p + ".")),
+                           key=lambda pm: len(pm[0]))
+        return module, fqn[len(path) + 1 :] if path else fqn
+
+    def get_parameter(self, fqn: str) -> torch.Tensor:
+        """The tensor the unit's module holds now for parameter ``fqn`` (a DTensor shard or the
+        unsharded tensor)."""
+        module, relative = self.holder(fqn)
+        return module.get_parameter(relative)
 
 
 def param_owner(fqn: str, unit_names: list[str]) -> str:
@@ -133,8 +146,7 @@ class ParamStateHooks:
         params = []
         total = 0
         for fqn in unit.params:
-            relative = fqn[len(unit.name) + 1 :] if unit.name else fqn
-            t = unit.module.get_parameter(relative)
+            t = unit.get_parameter(fqn)
             local = _local(t)
             total += int(local.numel()) * int(local.element_size())
             params.append(
