@@ -256,7 +256,7 @@ def test_torch_chunk_drops_trailing_ranks():
     assert calc.row_range(6, 4, 3) == (6, 6)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=3 * settings.default.max_examples)  # cheap cases: 300 by default
 @given(rows=st.integers(0, 300), rest=st.lists(st.integers(1, 3), max_size=2),
        world=st.integers(1, 40))
 def test_chunk_agrees_with_torch(rows, rest, world):
