@@ -96,14 +96,6 @@ def _time_collectives(setup: RunSetup, collectives: list[dict[str, Any]], mesh: 
                          group_of=lambda dim: None if dim is None else mesh.get_group(dim))
 
 
-def _tensor_mode(simulated: bool) -> contextlib.AbstractContextManager:
-    if not simulated:
-        return contextlib.nullcontext()
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    return FakeTensorMode()
-
-
 def run_step(
     setup: RunSetup,
     rank: int,
@@ -167,18 +159,31 @@ def run_step(
     coords = [int(c) for c in mesh.get_coordinate()]
     got: dict[str, Any] = {}  # what exists so far, for the observation of a recorded error
 
+    schedule = setup.schedule
+    loss_fn = make_loss(setup.model.body) if schedule is None else loss_function(schedule.loss_for(setup.model.body))
+    B, count = setup.batch_per_rank, forward_count(schedule)
+    local = slice(0, B) if simulated else slice(rank * B, (rank + 1) * B)
+
+    def inputs_and_plan() -> tuple[Any, list[Any] | None, Any]:
+        """This rank's inputs, the schedule's global batches (None without one) and the step plan."""
+        made = got["inputs"] = make_inputs(setup, config, rank, world_size, dtype, device, local_only=simulated)
+        batches = global_batches(setup, config, dtype, count, rows=B if simulated else None) if schedule else None
+        return made, batches, step_plan(setup, made.tensor, lambda n: [b[local].clone().to(device) for b in batches])
+
     try:
-        with _tensor_mode(simulated):
+        with contextlib.ExitStack() as stack:
             with phases.phase("setup"):
-                root = build_model(setup, config, dtype, torch.device("meta") if meta_init else device,
-                                   init=not simulated and not meta_init)
-                inputs = got["inputs"] = make_inputs(setup, config, rank, world_size, dtype, device, local_only=simulated)
-            schedule = setup.schedule
-            loss_fn = make_loss(setup.model.body) if schedule is None else loss_function(schedule.loss_for(setup.model.body))
-            B, count = setup.batch_per_rank, forward_count(schedule)
-            batches = global_batches(setup, config, dtype, count, rows=B if simulated else None) if schedule else None
-            local = slice(0, B) if simulated else slice(rank * B, (rank + 1) * B)
-            plan = step_plan(setup, inputs.tensor, lambda n: [b[local].clone().to(device) for b in batches])
+                if simulated:
+                    # fully_shard outside FakeTensorMode, on a model without data: inside the
+                    # fake mode its per-rank ops cost ~10x (harness.run.simulate)
+                    from harness.run.simulate import materialize_fake, storage_for_sharding
+
+                    root = build_model(setup, config, dtype, torch.device("meta"), init=False)
+                    storage_for_sharding(root, setup.mesh_shape[-1])
+                else:
+                    root = build_model(setup, config, dtype, torch.device("meta") if meta_init else device,
+                                       init=not meta_init)
+                    inputs, batches, plan = inputs_and_plan()
             shard_units = units_from_setup(setup, root)
             reference = schedule_ref = None
             if numerics_on:
@@ -211,33 +216,46 @@ def run_step(
                                                 seed=setup.seed, rank=rank)
             else:
                 materialize = None
-            with Instruments(phases, group_dims, collective_log, track_memory=setup.track_memory) as instruments:
-                got["instruments"] = instruments
+            instruments = got["instruments"] = Instruments(phases, group_dims, collective_log,
+                                                           track_memory=setup.track_memory)
+            if not simulated:
+                stack.enter_context(instruments)  # fully_shard's collectives and meta init's recorded
+            with phases.phase("setup"):
+                units = got["units"] = apply_fsdp(
+                    root, mesh, shard_units, materialize=materialize,
+                    forward_prefetch=setup.fsdp.forward_prefetch, backward_prefetch=setup.fsdp.backward_prefetch,
+                    freeze=setup.freeze.params, freeze_after=setup.freeze.after_fully_shard)
+            if simulated:
+                # FSDP2 issues no collective in fully_shard (tests/test_simulated_agrees.py compares
+                # every collective of 8 real ranks, whose recorder covers it, with the simulated ones)
+                from torch._subclasses.fake_tensor import FakeTensorMode
+
+                stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
+                stack.enter_context(instruments)  # on top of FakeTensorMode: sees each c10d op first
                 with phases.phase("setup"):
-                    units = got["units"] = apply_fsdp(
-                        root, mesh, shard_units, materialize=materialize,
-                        forward_prefetch=setup.fsdp.forward_prefetch, backward_prefetch=setup.fsdp.backward_prefetch,
-                        freeze=setup.freeze.params, freeze_after=setup.freeze.after_fully_shard)
-                    optimizer = make_optimizer(setup, root.parameters())
-                    sharded = list(root.named_parameters())  # the shards, whatever the module holds later
-                updates = (ParamUpdates(root, setup.mesh_shape[-1], coords[-1])
-                           if schedule is not None and not simulated else None)
-                with instruments.observing(root, optimizer, units, inputs=(inputs.tensor,), updates=updates):
-                    outcome = run_steps(plan, root, loss_fn, optimizer, phases, instruments)
-            t_observe = time.perf_counter()
-            pieces = instruments.pieces()
-            _where_after_step(pieces["params"], sharded, optimizer)
-            if trace_dir is not None:  # the profiler's Chrome trace of this rank's step (report/trace.py merges them)
-                instruments.profiler.export_chrome_trace(os.path.join(trace_dir, f"rank{rank}.json"))
-            # SGD and AdamW read .grad and leave it as backward left it: comparing after the
-            # step is comparing the reduce-scattered gradients (kept out of the memory tracker).
-            numerics = (compare(reference, root, outcome.output, outcome.loss, params=sharded)
-                        if reference is not None else None)
-            if schedule_ref is not None:
-                numerics = schedule_ref.numerics(updates.params, outcome.output, outcome.loss)
-                updates.against(schedule_ref)
-                for norm in pieces["grad_norms"]:
-                    norm["reference"] = schedule_ref.grad_norms.get(norm["step_index"])
+                    materialize_fake(root, device)
+                    inputs, batches, plan = inputs_and_plan()
+            with phases.phase("setup"):
+                optimizer = make_optimizer(setup, root.parameters())
+                sharded = list(root.named_parameters())  # the shards, whatever the module holds later
+            updates = (ParamUpdates(root, setup.mesh_shape[-1], coords[-1])
+                       if schedule is not None and not simulated else None)
+            with instruments.observing(root, optimizer, units, inputs=(inputs.tensor,), updates=updates):
+                outcome = run_steps(plan, root, loss_fn, optimizer, phases, instruments)
+        t_observe = time.perf_counter()
+        pieces = instruments.pieces()
+        _where_after_step(pieces["params"], sharded, optimizer)
+        if trace_dir is not None:  # the profiler's Chrome trace of this rank's step (report/trace.py merges them)
+            instruments.profiler.export_chrome_trace(os.path.join(trace_dir, f"rank{rank}.json"))
+        # SGD and AdamW read .grad and leave it as backward left it: comparing after the
+        # step is comparing the reduce-scattered gradients (kept out of the memory tracker).
+        numerics = (compare(reference, root, outcome.output, outcome.loss, params=sharded)
+                    if reference is not None else None)
+        if schedule_ref is not None:
+            numerics = schedule_ref.numerics(updates.params, outcome.output, outcome.loss)
+            updates.against(schedule_ref)
+            for norm in pieces["grad_norms"]:
+                norm["reference"] = schedule_ref.grad_norms.get(norm["step_index"])
     except Exception as exc:
         if not setup.record_errors:
             raise
