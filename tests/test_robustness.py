@@ -248,6 +248,22 @@ def test_estimate_grows_with_what_each_rank_holds():
     assert kept.gathered == 6 * 4_720_896  # every layer's gathered parameters, fp16
     replica = preflight.estimate(RunSetup.from_mapping({"numerics": True}))
     assert replica.replica > 0 and base.replica == 0
+    # numerics_reference: rank_0 moves the replica off every rank onto rank 0, counted once
+    one = preflight.estimate(RunSetup.from_mapping({"numerics": True, "numerics_reference": "rank_0"}))
+    assert one.replica < replica.replica and one.replica_once > replica.replica and replica.replica_once == 0
+
+
+def test_the_whole_qwen3_0_6b_fits_only_with_one_replica():
+    """The shipped 28-layer spec passes the pre-flight check on a 24 GiB host; the same setup
+    with a replica on every rank is refused, naming the estimate."""
+    import dataclasses
+
+    from harness.load.spec import load_spec
+
+    setup = load_spec(REPO / "specs" / "qwen3_0_6b_whole_8_ranks.yaml").setup
+    assert preflight.check(setup, "gloo", memory=24 * 2**30) is not None
+    with pytest.raises(PreflightError, match=r"GB per rank × 8 ranks"):
+        preflight.check(dataclasses.replace(setup, numerics_reference="each_rank"), "gloo", memory=24 * 2**30)
 
 
 def test_simulated_world_bound_and_override(tmp_path):

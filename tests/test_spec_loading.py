@@ -169,6 +169,12 @@ MALFORMED = [
     pytest.param(edit("  mesh: {shape: [4]", "  observe_ranks: [0, 3, 4]\n  mesh: {shape: [4]"),
                  "observe_ranks", "setup.observe_ranks", "rank(s) [4] outside the world: world size 4 (mesh shape [4]), ranks 0-3",
                  id="observe-rank-outside-world"),
+    pytest.param(edit("  mesh: {shape: [4]", "  numerics_reference: rank_0\n  schedule: {steps: [{repeat: 2}]}\n"
+                      "  mesh: {shape: [4]"), "numerics_reference", "setup.numerics_reference",
+                 "rank_0 computes the reference of the default step only; with setup.schedule expected each_rank",
+                 id="one-replica-with-a-schedule"),
+    pytest.param(edit("  mesh: {shape: [4]", "  numerics_reference: rank0\n  mesh: {shape: [4]"), "numerics_reference",
+                 "setup.numerics_reference", "expected one of ['each_rank', 'rank_0'], got 'rank0'", id="one-replica-misspelt"),
     pytest.param(edit("- {id: x_norm, step: step1.x_norm, shape: [2, 8, 512]}", "- x_norm"), "- x_norm",
                  "tables[0].entries[0]", "expected a mapping of the table's check kind's selectors and fields (and optionally id, says, torch, "
                  "deviation, drafted), got 'x_norm'",

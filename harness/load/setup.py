@@ -236,6 +236,11 @@ class RunSetup:
             model is built on the meta device and each rank materializes only its shards
             after fully_shard (values then differ from init_weights'), for models too big to
             hold unsharded on every rank at once. The observation is otherwise the same.
+        numerics_reference: where the replica runs: "each_rank" (default: every rank builds the
+            full model and runs its own inputs; gradients summed with an all-reduce) or "rank_0"
+            (rank 0 alone builds it, runs every rank's inputs in turn, sums the gradients in
+            float32 and hands each rank its rows through files in a shared folder: one full
+            model in memory instead of one per rank; the default step only, not a schedule).
         bandwidth: collectives timed after the step (:class:`BandwidthSetup`); None: none.
         state_dict: see :class:`StateDictSetup` (default: no checkpoint round trip).
         init: how the weights come to be: "full" (built on the device, ``init_weights``, then
@@ -262,6 +267,7 @@ class RunSetup:
     seed: int = 0
     observe_ranks: tuple[int, ...] | None = None
     numerics: bool = True
+    numerics_reference: str = "each_rank"
     bandwidth: BandwidthSetup | None = None
     state_dict: StateDictSetup = field(default_factory=StateDictSetup)
     init: str | None = None
@@ -336,7 +342,7 @@ class RunSetup:
         mixed_precision {param_dtype, reduce_dtype, output_dtype, cast_forward_inputs},
         offload_policy {pin_memory}, units [...], forward_prefetch, backward_prefetch, and the
         unit options as every unit's defaults (harness.load.units.UNIT_OPTION_KEYS)},
-        optimizer {name, lr}, seed, observe_ranks, numerics, init, track_memory,
+        optimizer {name, lr}, seed, observe_ranks, numerics, numerics_reference, init, track_memory,
         freeze {params, after_fully_shard}, bandwidth {ops, sizes, dtype, warmup, iterations,
         cpu_max_bytes, step}, state_dict {round_trip, reload_world_sizes},
         schedule (harness.load.schedule).
@@ -377,6 +383,10 @@ class RunSetup:
                              f"ranks 0-{world - 1}"))
         state_dict, sd_problems = _state_dict_setup(data.pop("state_dict", {}), world)
         problems += sd_problems
+        if data.get("numerics_reference", "each_rank") != "each_rank" and data.get("schedule"):
+            problems.append(("setup.numerics_reference",
+                             "rank_0 computes the reference of the default step only; with setup.schedule "
+                             "expected each_rank (or leave it out)"))
         schedule = None
         if "schedule" in data:
             schedule, schedule_problems = Schedule.from_mapping(data.pop("schedule") or {})

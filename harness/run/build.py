@@ -18,6 +18,7 @@ Nothing here calls ``fully_shard`` (that is ``harness.run.parallelize``) or reco
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
@@ -191,3 +192,46 @@ def replica_reference(
         divisors=divisors,
         shard_dims=shard_dims,
     )
+
+
+def reference_from_rank_0(
+    setup: RunSetup,
+    config: Any,
+    dtype: torch.dtype,
+    device: torch.device,
+    loss_fn: LossFn,
+    world_size: int,
+    build_replica: Callable[[], nn.Module],
+    folder: str,
+    divisors: dict[str, float] | None = None,
+    shard_dims: dict[str, int] | None = None,
+) -> Reference:
+    """This rank's :class:`Reference` when ``setup.numerics_reference`` is "rank_0" (collective).
+
+    Rank 0 builds the full replica (``build_replica()``), runs every rank's inputs
+    (:func:`make_inputs` of each rank: the seeded global batch) through it
+    (``harness.run.recorders.numerics.compute_references_on_one_rank``) and writes each rank's
+    reference to ``folder/reference_rank<r>.pt``; after a barrier every rank loads its own. The
+    other ranks hold no replica: one full model on the host instead of one per rank. ``folder``
+    must be shared by every rank (``harness.run.checkpoint.shared_folder``).
+    """
+    from harness.run.recorders.numerics import compute_references_on_one_rank
+
+    mp = setup.fsdp.mixed_precision
+    replica_dtype = torch_dtype(mp.param_dtype) if mp is not None and mp.param_dtype else dtype
+    path = os.path.join(folder, "reference_rank{}.pt")
+    if dist.get_rank() == 0:
+        replica = build_replica()
+        references = compute_references_on_one_rank(
+            replica, lambda r: make_inputs(setup, config, r, world_size, dtype, device, local_only=False).tensor,
+            world_size=world_size, shard_count=setup.mesh_shape[-1], loss_fn=loss_fn, replica_dtype=replica_dtype,
+            divisors=divisors, shard_dims=shard_dims)
+        del replica
+        for r, ref in references:
+            torch.save({"output": ref.output.cpu(), "loss": ref.loss.cpu(),
+                        "grad_rows": {k: v.cpu() for k, v in ref.grad_rows.items()}}, path.format(r))
+    dist.barrier()
+    saved = torch.load(path.format(dist.get_rank()), map_location=device, weights_only=True)
+    return Reference(replica_dtype=replica_dtype, output=saved["output"], loss=saved["loss"], grad_rows=saved["grad_rows"],
+                     shard_count=setup.mesh_shape[-1], shard_index=dist.get_rank() % setup.mesh_shape[-1],
+                     shard_dims=dict(shard_dims or {}))

@@ -86,6 +86,9 @@ class Estimate:
     activations: int
     replica: int
     base: int
+    replica_once: int = 0
+    """``numerics_reference: rank_0``: what rank 0 alone holds on top (the full replica); counted
+    once for the host, not per rank."""
 
     @property
     def tensors(self) -> int:
@@ -152,7 +155,7 @@ def estimate(setup: Any) -> Estimate:
     if causal:
         activations += B * L * (dims.vocab_size or 0) * (cb + 12) + B * L * d * cb
 
-    replica = 0
+    replica = replica_once = 0
     if setup.numerics:  # the replica's phase comes before fully_shard; count whichever phase is larger
         full = n_layers * layer.numel + (root.numel if root else 0)
         replica_phase = full * sb * 2 + (full * cb * 2 if compute != storage else 0) + activations \
@@ -160,8 +163,12 @@ def estimate(setup: Any) -> Estimate:
         fsdp_phase = gathered + backward + activations
         grad_rows = sum(u.padded_shard_numel * 4 * n for u, n in units)  # float32 rows kept to compare
         replica = max(0, replica_phase - fsdp_phase) + grad_rows
+        if getattr(setup, "numerics_reference", "each_rank") == "rank_0" and getattr(setup, "schedule", None) is None:
+            # rank 0 alone: the replica, plus float32 sums of every gradient
+            replica_once, replica = replica_phase + full * 4, grad_rows
     return Estimate(params=shard_bytes, grads=shard_bytes, optimizer=optimizer, gathered=gathered,
-                    backward_buffers=backward, activations=activations, replica=replica, base=RANK_BASE_BYTES)
+                    backward_buffers=backward, activations=activations, replica=replica, base=RANK_BASE_BYTES,
+                    replica_once=replica_once)
 
 
 def simulation_size(setup: Any) -> tuple[int | None, int]:
@@ -259,9 +266,11 @@ def check(setup: Any, backend: str, *, joined: bool = False,
         if est.tensors > smallest:
             raise PreflightError(f"needs ~{_gb(est.tensors)} GB of GPU memory per rank, {_gb(smallest)} GB free on the "
                                  f"fullest of {world} GPUs", _ADVICE)
-    if memory is not None and host_per_rank * world > memory:
-        raise PreflightError(f"needs ~{_gb(host_per_rank)} GB per rank × {world} ranks, {_gb(memory)} GB available",
-                             _ADVICE)
+    once = 0 if on_gpu else est.replica_once
+    if memory is not None and host_per_rank * world + once > memory:
+        extra = f" + ~{_gb(once)} GB on rank 0 (the replica)" if once else ""
+        raise PreflightError(f"needs ~{_gb(host_per_rank)} GB per rank × {world} ranks{extra}, {_gb(memory)} GB "
+                             f"available", _ADVICE)
     return est
 
 
@@ -280,4 +289,4 @@ def _free_gpu_memory(world: int) -> list[int] | None:
 def describe(est: Estimate) -> Mapping[str, int]:
     """The estimate's parts (bytes), for messages and tests."""
     return {k: getattr(est, k) for k in ("params", "grads", "optimizer", "gathered", "backward_buffers",
-                                         "activations", "replica", "base")} | {"per_rank": est.per_rank}
+                                         "activations", "replica", "base", "replica_once")} | {"per_rank": est.per_rank}

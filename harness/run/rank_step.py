@@ -43,7 +43,8 @@ import torch.distributed as dist
 
 import model as qwen3
 from harness.load.setup import RunSetup
-from harness.run.build import build_model, make_inputs, make_loss, make_optimizer, replica_reference, torch_dtype
+from harness.run.build import (build_model, make_inputs, make_loss, make_optimizer, reference_from_rank_0,
+                               replica_reference, torch_dtype)
 from harness.run.instruments import Instruments
 from harness.run.loop import run_steps
 from harness.run.parallelize import (ShardUnit, apply_fsdp, build_mesh, freeze_params, init_local_shards,
@@ -148,7 +149,8 @@ def run_step(
     # then fills each rank's shards with the full init's values. Unset: "full" with numerics,
     # else meta with each rank drawing its own shards (a full model on every rank at once would
     # not fit here for Qwen3-0.6B on 8 ranks).
-    init = setup.init or ("full" if numerics_on else "local")
+    one_replica = numerics_on and setup.numerics_reference == "rank_0" and setup.schedule is None
+    init = setup.init or ("meta" if one_replica else "full" if numerics_on else "local")
     meta_init = not simulated and init != "full"
     mesh = build_mesh(setup, device_type)  # first, outside FakeTensorMode
     group_dims: dict[str, Any] = {}
@@ -186,7 +188,11 @@ def run_step(
                     inputs, batches, plan = inputs_and_plan()
             shard_units = units_from_setup(setup, root)
             reference = schedule_ref = None
-            if numerics_on:
+            if one_replica:
+                with phases.phase("replica"):
+                    reference = _reference_from_rank_0(setup, config, dtype, device, loss_fn, world_size, root,
+                                                       meta_init, shard_units, checkpoint_dir)
+            elif numerics_on:
                 with phases.phase("replica"):
                     # the replica: this model (full init), or a full model of its own (meta init)
                     replica = root if not meta_init else build_model(setup, config, dtype, device, init=True)
@@ -294,6 +300,28 @@ def run_step(
                             "graph_breaks": int(sum(counters["graph_break"].values()))}
     fsdp_units = [{**u.describe(), "state": unit_state(u)} for u in units]
     return {"entry": entry, "fsdp_units": fsdp_units, "environment": _environment(device_type, device)}
+
+
+def _reference_from_rank_0(setup: RunSetup, config: Any, dtype: torch.dtype, device: torch.device, loss_fn: Any,
+                           world_size: int, root: torch.nn.Module, meta_init: bool, shard_units: list[ShardUnit],
+                           checkpoint_dir: str | None) -> Any:
+    """``numerics_reference: rank_0``: rank 0 holds the only replica (``build.reference_from_rank_0``)."""
+    from harness.run.checkpoint import shared_folder
+
+    def build_replica() -> torch.nn.Module:
+        replica = root if not meta_init else build_model(setup, config, dtype, device, init=True)
+        if setup.freeze.params:
+            freeze_params(replica, setup.freeze.params)
+        return replica
+
+    with shared_folder(checkpoint_dir) as folder:
+        reference = reference_from_rank_0(setup, config, dtype, device, loss_fn, world_size, build_replica, folder,
+                                          divisors=_divisors(shard_units, root, world_size),
+                                          shard_dims=_shard_dims(shard_units, root))
+    if not meta_init and setup.freeze.after_fully_shard:
+        for p in root.parameters():  # rank 0 froze its replica, this model: frozen again after fully_shard
+            p.requires_grad_(True)
+    return reference
 
 
 def _owners(units: list[ShardUnit], root: torch.nn.Module) -> dict[str, ShardUnit]:

@@ -20,6 +20,11 @@ After FSDP's backward, :func:`compare` puts this rank's reduce-scattered gradien
 ``DTensor``'s local tensor) and its forward output and loss against those:
 ``max_abs_diff`` and ``max_abs_ref`` per item. The tolerance lives in specs.
 
+``setup.numerics_reference: rank_0`` (:func:`compute_references_on_one_rank`): rank 0 alone
+holds the replica and runs every rank's chunk in turn, adding each chunk's gradients into
+float32 sums (the same sum the all-reduce forms, in rank order); each rank's output, loss and
+gradient rows are then handed over as files. One full model in memory instead of one per rank.
+
 What differs on purpose: the reference averages in float32 the gradients the replica computed
 in the parameter dtype; FSDP sums them in the reduce dtype (fp16 for an fp16 model without a
 ``MixedPrecisionPolicy``) with its pre/post division by the world size. The forward runs the
@@ -30,7 +35,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
@@ -38,7 +43,7 @@ from torch.distributed.tensor import DTensor
 
 from .collectives import dtype_name
 
-__all__ = ["Reference", "compute_reference", "compare"]
+__all__ = ["Reference", "compute_reference", "compute_references_on_one_rank", "compare"]
 
 _BUCKET_NUMEL = 64 * 2**20  # float32 elements per all-reduce of the reference (256 MiB)
 
@@ -141,6 +146,61 @@ def _diff(actual: torch.Tensor, expected: torch.Tensor) -> dict[str, float]:
     if a.numel() == 0:
         return {"max_abs_diff": 0.0, "max_abs_ref": 0.0}
     return {"max_abs_diff": float((a - e).abs().max()), "max_abs_ref": float(e.abs().max())}
+
+
+def compute_references_on_one_rank(
+    model: nn.Module,
+    inputs_of: Callable[[int], torch.Tensor],
+    *,
+    world_size: int,
+    shard_count: int,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    replica_dtype: torch.dtype,
+    divisors: dict[str, float] | None = None,
+    shard_dims: dict[str, int] | None = None,
+) -> Iterator[tuple[int, Reference]]:
+    """Every rank's :class:`Reference`, computed in this one process (``numerics_reference: rank_0``).
+
+    Args:
+        model: the full, not yet sharded model (left with ``grad=None`` everywhere).
+        inputs_of: rank -> that rank's chunk of the global batch.
+        world_size, shard_count: ranks, and the size of the shard mesh dim (the last; rank r's
+            coordinate on it is ``r % shard_count``, ``init_device_mesh``'s row-major layout).
+        loss_fn, replica_dtype, divisors, shard_dims: as :func:`compute_reference`.
+
+    Yields:
+        ``(rank, reference)`` in rank order, after every rank's chunk ran: the gradients of rank
+        r's chunk are added into float32 sums per parameter (what the all-reduce of
+        :func:`compute_reference` sums), each rank's rows cut from the sums.
+    """
+    param_dtype = next(model.parameters()).dtype
+    replica = model if replica_dtype == param_dtype else copy.deepcopy(model).to(replica_dtype)
+    for p in replica.parameters():
+        p.grad = None
+    sums: dict[str, torch.Tensor] = {}
+    outputs: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for r in range(world_size):
+        inputs = inputs_of(r)
+        if replica is not model and inputs.is_floating_point():
+            inputs = inputs.to(replica_dtype)
+        out = replica(inputs)
+        loss = loss_fn(out, inputs)
+        loss.backward()
+        outputs.append((out.detach(), loss.detach()))
+        for fqn, p in replica.named_parameters():
+            if p.grad is not None:
+                grad = p.grad.float()
+                if fqn in sums:
+                    sums[fqn] += grad
+                else:
+                    sums[fqn] = grad.clone() if grad.data_ptr() == p.grad.data_ptr() else grad
+                p.grad = None
+    del replica
+    for r in range(world_size):
+        grad_rows = {fqn: _rows(full, shard_count, r % shard_count, (shard_dims or {}).get(fqn, 0))
+                     .div((divisors or {}).get(fqn, world_size)) for fqn, full in sums.items()}
+        yield r, Reference(replica_dtype=replica_dtype, output=outputs[r][0], loss=outputs[r][1], grad_rows=grad_rows,
+                           shard_count=shard_count, shard_index=r % shard_count, shard_dims=dict(shard_dims or {}))
 
 
 def compare(reference: Reference, model: nn.Module, output: torch.Tensor, loss: torch.Tensor,
