@@ -50,8 +50,6 @@ CASES = [
     ("qwen3_32b_1024_ranks", "[q_norm.ranks128-1023, self_attn.q_norm.weight, [128, 1023], [0], 0]",
      "[q_norm.ranks128-1023, self_attn.q_norm.weight, [128, 1023], [1], 0]", "q_norm.ranks128-1023", "[1]"),
     ("qwen3_0_6b_8_ranks", "ring_bytes: 272271104", "ring_bytes: 311166976", "root_all_gather", "311,166,976"),
-    ("qwen3_0_6b_whole_8_ranks", "count: 28}", "count: 27}", "backward_all_gathers", "expected 27"),
-    ("qwen3_0_6b_whole_8_ranks", "grads_count: 310}", "grads_count: 311}", "same_step_as_one_replica", "expected 311"),
     ("cluster_bandwidth", "[ag_qwen3_8b, all_gather, qwen3_8b_layer, 385892864, 0,", "[ag_qwen3_8b, all_gather, qwen3_8b_layer, 385892866, 0,",
      "ag_qwen3_8b", "385,892,866"),
     ("cluster_bandwidth", 'step_reduce_scatter, "the step\'s reduce-scatter of one layer\'s gradients, 4.72 MB", reduce_scatter, 4720896, 0, "> 0"]',

@@ -253,19 +253,6 @@ def test_estimate_grows_with_what_each_rank_holds():
     assert one.replica < replica.replica and one.replica_once > replica.replica and replica.replica_once == 0
 
 
-def test_the_whole_qwen3_0_6b_fits_only_with_one_replica():
-    """The shipped 28-layer spec passes the pre-flight check on a 24 GiB host; the same setup
-    with a replica on every rank is refused, naming the estimate."""
-    import dataclasses
-
-    from harness.load.spec import load_spec
-
-    setup = load_spec(REPO / "specs" / "qwen3_0_6b_whole_8_ranks.yaml").setup
-    assert preflight.check(setup, "gloo", memory=24 * 2**30) is not None
-    with pytest.raises(PreflightError, match=r"GB per rank × 8 ranks"):
-        preflight.check(dataclasses.replace(setup, numerics_reference="each_rank"), "gloo", memory=24 * 2**30)
-
-
 def test_simulated_world_bound_and_override(tmp_path):
     big = RunSetup.from_mapping({"mesh": {"shape": [preflight.MAX_SIMULATED_WORLD + 1]}})
     with pytest.raises(PreflightError, match="over the 65,536 the fake backend is asked to simulate"):

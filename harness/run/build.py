@@ -221,6 +221,9 @@ def reference_from_rank_0(
     replica_dtype = torch_dtype(mp.param_dtype) if mp is not None and mp.param_dtype else dtype
     path = os.path.join(folder, "reference_rank{}.pt")
     if dist.get_rank() == 0:
+        # the other ranks wait at the barrier below: rank 0 may use every core meanwhile
+        threads = torch.get_num_threads()
+        torch.set_num_threads(max(threads, len(os.sched_getaffinity(0))))
         replica = build_replica()
         references = compute_references_on_one_rank(
             replica, lambda r: make_inputs(setup, config, r, world_size, dtype, device, local_only=False).tensor,
@@ -230,6 +233,8 @@ def reference_from_rank_0(
         for r, ref in references:
             torch.save({"output": ref.output.cpu(), "loss": ref.loss.cpu(),
                         "grad_rows": {k: v.cpu() for k, v in ref.grad_rows.items()}}, path.format(r))
+        del references
+        torch.set_num_threads(threads)
     dist.barrier()
     saved = torch.load(path.format(dist.get_rank()), map_location=device, weights_only=True)
     return Reference(replica_dtype=replica_dtype, output=saved["output"], loss=saved["loss"], grad_rows=saved["grad_rows"],

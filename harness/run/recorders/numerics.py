@@ -171,7 +171,8 @@ def compute_references_on_one_rank(
     Yields:
         ``(rank, reference)`` in rank order, after every rank's chunk ran: the gradients of rank
         r's chunk are added into float32 sums per parameter (what the all-reduce of
-        :func:`compute_reference` sums), each rank's rows cut from the sums.
+        :func:`compute_reference` sums; a float32 replica's own ``.grad`` accumulates them, with
+        no second copy), each rank's rows cut from the sums.
     """
     param_dtype = next(model.parameters()).dtype
     replica = model if replica_dtype == param_dtype else copy.deepcopy(model).to(replica_dtype)
@@ -188,13 +189,14 @@ def compute_references_on_one_rank(
         loss.backward()
         outputs.append((out.detach(), loss.detach()))
         for fqn, p in replica.named_parameters():
-            if p.grad is not None:
-                grad = p.grad.float()
-                if fqn in sums:
-                    sums[fqn] += grad
-                else:
-                    sums[fqn] = grad.clone() if grad.data_ptr() == p.grad.data_ptr() else grad
+            # float32 gradients: autograd adds each chunk's into .grad, which is the sum
+            if p.grad is not None and p.grad.dtype != torch.float32:
+                grad = p.grad.float()  # a copy
+                sums[fqn] = sums[fqn] + grad if fqn in sums else grad
                 p.grad = None
+    for fqn, p in replica.named_parameters():
+        if p.grad is not None:
+            sums[fqn] = p.grad
     del replica
     for r in range(world_size):
         grad_rows = {fqn: _rows(full, shard_count, r % shard_count, (shard_dims or {}).get(fqn, 0))
