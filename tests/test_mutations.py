@@ -86,6 +86,8 @@ CASES = [
      "layer_units", "expected 22"),  # role module
     ("tail_unit_memory_tracked", "sharded_param: 180992", "sharded_param: 180993", "sharded_parameters", "180,993"),
     # divide factors, the PREMUL_SUM refusal (expect_error, reduce_op)
+    ("mixed_grad_dtypes_refused", "type: AssertionError", "type: RuntimeError", "uniform_dtype_refused",
+     "expected RuntimeError"),
     ("premul_sum_refused_on_gloo", "        phase: backward\n", "        phase: forward\n", "premul_sum_refused",
      "expected forward"),
     ("premul_sum_refused_hsdp", 'message: {matches: "PREMUL_SUM with Gloo"}', 'message: {matches: "PREMUL_SUM with NCCL"}',
