@@ -13,7 +13,7 @@ from jsonschema import Draft202012Validator
 from harness.judge.checks import check, make_entry
 from harness.judge.expect import ExpectationError, parse_expectation
 from harness.run.recorders.collectives import resolve_mesh_dims
-from tests.observations import walkthrough_observation
+from observations import walkthrough_observation
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((REPO / "harness" / "schemas" / "observation.schema.json").read_text())
