@@ -197,6 +197,7 @@ def compute_references_on_one_rank(
     for fqn, p in replica.named_parameters():
         if p.grad is not None:
             sums[fqn] = p.grad
+            p.grad = None  # the model is left with grad=None (it may be the one FSDP shards next)
     del replica
     for r in range(world_size):
         grad_rows = {fqn: _rows(full, shard_count, r % shard_count, (shard_dims or {}).get(fqn, 0))
