@@ -131,12 +131,21 @@ def _resolve_group(arguments: Mapping[str, Any]) -> Any:
     return None
 
 
-def _group_span(func, args, kwargs) -> list[int] | None:
+def _arguments(func, args, kwargs) -> dict[str, Any]:
+    """The op's arguments by their schema names (those passed, positionally or by keyword)."""
+    arguments: dict[str, Any] = {}
+    for i, arg in enumerate(func._schema.arguments):
+        if i < len(args):
+            arguments[arg.name] = args[i]
+        elif arg.name in kwargs:
+            arguments[arg.name] = kwargs[arg.name]
+    return arguments
+
+
+def _group_span(arguments: Mapping[str, Any]) -> list[int] | None:
     """The op's group as ``[first global rank, stride, size]`` (DeviceMesh groups are arithmetic
     progressions), or None when unknown or irregular: compact enough for a progress slot at any
     world size, and what hang diagnosis needs to tell who can complete a collective."""
-    arguments = {a.name: (args[i] if i < len(args) else kwargs.get(a.name))
-                 for i, a in enumerate(func._schema.arguments)}
     try:
         group = _resolve_group(arguments)
         ranks = dist.get_process_group_ranks(group) if group is not None else None
@@ -182,19 +191,20 @@ class CollectiveRecorder(TorchDispatchMode):
         namespace = func.namespace
         op_name = func._schema.name.split("::", 1)[-1]
         if namespace in _NAMESPACES and op_name not in _NOT_COLLECTIVES:
+            arguments = _arguments(func, args, kwargs)
             if self.progress is not None:
                 self.progress.entered(len(self.records), _OP_KIND.get(op_name, "other"), self.phase(),
-                                      _group_span(func, args, kwargs))
+                                      _group_span(arguments))
             if namespace == "c10d":
                 # In-place ops: every buffer is an argument. Recorded before it runs, so a
                 # collective that raises (gloo refusing PREMUL_SUM) is in the record too.
-                self._record(func, op_name, args, kwargs, None)
+                self._record(func, op_name, arguments, None)
                 out = func(*args, **kwargs)
                 if self.progress is not None:
                     self.progress.issued(out)
                 return out
             out = func(*args, **kwargs)
-            self._record(func, op_name, args, kwargs, out)
+            self._record(func, op_name, arguments, out)
             if self.progress is not None:
                 self.progress.issued(out)
             return out
@@ -213,13 +223,7 @@ class CollectiveRecorder(TorchDispatchMode):
         if self.progress is not None:
             self.progress.settle(waited=True)
 
-    def _record(self, func, op_name: str, args, kwargs, out) -> None:
-        arguments: dict[str, Any] = {}
-        for i, arg in enumerate(func._schema.arguments):
-            if i < len(args):
-                arguments[arg.name] = args[i]
-            elif arg.name in kwargs:
-                arguments[arg.name] = kwargs[arg.name]
+    def _record(self, func, op_name: str, arguments: Mapping[str, Any], out) -> None:
         ins: list[torch.Tensor] = []
         outs: list[torch.Tensor] = []
         for name, value in arguments.items():
