@@ -67,6 +67,18 @@ def _rows(t: torch.Tensor, count: int, index: int, dim: int = 0) -> torch.Tensor
     return chunks[index] if index < len(chunks) else t.narrow(dim, 0, 0)
 
 
+def _replica(model: nn.Module, replica_dtype: torch.dtype) -> nn.Module:
+    """``model`` itself if it is in ``replica_dtype``, else a cast copy."""
+    return model if replica_dtype == next(model.parameters()).dtype else copy.deepcopy(model).to(replica_dtype)
+
+
+def _mean_rows(fqn: str, full: torch.Tensor, shard_count: int, shard_index: int, world_size: int,
+               divisors: dict[str, float] | None, shard_dims: dict[str, int] | None) -> torch.Tensor:
+    """The rows of shard ``shard_index`` of a summed gradient, divided by its divisor (a copy)."""
+    dim = (shard_dims or {}).get(fqn, 0)
+    return _rows(full, shard_count, shard_index, dim).div((divisors or {}).get(fqn, world_size))
+
+
 def compute_reference(
     model: nn.Module,
     inputs: torch.Tensor,
@@ -96,8 +108,7 @@ def compute_reference(
             divide factor); None or a missing FQN: ``world_size``. Parameters without a
             gradient (frozen) get no reference.
     """
-    param_dtype = next(model.parameters()).dtype
-    replica = model if replica_dtype == param_dtype else copy.deepcopy(model).to(replica_dtype)
+    replica = _replica(model, replica_dtype)
     if replica is not model and inputs.is_floating_point():
         inputs = inputs.to(replica_dtype)
     for p in replica.parameters():
@@ -120,9 +131,7 @@ def compute_reference(
         offset = 0
         for fqn, p in named[start:stop]:
             full = bucket[offset : offset + p.numel()].view(p.shape)
-            divisor = (divisors or {}).get(fqn, world_size)
-            dim = (shard_dims or {}).get(fqn, 0)
-            grad_rows[fqn] = _rows(full, shard_count, shard_index, dim).div(divisor)  # a copy
+            grad_rows[fqn] = _mean_rows(fqn, full, shard_count, shard_index, world_size, divisors, shard_dims)
             offset += p.numel()
             p.grad = None
         del bucket
@@ -174,8 +183,7 @@ def compute_references_on_one_rank(
         :func:`compute_reference` sums; a float32 replica's own ``.grad`` accumulates them, with
         no second copy), each rank's rows cut from the sums.
     """
-    param_dtype = next(model.parameters()).dtype
-    replica = model if replica_dtype == param_dtype else copy.deepcopy(model).to(replica_dtype)
+    replica = _replica(model, replica_dtype)
     for p in replica.parameters():
         p.grad = None
     sums: dict[str, torch.Tensor] = {}
@@ -200,8 +208,8 @@ def compute_references_on_one_rank(
             p.grad = None  # the model is left with grad=None (it may be the one FSDP shards next)
     del replica
     for r in range(world_size):
-        grad_rows = {fqn: _rows(full, shard_count, r % shard_count, (shard_dims or {}).get(fqn, 0))
-                     .div((divisors or {}).get(fqn, world_size)) for fqn, full in sums.items()}
+        grad_rows = {fqn: _mean_rows(fqn, full, shard_count, r % shard_count, world_size, divisors, shard_dims)
+                     for fqn, full in sums.items()}
         yield r, Reference(replica_dtype=replica_dtype, output=outputs[r][0], loss=outputs[r][1], grad_rows=grad_rows,
                            shard_count=shard_count, shard_index=r % shard_count, shard_dims=dict(shard_dims or {}))
 
