@@ -10,19 +10,22 @@ and of jsonschema. This module reads a file within fixed bounds and raises
 - a regular file of at most :data:`MAX_BYTES` bytes (read with a cap, so a device such as
   ``/dev/zero`` or a FIFO never blocks or fills memory);
 - UTF-8 text: otherwise ``not UTF-8 text (byte 0xff at offset 15)``;
-- one pass over PyYAML's event stream (iterative: no recursion) measures the nesting depth
-  (at most :data:`MAX_DEPTH` levels) and the number of nodes the document has once every
-  alias is expanded (at most :data:`MAX_ALIAS_NODES` beyond the nodes written out); a
-  recursive alias (``&a [*a]``) and a mapping key that is a sequence or mapping are refused.
-  No shipped spec uses anchors at all; a few shared ``with:`` mappings fit the budget easily.
+- a text with an anchor (``&``) first gets one pass over PyYAML's event stream (iterative: no
+  recursion) that measures the nesting depth (at most :data:`MAX_DEPTH` levels) and the number
+  of nodes the document has once every alias is expanded (at most :data:`MAX_ALIAS_NODES`
+  beyond the nodes written out); a recursive alias (``&a [*a]``) and a mapping key that is a
+  sequence or mapping are refused. No shipped spec uses anchors at all (a text without one
+  has no alias to expand, and skips this pass); a few shared ``with:`` mappings fit the budget.
 
-Only then is the text composed (node tree with line marks) and constructed, once, by the safe
-loader (libyaml's ``CSafeLoader`` when PyYAML has it).
+Only then is the text composed (node tree with line marks); the composed tree's depth and
+mapping keys are checked without recursion, and it is constructed, once, by the safe loader
+(libyaml's ``CSafeLoader`` when PyYAML has it).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -165,7 +168,34 @@ def check_bounds(text: str, path: str | Path = "<text>", *, max_depth: int = MAX
         raise _yaml_error(path, exc) from None
 
 
-def _yaml_error(path: str | Path, exc: yaml.YAMLError) -> YamlFileError:
+def _check_tree(root: yaml.Node, path: str | Path, *, max_depth: int = MAX_DEPTH) -> None:
+    """Nesting depth and plain mapping keys, on the composed node tree (iterative: no recursion).
+
+    The composer (libyaml's, in C) bounds nesting itself at 1000 levels; this walk refuses what
+    lies between :data:`MAX_DEPTH` and that before anything recursive walks the tree.
+
+    Raises:
+        YamlFileError: nesting deeper than ``max_depth``, or a sequence or mapping as a mapping key.
+    """
+    stack = [(root, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, yaml.ScalarNode):
+            continue
+        if depth + 1 > max_depth:
+            raise YamlFileError(path, _line(node.start_mark),
+                                f"nested deeper than {max_depth} levels of sequences and mappings")
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if not isinstance(key, yaml.ScalarNode):
+                    raise YamlFileError(path, _line(key.start_mark),
+                                        "a mapping key must be a plain value, not a sequence or mapping")
+                stack.append((value, depth + 1))
+        else:
+            stack.extend((child, depth + 1) for child in node.value)
+
+
+def _yaml_error(path: str | Path, exc: yaml.YAMLError, text: str = "") -> YamlFileError:
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     problem = getattr(exc, "problem", None) or str(exc)
     context = getattr(exc, "context", None)
@@ -175,6 +205,9 @@ def _yaml_error(path: str | Path, exc: yaml.YAMLError) -> YamlFileError:
         char = exc.character if isinstance(exc.character, int) else ord(exc.character[:1] or "\0")
         problem = f"character U+{char:04X} at character offset {exc.position} is not allowed in YAML text"
     problem = " ".join(str(problem).split())
+    if problem.startswith("found undefined alias") and mark is not None:  # said as check_bounds says it
+        name = re.match(r"\*([^\s,\[\]{}]*)", text[mark.index:])
+        return YamlFileError(path, _line(mark), f"alias *{name.group(1) if name else '?'} names no anchor before it")
     if "maximum nesting depth" in problem:  # libyaml's own limit (1000 levels) struck before ours
         return YamlFileError(path, _line(mark), f"nested deeper than {MAX_DEPTH} levels of sequences and mappings")
     return YamlFileError(path, _line(mark), f"not valid YAML: {problem}")
@@ -186,13 +219,16 @@ def load_text(text: str, path: str | Path = "<text>") -> tuple[yaml.Node | None,
     Raises:
         YamlFileError: see :func:`check_bounds`; invalid YAML (line and PyYAML's problem).
     """
-    check_bounds(text, path)
+    if "&" in text:  # without an anchor there is no alias to expand: the event pass is skipped
+        check_bounds(text, path)
     loader = _SafeLoader(text)
     try:
         node = loader.get_single_node()
+        if node is not None:
+            _check_tree(node, path)
         data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
-        raise _yaml_error(path, exc) from None
+        raise _yaml_error(path, exc, text) from None
     except RecursionError:  # bounded by MAX_DEPTH above; kept so no traceback escapes
         raise YamlFileError(path, 0, f"nested deeper than {MAX_DEPTH} levels of sequences and mappings") from None
     finally:
