@@ -24,21 +24,37 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.text import Text
-
-
-def _mark(ok: bool, text: str) -> Text:
-    """A line starting with ✓ or ✗; the text is printed as is (no rich markup)."""
-    return Text.assemble(("✓ " if ok else "✗ ", "green" if ok else "bold red"), text)
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
-def _print_spec_error(console: Console, exc: Exception) -> None:
+class _PlainLines:
+    """validate's output where it is not a terminal (an editor, a pre-commit hook, a pipe):
+    the characters rich would print there, without importing rich (~60 ms of a command that
+    should take under half a second)."""
+
+    is_terminal = False
+
+    def print(self, text: str) -> None:
+        print(text)
+
+
+def _print_mark(console: "Console | _PlainLines", ok: bool, text: str) -> None:
+    """A line starting with ✓ or ✗ (green or red on a terminal); the text is printed as is (no rich markup)."""
+    if isinstance(console, _PlainLines):
+        console.print(("✓ " if ok else "✗ ") + text)
+        return
+    from rich.text import Text
+
+    console.print(Text.assemble(("✓ " if ok else "✗ ", "green" if ok else "bold red"), text))
+
+
+def _print_spec_error(console: "Console | _PlainLines", exc: Exception) -> None:
     """One ✗ line per error of a spec (a SpecError lists every error, in file order)."""
     for line in str(exc).splitlines():
-        console.print(_mark(False, line))
+        _print_mark(console, False, line)
 
 
 def _cmd_validate(args: argparse.Namespace, console: Console) -> int:
@@ -52,7 +68,7 @@ def _cmd_validate(args: argparse.Namespace, console: Console) -> int:
             _print_spec_error(console, exc)
             status = 1
         else:
-            console.print(_mark(True, f"{path}: {len(spec.items)} entries, world size {spec.setup.world_size}"))
+            _print_mark(console, True, f"{path}: {len(spec.items)} entries, world size {spec.setup.world_size}")
     return status
 
 
@@ -100,6 +116,8 @@ def _write_atomically(path: Path, text: str) -> None:
 def _save_results(console: Console, target: str, payload: dict[str, Any]) -> bool:
     """Write the --json payload; if that fails now, keep it in a temporary file and say where.
     True when written where asked."""
+    from rich.text import Text
+
     text = json.dumps(payload, indent=1, ensure_ascii=False)
     try:
         _write_atomically(Path(target), text)
@@ -107,27 +125,29 @@ def _save_results(console: Console, target: str, payload: dict[str, Any]) -> boo
         fd, fallback = tempfile.mkstemp(prefix="fsdp2-results-", suffix=".json")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        console.print(_mark(False, f"--json {target}: cannot write ({exc.strerror or exc}); results kept in {fallback}"))
+        _print_mark(console, False, f"--json {target}: cannot write ({exc.strerror or exc}); results kept in {fallback}")
         return False
     console.print(Text(f"wrote {target}"))
     return True
 
 
 def _cmd_run(args: argparse.Namespace, console: Console) -> int:
+    from rich.text import Text
+
     from harness.load.spec import SpecError, load_spec
     from harness.report import junit
 
     for flag, target in (("--json", args.json), ("--junitxml", args.junitxml)):
         problem = _output_problem(target) if target else None
         if problem:  # before any work: never compute results that cannot be written
-            console.print(_mark(False, f"{flag} {target}: {problem}"))
+            _print_mark(console, False, f"{flag} {target}: {problem}")
             return 2
     if args.plot and not _plot_available(console):
         return 2
     if args.report:
         problem = _output_problem(args.report)
         if problem:
-            console.print(_mark(False, f"--report {args.report}: {problem}"))
+            _print_mark(console, False, f"--report {args.report}: {problem}")
             return 2
     from harness.report.markdown import SpecRun, cluster_report
 
@@ -158,12 +178,12 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
                 try:
                     observation = _run_spec(spec, args, progress)
                 except PreflightError as exc:
-                    console.print(_mark(False, f"{path}: {exc}"))
+                    _print_mark(console, False, f"{path}: {exc}")
                     status = 2
                     continue
                 except (RunError, ObservationError) as exc:
                     if getattr(exc, "rank", None) is not None or _global_rank() == 0:  # a world's error: rank 0 prints it
-                        console.print(_mark(False, f"{path}: the run failed:\n{exc}"))
+                        _print_mark(console, False, f"{path}: the run failed:\n{exc}")
                     runs.append(SpecRun(str(path), spec.name, spec.title, error=str(exc),
                                         seconds=time.perf_counter() - started))
                     cases += [junit.run_error_case(junit.spec_nodeid_path(path), item.entry, exc) for item in spec.items]
@@ -210,7 +230,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
                 _write_atomically(Path(args.report), cluster_report(runs))
                 console.print(Text(f"wrote {args.report}"))
             except OSError as exc:
-                console.print(_mark(False, f"--report {args.report}: cannot write ({exc.strerror or exc})"))
+                _print_mark(console, False, f"--report {args.report}: cannot write ({exc.strerror or exc})")
                 status = max(status, 2)
         if args.junitxml and not follower and _global_rank() == 0:  # under torchrun only rank 0 writes it
             text = junit.junit_xml(cases, duration_s=time.perf_counter() - run_started)
@@ -218,7 +238,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
                 _write_atomically(Path(args.junitxml), text)
                 console.print(Text(f"wrote {args.junitxml} ({len(cases)} test cases)"))
             except OSError as exc:
-                console.print(_mark(False, f"--junitxml {args.junitxml}: cannot write ({exc.strerror or exc})"))
+                _print_mark(console, False, f"--junitxml {args.junitxml}: cannot write ({exc.strerror or exc})")
                 status = max(status, 2)
     finally:
         if previous is not None:
@@ -232,6 +252,8 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
 
 def _print_bandwidth(observation: dict, console: Console) -> None:
     """The nccl-tests table of the run's timed collectives (setup.bandwidth), if any."""
+    from rich.text import Text
+
     from harness.judge.bandwidth import bandwidth_rows
     from harness.report.bandwidth import table_lines
 
@@ -272,13 +294,15 @@ def _plot_available(console: Console) -> bool:
     from harness.report.plot import INSTALL_HINT
 
     if importlib.util.find_spec("matplotlib") is None:
-        console.print(_mark(False, INSTALL_HINT))
+        _print_mark(console, False, INSTALL_HINT)
         return False
     return True
 
 
 def _write_views(args: argparse.Namespace, spec, observation: dict, console: Console) -> None:
     """--trace: merge the ranks' traces; --plot: draw each rank's memory timeline."""
+    from rich.text import Text
+
     if getattr(args, "trace", None):
         from harness.report.trace import write_merged
 
@@ -299,6 +323,9 @@ def _write_views(args: argparse.Namespace, spec, observation: dict, console: Con
 
 
 def _cmd_render(args: argparse.Namespace, console: Console) -> int:
+    from rich.text import Text
+    from rich.console import Console
+
     from harness.load.spec import SpecError, load_spec
     from harness.report.render import render_markdown
     from harness.run.runner import RunError
@@ -318,14 +345,14 @@ def _cmd_render(args: argparse.Namespace, console: Console) -> int:
         try:
             observation = read_observation(args.from_json, args.spec, spec.setup.to_dict())
         except ObservationFileError as exc:
-            say.print(_mark(False, str(exc)))
+            _print_mark(say, False, str(exc))
             return 2
     else:
         with _progress(say, spec, args) as progress:
             try:
                 observation = _run_spec(spec, args, progress)
             except RunError as exc:
-                say.print(_mark(False, f"{args.spec}: the run failed:\n{exc}"))
+                _print_mark(say, False, f"{args.spec}: the run failed:\n{exc}")
                 return 2
         if observation is None:  # a non-zero rank under torchrun: rank 0 renders
             return 0
@@ -386,25 +413,28 @@ def _config_problem(config: str) -> str | None:
 
 
 def _cmd_draft(args: argparse.Namespace, console: Console) -> int:
+    from rich.text import Text
+    from rich.console import Console
+
     from harness.run.preflight import MAX_SIMULATED_WORLD, PreflightError, check, process_limit
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     if args.output:
         problem = _output_problem(args.output)
         if problem:
-            err.print(_mark(False, f"-o {args.output}: {problem}"))
+            _print_mark(err, False, f"-o {args.output}: {problem}")
             return 1
     if args.world_size > MAX_SIMULATED_WORLD:  # the calculator's tables grow with the world: refuse first
         if args.backend in ("gloo", "nccl"):
-            err.print(_mark(False, f"--world-size {args.world_size:,}: would start {args.world_size:,} processes on this "
-                                   f"machine, over its limit of {process_limit()}"))
+            _print_mark(err, False, f"--world-size {args.world_size:,}: would start {args.world_size:,} processes on this "
+                                   f"machine, over its limit of {process_limit()}")
         else:
-            err.print(_mark(False, f"--world-size {args.world_size:,}: over the {MAX_SIMULATED_WORLD:,} ranks a spec can "
-                                   "simulate (the fake backend's set-up grows with the world size)"))
+            _print_mark(err, False, f"--world-size {args.world_size:,}: over the {MAX_SIMULATED_WORLD:,} ranks a spec can "
+                                   "simulate (the fake backend's set-up grows with the world size)")
         return 1
     problem = _config_problem(args.config)
     if problem:
-        err.print(_mark(False, problem))
+        _print_mark(err, False, problem)
         return 1
 
     from harness.author.draft import DraftError, draft_spec
@@ -424,29 +454,29 @@ def _cmd_draft(args: argparse.Namespace, console: Console) -> int:
                 check(RunSetup.from_mapping(data["setup"]), data.get("backend", "auto"))
         except PreflightError as exc:
             if data.get("backend", "auto") == "fake" or backend != "auto":
-                err.print(_mark(False, f"draft: the spec would be refused on this machine: {exc.reason}; "
-                                       "use --no-preflight to write it anyway"))
+                _print_mark(err, False, f"draft: the spec would be refused on this machine: {exc.reason}; "
+                                       "use --no-preflight to write it anyway")
                 return 1
             text = draft("fake")
             try:
                 check(RunSetup.from_mapping(_yaml_load(text)["setup"]), "fake")
             except PreflightError as fake_exc:
-                err.print(_mark(False, f"draft: the spec would be refused on this machine: {exc.reason}; "
-                                       f"simulated: {fake_exc.reason}; use --no-preflight to write it anyway"))
+                _print_mark(err, False, f"draft: the spec would be refused on this machine: {exc.reason}; "
+                                       f"simulated: {fake_exc.reason}; use --no-preflight to write it anyway")
                 return 1
             err.print(Text(f"note: drafted for the fake backend (simulated ranks): on real ranks this machine "
                            f"would refuse it: {exc.reason}"))
     except DraftError as exc:  # already names --config and what was expected
-        err.print(_mark(False, " ".join(str(exc).split())))
+        _print_mark(err, False, " ".join(str(exc).split()))
         return 1
     except (ValueError, TypeError, KeyError, SetupError) as exc:
-        err.print(_mark(False, f"--config {args.config}: {' '.join(str(exc).split())}"))
+        _print_mark(err, False, f"--config {args.config}: {' '.join(str(exc).split())}")
         return 1
     if args.output:
         try:
             _write_atomically(Path(args.output), text)
         except OSError as exc:
-            err.print(_mark(False, f"-o {args.output}: cannot write: {exc.strerror or exc}"))
+            _print_mark(err, False, f"-o {args.output}: cannot write: {exc.strerror or exc}")
             return 1
         console.print(f"wrote {args.output}", highlight=False)
     else:
@@ -467,6 +497,20 @@ def _yaml_load(text: str) -> dict[str, Any]:
     import yaml
 
     return yaml.safe_load(text)
+
+
+def _console(command: str) -> "Console | _PlainLines":
+    """rich's Console for stdout; plain lines for validate off a terminal (rich would print the
+    same characters there). Piped output is not cut to 80 columns: tables get 160, and an
+    error stays on one line."""
+    if command == "validate" and not sys.stdout.isatty() and not os.environ.get("FORCE_COLOR"):
+        return _PlainLines()
+    from rich.console import Console
+
+    console = Console(highlight=False, soft_wrap=True)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(highlight=False, soft_wrap=True, width=160)
+    return console
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -527,10 +571,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in ("world_size", "layers", "batch_per_rank", "seq_len"):
             if getattr(args, name) < 1:
                 parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
-    # Piped output is not cut to 80 columns: tables get 160, and an error stays on one line.
-    console = Console(highlight=False, soft_wrap=True)
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(highlight=False, soft_wrap=True, width=160)
+    console = _console(args.command)
     handler = {"run": _cmd_run, "validate": _cmd_validate, "draft": _cmd_draft, "render": _cmd_render}[args.command]
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
@@ -549,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
         return handler(args, console)
     except KeyboardInterrupt as exc:  # the ranks are stopped by the launcher's clean-up on the way here
         terminated = isinstance(exc, Terminated)
-        Console(stderr=True, highlight=False).print("terminated" if terminated else "interrupted")
+        print("terminated" if terminated else "interrupted", file=sys.stderr)
         return 143 if terminated else 130
     finally:
         if main_thread:
