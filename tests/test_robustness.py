@@ -239,6 +239,16 @@ def test_memory_check_against_a_given_machine():
     assert preflight.check(big, "nccl", memory=10**12, gpus=[10**12] * 4) is not None
 
 
+def test_preflight_on_a_host_without_gpu_device_nodes_does_not_import_torch():
+    """The CLI's process does not need torch for a CPU run (the ranks' forkserver imports it):
+    the GPU question costs no import where no /dev/nvidia<N> or /dev/kfd exists."""
+    code = ("import sys; from harness.load.setup import RunSetup; from harness.run import preflight\n"
+            "preflight._gpu_device_nodes = lambda: False\n"
+            "preflight.check(RunSetup(), 'auto'); sys.exit(1 if 'torch' in sys.modules else 0)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr or "the pre-flight check imported torch"
+
+
 def test_estimate_grows_with_what_each_rank_holds():
     base = preflight.estimate(RunSetup.from_mapping({"numerics": False}))
     adamw = preflight.estimate(RunSetup.from_mapping({"numerics": False, "optimizer": {"name": "adamw"}}))

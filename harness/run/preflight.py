@@ -36,7 +36,9 @@ Per rank, in bytes (``S`` = a unit's padded shard, ``U`` = a unit's gathered par
 
 from __future__ import annotations
 
+import glob
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -274,8 +276,17 @@ def check(setup: Any, backend: str, *, joined: bool = False,
     return est
 
 
+def _gpu_device_nodes() -> bool:
+    """Whether this host shows a GPU device node (NVIDIA's ``/dev/nvidia<N>``, ROCm's ``/dev/kfd``).
+    Without one CUDA cannot be available, and asking torch would cost this process its ~3 s
+    import, on the critical path of every CPU run: the ranks' forkserver imports torch anyway."""
+    return bool(glob.glob("/dev/nvidia[0-9]*")) or os.path.exists("/dev/kfd")
+
+
 def _free_gpu_memory(world: int) -> list[int] | None:
     """Free bytes of each visible GPU when NCCL would run the ranks (enough GPUs), else None."""
+    if "torch" not in sys.modules and not _gpu_device_nodes():
+        return None
     try:
         import torch
 
