@@ -145,19 +145,11 @@ def run_step(
     dtype = torch_dtype(setup.model.dtype)
     config = qwen3.get_config(setup.model.config, **dict(setup.model.overrides))
     numerics_on = setup.numerics and not simulated
-    # setup.init: "full" builds the full model on every rank; "meta" builds on meta, shards,
-    # then fills each rank's shards with the full init's values. Unset: "full" with numerics,
-    # else meta with each rank drawing its own shards (a full model on every rank at once would
-    # not fit here for Qwen3-0.6B on 8 ranks).
     one_replica = numerics_on and setup.numerics_reference == "rank_0" and setup.schedule is None
-    init = setup.init or ("meta" if one_replica else "full" if numerics_on else "local")
+    init = _init_mode(setup, numerics_on, one_replica)
     meta_init = not simulated and init != "full"
     mesh = build_mesh(setup, device_type)  # first, outside FakeTensorMode
-    group_dims: dict[str, Any] = {}
-    for i, name in enumerate(setup.mesh_dim_names):  # a group serving several dims keeps them all
-        group = mesh.get_group(i).group_name
-        group_dims[group] = (*group_dims[group], name) if isinstance(group_dims.get(group), tuple) else \
-            ((group_dims[group], name) if group in group_dims else name)
+    group_dims = _group_dims(setup, mesh)
     coords = [int(c) for c in mesh.get_coordinate()]
     got: dict[str, Any] = {}  # what exists so far, for the observation of a recorded error
 
@@ -194,34 +186,10 @@ def run_step(
                                                        meta_init, shard_units, checkpoint_dir)
             elif numerics_on:
                 with phases.phase("replica"):
-                    # the replica: this model (full init), or a full model of its own (meta init)
-                    replica = root if not meta_init else build_model(setup, config, dtype, device, init=True)
-                    if setup.freeze.params:
-                        freeze_params(replica, setup.freeze.params)
-                    if schedule is None:
-                        reference = replica_reference(setup, replica, inputs.tensor, loss_fn, dtype, world_size, coords,
-                                                      divisors=_divisors(shard_units, replica, world_size),
-                                                      shard_dims=_shard_dims(shard_units, replica))
-                    else:
-                        mp = setup.fsdp.mixed_precision
-                        compute = torch_dtype(mp.param_dtype) if mp is not None and mp.param_dtype else dtype
-                        reduce = torch_dtype(mp.reduce_dtype) if mp is not None and mp.reduce_dtype else compute
-                        schedule_ref = schedule_reference(
-                            replica, plan, [b.to(device) for b in batches],
-                            loss_fn=loss_fn, make_optimizer=lambda ps: make_optimizer(setup, ps), world_size=world_size,
-                            rank=rank, shard_count=setup.mesh_shape[-1], shard_index=coords[-1],
-                            compute_dtype=compute, reduce_dtype=reduce)
-                    if replica is root and setup.freeze.after_fully_shard:
-                        for p in root.parameters():  # frozen again after fully_shard, as the setup says
-                            p.requires_grad_(True)
-                    del replica
-            if init == "meta":
-                materialize = functools.partial(init_shards_like_full, device=device, seed=setup.seed)
-            elif meta_init:
-                materialize = functools.partial(init_local_shards, device=device, std=config.initializer_range,
-                                                seed=setup.seed, rank=rank)
-            else:
-                materialize = None
+                    reference, schedule_ref = _replica_references(
+                        setup, config, dtype, device, loss_fn, rank, coords, root, meta_init, shard_units,
+                        inputs, batches, plan)
+            materialize = _materializer(setup, config, init, meta_init, device, rank)
             instruments = got["instruments"] = Instruments(phases, group_dims, collective_log,
                                                            track_memory=setup.track_memory)
             if not simulated:
@@ -268,31 +236,15 @@ def run_step(
         return _error_result(exc, phases, got, rank, coords, t_start, _environment(device_type, device))
 
     observe_s = time.perf_counter() - t_observe
-    state_dict = None
-    if setup.state_dict.round_trip and not simulated:
-        from harness.run.checkpoint import fresh_sharded, round_trip, shared_folder
-
-        with phases.phase("state_dict"), shared_folder(checkpoint_dir) as folder:
-            state_dict = round_trip(root, optimizer, functools.partial(fresh_sharded, setup, mesh, device, rank),
-                                    folder, write_reference=bool(setup.state_dict.reload_world_sizes))
-    bandwidth = None
-    if setup.bandwidth is not None and not simulated:
-        with phases.phase("bandwidth"):
-            bandwidth = _time_collectives(setup, pieces["collectives"], mesh, rank, world_size, device, dtype)
-    timings = dict(phases.timings_s)
-    timings["observe"] = observe_s
-    timings["total"] = time.perf_counter() - t_start
-    entry = {"rank": rank, "coords": coords, "input": inputs.describe(), **pieces, "numerics": numerics, "timings_s": timings,
+    entry = {"rank": rank, "coords": coords, "input": inputs.describe(), **pieces, "numerics": numerics,
              "output": {"shape": list(outcome.output.shape), "dtype": dtype_name(outcome.output.dtype),
                         "loss_dtype": dtype_name(outcome.loss.dtype)}}
+    if not simulated:  # one process simulates every rank: it has no per-rank host or device
+        entry.update(_after_the_step(setup, phases, root, optimizer, mesh, rank, world_size, device, dtype,
+                                     pieces["collectives"], checkpoint_dir))
+    entry["timings_s"] = {**phases.timings_s, "observe": observe_s, "total": time.perf_counter() - t_start}
     if setup.record_errors:
         entry["error"] = None
-    if bandwidth is not None:
-        entry["bandwidth"] = bandwidth
-    if not simulated:  # one process simulates every rank: it has no per-rank host or device
-        entry["environment"] = rank_environment(rank, world_size, device, str(dist.get_backend()))
-    if state_dict is not None:
-        entry["state_dict"] = state_dict
     if any(u.after is not None and u.after.compile for u in shard_units):
         from torch._dynamo.utils import counters  # what dynamo captured (0 graphs under a dispatch mode)
 
@@ -300,6 +252,87 @@ def run_step(
                             "graph_breaks": int(sum(counters["graph_break"].values()))}
     fsdp_units = [{**u.describe(), "state": unit_state(u)} for u in units]
     return {"entry": entry, "fsdp_units": fsdp_units, "environment": _environment(device_type, device)}
+
+
+def _group_dims(setup: RunSetup, mesh: Any) -> dict[str, Any]:
+    """Process group name -> the mesh dim it serves (a tuple of names where one group serves
+    several dims, as a size-1 dim's group can), for attributing each recorded collective."""
+    group_dims: dict[str, Any] = {}
+    for i, name in enumerate(setup.mesh_dim_names):
+        group = mesh.get_group(i).group_name
+        group_dims[group] = (*group_dims[group], name) if isinstance(group_dims.get(group), tuple) else \
+            ((group_dims[group], name) if group in group_dims else name)
+    return group_dims
+
+
+def _init_mode(setup: RunSetup, numerics_on: bool, one_replica: bool) -> str:
+    """``setup.init``, or its default: "full" builds the full model on every rank; "meta" builds
+    on meta, shards, then fills each rank's shards with the full init's values (one replica on
+    rank 0 needs no full model elsewhere); "local": meta, each rank drawing its own shards,
+    without numerics (a full model on every rank at once would not fit here for Qwen3-0.6B on
+    8 ranks)."""
+    return setup.init or ("meta" if one_replica else "full" if numerics_on else "local")
+
+
+def _materializer(setup: RunSetup, config: Any, init: str, meta_init: bool, device: torch.device,
+                  rank: int) -> Callable[..., Any] | None:
+    """How ``apply_fsdp`` gives a meta-built model its shards' values; None for a full init."""
+    if init == "meta":
+        return functools.partial(init_shards_like_full, device=device, seed=setup.seed)
+    if meta_init:
+        return functools.partial(init_local_shards, device=device, std=config.initializer_range,
+                                 seed=setup.seed, rank=rank)
+    return None
+
+
+def _replica_references(setup: RunSetup, config: Any, dtype: torch.dtype, device: torch.device, loss_fn: Any,
+                        rank: int, coords: list[int], root: torch.nn.Module, meta_init: bool,
+                        shard_units: list[ShardUnit], inputs: Any, batches: list[Any] | None,
+                        plan: Any) -> tuple[Any, Any]:
+    """``numerics_reference: each_rank``: this rank's replica (the model itself under a full
+    init, else a full model of its own) gives (the one-step reference, None), or with a
+    schedule (None, the schedule's single-process reference)."""
+    world_size = setup.world_size
+    replica = root if not meta_init else build_model(setup, config, dtype, device, init=True)
+    if setup.freeze.params:
+        freeze_params(replica, setup.freeze.params)
+    reference = schedule_ref = None
+    if setup.schedule is None:
+        reference = replica_reference(setup, replica, inputs.tensor, loss_fn, dtype, world_size, coords,
+                                      divisors=_divisors(shard_units, replica, world_size),
+                                      shard_dims=_shard_dims(shard_units, replica))
+    else:
+        mp = setup.fsdp.mixed_precision
+        compute = torch_dtype(mp.param_dtype) if mp is not None and mp.param_dtype else dtype
+        reduce = torch_dtype(mp.reduce_dtype) if mp is not None and mp.reduce_dtype else compute
+        schedule_ref = schedule_reference(
+            replica, plan, [b.to(device) for b in batches],
+            loss_fn=loss_fn, make_optimizer=lambda ps: make_optimizer(setup, ps), world_size=world_size,
+            rank=rank, shard_count=setup.mesh_shape[-1], shard_index=coords[-1],
+            compute_dtype=compute, reduce_dtype=reduce)
+    if replica is root and setup.freeze.after_fully_shard:
+        for p in root.parameters():  # frozen again after fully_shard, as the setup says
+            p.requires_grad_(True)
+    return reference, schedule_ref
+
+
+def _after_the_step(setup: RunSetup, phases: Phases, root: torch.nn.Module, optimizer: Any, mesh: Any, rank: int,
+                    world_size: int, device: torch.device, dtype: torch.dtype, collectives: list[dict[str, Any]],
+                    checkpoint_dir: str | None) -> dict[str, Any]:
+    """A real rank's parts of its entry made after the recorders stopped: its host and device
+    (``environment``), the state-dict round trip and the bandwidth rows where the setup asks."""
+    parts: dict[str, Any] = {}
+    if setup.state_dict.round_trip:
+        from harness.run.checkpoint import fresh_sharded, round_trip, shared_folder
+
+        with phases.phase("state_dict"), shared_folder(checkpoint_dir) as folder:
+            parts["state_dict"] = round_trip(root, optimizer, functools.partial(fresh_sharded, setup, mesh, device, rank),
+                                             folder, write_reference=bool(setup.state_dict.reload_world_sizes))
+    if setup.bandwidth is not None:
+        with phases.phase("bandwidth"):
+            parts["bandwidth"] = _time_collectives(setup, collectives, mesh, rank, world_size, device, dtype)
+    parts["environment"] = rank_environment(rank, world_size, device, str(dist.get_backend()))
+    return parts
 
 
 def _reference_from_rank_0(setup: RunSetup, config: Any, dtype: torch.dtype, device: torch.device, loss_fn: Any,
