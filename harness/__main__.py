@@ -266,13 +266,17 @@ def _run_spec(spec, args: argparse.Namespace, progress) -> dict | None:
 
 
 def _plot_available(console: Console) -> bool:
-    """--plot needs matplotlib (an optional dependency): say so in one line, before running."""
-    import importlib.util
+    """--plot needs matplotlib (an optional dependency): say so in one line, before running.
 
-    from harness.report.plot import INSTALL_HINT
+    matplotlib is imported here, not only looked up: an installed copy that fails to import
+    must stop the command now, not after the run with a traceback.
+    """
+    from harness.report.plot import PlotUnavailable, _pyplot
 
-    if importlib.util.find_spec("matplotlib") is None:
-        console.print(_mark(False, INSTALL_HINT))
+    try:
+        _pyplot()
+    except PlotUnavailable as exc:
+        console.print(_mark(False, str(exc)))
         return False
     return True
 
