@@ -514,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     draft.add_argument("--world-size", type=int, required=True)
     draft.add_argument("--layers", type=int, default=2, help="decoder layers to run (default 2)")
     draft.add_argument("--dtype", default=None, choices=("float16", "bfloat16", "float32"),
-                       help="parameter dtype (default: the config file's torch_dtype, else bfloat16)")
+                       help="parameter dtype (default: the config file's torch_dtype or dtype, else bfloat16)")
     draft.add_argument("--batch-per-rank", type=int, default=1)
     draft.add_argument("--seq-len", type=int, default=16)
     draft.add_argument("--backend", choices=("auto", "gloo", "nccl", "fake"), default=None)
