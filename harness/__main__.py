@@ -288,13 +288,17 @@ def _run_spec(spec, args: argparse.Namespace, progress) -> dict | None:
 
 
 def _plot_available(console: Console) -> bool:
-    """--plot needs matplotlib (an optional dependency): say so in one line, before running."""
-    import importlib.util
+    """--plot needs matplotlib (an optional dependency): say so in one line, before running.
 
-    from harness.report.plot import INSTALL_HINT
+    matplotlib is imported here, not only looked up: an installed copy that fails to import
+    must stop the command now, not after the run with a traceback.
+    """
+    from harness.report.plot import PlotUnavailable, _pyplot
 
-    if importlib.util.find_spec("matplotlib") is None:
-        _print_mark(console, False, INSTALL_HINT)
+    try:
+        _pyplot()
+    except PlotUnavailable as exc:
+        _print_mark(console, False, str(exc))
         return False
     return True
 
@@ -554,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     draft.add_argument("--world-size", type=int, required=True)
     draft.add_argument("--layers", type=int, default=2, help="decoder layers to run (default 2)")
     draft.add_argument("--dtype", default=None, choices=("float16", "bfloat16", "float32"),
-                       help="parameter dtype (default: the config file's torch_dtype, else bfloat16)")
+                       help="parameter dtype (default: the config file's torch_dtype or dtype, else bfloat16)")
     draft.add_argument("--batch-per-rank", type=int, default=1)
     draft.add_argument("--seq-len", type=int, default=16)
     draft.add_argument("--backend", choices=("auto", "gloo", "nccl", "fake"), default=None)

@@ -360,12 +360,15 @@ class ConfigFile:
             stored in; None when the file has neither.
         ignored: the fields present in the file and accepted as :data:`IGNORED_FIELDS`.
         path: the file read, or None for a mapping.
+        dtype_field: the field ``dtype`` was read from ("torch_dtype" or "dtype"; both when
+            the file has both, equal), None when the file has neither.
     """
 
     config: Qwen3Config
     dtype: str | None = None
     ignored: tuple[str, ...] = ()
     path: str | None = None
+    dtype_field: str | None = None
 
 
 def from_transformers(fields: Mapping[str, Any]) -> ConfigFile:
@@ -448,7 +451,8 @@ def from_transformers(fields: Mapping[str, Any]) -> ConfigFile:
     if missing:
         raise ValueError(f"missing field(s): {', '.join(missing)}")
     ignored = tuple(k for k in fields if k in IGNORED_FIELDS)
-    return ConfigFile(Qwen3Config(**kwargs), next(iter(dtypes.values()), None), ignored)
+    return ConfigFile(Qwen3Config(**kwargs), next(iter(dtypes.values()), None), ignored,
+                      dtype_field=" / ".join(dtypes) or None)
 
 
 def read_config_file(path: str | Path) -> ConfigFile:

@@ -44,7 +44,7 @@ def test_drafted_spec_from_a_transformers_config_json_on_real_ranks(tmp_path, sp
                              dtype="float32").to_json_file(str(config))
     path = _draft(tmp_path, "--config", str(config), "--world-size", "3")
     text = path.read_text()
-    assert "# model dtype float32: the config file's torch_dtype." in text
+    assert "# model dtype float32: the config file's dtype." in text  # transformers 5 writes dtype, not torch_dtype
     spec = load_spec(path)
     assert spec.raw["setup"]["model"]["config"] == "config.json"  # relative to the drafted spec
     assert spec.backend == "auto" and spec.setup.world_size == 3 and spec.setup.model.dtype == "float32"
@@ -97,6 +97,21 @@ def test_drafted_dtype_says_where_it_came_from(tmp_path):
 
     assert "# model dtype bfloat16: the draft's default" in draft_spec("Qwen3-8B", 4)
     assert "model dtype" not in draft_spec("Qwen3-8B", 4, dtype="float16").split("\nspec:")[0]
+
+
+@pytest.mark.parametrize("field", ["torch_dtype", "dtype"])
+def test_drafted_dtype_names_the_field_the_file_gave(tmp_path, field):
+    """transformers 4.x writes torch_dtype, 5.x dtype: the header names the one this file has."""
+    import json
+
+    from harness.author.draft import draft_spec
+    from test_config_file import QWEN3_0_6B_PUBLISHED
+
+    fields = {k: v for k, v in QWEN3_0_6B_PUBLISHED.items() if k != "torch_dtype"}
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**fields, field: "float16"}))
+    header = draft_spec(str(config), 4, output=str(tmp_path / "drafted.yaml")).split("\nspec:")[0]
+    assert f"# model dtype float16: the config file's {field}." in header, header
 
 
 def _write(tmp_path: Path, text: str) -> Path:

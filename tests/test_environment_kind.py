@@ -91,6 +91,10 @@ def test_cpu_ranks_do_not_measure_distinct_devices():
     obs = cluster_observation(hosts=("h",), per_host=4, device="cpu")
     result = run(obs, distinct_devices=True)
     assert result.status == "skip" and "share the host's cores" in result.message
+    # said once, not once per rank: the report groups the ranks that share a value
+    assert result.message.count("share the host's cores") == 1, result.message
+    assert {v for f in result.fields for v in f.observed.values()} == {
+        "n/a: runs on cpu: ranks on CPU share the host's cores, devices per rank apply to CUDA"}
     assert run(obs, distinct_devices=True, ranks_per_host=4).status == "pass"  # the other field is compared
 
 

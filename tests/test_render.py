@@ -217,6 +217,21 @@ def test_real_walkthrough_run_holds_every_document_figure(spec_observation):
     assert missing_figures(text) == []
 
 
+def _without_environment(markdown: str) -> list[str]:
+    """The page's lines with the run's environment (torch version, backend, device) cut from its
+    header line: the rest follows from the spec and FSDP2 alone."""
+    return [ln.split(": torch ", 1)[0] if ln.startswith("The tables of ") else ln for ln in markdown.splitlines()]
+
+
+def test_the_readme_excerpt_is_what_render_writes_now(spec_observation):
+    """docs/qwen3_walkthrough.md, linked from the README as render's output, is what render writes
+    for a real walkthrough run today (scripts/see_walkthrough regenerates it). It had drifted once:
+    its header still named the document with a path the spec no longer carries."""
+    spec = load_spec(WALKTHROUGH)
+    docs = (ROOT / "docs" / "qwen3_walkthrough.md").read_text(encoding="utf-8")
+    assert _without_environment(docs) == _without_environment(render_markdown(spec, spec_observation(spec)))
+
+
 def test_cli_renders_from_a_json_observation(tmp_path):
     """``render --from-json`` reads what ``run --json`` writes, runs nothing, writes DIR/<spec>.md."""
     obs = walkthrough_observation()

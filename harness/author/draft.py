@@ -96,7 +96,7 @@ def draft(config: str, world_size: int, *, layers: int = 2, dtype: str | None = 
     dtype_source = "--dtype"
     if dtype is None:
         if read is not None and read.dtype is not None:
-            dtype, dtype_source = read.dtype, "the config file's torch_dtype"
+            dtype, dtype_source = read.dtype, f"the config file's {read.dtype_field}"
         else:
             dtype, dtype_source = DEFAULT_DTYPE, "the draft's default (the released Qwen3 checkpoints' torch_dtype)"
     if dtype not in DTYPES:

@@ -135,13 +135,23 @@ def memory_timeline(observation: Mapping[str, Any], rank: int) -> Timeline:
 
 
 def _pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (files only, no display).
+
+    Raises:
+        PlotUnavailable: matplotlib is not installed (:data:`INSTALL_HINT`), or it is installed
+            but importing it fails (e.g. built against another numpy): one line naming the error.
+    """
     try:
         import matplotlib
-    except ImportError:
-        raise PlotUnavailable(INSTALL_HINT) from None
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
 
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        if isinstance(exc, ModuleNotFoundError) and exc.name == "matplotlib":
+            raise PlotUnavailable(INSTALL_HINT) from None
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise PlotUnavailable(f"matplotlib is installed but cannot be imported ({type(exc).__name__}: {first}): "
+                              "--plot needs it (pip install --force-reinstall matplotlib)") from None
     return plt
 
 
@@ -159,7 +169,7 @@ def plot_memory(observation: Mapping[str, Any], out_dir: str | Path, stem: str,
         The written files.
 
     Raises:
-        PlotUnavailable: matplotlib is not installed.
+        PlotUnavailable: matplotlib is not installed or cannot be imported.
     """
     plt = _pyplot()
     out_dir = Path(out_dir)

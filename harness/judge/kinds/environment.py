@@ -88,7 +88,7 @@ def measure(sel, obs):
         values.update({name: agreement[name][r] for name in _AGREEMENT})
         if e["device_type"] != "cuda":
             values["distinct_devices"] = NotMeasured(
-                f"rank {r} runs on {e['device_type']}: ranks on CPU share the host's cores, devices per rank apply to CUDA")
+                f"runs on {e['device_type']}: ranks on CPU share the host's cores, devices per rank apply to CUDA")
         else:
             sharing = [o for o in devices[(e["host"], _device_id(e))] if o != r]
             values["distinct_devices"] = True if not sharing else (
