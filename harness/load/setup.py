@@ -8,7 +8,6 @@ becomes a :class:`RunSetup`. Defaults follow the walkthrough document's setup co
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
@@ -331,6 +330,8 @@ class RunSetup:
 
     def cache_key(self) -> str:
         """A stable hash of the setup; callers add torch version and backend."""
+        import hashlib  # only runs need the key, not loading
+
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
 
     @classmethod
