@@ -51,7 +51,7 @@ from harness.run.parallelize import (ShardUnit, apply_fsdp, build_mesh, freeze_p
                                      init_shards_like_full, unit_state, units_from_setup)
 from harness.run.plan import forward_count, global_batches, loss_function, step_plan
 from harness.run.recorders.collectives import dtype_name, resolve_mesh_dims
-from harness.run.recorders.environment import rank_environment
+from harness.run.recorders.environment import cpu_name, rank_environment
 from harness.run.recorders.numerics import compare
 from harness.run.recorders.phases import Phases
 from harness.run.recorders.updates import ParamUpdates, schedule_reference
@@ -61,16 +61,7 @@ __all__ = ["run_step"]
 
 def _device_name(device: torch.device) -> str:
     """The GPU's name, or the CPU model from /proc/cpuinfo (no subprocess), or the machine."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine() or "cpu"
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
 
 
 def _environment(device_type: str, device: torch.device) -> dict[str, Any]:
