@@ -85,11 +85,62 @@ def _output_problem(path: str | Path) -> str | None:
     return None
 
 
+def _folder_problem(path: str | Path) -> str | None:
+    """Why ``path`` cannot be (made into) a folder to write in (checked before any work), None
+    when it can: an existing folder that is writable, or a new one under a writable folder."""
+    path = Path(path)
+    if path.exists():
+        if not path.is_dir():
+            return "is a file; expected a folder (it is made if missing)"
+        return None if os.access(path, os.W_OK | os.X_OK) else "not writable"
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"{str(ancestor)!r} is a file, not a folder"
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        return f"cannot make it: {str(ancestor)!r} is not writable"
+    return None
+
+
+def _paths_problem(console: Console, args: argparse.Namespace, files: tuple[str, ...], folders: tuple[str, ...]) -> bool:
+    """Check the output flags ``files`` (file paths) and ``folders`` (folder paths) of ``args``;
+    print one line for the first unusable one and return True, else False."""
+    for name in files + folders:
+        target = getattr(args, name, None)
+        if not target:
+            continue
+        problem = _output_problem(target) if name in files else _folder_problem(target)
+        if problem:
+            console.print(_mark(False, f"--{name.replace('_', '-')} {target}: {problem}"))
+            return True
+    return False
+
+
 def _write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file beside it (never half a file)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent if str(path.parent) else ".")
+    """Write ``text`` to ``path`` through a temporary file beside it (never half a file).
+
+    A symbolic link is followed (the file it names is replaced, not the link); a path that is
+    not a regular file (``/dev/stdout``, ``/dev/full``, a FIFO) is written in place: replacing it
+    would put a regular file where a device was. Raises OSError (e.g. ENOSPC from ``/dev/full``).
+    """
+    path = Path(path)
+    if path.exists() and not path.is_file():  # follows links: /dev/stdout -> /proc/self/fd/1 -> a pipe
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return
+    if path.is_symlink():  # to a regular file (or dangling): write where it points
+        path = Path(os.path.realpath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        if path.exists():  # mkstemp's file is 0600: keep the mode of the file replaced, else the umask's
+            mode = path.stat().st_mode & 0o7777
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
         with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), mode)
             f.write(text)
         os.replace(tmp, path)
     except BaseException:
@@ -117,18 +168,11 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     from harness.load.spec import SpecError, load_spec
     from harness.report import junit
 
-    for flag, target in (("--json", args.json), ("--junitxml", args.junitxml)):
-        problem = _output_problem(target) if target else None
-        if problem:  # before any work: never compute results that cannot be written
-            console.print(_mark(False, f"{flag} {target}: {problem}"))
-            return 2
+    # before any work: never compute results that cannot be written
+    if _paths_problem(console, args, ("json", "junitxml", "report"), ("trace", "plot")):
+        return 2
     if args.plot and not _plot_available(console):
         return 2
-    if args.report:
-        problem = _output_problem(args.report)
-        if problem:
-            console.print(_mark(False, f"--report {args.report}: {problem}"))
-            return 2
     from harness.report.markdown import SpecRun, cluster_report
 
     runs: list[SpecRun] = []  # for --report
@@ -190,7 +234,8 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
             finished.append(str(path))
             runs.append(SpecRun(str(path), spec.name, spec.title, observation, results,
                                 seconds=time.perf_counter() - started))
-            _write_views(args, spec, observation, console)
+            if not _write_views(args, spec, observation, console):
+                status = max(status, 2)
         if len(args.specs) > 1 and all_results:
             console.print(Text(f"all specs: {summary_line(all_results)}"))
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the launcher has stopped the ranks
@@ -277,8 +322,19 @@ def _plot_available(console: Console) -> bool:
     return True
 
 
-def _write_views(args: argparse.Namespace, spec, observation: dict, console: Console) -> None:
-    """--trace: merge the ranks' traces; --plot: draw each rank's memory timeline."""
+def _write_views(args: argparse.Namespace, spec, observation: dict, console: Console) -> bool:
+    """--trace: merge the ranks' traces; --plot: draw each rank's memory timeline. False (and
+    one line) when a file cannot be written now (its folder was checked before the run)."""
+    try:
+        _write_views_unchecked(args, spec, observation, console)
+    except OSError as exc:
+        where = exc.filename or (args.trace if getattr(args, "trace", None) else args.plot)
+        console.print(_mark(False, f"{where}: cannot write ({exc.strerror or exc})"))
+        return False
+    return True
+
+
+def _write_views_unchecked(args: argparse.Namespace, spec, observation: dict, console: Console) -> None:
     if getattr(args, "trace", None):
         from harness.report.trace import write_merged
 
@@ -305,6 +361,8 @@ def _cmd_render(args: argparse.Namespace, console: Console) -> int:
 
     # Markdown on stdout: everything else goes to stderr.
     say = console if args.out else Console(stderr=True, highlight=False, soft_wrap=True)
+    if _paths_problem(say, args, (), ("out", "trace", "plot")):
+        return 2
     if args.plot and not _plot_available(say):
         return 2
     try:
@@ -332,13 +390,16 @@ def _cmd_render(args: argparse.Namespace, console: Console) -> int:
     text = render_markdown(spec, observation)
     if args.out:
         out = Path(args.out) / f"{spec.name}.md"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8")
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            _write_atomically(out, text)
+        except OSError as exc:
+            say.print(_mark(False, f"--out {args.out}: cannot write {out} ({exc.strerror or exc})"))
+            return 2
         say.print(Text(f"wrote {out}"))
     else:
         sys.stdout.write(text)
-    _write_views(args, spec, observation, say)
-    return 0
+    return 0 if _write_views(args, spec, observation, say) else 2
 
 
 def _write_payload(console: Console, args: argparse.Namespace, results: list[Any], documents: dict[str, Any],
