@@ -463,6 +463,11 @@ def _cmd_draft(args: argparse.Namespace, console: Console) -> int:
             err.print(_mark(False, f"--world-size {args.world_size:,}: over the {MAX_SIMULATED_WORLD:,} ranks a spec can "
                                    "simulate (the fake backend's set-up grows with the world size)"))
         return 1
+    from harness.load.spec import MAX_LAYERS
+
+    if args.layers > MAX_LAYERS:  # a spec of more layers would not load
+        err.print(_mark(False, f"--layers {args.layers:,}: over the {MAX_LAYERS:,} decoder layers a spec may build"))
+        return 1
     problem = _config_problem(args.config)
     if problem:
         err.print(_mark(False, problem))
@@ -582,7 +587,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "render" and args.from_json and args.trace:
         parser.error("--trace needs a run: drop --from-json (a --json file holds no profiler traces)")
-    if args.command == "run" and args.timeout is not None and not 0 < args.timeout <= 86400:
+    if args.command in ("run", "render") and args.timeout is not None and not 0 < args.timeout <= 86400:
         parser.error(f"--timeout must be a number of seconds above 0 and at most 86400, got {args.timeout}")
     if args.command == "draft":
         for name in ("world_size", "layers", "batch_per_rank", "seq_len"):

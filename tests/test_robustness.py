@@ -477,6 +477,13 @@ def test_a_layer_count_past_the_bound_is_a_load_error(tmp_path, model, key):
     no_traceback(proc)
 
 
+def test_draft_layers_past_the_bound_are_refused(tmp_path):
+    for layers in ("5000", "1000000000"):
+        proc = cli("draft", "--config", "Qwen3-8B", "--world-size", "4", "--layers", layers, timeout=60)
+        assert proc.returncode == 1 and proc.stderr.strip().startswith(f"✗ --layers {int(layers):,}: over the 1,024")
+        no_traceback(proc)
+
+
 @pytest.mark.parametrize("args, says", [
     (["run", "SPEC", "--trace", "AFILE"], "--trace AFILE: is a file; expected a folder (it is made if missing)"),
     (["run", "SPEC", "--trace", "AFILE/sub"], "--trace AFILE/sub: 'AFILE' is a file, not a folder"),
@@ -513,6 +520,14 @@ def test_a_view_that_cannot_be_written_after_the_run_is_one_line(tmp_path, monke
     args = argparse.Namespace(trace=None, plot=str(tmp_path / "plots"))
     assert _write_views(args, load_spec(write(tmp_path, TINY)), {}, console) is False
     assert console.export_text().strip() == f"✗ {tmp_path / 'plots' / 'x.png'}: cannot write (No space left on device)"
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan"])
+def test_render_timeout_is_checked_as_runs(value):
+    """render --timeout -1 started the run and failed at once with a multi-line run error."""
+    proc = cli("render", "specs/qwen3_walkthrough.yaml", "--timeout", value, timeout=60)
+    assert proc.returncode == 2 and "--timeout must be a number of seconds above 0" in proc.stderr
+    no_traceback(proc)
 
 
 def test_writes_to_devices_and_links_go_where_they_point(tmp_path):
