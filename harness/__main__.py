@@ -207,7 +207,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
                     continue
                 except (RunError, ObservationError) as exc:
                     if getattr(exc, "rank", None) is not None or _global_rank() == 0:  # a world's error: rank 0 prints it
-                        console.print(_mark(False, f"{path}: the run failed:\n{exc}"))
+                        console.print(_mark(False, f"{path}: the run failed: {exc}"))
                     runs.append(SpecRun(str(path), spec.name, spec.title, error=str(exc),
                                         seconds=time.perf_counter() - started))
                     cases += [junit.run_error_case(junit.spec_nodeid_path(path), item.entry, exc) for item in spec.items]
@@ -383,7 +383,7 @@ def _cmd_render(args: argparse.Namespace, console: Console) -> int:
             try:
                 observation = _run_spec(spec, args, progress)
             except RunError as exc:
-                say.print(_mark(False, f"{args.spec}: the run failed:\n{exc}"))
+                say.print(_mark(False, f"{args.spec}: the run failed: {exc}"))
                 return 2
         if observation is None:  # a non-zero rank under torchrun: rank 0 renders
             return 0

@@ -576,3 +576,19 @@ def test_json_into_a_device_that_fails_keeps_the_results(tmp_path):
     assert len(kept) == 1 and [r["id"] for r in json.loads(kept[0].read_text())["results"]] == ["x_norm"]
     assert full.is_symlink()
     no_traceback(proc)
+
+
+def test_a_failed_rank_is_one_line_before_its_frames():
+    """A rank that raised printed '✗ spec: the run failed:' and then its whole traceback, the
+    exception last: the first line now says which rank raised what (the frames follow it)."""
+    from harness.run.launch import exception_line
+
+    tb = ('Traceback (most recent call last):\n  File "a.py", line 1, in f\n    g()\n'
+          "RuntimeError: boom\nin phase forward of step 0, microbatch 0\n")
+    assert exception_line(tb) == "RuntimeError: boom in phase forward of step 0, microbatch 0"
+    chained = tb + "\nDuring handling of the above exception, another exception occurred:\n\n" + \
+        'Traceback (most recent call last):\n  File "b.py", line 2, in h\n    k()\nValueError: second\n'
+    assert exception_line(chained) == "ValueError: second"
+    long = 'Traceback (most recent call last):\n  File "a.py", line 1, in f\nValueError: ' + "x" * 1000 + "\n"
+    assert len(exception_line(long)) == 300 and exception_line(long).endswith("...")
+    assert exception_line("") == ""

@@ -45,7 +45,7 @@ import traceback
 import warnings
 from typing import Any, Callable
 
-from harness.run.launch import RunError, RunTimeout
+from harness.run.launch import RunError, RunTimeout, exception_line
 from harness.observation import build_observation
 
 __all__ = ["run_simulated", "ALL_RANKS_UP_TO", "LAZY_SHARD_BYTES", "storage_for_sharding", "materialize_fake"]
@@ -151,7 +151,7 @@ def run_simulated(setup: Any, *, timeout_s: float = 300.0, trace_dir: str | None
             on_phase(rank, "done")
         except Exception as exc:
             tb = traceback.format_exc()
-            raise RunError(f"simulated rank {rank} failed:\n{tb}", rank=rank, traceback=tb) from exc
+            raise RunError(f"simulated rank {rank} failed: {exception_line(tb)}\n{tb}", rank=rank, traceback=tb) from exc
         finally:
             dist.destroy_process_group()
     environment = dict(results[0]["environment"], backend="fake", device_name="cpu (simulated)")
