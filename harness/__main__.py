@@ -625,7 +625,13 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     try:
-        sys.exit(main())
-    except KeyboardInterrupt:  # before main's own handler was in place (while importing)
+        status = main()
+        # The work is done and reported: a Ctrl-C from now on must not kill the interpreter while it
+        # tears torch down (up to a second or more after the report; it died of SIGINT, silently, and
+        # its status was lost). An ignored SIGINT stays ignored through finalization; SIGTERM still ends it.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except KeyboardInterrupt:  # before main's own handler was in place (while importing), or just after it
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         sys.stderr.write("interrupted\n")
-        sys.exit(130)
+        status = 130
+    sys.exit(status)

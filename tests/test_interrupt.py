@@ -212,3 +212,21 @@ def test_forkserver_and_resource_tracker_end_with_a_normal_exit(tmp_path):
     pids = [int(p) for p in proc.stdout.split()]
     assert len(pids) == 2 and _running(pids) == []
     assert _leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.2, 0.5])
+def test_ctrl_c_after_the_report_keeps_the_status(tmp_path, delay):
+    """A Ctrl-C in the second or so after the report, while the interpreter tears torch down,
+    killed it by SIGINT: no line, status -2 (a shell's 130) for a run that had finished. Now
+    SIGINT is ignored once main has returned: the run's own status; inside main, 130 as ever."""
+    spec = _spec(tmp_path, "fake")
+    proc = _start(tmp_path, spec)
+    for line in proc.stdout:
+        if "passed" in line and "failed" in line:  # the summary line: the report is out
+            break
+    time.sleep(delay)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode in (0, 130), (proc.returncode, err)
+    assert err == ("interrupted\n" if proc.returncode == 130 else ""), err
+    assert _leftovers(tmp_path) == []
