@@ -101,11 +101,62 @@ def _output_problem(path: str | Path) -> str | None:
     return None
 
 
+def _folder_problem(path: str | Path) -> str | None:
+    """Why ``path`` cannot be (made into) a folder to write in (checked before any work), None
+    when it can: an existing folder that is writable, or a new one under a writable folder."""
+    path = Path(path)
+    if path.exists():
+        if not path.is_dir():
+            return "is a file; expected a folder (it is made if missing)"
+        return None if os.access(path, os.W_OK | os.X_OK) else "not writable"
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"{str(ancestor)!r} is a file, not a folder"
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        return f"cannot make it: {str(ancestor)!r} is not writable"
+    return None
+
+
+def _paths_problem(console: Console, args: argparse.Namespace, files: tuple[str, ...], folders: tuple[str, ...]) -> bool:
+    """Check the output flags ``files`` (file paths) and ``folders`` (folder paths) of ``args``;
+    print one line for the first unusable one and return True, else False."""
+    for name in files + folders:
+        target = getattr(args, name, None)
+        if not target:
+            continue
+        problem = _output_problem(target) if name in files else _folder_problem(target)
+        if problem:
+            _print_mark(console, False, f"--{name.replace('_', '-')} {target}: {problem}")
+            return True
+    return False
+
+
 def _write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file beside it (never half a file)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent if str(path.parent) else ".")
+    """Write ``text`` to ``path`` through a temporary file beside it (never half a file).
+
+    A symbolic link is followed (the file it names is replaced, not the link); a path that is
+    not a regular file (``/dev/stdout``, ``/dev/full``, a FIFO) is written in place: replacing it
+    would put a regular file where a device was. Raises OSError (e.g. ENOSPC from ``/dev/full``).
+    """
+    path = Path(path)
+    if path.exists() and not path.is_file():  # follows links: /dev/stdout -> /proc/self/fd/1 -> a pipe
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return
+    if path.is_symlink():  # to a regular file (or dangling): write where it points
+        path = Path(os.path.realpath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        if path.exists():  # mkstemp's file is 0600: keep the mode of the file replaced, else the umask's
+            mode = path.stat().st_mode & 0o7777
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
         with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), mode)
             f.write(text)
         os.replace(tmp, path)
     except BaseException:
@@ -137,18 +188,11 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     from harness.load.spec import SpecError, load_spec
     from harness.report import junit
 
-    for flag, target in (("--json", args.json), ("--junitxml", args.junitxml)):
-        problem = _output_problem(target) if target else None
-        if problem:  # before any work: never compute results that cannot be written
-            _print_mark(console, False, f"{flag} {target}: {problem}")
-            return 2
+    # before any work: never compute results that cannot be written
+    if _paths_problem(console, args, ("json", "junitxml", "report"), ("trace", "plot")):
+        return 2
     if args.plot and not _plot_available(console):
         return 2
-    if args.report:
-        problem = _output_problem(args.report)
-        if problem:
-            _print_mark(console, False, f"--report {args.report}: {problem}")
-            return 2
     from harness.report.markdown import SpecRun, cluster_report
 
     runs: list[SpecRun] = []  # for --report
@@ -183,7 +227,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
                     continue
                 except (RunError, ObservationError) as exc:
                     if getattr(exc, "rank", None) is not None or _global_rank() == 0:  # a world's error: rank 0 prints it
-                        _print_mark(console, False, f"{path}: the run failed:\n{exc}")
+                        _print_mark(console, False, f"{path}: the run failed: {exc}")
                     runs.append(SpecRun(str(path), spec.name, spec.title, error=str(exc),
                                         seconds=time.perf_counter() - started))
                     cases += [junit.run_error_case(junit.spec_nodeid_path(path), item.entry, exc) for item in spec.items]
@@ -210,7 +254,8 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
             finished.append(str(path))
             runs.append(SpecRun(str(path), spec.name, spec.title, observation, results,
                                 seconds=time.perf_counter() - started))
-            _write_views(args, spec, observation, console)
+            if not _write_views(args, spec, observation, console):
+                status = max(status, 2)
         if len(args.specs) > 1 and all_results:
             console.print(Text(f"all specs: {summary_line(all_results)}"))
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the launcher has stopped the ranks
@@ -303,8 +348,19 @@ def _plot_available(console: Console) -> bool:
     return True
 
 
-def _write_views(args: argparse.Namespace, spec, observation: dict, console: Console) -> None:
-    """--trace: merge the ranks' traces; --plot: draw each rank's memory timeline."""
+def _write_views(args: argparse.Namespace, spec, observation: dict, console: Console) -> bool:
+    """--trace: merge the ranks' traces; --plot: draw each rank's memory timeline. False (and
+    one line) when a file cannot be written now (its folder was checked before the run)."""
+    try:
+        _write_views_unchecked(args, spec, observation, console)
+    except OSError as exc:
+        where = exc.filename or (args.trace if getattr(args, "trace", None) else args.plot)
+        _print_mark(console, False, f"{where}: cannot write ({exc.strerror or exc})")
+        return False
+    return True
+
+
+def _write_views_unchecked(args: argparse.Namespace, spec, observation: dict, console: Console) -> None:
     from rich.text import Text
 
     if getattr(args, "trace", None):
@@ -336,6 +392,8 @@ def _cmd_render(args: argparse.Namespace, console: Console) -> int:
 
     # Markdown on stdout: everything else goes to stderr.
     say = console if args.out else Console(stderr=True, highlight=False, soft_wrap=True)
+    if _paths_problem(say, args, (), ("out", "trace", "plot")):
+        return 2
     if args.plot and not _plot_available(say):
         return 2
     try:
@@ -356,20 +414,23 @@ def _cmd_render(args: argparse.Namespace, console: Console) -> int:
             try:
                 observation = _run_spec(spec, args, progress)
             except RunError as exc:
-                _print_mark(say, False, f"{args.spec}: the run failed:\n{exc}")
+                _print_mark(say, False, f"{args.spec}: the run failed: {exc}")
                 return 2
         if observation is None:  # a non-zero rank under torchrun: rank 0 renders
             return 0
     text = render_markdown(spec, observation)
     if args.out:
         out = Path(args.out) / f"{spec.name}.md"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8")
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            _write_atomically(out, text)
+        except OSError as exc:
+            _print_mark(say, False, f"--out {args.out}: cannot write {out} ({exc.strerror or exc})")
+            return 2
         say.print(Text(f"wrote {out}"))
     else:
         sys.stdout.write(text)
-    _write_views(args, spec, observation, say)
-    return 0
+    return 0 if _write_views(args, spec, observation, say) else 2
 
 
 def _write_payload(console: Console, args: argparse.Namespace, results: list[Any], documents: dict[str, Any],
@@ -435,6 +496,11 @@ def _cmd_draft(args: argparse.Namespace, console: Console) -> int:
         else:
             _print_mark(err, False, f"--world-size {args.world_size:,}: over the {MAX_SIMULATED_WORLD:,} ranks a spec can "
                                    "simulate (the fake backend's set-up grows with the world size)")
+        return 1
+    from harness.load.spec import MAX_LAYERS
+
+    if args.layers > MAX_LAYERS:  # a spec of more layers would not load
+        _print_mark(err, False, f"--layers {args.layers:,}: over the {MAX_LAYERS:,} decoder layers a spec may build")
         return 1
     problem = _config_problem(args.config)
     if problem:
@@ -569,7 +635,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "render" and args.from_json and args.trace:
         parser.error("--trace needs a run: drop --from-json (a --json file holds no profiler traces)")
-    if args.command == "run" and args.timeout is not None and not 0 < args.timeout <= 86400:
+    if args.command in ("run", "render") and args.timeout is not None and not 0 < args.timeout <= 86400:
         parser.error(f"--timeout must be a number of seconds above 0 and at most 86400, got {args.timeout}")
     if args.command == "draft":
         for name in ("world_size", "layers", "batch_per_rank", "seq_len"):
@@ -604,7 +670,13 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     try:
-        sys.exit(main())
-    except KeyboardInterrupt:  # before main's own handler was in place (while importing)
+        status = main()
+        # The work is done and reported: a Ctrl-C from now on must not kill the interpreter while it
+        # tears torch down (up to a second or more after the report; it died of SIGINT, silently, and
+        # its status was lost). An ignored SIGINT stays ignored through finalization; SIGTERM still ends it.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except KeyboardInterrupt:  # before main's own handler was in place (while importing), or just after it
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         sys.stderr.write("interrupted\n")
-        sys.exit(130)
+        status = 130
+    sys.exit(status)

@@ -461,3 +461,144 @@ def test_a_harness_error_in_a_later_spec_keeps_the_earlier_results(tmp_path, mon
         main(["run", str(first), str(second), "--json", str(target)])
     payload = json.loads(target.read_text())
     assert payload["finished_specs"] == [str(first)] and [r["id"] for r in payload["results"]] == ["x_norm"]
+
+
+# --- audit (benchmarks/try_bad_inputs.py): kinds that still failed after the first fixes ---------
+
+
+@pytest.mark.parametrize("model, key", [
+    ("{config: walkthrough, overrides: {num_hidden_layers: 1000000}}", "setup.model.overrides"),  # busy past 60 s
+    ("{config: walkthrough, overrides: {num_hidden_layers: 1000000000000}}", "setup.model.overrides"),
+    ("{config: {hidden_size: 64, intermediate_size: 128, num_attention_heads: 4, num_key_value_heads: 2, head_dim: 16,"
+     " vocab_size: 128, num_hidden_layers: 5000}}", "setup.model.config"),
+])
+def test_a_layer_count_past_the_bound_is_a_load_error(tmp_path, model, key):
+    """Loading walks every module of every layer: a million layers kept validate and run busy
+    for minutes. Over MAX_LAYERS it is one load error naming the key that set it."""
+    from harness.load.spec import MAX_LAYERS
+
+    path = write(tmp_path, TINY.replace("{config: walkthrough, overrides: {num_hidden_layers: 2}}", model))
+    started = time.monotonic()
+    err = load_error(path)
+    assert time.monotonic() - started < 10
+    assert err.line == 5 and f"{key}: num_hidden_layers" in str(err) and f"over the {MAX_LAYERS:,} decoder layers" in str(err)
+    proc = cli("run", str(path), "--backend", "gloo", timeout=60)
+    assert proc.returncode == 2 and len(proc.stdout.splitlines()) == 1
+    no_traceback(proc)
+
+
+def test_draft_layers_past_the_bound_are_refused(tmp_path):
+    for layers in ("5000", "1000000000"):
+        proc = cli("draft", "--config", "Qwen3-8B", "--world-size", "4", "--layers", layers, timeout=60)
+        assert proc.returncode == 1 and proc.stderr.strip().startswith(f"✗ --layers {int(layers):,}: over the 1,024")
+        no_traceback(proc)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["run", "SPEC", "--trace", "AFILE"], "--trace AFILE: is a file; expected a folder (it is made if missing)"),
+    (["run", "SPEC", "--trace", "AFILE/sub"], "--trace AFILE/sub: 'AFILE' is a file, not a folder"),
+    (["run", "SPEC", "--plot", "AFILE"], "--plot AFILE: is a file; expected a folder (it is made if missing)"),
+    (["render", "SPEC", "--out", "AFILE"], "--out AFILE: is a file; expected a folder (it is made if missing)"),
+    (["render", "SPEC", "--trace", "AFILE/a/b"], "--trace AFILE/a/b: 'AFILE' is a file, not a folder"),
+])
+def test_folder_flags_are_checked_before_the_run(tmp_path, args, says):
+    """--trace / --plot / --out into a path that is a file printed a FileExistsError traceback
+    (for --plot and --out after the whole run); now one line before anything runs."""
+    spec, afile = write(tmp_path, TINY.replace("tables:", "backend: fake\ntables:")), write(tmp_path, "x", "afile")
+    argv = [a.replace("SPEC", str(spec)).replace("AFILE", str(afile)) for a in args]
+    started = time.monotonic()
+    proc = cli(*argv, timeout=60)
+    assert proc.returncode == 2
+    assert (proc.stdout + proc.stderr).strip() == "✗ " + says.replace("AFILE", str(afile))
+    assert time.monotonic() - started < 30  # nothing ran (a fake run of the spec takes about 10 s here)
+    no_traceback(proc)
+
+
+def test_a_view_that_cannot_be_written_after_the_run_is_one_line(tmp_path, monkeypatch):
+    import argparse
+
+    from rich.console import Console
+
+    import harness.report.plot as plot
+    from harness.__main__ import _write_views
+
+    def full(*_a, **_k):
+        raise OSError(28, "No space left on device", str(tmp_path / "plots" / "x.png"))
+
+    monkeypatch.setattr(plot, "plot_memory", full)
+    console = Console(record=True, width=400)
+    args = argparse.Namespace(trace=None, plot=str(tmp_path / "plots"))
+    assert _write_views(args, load_spec(write(tmp_path, TINY)), {}, console) is False
+    assert console.export_text().strip() == f"✗ {tmp_path / 'plots' / 'x.png'}: cannot write (No space left on device)"
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan"])
+def test_render_timeout_is_checked_as_runs(value):
+    """render --timeout -1 started the run and failed at once with a multi-line run error."""
+    proc = cli("render", "specs/qwen3_walkthrough.yaml", "--timeout", value, timeout=60)
+    assert proc.returncode == 2 and "--timeout must be a number of seconds above 0" in proc.stderr
+    no_traceback(proc)
+
+
+def test_writes_to_devices_and_links_go_where_they_point(tmp_path):
+    """Writing 'atomically' replaced the path with a new file: as root, `draft -o /dev/full`
+    replaced the device /dev/full with a regular file and said "wrote". A device or pipe is
+    written in place now; a link to a file keeps the link. (Links in tmp_path stand for the
+    devices: were the fix undone, only the links would be replaced.)"""
+    from harness.__main__ import _write_atomically
+
+    full, null = tmp_path / "full", tmp_path / "null"
+    full.symlink_to("/dev/full")
+    null.symlink_to("/dev/null")
+    with pytest.raises(OSError) as info:
+        _write_atomically(full, "x")
+    assert info.value.errno == 28 and full.is_symlink()
+    _write_atomically(null, "x")
+    assert null.is_symlink() and null.resolve() == Path("/dev/null")
+    proc = cli("draft", "--config", "Qwen3-8B", "--world-size", "4", "-o", str(full), timeout=60)
+    assert (proc.returncode, proc.stderr.strip()) == (1, f"✗ -o {full}: cannot write: No space left on device")
+    assert full.is_symlink() and Path("/dev/full").is_char_device()
+    target, link = tmp_path / "real.yaml", tmp_path / "link.yaml"
+    link.symlink_to(target)
+    _write_atomically(link, "a: 1\n")
+    assert link.is_symlink() and target.read_text() == "a: 1\n"
+    assert oct(target.stat().st_mode & 0o777) == oct(0o666 & ~_umask())  # not mkstemp's 0600
+    target.chmod(0o640)
+    _write_atomically(target, "a: 2\n")
+    assert target.stat().st_mode & 0o777 == 0o640 and target.read_text() == "a: 2\n"
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_json_into_a_device_that_fails_keeps_the_results(tmp_path):
+    """--json to a path that passes the check but cannot be written after the run: the results
+    go to a fsdp2-results-*.json in the temporary folder, named on screen, exit 2."""
+    full = tmp_path / "full"
+    full.symlink_to("/dev/full")
+    spec = write(tmp_path, TINY.replace("tables:", "backend: fake\ntables:"))
+    proc = cli("run", str(spec), "--json", str(full), env={"TMPDIR": str(tmp_path)})
+    assert proc.returncode == 2 and f"--json {full}: cannot write (No space left on device); results kept in" in proc.stdout
+    kept = list(tmp_path.glob("fsdp2-results-*.json"))
+    assert len(kept) == 1 and [r["id"] for r in json.loads(kept[0].read_text())["results"]] == ["x_norm"]
+    assert full.is_symlink()
+    no_traceback(proc)
+
+
+def test_a_failed_rank_is_one_line_before_its_frames():
+    """A rank that raised printed '✗ spec: the run failed:' and then its whole traceback, the
+    exception last: the first line now says which rank raised what (the frames follow it)."""
+    from harness.run.launch import exception_line
+
+    tb = ('Traceback (most recent call last):\n  File "a.py", line 1, in f\n    g()\n'
+          "RuntimeError: boom\nin phase forward of step 0, microbatch 0\n")
+    assert exception_line(tb) == "RuntimeError: boom in phase forward of step 0, microbatch 0"
+    chained = tb + "\nDuring handling of the above exception, another exception occurred:\n\n" + \
+        'Traceback (most recent call last):\n  File "b.py", line 2, in h\n    k()\nValueError: second\n'
+    assert exception_line(chained) == "ValueError: second"
+    long = 'Traceback (most recent call last):\n  File "a.py", line 1, in f\nValueError: ' + "x" * 1000 + "\n"
+    assert len(exception_line(long)) == 300 and exception_line(long).endswith("...")
+    assert exception_line("") == ""

@@ -366,12 +366,28 @@ def _context(setup: RunSetup, config: Any) -> Context:
                    bandwidth_sizes=sizes, state_dict_loads=loads, microbatches=microbatches)
 
 
+MAX_LAYERS = 1024
+"""Most decoder layers a spec may build (the largest Qwen3, Qwen3-235B-A22B, has 94). Loading
+walks every module of every layer (units, parameter names): a million layers took minutes."""
+
+
 def _check_model_config(errors: _Errors, model: Mapping[str, Any]) -> Any:
     """Build the Qwen3Config now, so a bad model config fails at load, not inside a rank.
 
     The named (or inline) config is built first and blamed for its own failure; the overrides
-    are blamed only when applying them is what fails. Returns the config, None if it fails.
+    are blamed only when applying them is what fails. A config of more than :data:`MAX_LAYERS`
+    decoder layers is refused (blamed on the key that set it). Returns the config, None if it fails.
     """
+    config = _build_model_config(errors, model)
+    if config is not None and config.num_hidden_layers > MAX_LAYERS:
+        key = "overrides" if "num_hidden_layers" in (model.get("overrides") or {}) else "config"
+        errors.add(("setup", "model", key), f"num_hidden_layers {config.num_hidden_layers:,} is over the "
+                                            f"{MAX_LAYERS:,} decoder layers a spec may build")
+        return None
+    return config
+
+
+def _build_model_config(errors: _Errors, model: Mapping[str, Any]) -> Any:
     from model import get_config
 
     config, overrides = model.get("config", "walkthrough"), model.get("overrides", {})

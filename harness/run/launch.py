@@ -57,6 +57,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 __all__ = [
     "RunError",
+    "exception_line",
     "RunTimeout",
     "BACKENDS",
     "PRELOAD",
@@ -503,9 +504,23 @@ def _receive(reader: Any, pending: dict[Any, int], procs: list[Any], results: di
             rank=rank,
         )
     if kind == "error":
-        return 1, when, RunError(f"rank {rank} failed:\n{payload}", rank=rank, traceback=payload)
+        return 1, when, RunError(f"rank {rank} failed: {exception_line(payload)}\n{payload}", rank=rank,
+                                 traceback=payload)
     results[rank] = json.loads(payload)
     return None
+
+
+def exception_line(tb: str) -> str:
+    """The exception a traceback text ends with, and its notes, on one line (cut at 300
+    characters): what the first line of a failed run says; the frames follow it."""
+    lines = tb.rstrip().splitlines()
+    tail: list[str] = []
+    for line in reversed(lines):  # the exception and its notes come after the last (indented) frame line
+        if line.startswith(" ") or line.startswith("Traceback (most recent call last)"):
+            break
+        tail.append(line.strip())
+    text = " ".join(reversed(tail)) or (lines[-1].strip() if lines else "")
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _kill_all(procs: list[Any]) -> None:

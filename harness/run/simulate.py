@@ -40,12 +40,15 @@ cross-checks the two up to 16,384 ranks).
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import time
 import traceback
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
-from harness.run.launch import RunError, RunTimeout
+from harness.run.launch import RunError, RunTimeout, exception_line
 from harness.observation import build_observation
 
 __all__ = ["run_simulated", "ALL_RANKS_UP_TO", "LAZY_SHARD_BYTES", "storage_for_sharding", "materialize_fake"]
@@ -95,6 +98,48 @@ def materialize_fake(root: Any, device: Any) -> None:
             m.reset_parameters()
 
 
+@contextlib.contextmanager
+def _signals_at_safe_points() -> Iterator[Callable[[], None]]:
+    """Hold Ctrl-C (SIGINT) and SIGTERM back until a safe point; yield the check that delivers them.
+
+    A simulated run is this process's own Python code under torch's C++ (autograd, the fake
+    process group): a KeyboardInterrupt raised inside a Python callback that C++ called ends in
+    ``terminate called after throwing an instance of 'python_error'`` (the process aborts, no
+    clean-up) or turns into an unrelated AssertionError inside torch. So while it runs, a signal
+    the process handles in Python is only noted; ``check()`` (called as each simulated rank enters
+    a phase, and between ranks) hands it to the process's own handler there, which raises
+    KeyboardInterrupt (the CLI: ``interrupted``, 130) or the CLI's ``Terminated``. Signals left at
+    their default or ignored, and any other thread than the main one, are not touched.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
+    pending: list[int] = []
+    previous: dict[int, Any] = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        if callable(signal.getsignal(signum)):
+            previous[signum] = signal.signal(signum, lambda n, frame: pending.append(n))
+
+    def restore() -> None:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        previous.clear()
+
+    def check() -> None:
+        if pending:
+            signum = pending[0]
+            pending.clear()
+            restore()
+            signal.raise_signal(signum)  # the process's own handler runs now, at this safe point
+
+    try:
+        yield check
+    finally:
+        restore()
+        if pending:
+            signal.raise_signal(pending[0])
+
+
 def run_simulated(setup: Any, *, timeout_s: float = 300.0, trace_dir: str | None = None,
                   on_progress: Callable[[dict[int, str]], None] | None = None) -> dict[str, Any]:
     """The observation document of ``setup`` simulated with the fake backend (validated).
@@ -109,9 +154,6 @@ def run_simulated(setup: Any, *, timeout_s: float = 300.0, trace_dir: str | None
         RunTimeout: the ranks still to simulate when ``timeout_s`` had passed.
     """
     import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    from harness.run.rank_step import run_step
 
     world_size = setup.world_size
     default = range(world_size) if world_size <= ALL_RANKS_UP_TO else (0,)
@@ -125,15 +167,31 @@ def run_simulated(setup: Any, *, timeout_s: float = 300.0, trace_dir: str | None
             f"(one is initialized: backend {dist.get_backend()}); run it outside torchrun"
         )
     deadline = time.monotonic() + timeout_s
-    results = []
     phases = dict.fromkeys(ranks, "starting")
 
+    with _signals_at_safe_points() as deliver_signals:
+        return _simulate(setup, ranks, phases, deadline, timeout_s, trace_dir, on_progress, deliver_signals)
+
+
+def _simulate(setup: Any, ranks: list[int], phases: dict[int, str], deadline: float, timeout_s: float,
+              trace_dir: str | None, on_progress: Callable[[dict[int, str]], None] | None,
+              deliver_signals: Callable[[], None]) -> dict[str, Any]:
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from harness.run.rank_step import run_step
+
+    world_size = setup.world_size
+    results = []
+
     def on_phase(rank: int, phase: str) -> None:
+        deliver_signals()  # a safe point: the phase's own Python code, not a callback under C++
         phases[rank] = phase
         if on_progress is not None:
             on_progress(dict(phases))
 
     for i, rank in enumerate(ranks):
+        deliver_signals()
         if time.monotonic() > deadline:
             raise RunTimeout(
                 f"simulation timed out after {timeout_s:g} s; ranks {ranks[i:]} were not simulated",
@@ -151,8 +209,9 @@ def run_simulated(setup: Any, *, timeout_s: float = 300.0, trace_dir: str | None
             on_phase(rank, "done")
         except Exception as exc:
             tb = traceback.format_exc()
-            raise RunError(f"simulated rank {rank} failed:\n{tb}", rank=rank, traceback=tb) from exc
+            raise RunError(f"simulated rank {rank} failed: {exception_line(tb)}\n{tb}", rank=rank, traceback=tb) from exc
         finally:
             dist.destroy_process_group()
+    deliver_signals()
     environment = dict(results[0]["environment"], backend="fake", device_name="cpu (simulated)")
     return build_observation(setup, results, launcher="simulated", simulated=True, environment=environment)
