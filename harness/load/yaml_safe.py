@@ -17,9 +17,10 @@ and of jsonschema. This module reads a file within fixed bounds and raises
   sequence or mapping are refused. No shipped spec uses anchors at all (a text without one
   has no alias to expand, and skips this pass); a few shared ``with:`` mappings fit the budget.
 
-Only then is the text composed (node tree with line marks); the composed tree's depth and
-mapping keys are checked without recursion, and it is constructed, once, by the safe loader
-(libyaml's ``CSafeLoader`` when PyYAML has it).
+Only then is the text composed (node tree with line marks) by the safe loader (libyaml's
+``CSafeLoader`` when PyYAML has it); the composed tree's depth and mapping keys are checked
+without recursion, and its data built once (plain nodes directly, each scalar by the safe
+loader's constructor for its tag; anything else by ``construct_document``).
 """
 
 from __future__ import annotations
