@@ -232,6 +232,24 @@ def test_ctrl_c_after_the_report_keeps_the_status(tmp_path, delay):
     assert _leftovers(tmp_path) == []
 
 
+@pytest.mark.parametrize("delay", [0.8, 1.0, 1.3])
+def test_ctrl_c_while_a_simulated_run_imports_torch_exits_130(tmp_path, delay):
+    """The fake backend imports torch in the CLI's process (seconds). A Ctrl-C inside that import
+    left numpy half-imported (a RecursionError traceback, status 1) or ended the CLI by SIGINT
+    after its 'interrupted' line (status -2; CI saw it once). The import is held like the run:
+    the signal lands when it has finished. The delays aim at the import on this machine; wherever
+    the signal lands before the report, the outcome must be the same."""
+    spec = tmp_path / "sim.yaml"
+    spec.write_text(TWO_RANKS.replace("BACKEND", "fake").replace("shape: [2]", "shape: [256]"))
+    proc = _start(tmp_path, spec)
+    time.sleep(delay)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err) == (130, "interrupted\n"), (proc.returncode, err[-2000:])
+    assert "Traceback" not in out + err
+    assert _leftovers(tmp_path) == []
+
+
 @pytest.mark.parametrize("sig, status, line", [(signal.SIGINT, 130, "interrupted\n"), (signal.SIGTERM, 143, "terminated\n")],
                          ids=["ctrl-c", "sigterm"])
 def test_a_signal_during_a_simulated_run_is_delivered_at_a_safe_point(tmp_path, sig, status, line):

@@ -153,23 +153,26 @@ def run_simulated(setup: Any, *, timeout_s: float = 300.0, trace_dir: str | None
             process already has a default process group.
         RunTimeout: the ranks still to simulate when ``timeout_s`` had passed.
     """
-    import torch.distributed as dist
-
     world_size = setup.world_size
     default = range(world_size) if world_size <= ALL_RANKS_UP_TO else (0,)
     ranks = sorted(set(setup.observe_ranks if setup.observe_ranks else default))
     bad = [r for r in ranks if not 0 <= r < world_size]
     if bad:
         raise RunError(f"setup.observe_ranks {bad}: not ranks of a world of {world_size}")
-    if dist.is_initialized():
-        raise RunError(
-            "the fake backend runs in this process and needs it free of a default process group "
-            f"(one is initialized: backend {dist.get_backend()}); run it outside torchrun"
-        )
     deadline = time.monotonic() + timeout_s
     phases = dict.fromkeys(ranks, "starting")
 
     with _signals_at_safe_points() as deliver_signals:
+        # torch's own import (seconds, in this process) is held too: a Ctrl-C inside it left numpy
+        # half-imported (a RecursionError traceback later) or ended the CLI by SIGINT (status -2)
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            raise RunError(
+                "the fake backend runs in this process and needs it free of a default process group "
+                f"(one is initialized: backend {dist.get_backend()}); run it outside torchrun"
+            )
+        deliver_signals()
         return _simulate(setup, ranks, phases, deadline, timeout_s, trace_dir, on_progress, deliver_signals)
 
 
