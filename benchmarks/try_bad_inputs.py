@@ -38,9 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from harness.run.launch import TEMP_PREFIX  # the session folders the harness makes (and sweeps)
+
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
-TEMP_PREFIX = "fsdp2-harness-"
 
 # --- specs used as bases ------------------------------------------------------------------------
 
@@ -147,20 +148,28 @@ class Case:
     env: dict[str, str] = field(default_factory=dict)
 
 
+def _stat(pid: int | str) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name (state, ppid, pgrp, session, ...); None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def _live_processes() -> dict[int, list[str]]:
+    """Every live (not zombie) process: pid -> its /proc stat fields."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        fields = _stat(entry) if entry.isdigit() else None
+        if fields is not None and fields[0] != "Z":
+            found[int(entry)] = fields
+    return found
+
+
 def _session_processes(sid: int) -> list[int]:
     """Live processes of session ``sid`` (a case's process is its session's leader)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z" and int(fields[3]) == sid:  # state, ppid, pgrp, session
-            found.append(int(entry))
-    return found
+    return [pid for pid, fields in _live_processes().items() if int(fields[3]) == sid]
 
 
 def _leftover_folders(tmp: Path) -> list[str]:
@@ -521,15 +530,8 @@ INJECT = (
 
 def _descendants(pid: int) -> list[int]:
     kids: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z":
-                kids.setdefault(int(fields[1]), []).append(int(entry))
+    for child, fields in _live_processes().items():
+        kids.setdefault(int(fields[1]), []).append(child)
     out, todo = [], [pid]
     while todo:
         for child in kids.get(todo.pop(), []):
@@ -624,11 +626,8 @@ def _sigkill_then_next(folder: Path):
 
 
 def _state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return "gone"
+    fields = _stat(pid)
+    return fields[0] if fields else "gone"
 
 
 def _injected(rank: int, phase: str, kind: str, extra: tuple[str, ...] = ()):
