@@ -124,6 +124,12 @@ class RunError(RuntimeError):
         self.rank = rank
         self.traceback = traceback
 
+    @classmethod
+    def rank_raised(cls, rank: int, tb: str, *, who: str = "rank", after: str = "") -> "RunError":
+        """A rank's exception: its first line names the rank and the exception (and phase), the
+        traceback ``tb`` follows, then ``after`` (a joined world's diagnosis)."""
+        return cls(f"{who} {rank} failed: {exception_line(tb)}\n{tb}{after}", rank=rank, traceback=tb)
+
 
 class RunTimeout(RunError):
     """A run did not finish before the caller's timeout. ``pending`` lists the ranks that
@@ -504,8 +510,7 @@ def _receive(reader: Any, pending: dict[Any, int], procs: list[Any], results: di
             rank=rank,
         )
     if kind == "error":
-        return 1, when, RunError(f"rank {rank} failed: {exception_line(payload)}\n{payload}", rank=rank,
-                                 traceback=payload)
+        return 1, when, RunError.rank_raised(rank, payload)
     results[rank] = json.loads(payload)
     return None
 

@@ -30,7 +30,7 @@ import time
 import traceback
 from typing import Any, Callable
 
-from harness.run.launch import BACKENDS, RunError, RunTimeout, exception_line, joined_world, resolve_backend, run_local
+from harness.run.launch import BACKENDS, RunError, RunTimeout, joined_world, resolve_backend, run_local
 from harness.observation import ObservationError, build_observation
 from harness.load.setup import RunSetup
 
@@ -193,9 +193,7 @@ def _run_joined(setup: RunSetup, backend: str, timeout_s: float, world: dict[str
                               collective_log=StoreProgress(store, rank))
         except Exception as exc:
             tb = traceback.format_exc()
-            raise RunError(f"rank {rank} failed: {exception_line(tb)}\n{tb}{_joined_diagnosis(store, world_size)}",
-                           rank=rank,
-                           traceback=tb) from exc
+            raise RunError.rank_raised(rank, tb, after=_joined_diagnosis(store, world_size)) from exc
         gathered: list[Any] | None = [None] * world_size if rank == 0 else None
         dist.gather_object(result, gathered, dst=0)
         if rank != 0:

@@ -48,7 +48,7 @@ import traceback
 import warnings
 from typing import Any, Callable, Iterator
 
-from harness.run.launch import RunError, RunTimeout, exception_line
+from harness.run.launch import RunError, RunTimeout
 from harness.observation import build_observation
 
 __all__ = ["run_simulated", "ALL_RANKS_UP_TO", "LAZY_SHARD_BYTES", "storage_for_sharding", "materialize_fake"]
@@ -212,7 +212,7 @@ def _simulate(setup: Any, ranks: list[int], phases: dict[int, str], deadline: fl
             on_phase(rank, "done")
         except Exception as exc:
             tb = traceback.format_exc()
-            raise RunError(f"simulated rank {rank} failed: {exception_line(tb)}\n{tb}", rank=rank, traceback=tb) from exc
+            raise RunError.rank_raised(rank, tb, who="simulated rank") from exc
         finally:
             dist.destroy_process_group()
     deliver_signals()
