@@ -20,7 +20,6 @@ import json
 import os
 import signal
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -57,19 +56,46 @@ def _print_spec_error(console: "Console | _PlainLines", exc: Exception) -> None:
         _print_mark(console, False, line)
 
 
-def _cmd_validate(args: argparse.Namespace, console: Console) -> int:
+def _validated(path: Path) -> tuple[bool, str]:
+    """(valid, the line to print for it: its entries and world size, or its SpecError's lines)."""
     from harness.load.spec import SpecError, load_spec
 
+    try:
+        spec = load_spec(path)
+    except SpecError as exc:
+        return False, str(exc)
+    return True, f"{path}: {len(spec.items)} entries, world size {spec.setup.world_size}"
+
+
+def _cmd_validate(args: argparse.Namespace, console: Console) -> int:
+    from contextlib import closing
+
+    from harness.load.fanout import fan_out
+
+    # Many specs are spread over this process and forked copies, one per CPU (loading is
+    # CPU-bound Python): what a pre-commit hook or an editor waits for. Printed in argument order.
     status = 0
-    for path in args.specs:
-        try:
-            spec = load_spec(path)
-        except SpecError as exc:
-            _print_spec_error(console, exc)
-            status = 1
-        else:
-            _print_mark(console, True, f"{path}: {len(spec.items)} entries, world size {spec.setup.world_size}")
+    with closing(fan_out(_validated, args.specs, weights=[_size(path) for path in args.specs])) as results:
+        for ok, text in results:
+            for line in text.splitlines():
+                _print_mark(console, ok, line)
+            status = status or int(not ok)
+    if __name__ == "__main__":
+        # The program ends next. Python's last collection at exit walks every object the imports
+        # and specs made (~60 ms, a seventh of the command) to free what exiting frees anyway;
+        # nothing here waits on a finalizer (no file is written, the children are reaped).
+        import gc
+
+        gc.freeze()
     return status
+
+
+def _size(path: Path) -> int:
+    """Bytes in ``path``, 0 where it cannot be read (its load says why)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _global_rank() -> int:
@@ -147,6 +173,8 @@ def _write_atomically(path: Path, text: str) -> None:
         return
     if path.is_symlink():  # to a regular file (or dangling): write where it points
         path = Path(os.path.realpath(path))
+    import tempfile  # imported here: validate, which writes no file, need not pay for it
+
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         if path.exists():  # mkstemp's file is 0600: keep the mode of the file replaced, else the umask's
@@ -173,6 +201,8 @@ def _save_results(console: Console, target: str, payload: dict[str, Any]) -> boo
     try:
         _write_atomically(Path(target), text)
     except OSError as exc:
+        import tempfile
+
         fd, fallback = tempfile.mkstemp(prefix="fsdp2-results-", suffix=".json")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
