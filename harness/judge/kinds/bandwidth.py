@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.judge.bandwidth import bandwidth_rows
 from harness.judge.kinds.common import RANKS
 from harness.judge.observed import CheckError, NotMeasured, common, rank_docs
 from harness.judge.vocabulary import BOOL, BYTES, COUNT, DTYPE, NUMBER, CheckKind, Context, Field, Selector
@@ -60,6 +59,8 @@ def measure(sel, obs):
     if obs["environment"]["simulated"]:
         reason = NotMeasured("a simulated run (fake backend) moves no data: nothing to time")
         return {d["rank"]: {f.name: reason for f in KIND.fields} for d in docs}
+    from harness.judge.bandwidth import bandwidth_rows  # here: loading a spec (validate) need not build its dataclass
+
     rows = bandwidth_rows(obs)
     if not rows:
         raise CheckError("no collective was timed: the setup has no setup.bandwidth")
