@@ -4,7 +4,10 @@ Each measurement is a fresh process from a shell, timed from start to exit, pair
 with the baseline ``python -c "import yaml, jsonschema"`` (the interpreter plus the two
 libraries validation cannot do without). The median of ``--repeat`` pairs is printed, and
 whether the validate process imported torch (it must not: loading needs only model.config,
-model.names and model.steps). Target (issue 9): every shipped spec in <= 0.5 s.
+model.names and model.steps). Target (issue 9): every shipped spec in <= 0.5 s. Both commands
+run under the interpreter that runs this script: ``.venv/bin/python benchmarks/bench_validate.py``
+measures the README's environment. The specs are spread over one process per CPU
+(harness/load/fanout.py); the count is printed.
 
 Run: ``python benchmarks/bench_validate.py [--repeat 9]``. Not a test: figures depend on the load.
 """
@@ -47,7 +50,10 @@ def main() -> None:
         [sys.executable, "-c", "import runpy, sys; sys.argv = ['harness', 'validate', *sys.argv[1:]]\n"
          "try:\n    runpy.run_module('harness', run_name='__main__')\nexcept SystemExit:\n    pass\n"
          "print('torch' in sys.modules)", *specs], cwd=ROOT, capture_output=True, text=True).stdout.split()[-1]
-    print(f"validate {len(specs)} specs: median {v:.3f} s over {args.repeat} cold runs "
+    sys.path.insert(0, ROOT)
+    from harness.load.fanout import process_count
+
+    print(f"{sys.executable}, {process_count(len(specs))} processes: validate {len(specs)} specs: median {v:.3f} s over {args.repeat} cold runs "
           f"(baseline python + yaml + jsonschema: {b:.3f} s; harness's own share {v - b:.3f} s); "
           f"torch imported: {torch_loaded}")
 
