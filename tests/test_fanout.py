@@ -166,8 +166,10 @@ def _validate(*paths: Path, timeout: float = 120) -> subprocess.CompletedProcess
 
 
 def test_validate_over_processes_prints_what_one_spec_at_a_time_prints(tmp_path):
-    """Every shipped spec and three broken ones, in argument order: the same lines and status as
-    validating each file alone (a process of its own, never forked)."""
+    """Every shipped spec and three broken ones, in argument order: the lines each file gives
+    when loaded on its own here (no fork), and status 1."""
+    from harness.__main__ import _validated
+
     bad = {"a_bad_yaml.yaml": "spec: [\n", "m_no_tables.yaml": "spec: x\n", "z_bad_kind.yaml": None}
     for name, text in bad.items():
         if text is None:
@@ -175,21 +177,23 @@ def test_validate_over_processes_prints_what_one_spec_at_a_time_prints(tmp_path)
         (tmp_path / name).write_text(text)
     paths = sorted([*SPECS, *(tmp_path / name for name in bad)], key=lambda p: p.name)
     together = _validate(*paths)
-    alone = [_validate(path) for path in paths]
-    assert together.returncode == 1 and together.stderr == ""
-    assert together.stdout == "".join(proc.stdout for proc in alone)
-    assert [proc.returncode for proc in alone].count(1) == 3
+    alone = [_validated(path) for path in paths]
+    assert (together.returncode, together.stderr) == (1, "")
+    assert together.stdout == "".join(("✓ " if ok else "✗ ") + line + "\n" for ok, text in alone
+                                      for line in text.splitlines())
+    assert [ok for ok, _ in alone].count(False) == 3
 
 
 def test_ctrl_c_during_a_long_validate_exits_130_and_leaves_no_process(tmp_path):
-    for i in range(400):  # seconds of loading, over two processes or more
-        shutil.copy(SPECS[i % len(SPECS)], tmp_path / f"{i:03d}.yaml")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    for i in range(3000):  # seconds of loading even spread over 16 processes; the signal ends it early
+        shutil.copy(SPECS[i % len(SPECS)], tmp_path / f"{i:04d}.yaml")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+               PYTHONUNBUFFERED="1")  # each line as printed, forked or not
     proc = subprocess.Popen([sys.executable, "-m", "harness", "validate", *sorted(map(str, tmp_path.glob("*.yaml")))],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     assert proc.stdout.readline().startswith("✓ ")  # loading has begun (the first spec, before any fork)
-    time.sleep(0.3)
+    time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to every process of the group
     out, err = proc.communicate(timeout=60)
     assert (proc.returncode, err) == (130, "interrupted\n")
