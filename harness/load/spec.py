@@ -158,8 +158,30 @@ def _validator() -> jsonschema.Draft202012Validator:
         table.pop("allOf", None)  # {"$ref": "#/$defs/table_kinds"}
         table.pop("oneOf", None)  # the two table forms: _table_form_errors, without a failed branch per table
         table["properties"]["entries"]["items"] = {"$ref": "#/$defs/meta_keys"}  # id, says, torch, ... typed
-        _VALIDATOR = jsonschema.Draft202012Validator(_inline_refs(schema))
+        _VALIDATOR = jsonschema.Draft202012Validator(_inline_refs(_used_defs_only(schema)))
     return _VALIDATOR
+
+
+def _used_defs_only(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` without the ``$defs`` no reference reaches from its root (the per-kind entry
+    definitions, once the loader checks entries itself): inlining them was half of building the
+    validator, the first spec's cost in every ``validate``."""
+    defs = schema.get("$defs", {})
+    used: set[str] = set()
+    todo = [{k: v for k, v in schema.items() if k != "$defs"}]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, list):
+            todo.extend(node)
+        elif isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                name = ref[len("#/$defs/"):].split("/")[0]
+                if name not in used and name in defs:
+                    used.add(name)
+                    todo.append(defs[name])
+            todo.extend(node.values())
+    return {**schema, "$defs": {name: d for name, d in defs.items() if name in used}}
 
 
 def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
