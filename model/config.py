@@ -306,8 +306,9 @@ def get_config(name_or_mapping: str | Mapping[str, Any] | Qwen3Config, **overrid
         )
     if not overrides:
         return base
-    # The base's resolved h_kv is kept unless overridden; validation flags a non-divisor.
-    return Qwen3Config(**{**base.to_dict(), **overrides})
+    # The base's resolved h_kv is kept unless overridden; validation (__post_init__) flags a
+    # non-divisor. replace, not a round trip through to_dict: asdict deep-copies every field.
+    return dataclasses.replace(base, **overrides)
 
 
 # ---- a transformers config.json ------------------------------------------------------------
