@@ -55,8 +55,8 @@ class _SafeLoader(_BaseSafeLoader):  # type: ignore[misc,valid-type]
         tag = self._tags.get(key)
         if tag is None:
             tag = super().resolve(kind, value, implicit)
-            if len(self._tags) < 100_000 and isinstance(value, str):  # bounded: a huge file must not grow it
-                self._tags[key] = tag
+            if isinstance(value, str) and len(value) <= 200 and len(self._tags) < 100_000:  # bounded
+                self._tags[key] = tag  # short texts (keys, figures, names) are the ones that repeat
         return tag
 
     def descend_resolver(self, current_node: Any, current_index: Any) -> None:
