@@ -3,8 +3,8 @@
 ``validate`` of many specs is CPU-bound Python (YAML composition, JSON Schema, the check kinds'
 rules): on two cores, half the specs are loaded in a forked copy of the process while the
 process itself loads the other half. ``multiprocessing``'s import alone takes about 40 ms here,
-a tenth of the whole command's budget (issue 9: every shipped spec validated in at most 0.5 s),
-so this uses ``os.fork`` and one pipe per child directly.
+a tenth of the half second that validating every shipped spec may take, so this uses
+``os.fork`` and one pipe per child directly.
 
 A fork is made only where it is safe and pays: ``os.fork`` exists, more than one CPU is ours,
 there are enough items, and the process runs no other thread (a thread holding a lock at the
