@@ -42,6 +42,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from harness.load.fanout import usable_cpus
 from harness.run.launch import RunError
 
 __all__ = ["PreflightError", "Estimate", "estimate", "check", "process_limit", "available_memory",
@@ -204,8 +205,7 @@ def available_memory() -> int | None:
 def process_limit() -> int:
     """Most rank processes a local launch may start: 4 per CPU core, at least 16, and no more
     than half of what ``RLIMIT_NPROC`` leaves when it is set."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    limit = max(16, 4 * cores)
+    limit = max(16, 4 * usable_cpus())
     try:
         import resource
 
@@ -253,7 +253,7 @@ def check(setup: Any, backend: str, *, joined: bool = False,
     limit = process_limit()
     if world > limit:
         raise PreflightError(f"{world:,} ranks would start {world:,} processes on this machine, over its limit of "
-                             f"{limit} ({len(os.sched_getaffinity(0))} cores)", _ADVICE)
+                             f"{limit} ({usable_cpus()} cores)", _ADVICE)
     try:
         est = estimate(setup)
     except (ValueError, TypeError, KeyError):
