@@ -25,8 +25,12 @@ REPO = Path(__file__).resolve().parents[1]
 SPECS = sorted((REPO / "specs").glob("*.yaml"))
 
 
+def _env(**extra: str) -> dict[str, str]:
+    """This environment with the checkout first on PYTHONPATH."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])), **extra)
+
+
 def _python(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     prelude = textwrap.dedent("""\
         import os, signal, sys, threading
         from contextlib import closing
@@ -42,7 +46,7 @@ def _python(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
                     pass
             return False
     """)
-    return subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], env=_env(), capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -159,9 +163,8 @@ def test_ctrl_c_in_a_child_is_the_parents_to_report():
 
 
 def _validate(*paths: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-               COLUMNS="1000")
-    return subprocess.run([sys.executable, "-m", "harness", "validate", *map(str, paths)], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "harness", "validate", *map(str, paths)], cwd=REPO,
+                          env=_env(COLUMNS="1000"),
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -187,10 +190,9 @@ def test_validate_over_processes_prints_what_one_spec_at_a_time_prints(tmp_path)
 def test_ctrl_c_during_a_long_validate_exits_130_and_leaves_no_process(tmp_path):
     for i in range(3000):  # seconds of loading even spread over 16 processes; the signal ends it early
         shutil.copy(SPECS[i % len(SPECS)], tmp_path / f"{i:04d}.yaml")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-               PYTHONUNBUFFERED="1")  # each line as printed, forked or not
     proc = subprocess.Popen([sys.executable, "-m", "harness", "validate", *sorted(map(str, tmp_path.glob("*.yaml")))],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=REPO, env=_env(PYTHONUNBUFFERED="1"),  # each line as printed, forked or not
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     assert proc.stdout.readline().startswith("✓ ")  # loading has begun (the first spec, before any fork)
     time.sleep(0.2)
