@@ -24,6 +24,7 @@ import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from harness.contract.names import BACKENDS
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -329,7 +330,7 @@ def _print_bandwidth(observation: dict, console: Console) -> None:
     """The nccl-tests table of the run's timed collectives (setup.bandwidth), if any."""
     from rich.text import Text
 
-    from harness.judge.bandwidth import bandwidth_rows
+    from harness.language.bandwidth import bandwidth_rows
     from harness.report.bandwidth import table_lines
 
     rows = bandwidth_rows(observation)
@@ -620,7 +621,7 @@ def main(argv: list[str] | None = None) -> int:
 
     run = sub.add_parser("run", help="run specs and check every entry")
     run.add_argument("specs", nargs="+", type=Path)
-    run.add_argument("--backend", choices=("auto", "gloo", "nccl", "fake"), default=None,
+    run.add_argument("--backend", choices=BACKENDS, default=None,
                      help="override each spec's backend (auto: nccl with one GPU per rank if enough GPUs, else gloo)")
     run.add_argument("--timeout", type=float, default=None, help="seconds before a run is declared hung")
     run.add_argument("--json", metavar="PATH", help="write results and observation documents as JSON")
@@ -637,7 +638,7 @@ def main(argv: list[str] | None = None) -> int:
     render.add_argument("--out", metavar="DIR", help="write DIR/<spec>.md (default: Markdown on stdout)")
     render.add_argument("--from-json", metavar="OBS.json",
                         help="read the observation from a 'run --json' file instead of running")
-    render.add_argument("--backend", choices=("auto", "gloo", "nccl", "fake"), default=None,
+    render.add_argument("--backend", choices=BACKENDS, default=None,
                         help="override the spec's backend")
     render.add_argument("--timeout", type=float, default=None, help="seconds before a run is declared hung")
     _add_view_flags(render)
@@ -657,7 +658,7 @@ def main(argv: list[str] | None = None) -> int:
                        help="parameter dtype (default: the config file's torch_dtype or dtype, else bfloat16)")
     draft.add_argument("--batch-per-rank", type=int, default=1)
     draft.add_argument("--seq-len", type=int, default=16)
-    draft.add_argument("--backend", choices=("auto", "gloo", "nccl", "fake"), default=None)
+    draft.add_argument("--backend", choices=BACKENDS, default=None)
     draft.add_argument("-o", "--output", help="write the spec here instead of stdout")
     draft.add_argument("--no-preflight", action="store_true",
                        help="write the spec even if this machine's pre-flight check would refuse to run it")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.contract.names import BACKENDS
 from harness.run.cache import CachedRunError, cached_run, run_key
 from harness.judge.checks import CheckResult
 from harness.report.junit import table_slug
@@ -31,7 +32,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fsdp2", "FSDP2 conformance specs")
     group.addoption("--specs", action="append", default=[], metavar="PATH",
                     help="a spec file or a folder of specs to collect (repeatable), besides pytest's own paths")
-    group.addoption("--backend", default=None, choices=("auto", "gloo", "nccl", "fake"),
+    group.addoption("--backend", default=None, choices=BACKENDS,
                     help="process-group backend for every spec (default: each spec's own, else auto: "
                          "nccl with one GPU per rank when enough GPUs are visible, gloo otherwise)")
     group.addoption("--run-timeout", type=float, default=None,

@@ -8,7 +8,7 @@ in forward and in backward, one reduce-scatter per unit in backward), never type
 The document's printed figures (``DOC_*``) are kept alongside so tests can hold the derived
 numbers against them.
 
-The document validates against harness/schemas/observation.schema.json (tests/test_checks.py).
+The document validates against harness/contract/observation.schema.json (tests/test_checks.py).
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.judge.bandwidth import bandwidth_rows, bus_factor
-from harness.judge.checks import check, make_entry
+from harness.language.bandwidth import bandwidth_rows, bus_factor
+from harness.judge.checks import check
+from harness.language.entry import make_entry
 from harness.judge.evaluate import FAILING, evaluate_spec
 from harness.load.spec import SpecError, load_spec
 from harness.report.bandwidth import markdown_table, table_lines

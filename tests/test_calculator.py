@@ -1,4 +1,4 @@
-"""Tests of harness/author/calculator.py: the document's figures, torch.chunk agreement, padding."""
+"""Tests of harness/contract/calculator.py: the document's figures, torch.chunk agreement, padding."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.author import calculator as calc
-from harness.author.calculator import MB, WALKTHROUGH, Dims, layer_tables
+from harness.contract import calculator as calc
+from harness.contract.calculator import MB, WALKTHROUGH, Dims, layer_tables
 
 # A Qwen3-32B-sized layer (the released Qwen3-32B config.json's dimensions, as model.KNOWN_CONFIGS).
 QWEN3_32B = Dims(hidden_size=5120, num_attention_heads=64, num_key_value_heads=8, head_dim=128,
@@ -376,7 +376,7 @@ def test_to_dict_is_plain():
 
 
 def test_calculator_does_not_import_torch():
-    code = ("import sys, harness.author.calculator as c; c.layer_tables(c.WALKTHROUGH, 4); "
+    code = ("import sys, harness.contract.calculator as c; c.layer_tables(c.WALKTHROUGH, 4); "
             "print(any(m == 'torch' or m.startswith('torch.') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1])
@@ -395,7 +395,7 @@ def test_one_rank_shard_group_issues_no_collective():
 
 def test_rows_carry_the_specs_field_names():
     # one vocabulary: what the calculator hands out is keyed by the check kinds' own fields
-    from harness.judge.kinds import REGISTRY
+    from harness.language.kinds import REGISTRY
 
     FIELDS = {name: set(kind.field_index) for name, kind in REGISTRY.items()}
     SELECTORS = {name: set(kind.selector_index) for name, kind in REGISTRY.items()}

@@ -2,7 +2,7 @@
 
 Property (hypothesis): for a random Qwen3 decoder layer, world size and observed rank, the
 fake-backend run of ``fully_shard`` records exactly the local shard shapes, all-gather and
-reduce-scatter sizes, dtypes and per-layer ring bytes that ``harness.author.calculator`` derives
+reduce-scatter sizes, dtypes and per-layer ring bytes that ``harness.contract.calculator`` derives
 from torch.chunk semantics and FSDP2's padding rule. Neither side reads the other.
 """
 
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from harness.author import calculator as calc
-from harness.judge.checks import ring_bytes
+from harness.contract import calculator as calc
+from harness.language.observed import ring_bytes
 from harness.run.runner import run_setup
 from harness.load.setup import RunSetup
 

@@ -17,7 +17,9 @@ import jsonschema
 import pytest
 from rich.console import Console
 
-from harness.judge.checks import CheckResult, check, make_entry, ring_bytes, select_collectives
+from harness.judge.checks import CheckResult, check
+from harness.language.entry import make_entry
+from harness.language.observed import ring_bytes, select_collectives
 from harness.judge.evaluate import counts, evaluate_spec
 from harness.report.terminal import print_report, result_to_json, summary_line
 from harness.load.spec import load_spec
@@ -27,7 +29,7 @@ from observations import (DOC_LOCAL_NUMEL, DOC_LAYER_NUMEL, DOC_PARAM_ROWS, LAYE
 
 REPO = Path(__file__).resolve().parent.parent
 SPEC = REPO / "specs" / "qwen3_walkthrough.yaml"
-OBSERVATION_SCHEMA = json.loads((REPO / "harness" / "schemas" / "observation.schema.json").read_text())
+OBSERVATION_SCHEMA = json.loads((REPO / "harness" / "contract" / "observation.schema.json").read_text())
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,8 @@ environment with the differing value marked, the nccl-tests table, results, a fa
 
 from __future__ import annotations
 
-from harness.judge.checks import check, make_entry
+from harness.judge.checks import check
+from harness.language.entry import make_entry
 from harness.report.markdown import DIFFERS, SpecRun, cluster_report
 from test_bandwidth import timed_observation
 

@@ -10,10 +10,11 @@ import copy
 import jsonschema
 import pytest
 
-from harness.judge.checks import check, make_entry
+from harness.judge.checks import check
+from harness.language.entry import make_entry
 from harness.judge.evaluate import FAILING, evaluate_spec
 from harness.load.spec import load_spec
-from harness.observation import load_schema
+from harness.contract.observation import load_schema
 from observations import walkthrough_observation
 
 

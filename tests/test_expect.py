@@ -1,4 +1,4 @@
-"""Tests of harness/judge/expect.py: how a figure written as the document prints it holds a value."""
+"""Tests of harness/language/expect.py: how a figure written as the document prints it holds a value."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from harness.judge.expect import UNIT_SCALE, Expectation, ExpectationError, parse_expectation, show
+from harness.language.expect import UNIT_SCALE, Expectation, ExpectationError, parse_expectation, show
 
 # The document's own figures and what they must hold (observed values of the walkthrough setup).
 LAYER_BYTES = 4_720_896       # 2,360,448 fp16 elements

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from harness.run.launch import RunError, joined_world
-from harness.observation import ObservationError, validate_observation
+from harness.contract.observation import ObservationError, validate_observation
 from harness.run.recorders.collectives import AttributionError, Span, attribute, parse_fsdp_label
 from harness.run.runner import run_setup
 from harness.load.setup import ModelSetup, RunSetup

@@ -438,7 +438,7 @@ def test_timing_dependent_memory_fields_are_refused_on_real_backends(tmp_path, f
 
 
 def test_timing_dependent_fields_are_named_in_the_observation_schema(tmp_path):
-    schema = json.loads((REPO / "harness" / "schemas" / "observation.schema.json").read_text())
+    schema = json.loads((REPO / "harness" / "contract" / "observation.schema.json").read_text())
     note = schema["$defs"]["rank"]["properties"]["memory"]["x-timing-dependent"]
     assert note["categories"] == ["temp", "total"] and "4,720,896" in note["description"]
     load_spec(write(tmp_path, MEMORY.replace("FIELD", "unsharded_param: 0")))  # other categories load

@@ -14,10 +14,11 @@ import pytest
 import torch
 
 import model as qwen3
-from harness.judge.checks import check, make_entry
+from harness.judge.checks import check
+from harness.language.entry import make_entry
 from harness.load.setup import RunSetup
 from harness.load.spec import SpecError, load_spec
-from harness.observation import load_schema
+from harness.contract.observation import load_schema
 from harness.run.build import build_model, make_inputs
 from harness.run.plan import global_batches, loss_function, step_plan
 from harness.run.recorders.updates import schedule_reference, shard_rows

@@ -19,14 +19,15 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from harness.judge.checks import CheckResult, check, make_entry
+from harness.judge.checks import CheckResult, check
+from harness.language.entry import make_entry
 from harness.judge.evaluate import evaluate_item
 from harness.load.setup import RunSetup, SetupError
 from harness.load.spec import SpecError, SpecItem, load_spec
 from observations import layer_param_shapes, walkthrough_observation
 
 REPO = Path(__file__).resolve().parents[1]
-OBSERVATION_SCHEMA = json.loads((REPO / "harness" / "schemas" / "observation.schema.json").read_text())
+OBSERVATION_SCHEMA = json.loads((REPO / "harness" / "contract" / "observation.schema.json").read_text())
 STATES = ["exp_avg", "exp_avg_sq", "step"]
 
 

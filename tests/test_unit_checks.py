@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from harness.judge.checks import check, make_entry
-from harness.judge.expect import ExpectationError, parse_expectation
+from harness.judge.checks import check
+from harness.language.entry import make_entry
+from harness.language.expect import ExpectationError, parse_expectation
 from harness.run.recorders.collectives import resolve_mesh_dims
 from observations import walkthrough_observation
 
 REPO = Path(__file__).resolve().parents[1]
-SCHEMA = json.loads((REPO / "harness" / "schemas" / "observation.schema.json").read_text())
+SCHEMA = json.loads((REPO / "harness" / "contract" / "observation.schema.json").read_text())
 
 REFUSED = {"type": "RuntimeError", "qualname": "builtins.RuntimeError",
            "message": "Cannot use ReduceOp.PREMUL_SUM with Gloo", "phase": "backward", "traceback": "..."}

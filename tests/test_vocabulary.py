@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.judge.kinds import REGISTRY
-from harness.judge.kinds.docs import README_PATH, SCHEMA_PATH, dump_schema, generated_schema, readme_with_table
+from harness.language.kinds import REGISTRY
+from harness.language.kinds.docs import README_PATH, SCHEMA_PATH, dump_schema, generated_schema, readme_with_table
 from harness.load.spec import SpecError, load_spec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,12 +23,12 @@ REPO = Path(__file__).resolve().parents[1]
 def test_shipped_schema_matches_the_registry():
     shipped = SCHEMA_PATH.read_text(encoding="utf-8")
     assert shipped == dump_schema(generated_schema(json.loads(shipped))), \
-        "spec.schema.json is out of date: run python -m harness.judge.kinds"
+        "spec.schema.json is out of date: run python -m harness.language.kinds"
 
 
 def test_readme_table_matches_the_registry():
     readme = README_PATH.read_text(encoding="utf-8")
-    assert readme == readme_with_table(readme), "README's check-kinds table is out of date: run python -m harness.judge.kinds"
+    assert readme == readme_with_table(readme), "README's check-kinds table is out of date: run python -m harness.language.kinds"
 
 
 def test_every_key_is_documented_once():

@@ -2,7 +2,7 @@
 
 ``python -m harness draft --config Qwen3-14B --world-size 128`` writes the walkthrough's tables
 (parameter list, shard per rank, step shapes, collectives and bytes, per-layer per-step
-totals, reshard state) for that config, each figure computed by :mod:`harness.author.calculator`,
+totals, reshard state) for that config, each figure computed by :mod:`harness.contract.calculator`,
 never by running anything. ``--config`` is a name in ``model.KNOWN_CONFIGS``, its hub id
 (``Qwen/Qwen3-8B``) or a transformers ``config.json`` (``model.config.read_config_file``);
 a file is referenced from the drafted spec's ``setup.model.config``, and its ``torch_dtype``
@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from harness.author import calculator as calc
+from harness.contract import calculator as calc
 from model.config import ConfigFile, KNOWN_CONFIGS, Qwen3Config, known_config_name, read_config_file
 from model.steps import STEPS, resolve_shape
 
@@ -121,7 +121,7 @@ def draft(config: str, world_size: int, *, layers: int = 2, dtype: str | None = 
     header = [
         f"Drafted on {_dt.date.today().isoformat()} by: python -m harness draft --config {config} "
         f"--world-size {world_size}" + (f" --dtype {dtype}" if dtype_source == "--dtype" else ""),
-        "Every figure comes from harness/author/calculator.py (closed form), not from a run. Each entry is",
+        "Every figure comes from harness/contract/calculator.py (closed form), not from a run. Each entry is",
         "marked 'drafted: true': review it against your own document, then remove the mark.",
     ]
     description = f"{label}: {layers} of its decoder layers as FSDP2 units on {world_size} ranks, drafted."
@@ -147,7 +147,7 @@ def draft(config: str, world_size: int, *, layers: int = 2, dtype: str | None = 
     spec: dict[str, Any] = {
         "spec": _slug(f"{label}_w{world_size}"),
         "title": f"{label}: {layers} decoder layers under FSDP2 on {world_size} ranks (drafted)",
-        "document": "drafted from harness/author/calculator.py; name the document you review it against",
+        "document": "drafted from harness/contract/calculator.py; name the document you review it against",
         "description": description,
     }
     if backend != "auto":

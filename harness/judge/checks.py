@@ -1,6 +1,6 @@
 """Checks: pure functions of (spec entry, observation document) -> result.
 
-An entry names a check kind (:mod:`harness.judge.kinds`: param, params_total, input, step,
+An entry (:class:`harness.language.entry.Entry`) names a check kind (:mod:`harness.language.kinds`: param, params_total, input, step,
 param_state, collectives, memory, numerics, state_dict), selectors that choose what to measure, and the
 fields it expects; every selected rank must meet every expectation. Nothing here launches
 ranks or touches torch: checks are testable on a hand-written observation.
@@ -11,41 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from harness.judge.expect import Expectation, parse_expectation
-from harness.judge.kinds import REGISTRY, get_kind
-from harness.judge.observed import (CheckError, NotMeasured, rank_hosts, ranks_on_hosts, ranks_text, ring_bytes,
-                                    select_collectives)
+from harness.language.entry import Entry
+from harness.language.kinds import REGISTRY
+from harness.language.observed import CheckError, NotMeasured, rank_hosts, ranks_on_hosts, ranks_text
 
-__all__ = ["Entry", "FieldResult", "CheckResult", "CheckError", "make_entry", "check", "ring_bytes",
-           "select_collectives"]
-
-FieldValues = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One spec entry, ready to check.
-
-    Attributes:
-        id: readable id, unique within its table.
-        check: the check kind's name (:data:`harness.judge.kinds.REGISTRY`).
-        selectors: which part of the observation (param, layer, select, ranks, ...).
-        expect: field name -> Expectation.
-        says: the document's claim for this entry, in the spec's words ('' if none).
-        section: the document section (heading) the table encodes.
-        table: the table's title.
-        spec: spec file path; line: 1-based line of the entry in it.
-    """
-
-    id: str
-    check: str
-    selectors: Mapping[str, Any]
-    expect: Mapping[str, Expectation]
-    says: str = ""
-    section: str = ""
-    table: str = ""
-    spec: str = ""
-    line: int = 0
+__all__ = ["FieldResult", "CheckResult", "check"]
 
 
 @dataclass
@@ -102,30 +72,6 @@ class CheckResult:
             if not f.ok:
                 lines.append(f"       failing ranks: {ranks_on_hosts(dict.fromkeys(f.failed_ranks), f.hosts)}")
         return "\n".join(lines)
-
-
-def make_entry(kind: str, values: Mapping[str, Any], *, id: str, says: str = "", section: str = "",
-               table: str = "", spec: str = "", line: int = 0) -> Entry:
-    """Split an entry's mapping into selectors and expected fields (parsed once, here).
-
-    Raises:
-        ValueError: unknown kind, a key that is neither a selector nor a field of the kind,
-            no expected field, or an unreadable figure (ExpectationError, a ValueError).
-    """
-    definition = get_kind(kind)
-    selectors, expect = {}, {}
-    for key, value in values.items():
-        if key in definition.selector_index:
-            selectors[key] = value
-        else:
-            problem = definition.unknown_key(key)
-            if problem:
-                raise ValueError(problem)
-            expect[key] = parse_expectation(value)
-    if not expect:
-        raise ValueError(f"no expected field; fields of {kind!r}: {sorted(definition.field_index)}")
-    return Entry(id=id, check=kind, selectors=selectors, expect=expect, says=says, section=section,
-                 table=table, spec=spec, line=line)
 
 
 def check(entry: Entry, observation: Mapping[str, Any]) -> CheckResult:

@@ -12,7 +12,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from harness.run.recorders.names import BANDWIDTH_OPS  # noqa: F401 (the sweep's ops, re-exported)
+from harness.contract.names import BANDWIDTH_OPS  # noqa: F401 (the sweep's ops, re-exported)
 from harness.load.units import (UNIT_OPTION_KEYS, MixedPrecision, OffloadSetup, UnitPlan, UnitSpec, freeze,
                                 resolve_units, unit_spec_from_yaml)
 from model.names import module_paths

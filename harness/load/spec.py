@@ -22,11 +22,11 @@ from typing import Any, Mapping
 import jsonschema
 import yaml
 
-from harness.judge.checks import Entry
-from harness.judge.expect import ExpectationError, parse_expectation
-from harness.judge.kinds import REGISTRY
-from harness.judge.kinds.docs import ENTRY_TITLE
-from harness.judge.vocabulary import CheckKind, Context
+from harness.language.entry import Entry
+from harness.language.expect import ExpectationError, parse_expectation
+from harness.language.kinds import REGISTRY
+from harness.language.kinds.docs import ENTRY_TITLE
+from harness.language.vocabulary import CheckKind, Context
 from harness.load.model_config import resolve_config_file
 from harness.load.schedule import schedule_problems
 from harness.load.setup import RunSetup, SetupError
@@ -148,7 +148,7 @@ _VALIDATOR = None
 
 def _validator() -> jsonschema.Draft202012Validator:
     """The shipped schema without its per-kind entry definitions: the loader checks each entry
-    against its check kind itself (harness/judge/kinds/, the same definitions the schema's
+    against its check kind itself (harness/language/kinds/, the same definitions the schema's
     ``table_kinds`` is generated from), and evaluating eight if/then branches per table was
     most of the time ``validate`` took."""
     global _VALIDATOR
@@ -341,7 +341,7 @@ def load_spec(path: str | Path) -> Spec:
 
     errors.raise_if_any()
     if any(item.entry.check == "expect_error" for item in items):
-        # the run records what a rank raises (harness/judge/kinds/expect_error.py) instead of failing
+        # the run records what a rank raises (harness/language/kinds/expect_error.py) instead of failing
         setup = dataclasses.replace(setup, record_errors=True)
     return Spec(path=path, name=data["spec"], title=data["title"], document=data["document"], setup=setup,
                 backend=data.get("backend", "auto"), timeout_s=float(data.get("timeout_s", 300)), raw=data,
@@ -472,7 +472,7 @@ TABLE_FORMS = "a table holds either 'columns' with 'rows', or 'entries' (one of 
 
 
 def _entry_kind(schema: Mapping[str, Any]) -> CheckKind | None:
-    """The check kind whose generated entry definition ``schema`` is (harness/judge/kinds/docs.py)."""
+    """The check kind whose generated entry definition ``schema`` is (harness/language/kinds/docs.py)."""
     title = schema.get("title", "") if isinstance(schema, Mapping) else ""
     return REGISTRY.get(title.removeprefix(ENTRY_TITLE)) if title.startswith(ENTRY_TITLE) else None
 

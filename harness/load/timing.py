@@ -1,7 +1,7 @@
 """Refuse spec entries that assert observation fields whose value depends on thread timing.
 
 Which fields those are is written once, in the observation schema
-(``harness/schemas/observation.schema.json``: ``memory`` -> ``x-timing-dependent``), with the
+(``harness/contract/observation.schema.json``: ``memory`` -> ``x-timing-dependent``), with the
 reason: on a real backend FSDPMemTracker's ``temp`` bytes (hence ``total``) depend on which
 thread runs gloo's reduce-scatter copy-out callback and when the copy is freed. Under the fake
 backend nothing runs asynchronously, so there they may be asserted.
@@ -22,7 +22,7 @@ __all__ = ["timing_dependent", "timing_dependent_errors"]
 @lru_cache(maxsize=None)
 def timing_dependent() -> Mapping[str, Any]:
     """The schema's ``x-timing-dependent`` note for memory snapshots: ``{"categories": [...], ...}``."""
-    text = resources.files("harness").joinpath("schemas/observation.schema.json").read_text(encoding="utf-8")
+    text = resources.files("harness").joinpath("contract/observation.schema.json").read_text(encoding="utf-8")
     memory = json.loads(text)["$defs"]["rank"]["properties"]["memory"]
     return memory["x-timing-dependent"]
 

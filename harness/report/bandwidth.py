@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from harness.judge.bandwidth import BandwidthRow
+from harness.language.bandwidth import BandwidthRow
 
 __all__ = ["nccl_type", "redop", "table_lines", "markdown_table"]
 

@@ -31,7 +31,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable
 
-from harness.judge.checks import CheckResult, Entry
+from harness.judge.checks import CheckResult
+from harness.language.entry import Entry
 
 __all__ = ["Case", "table_slug", "spec_nodeid_path", "nodeid", "result_case", "load_error_case",
            "run_error_case", "junit_xml", "shorten_message"]

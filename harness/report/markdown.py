@@ -13,10 +13,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from harness.judge.bandwidth import bandwidth_rows
+from harness.language.bandwidth import bandwidth_rows
 from harness.judge.checks import CheckResult
 from harness.judge.evaluate import FAILING, counts
-from harness.judge.observed import ranks_text
+from harness.language.observed import ranks_text
 from harness.report.bandwidth import markdown_table
 
 __all__ = ["SpecRun", "cluster_report", "DIFFERS"]

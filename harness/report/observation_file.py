@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from harness.observation import FORMAT, ObservationError, validate_observation
+from harness.contract.observation import FORMAT, ObservationError, validate_observation
 
 __all__ = ["ObservationFileError", "read_observation"]
 

@@ -16,7 +16,7 @@ under a heading that names the document section it regenerates:
 
 Figures are printed the document's way (three significant digits, "≈2.36M", "4.72 MB" with
 MB = 10^6 bytes; ``harness.report.figures``) with the exact figure beside. Bytes a collective
-"sends per rank" follow the ring model used by the checks (``harness.judge.checks.ring_bytes``):
+"sends per rank" follow the ring model used by the checks (``harness.language.observed.ring_bytes``):
 S x (N-1)/N for all-gather and reduce-scatter, S the full buffer. The document's layer is the
 first layer unit; per-rank tables show the first observed rank and say which ranks agree
 (ranks that differ get their own table).
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from harness.judge.checks import ring_bytes
+from harness.language.observed import ring_bytes
 from harness.report.figures import count_exact, fraction, mb, mb_exact, ranks_text, shape, thousands
 
 __all__ = ["render_markdown", "SECTIONS"]

@@ -20,7 +20,7 @@ the all-reduce's buffer, in bytes. For each row, on every rank of the row's proc
    sizes the comparison allows the dtype's rounding of the sum.
 
 algbw, busbw and the nccl-tests table are computed from these rows by the judge
-(``harness/judge/bandwidth.py``), not here: the observation holds what was measured.
+(``harness/language/bandwidth.py``), not here: the observation holds what was measured.
 
 The step's rows (source ``step``): each distinct (op, dtype, elements, process group) among the
 collectives the step issued, replayed standalone with the same sizes and group. They time the

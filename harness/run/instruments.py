@@ -30,7 +30,7 @@ Use::
 
 :meth:`pieces` returns the rank entry's ``params``, ``param_states``, ``steps``,
 ``collectives``, ``memory``, ``events``, ``grad_norms`` and (if tracked) ``param_updates``
-(``harness/schemas/observation.schema.json``, ``$defs/rank``).
+(``harness/contract/observation.schema.json``, ``$defs/rank``).
 """
 
 from __future__ import annotations

@@ -55,6 +55,8 @@ import traceback
 from multiprocessing.connection import wait
 from typing import Any, Callable, Iterator, Mapping
 
+from harness.contract.names import BACKENDS
+
 __all__ = [
     "RunError",
     "exception_line",
@@ -70,7 +72,6 @@ __all__ = [
     "TEMP_PREFIX",
 ]
 
-BACKENDS = ("auto", "gloo", "nccl", "fake")
 
 # Imported once by the forkserver, inherited by every rank. torch._dynamo: FSDP's hooks are
 # wrapped in torch._dynamo.disable, which imports torch._dynamo on first call (~1 s).

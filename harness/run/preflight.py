@@ -2,7 +2,7 @@
 
 A spec can ask for more than a machine has: ``mesh: {shape: [100000]}`` on gloo would start
 100,000 processes; ``overrides: {hidden_size: 100000000}`` makes every rank die in the
-allocator after minutes. :func:`check` estimates, in closed form (``harness.author.calculator``:
+allocator after minutes. :func:`check` estimates, in closed form (``harness.contract.calculator``:
 torch.chunk shards, FSDP2's padding; nothing is run or allocated), the bytes one rank holds at
 its peak, and refuses with :class:`PreflightError` when
 
@@ -116,7 +116,7 @@ def estimate(setup: Any) -> Estimate:
         ValueError: the setup's model config or sizes cannot be built (the loader reports those
             first, with their key paths).
     """
-    from harness.author import calculator as calc
+    from harness.contract import calculator as calc
     from model import get_config
 
     cfg = get_config(setup.model.config, **dict(setup.model.overrides))

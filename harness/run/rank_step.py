@@ -21,7 +21,7 @@ puts together the stages, each in its own module:
    recorders have stopped, the state-dict round trip (phase ``state_dict``);
 
 and returns the rank's entry of the observation document (schema:
-``harness/schemas/observation.schema.json``, ``$defs/rank``).
+``harness/contract/observation.schema.json``, ``$defs/rank``).
 
 Under the fake backend (``simulated=True``) the same code runs inside ``FakeTensorMode``:
 no data, no numerics, only this rank's inputs are made; the mesh is built before entering

@@ -1,7 +1,7 @@
 """Running a setup: the one entry point the CLI, the checks' fixtures and tests call.
 
 ``run_setup(setup, backend=..., timeout_s=...)`` returns the observation document
-(``harness/schemas/observation.schema.json``), validated. Where the ranks come from:
+(``harness/contract/observation.schema.json``), validated. Where the ranks come from:
 
 - ``backend="fake"``: simulated in this process (``harness.run.simulate``), any world size;
 - under ``torchrun`` or any launcher that sets RANK, WORLD_SIZE and MASTER_ADDR: this process
@@ -30,8 +30,9 @@ import time
 import traceback
 from typing import Any, Callable
 
-from harness.run.launch import BACKENDS, RunError, RunTimeout, joined_world, resolve_backend, run_local
-from harness.observation import ObservationError, build_observation
+from harness.contract.names import BACKENDS
+from harness.run.launch import RunError, RunTimeout, joined_world, resolve_backend, run_local
+from harness.contract.observation import ObservationError, build_observation
 from harness.load.setup import RunSetup
 
 __all__ = ["run_setup", "RunError", "RunTimeout", "ObservationError"]

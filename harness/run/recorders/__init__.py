@@ -17,5 +17,5 @@
   reference run of the same schedule (its clipping norm and last gradients too).
 
 None of them decides pass or fail: they write fields of the observation document
-(``harness/schemas/observation.schema.json``).
+(``harness/contract/observation.schema.json``).
 """

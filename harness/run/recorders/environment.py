@@ -2,7 +2,7 @@
 
 What a cluster validator's diagnostics script prints per rank (nccl-tests prints "Rank r Pid p
 on host device d [bus id] name"), recorded in each rank's entry of the observation
-(``ranks[i].environment``, ``harness/schemas/observation.schema.json``) so that the
+(``ranks[i].environment``, ``harness/contract/observation.schema.json``) so that the
 ``environment`` check kind can hold the ranks against each other.
 
 Sources, all torch's or the OS's own:

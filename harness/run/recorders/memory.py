@@ -45,7 +45,7 @@ import torch
 from torch import nn
 from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
-from .names import MEMORY_CATEGORIES
+from harness.contract.names import MEMORY_CATEGORIES
 
 __all__ = ["MemoryRecorder", "CATEGORIES"]
 

@@ -15,7 +15,7 @@ import contextlib
 import time
 from typing import Callable, Iterator
 
-from .names import PHASES  # one list of phase names, with the loader's
+from harness.contract.names import PHASES  # one list of phase names, with the loader's
 
 # TESTS ONLY. Each is called with the phase name at the start of every phase, inside its timed
 # interval, after ``on_enter`` (so a launcher already shows the phase a hook hangs in). The

@@ -1,7 +1,7 @@
 """``bandwidth``: the timed collectives of ``setup.bandwidth`` in nccl-tests' terms: busbw,
 algbw, time, #wrong, sizes.
 
-Rows come from :func:`harness.judge.bandwidth.bandwidth_rows` (algbw = S / t, busbw = algbw x
+Rows come from :func:`harness.language.bandwidth.bandwidth_rows` (algbw = S / t, busbw = algbw x
 (n-1)/n for all-gather and reduce-scatter, x 2(n-1)/n for all-reduce; GB/s = 10^9 bytes/s).
 An entry selects rows by ``op`` and ``size`` (a name of ``setup.bandwidth.sizes``, or ``step``
 for the step's own collectives); over the selected rows ``busbw`` and ``algbw`` are the least,
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.judge.kinds.common import RANKS
-from harness.judge.observed import CheckError, NotMeasured, common, rank_docs
-from harness.judge.vocabulary import BOOL, BYTES, COUNT, DTYPE, NUMBER, CheckKind, Context, Field, Selector
-from harness.run.recorders.names import BANDWIDTH_OPS
+from harness.language.kinds.common import RANKS
+from harness.language.observed import CheckError, NotMeasured, common, rank_docs
+from harness.language.vocabulary import BOOL, BYTES, COUNT, DTYPE, NUMBER, CheckKind, Context, Field, Selector
+from harness.contract.names import BANDWIDTH_OPS
 
 
 def _names(value: Any) -> list | None:
@@ -59,7 +59,7 @@ def measure(sel, obs):
     if obs["environment"]["simulated"]:
         reason = NotMeasured("a simulated run (fake backend) moves no data: nothing to time")
         return {d["rank"]: {f.name: reason for f in KIND.fields} for d in docs}
-    from harness.judge.bandwidth import bandwidth_rows  # here: loading a spec (validate) need not build its dataclass
+    from harness.language.bandwidth import bandwidth_rows  # here: loading a spec (validate) need not build its dataclass
 
     rows = bandwidth_rows(obs)
     if not rows:

@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from harness.contract.calculator import busbw_factor
+
 __all__ = ["BUS_FACTORS", "bus_factor", "BandwidthRow", "bandwidth_rows"]
 
 BUS_FACTORS = {
@@ -29,16 +31,14 @@ BUS_FACTORS = {
 
 
 def bus_factor(op: str, n: int) -> float:
-    """busbw / algbw for ``op`` on ``n`` ranks (see :data:`BUS_FACTORS`).
+    """busbw / algbw for ``op`` on ``n`` ranks (:func:`harness.contract.calculator.busbw_factor`).
 
     Raises:
         ValueError: an op without a factor here.
     """
-    if op in ("all_gather", "reduce_scatter"):
-        return (n - 1) / n
-    if op == "all_reduce":
-        return 2 * (n - 1) / n
-    raise ValueError(f"no nccl-tests bus factor for op {op!r}; expected one of {list(BUS_FACTORS)}")
+    if op not in BUS_FACTORS:
+        raise ValueError(f"no nccl-tests bus factor for op {op!r}; expected one of {list(BUS_FACTORS)}")
+    return busbw_factor(op, n)
 
 
 @dataclass(frozen=True)

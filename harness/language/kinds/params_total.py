@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from harness.judge.kinds.common import LAYER, RANKS, ROLE, UNIT
-from harness.judge.observed import CheckError, rank_docs, unit_names
-from harness.judge.vocabulary import BYTES, COUNT, CheckKind, Field
+from harness.language.kinds.common import LAYER, RANKS, ROLE, UNIT
+from harness.language.observed import CheckError, rank_docs, unit_names
+from harness.language.vocabulary import BYTES, COUNT, CheckKind, Field
 
 
 def _params_of(obs, sel, rank_doc):

@@ -1,6 +1,6 @@
 """The observation document: assembled from the ranks' entries, validated against its schema.
 
-Schema: ``harness/schemas/observation.schema.json`` (format ``fsdp2-observation/1``).
+Schema: ``harness/contract/observation.schema.json`` (format ``fsdp2-observation/1``).
 :func:`build_observation` puts the parts together; :func:`validate_observation` checks a
 document and raises :class:`ObservationError` listing every violation with its JSON path.
 Nothing here imports torch.
@@ -16,7 +16,7 @@ from typing import Any, Mapping
 __all__ = ["FORMAT", "SCHEMA_PATH", "ObservationError", "load_schema", "validate_observation", "build_observation"]
 
 FORMAT = "fsdp2-observation/1"
-SCHEMA_PATH = Path(__file__).parent / "schemas" / "observation.schema.json"
+SCHEMA_PATH = Path(__file__).parent / "observation.schema.json"
 
 
 class ObservationError(ValueError):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.judge.kinds.common import LAYER, MICROBATCH, RANKS, STEP_INDEX, position_matches
-from harness.judge.observed import CheckError, common, rank_docs
-from harness.judge.vocabulary import COUNT, DTYPE, SHAPE, CheckKind, Context, Field, Selector
+from harness.language.kinds.common import LAYER, MICROBATCH, RANKS, STEP_INDEX, position_matches
+from harness.language.observed import CheckError, common, rank_docs
+from harness.language.vocabulary import COUNT, DTYPE, SHAPE, CheckKind, Context, Field, Selector
 from model.steps import STEP_NAMES
 
 

@@ -11,10 +11,10 @@ record that error (gloo's closed connection), so ``ranks:`` picks the ones that 
 
 from __future__ import annotations
 
-from harness.judge.kinds.common import RANKS
-from harness.judge.observed import CheckError, rank_docs
-from harness.judge.vocabulary import BOOL, MESSAGE, CheckKind, Field, one_of
-from harness.run.recorders.names import PHASES
+from harness.language.kinds.common import RANKS
+from harness.language.observed import CheckError, rank_docs
+from harness.language.vocabulary import BOOL, MESSAGE, CheckKind, Field, one_of
+from harness.contract.names import PHASES
 
 _PHASES = PHASES + ("replica",)
 

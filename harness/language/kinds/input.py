@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from harness.judge.kinds.common import RANKS, check_ranks
-from harness.judge.observed import rank_docs
-from harness.judge.vocabulary import DTYPE, INTS, SHAPE, TEXT, CheckKind, Field, Selector
+from harness.language.kinds.common import RANKS, check_ranks
+from harness.language.observed import rank_docs
+from harness.language.vocabulary import DTYPE, INTS, SHAPE, TEXT, CheckKind, Field, Selector
 
 
 def measure(sel, obs):

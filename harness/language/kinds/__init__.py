@@ -1,14 +1,14 @@
 """The check kinds, one module each; :data:`REGISTRY` maps a table's ``check:`` to its definition.
 
-Adding a kind: a module here defining ``KIND`` (a :class:`harness.judge.vocabulary.CheckKind`),
-listed below; then regenerate the schema and README table (``python -m harness.judge.kinds``).
+Adding a kind: a module here defining ``KIND`` (a :class:`harness.language.vocabulary.CheckKind`),
+listed below; then regenerate the schema and README table (``python -m harness.language.kinds``).
 """
 
 from __future__ import annotations
 
-from harness.judge.kinds import (bandwidth, collectives, environment, events, expect_error, grad_norm, input, memory,
+from harness.language.kinds import (bandwidth, collectives, environment, events, expect_error, grad_norm, input, memory,
                                  numerics, param, param_state, param_update, params_total, reduce_op, state_dict, step)
-from harness.judge.vocabulary import CheckKind
+from harness.language.vocabulary import CheckKind
 
 REGISTRY: dict[str, CheckKind] = {
     m.KIND.name: m.KIND

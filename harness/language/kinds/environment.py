@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Callable, Mapping
 
-from harness.judge.kinds.common import RANKS
-from harness.judge.observed import CheckError, NotMeasured, rank_docs, ranks_on_hosts
-from harness.judge.vocabulary import COUNT, TEXT, CheckKind, Field, ValueType, one_of
+from harness.language.kinds.common import RANKS
+from harness.language.observed import CheckError, NotMeasured, rank_docs, ranks_on_hosts
+from harness.language.vocabulary import COUNT, TEXT, CheckKind, Field, ValueType, one_of
 
 AGREES = ValueType("agreement", "true (every selected rank has the value most ranks have)",
                    lambda e: e.form == "exact" and e.value is True)

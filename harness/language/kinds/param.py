@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.judge.kinds.common import LAYER, RANKS
-from harness.judge.observed import find_param, param_fqn, rank_docs
-from harness.judge.vocabulary import (BOOL, BYTES, COUNT, DTYPE, OPTIONAL_TEXT, SHAPE, TEXT, TEXTS, CheckKind, Context, Field,
+from harness.language.kinds.common import LAYER, RANKS
+from harness.language.observed import find_param, param_fqn, rank_docs
+from harness.language.vocabulary import (BOOL, BYTES, COUNT, DTYPE, OPTIONAL_TEXT, SHAPE, TEXT, TEXTS, CheckKind, Context, Field,
                                       Selector)
 from model.names import LAYER_PARAM_NAMES_REGISTRATION
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 import fnmatch
 from typing import Any
 
-from harness.judge.kinds.common import MICROBATCH, RANKS, STEP_INDEX, position_matches
-from harness.judge.observed import CheckError, common, rank_docs
-from harness.judge.vocabulary import COUNT, OPTIONAL_TEXT, TEXTS, CheckKind, Context, Field, Selector
-from harness.run.recorders.names import EVENT_NAMES, PHASES
+from harness.language.kinds.common import MICROBATCH, RANKS, STEP_INDEX, position_matches
+from harness.language.observed import CheckError, common, rank_docs
+from harness.language.vocabulary import COUNT, OPTIONAL_TEXT, TEXTS, CheckKind, Context, Field, Selector
+from harness.contract.names import EVENT_NAMES, PHASES
 
 _GLOB = set("*?[")
 

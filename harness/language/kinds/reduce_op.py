@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.judge.kinds.common import LAYER, RANKS, ROLE, UNIT
-from harness.judge.observed import CheckError, common, rank_docs, select_collectives, unit_names
-from harness.judge.vocabulary import BOOL, COUNT, CheckKind, Context, Field, Selector, ValueType, one_of
-from harness.run.recorders.names import PHASES
+from harness.language.kinds.common import LAYER, RANKS, ROLE, UNIT
+from harness.language.observed import CheckError, common, rank_docs, select_collectives, unit_names
+from harness.language.vocabulary import BOOL, COUNT, CheckKind, Context, Field, Selector, ValueType, one_of
+from harness.contract.names import PHASES
 
 REDUCE_OP_NAMES = ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM")
 _OPS = ("reduce_scatter", "all_reduce")

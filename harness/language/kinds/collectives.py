@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from harness.judge.kinds.common import RANKS, check_layer, check_microbatch, check_role, check_step_index, check_unit
-from harness.judge.observed import COLLECTIVE_MATCH_KEYS, common, rank_docs, ring_bytes, select_collectives
-from harness.judge.vocabulary import (BYTES, COUNT, DTYPE, DTYPE_NAMES, OPTIONAL_TEXT, TEXT, TEXTS, CheckKind,
+from harness.language.kinds.common import RANKS, check_layer, check_microbatch, check_role, check_step_index, check_unit
+from harness.language.observed import COLLECTIVE_MATCH_KEYS, common, rank_docs, ring_bytes, select_collectives
+from harness.language.vocabulary import (BYTES, COUNT, DTYPE, DTYPE_NAMES, OPTIONAL_TEXT, TEXT, TEXTS, CheckKind,
                                       Context, Field, Selector, one_of)
-from harness.run.recorders.names import COLLECTIVE_OPS, PHASES
+from harness.contract.names import COLLECTIVE_OPS, PHASES
 
 _SELECT_KEYS = COLLECTIVE_MATCH_KEYS + ("layer", "unit", "role", "not")
 

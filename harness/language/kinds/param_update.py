@@ -9,10 +9,10 @@ add up over the selected parameters and steps, differences take their largest.
 
 from __future__ import annotations
 
-from harness.judge.kinds.common import LAYER, RANKS, STEP_INDEX, UNIT, position_matches
-from harness.judge.kinds.param import _check_fqn, _check_param
-from harness.judge.observed import CheckError, param_fqn, rank_docs, unit_names
-from harness.judge.vocabulary import BOOL, COUNT, INTS, NUMBER, CheckKind, Field, Selector
+from harness.language.kinds.common import LAYER, RANKS, STEP_INDEX, UNIT, position_matches
+from harness.language.kinds.param import _check_fqn, _check_param
+from harness.language.observed import CheckError, param_fqn, rank_docs, unit_names
+from harness.language.vocabulary import BOOL, COUNT, INTS, NUMBER, CheckKind, Field, Selector
 
 
 def _param_needs_layer(values, ctx):

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.judge.kinds.common import LAYER, MICROBATCH, RANKS, STEP_INDEX, UNIT, position_matches
-from harness.judge.observed import CheckError, rank_docs, unit_name
-from harness.judge.vocabulary import BYTES, CheckKind, Context, Field, Selector
-from harness.run.recorders.names import MEMORY_CATEGORIES, MEMORY_ROOT_STATES, MEMORY_UNIT_STATES
+from harness.language.kinds.common import LAYER, MICROBATCH, RANKS, STEP_INDEX, UNIT, position_matches
+from harness.language.observed import CheckError, rank_docs, unit_name
+from harness.language.vocabulary import BYTES, CheckKind, Context, Field, Selector
+from harness.contract.names import MEMORY_CATEGORIES, MEMORY_ROOT_STATES, MEMORY_UNIT_STATES
 
 
 def _check_module(value: Any, ctx: Context) -> str | None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.judge.vocabulary import Context, Selector
-from harness.run.recorders.names import UNIT_ROLES
+from harness.language.vocabulary import Context, Selector
+from harness.contract.names import UNIT_ROLES
 
 def _ints(value: Any) -> list | None:
     values = value if isinstance(value, list) else [value]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.judge.kinds.common import LAYER, RANKS, UNIT
-from harness.judge.observed import CheckError, common, rank_docs, unit_names
-from harness.judge.vocabulary import BOOL, BYTES, COUNT, TEXTS, CheckKind, Context, Field, Selector
-from harness.run.recorders.names import PARAM_STATE_POINTS
+from harness.language.kinds.common import LAYER, RANKS, UNIT
+from harness.language.observed import CheckError, common, rank_docs, unit_names
+from harness.language.vocabulary import BOOL, BYTES, COUNT, TEXTS, CheckKind, Context, Field, Selector
+from harness.contract.names import PARAM_STATE_POINTS
 
 
 def _check_point(value: Any, ctx: Context) -> str | None:

@@ -7,6 +7,11 @@ module that imports nothing heavy.
 
 from __future__ import annotations
 
+BACKENDS: tuple[str, ...] = ("auto", "gloo", "nccl", "fake")
+"""Backends a run takes (``setup.backend``, ``--backend``): ``auto`` is NCCL with one GPU per
+rank when enough are visible, else gloo on CPU; ``fake`` is torch's fake process group in one
+process (nothing is moved)."""
+
 PHASES: tuple[str, ...] = ("setup", "zero_grad", "unshard", "forward", "reshard", "backward", "clip_grad_norm",
                            "optimizer")
 """Phases of a rank's step, in order (recorders.phases; the schedule's runtime calls have their own:

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from harness.judge.kinds.param import KIND as PARAM
-from harness.judge.kinds.common import LAYER
-from harness.judge.observed import CheckError, param_fqn, ranks_text, unit_names
-from harness.judge.vocabulary import (BOOL, COUNT, INTS, NUMBER, SHAPE, TEXTS, CheckKind, Context, Field,
+from harness.language.kinds.param import KIND as PARAM
+from harness.language.kinds.common import LAYER
+from harness.language.observed import CheckError, param_fqn, ranks_text, unit_names
+from harness.language.vocabulary import (BOOL, COUNT, INTS, NUMBER, SHAPE, TEXTS, CheckKind, Context, Field,
                                       Selector)
 
 ONE_ENTRY_FIELDS = ("full_shape", "local_shape", "placements", "global_offset", "local_length", "equal_before_load",

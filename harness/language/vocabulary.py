@@ -5,7 +5,7 @@ the observation), its fields (what is measured there) with the type of value eac
 extra rules an entry must meet, the measure function, and one line of docs per key. The loader
 (:mod:`harness.load.spec`), the checks (:mod:`harness.judge.checks`), the JSON Schema's entry
 definitions (``harness/schemas/spec.schema.json``) and the README's table of kinds all come
-from these definitions (:mod:`harness.judge.kinds` registers them); ``tests/test_vocabulary.py``
+from these definitions (:mod:`harness.language.kinds` registers them); ``tests/test_vocabulary.py``
 fails when the shipped schema or README disagree.
 
 Imports neither torch nor the run side's torch modules: loading a spec must stay fast.
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from harness.judge.expect import BYTE_UNITS, COUNT_UNITS, Expectation
+from harness.language.expect import BYTE_UNITS, COUNT_UNITS, Expectation
 
 DTYPE_NAMES: tuple[str, ...] = (
     "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2",

@@ -1,4 +1,4 @@
-"""Reading an observation document (``harness/schemas/observation.schema.json``) for the checks.
+"""Reading an observation document (``harness/contract/observation.schema.json``) for the checks.
 
 Pure functions over the JSON document: which ranks, which FSDP unit, which parameter, which
 collectives. They raise :class:`CheckError` when the entry names something the observation
@@ -8,6 +8,9 @@ does not hold, with what it holds instead.
 from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
+
+from harness.contract.calculator import BUSBW_FACTOR_NUMERATOR
+from harness.contract.calculator import ring_bytes as calculator_ring_bytes
 
 
 class CheckError(Exception):
@@ -139,18 +142,16 @@ def common(values: list) -> Any:
     return values[0] if all(v == values[0] for v in values) else values
 
 
-def ring_bytes(collective: Mapping[str, Any]) -> float:
-    """Bytes one rank sends for this collective under the ring model (nccl-tests' busbw basis).
+def ring_bytes(collective: Mapping[str, Any]) -> int | float:
+    """Bytes one rank sends for this recorded collective under the ring model (nccl-tests' busbw basis).
 
-    all-gather / reduce-scatter: S x (N-1)/N; all-reduce: 2 x S x (N-1)/N; others: S.
-    S = ``buffer_bytes``, N = ``group_size``.
+    all-gather / reduce-scatter / all-reduce: :func:`harness.contract.calculator.ring_bytes` of
+    S = ``buffer_bytes`` over N = ``group_size``; any other op: S.
     """
-    s, n = collective["buffer_bytes"], collective["group_size"]
-    if collective["op"] in ("all_gather", "reduce_scatter"):
-        return s * (n - 1) / n
-    if collective["op"] == "all_reduce":
-        return 2 * s * (n - 1) / n
-    return float(s)
+    s, n, op = collective["buffer_bytes"], collective["group_size"], collective["op"]
+    if op in BUSBW_FACTOR_NUMERATOR:
+        return calculator_ring_bytes(op, s, n)
+    return s
 
 
 COLLECTIVE_MATCH_KEYS = ("phase", "op", "dtype", "mesh_dim", "fsdp_label", "hook", "group_size", "reduce_op",

@@ -3,9 +3,9 @@ placements and value) against the single-process reference's total norm at the s
 
 from __future__ import annotations
 
-from harness.judge.kinds.common import RANKS, STEP_INDEX, position_matches
-from harness.judge.observed import CheckError, common, rank_docs
-from harness.judge.vocabulary import BOOL, COUNT, DTYPE, NUMBER, TEXTS, CheckKind, Field
+from harness.language.kinds.common import RANKS, STEP_INDEX, position_matches
+from harness.language.observed import CheckError, common, rank_docs
+from harness.language.vocabulary import BOOL, COUNT, DTYPE, NUMBER, TEXTS, CheckKind, Field
 
 
 def measure(sel, obs):

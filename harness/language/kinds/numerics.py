@@ -7,9 +7,9 @@ are compared (a gradient None on both sides is left out)."""
 
 from __future__ import annotations
 
-from harness.judge.kinds.common import RANKS
-from harness.judge.observed import CheckError, rank_docs
-from harness.judge.vocabulary import COUNT, DTYPE, NUMBER, CheckKind, Field
+from harness.language.kinds.common import RANKS
+from harness.language.observed import CheckError, rank_docs
+from harness.language.vocabulary import COUNT, DTYPE, NUMBER, CheckKind, Field
 
 
 def _rel(diff):
