@@ -382,10 +382,28 @@ def _context(setup: RunSetup, config: Any) -> Context:
                        state_dict_loads=loads)
     n = config.num_hidden_layers
     fqns = param_fqns(setup.model.body, n, tie_word_embeddings=config.tie_word_embeddings)
+    plans = setup.unit_plan(n, fqns)
+    if config.tie_word_embeddings and setup.model.body == "causal_lm" and (
+            _owning_unit(plans, "model.embed_tokens") != _owning_unit(plans, "lm_head")):
+        # The first of the two units' fully_shard replaces its module's weight by a DTensor; the
+        # other module keeps the original Parameter, so the tie is broken and lm_head.weight is
+        # a parameter of its own (specs/tied_embeddings_split_units.yaml).
+        fqns = fqns + ("lm_head.weight",)
     microbatches = setup.schedule.microbatches() if setup.schedule is not None else (1,)
     return Context(world_size=setup.world_size, mesh_dim_names=tuple(setup.mesh_dim_names), num_layers=n,
-                   unit_names=tuple(p.name for p in setup.unit_plan(n, fqns)), param_fqns=fqns,
+                   unit_names=tuple(p.name for p in plans), param_fqns=fqns,
                    bandwidth_sizes=sizes, state_dict_loads=loads, microbatches=microbatches)
+
+
+def _owning_unit(plans: Any, module: str) -> str:
+    """The FSDP unit that manages ``module``'s parameters: the unit with the longest module path
+    that is ``module`` or one of its parents (the root, path ``""``, holds what no other unit does)."""
+    best, owner = -1, ""
+    for plan in plans:
+        for path in plan.paths:
+            if (path == "" or module == path or module.startswith(path + ".")) and len(path) > best:
+                best, owner = len(path), plan.name
+    return owner
 
 
 MAX_LAYERS = 1024
