@@ -456,6 +456,7 @@ def test_causal_lm_matches_transformers(hf, name, experts):
     config = PARITY_CONFIGS[name]
     ours = randomize(Qwen3MoeForCausalLM(config))
     theirs = hf.Qwen3MoeForCausalLM(hf_moe_config(hf, config, experts)).eval()
+    assert theirs.config._experts_implementation == (experts or "grouped_mm")  # what transformers runs
     theirs.load_state_dict(ours.state_dict(), strict=True)
     ids = tokens(config)
     with torch.no_grad():
@@ -530,6 +531,11 @@ def test_load_balancing_loss_func_is_transformers(hf):
         assert torch.equal(load_balancing_loss_func(logits, 8, top_k, mask),
                            hm.load_balancing_loss_func(logits, 8, top_k, mask))
     assert load_balancing_loss_func(None, 8, 2) == 0 == load_balancing_loss_func(logits[0], 8, 2)
+    # bf16 router logits: the softmax runs in bf16 (not float32, as the router's own does)
+    half = tuple((3 * x).bfloat16() for x in logits)
+    assert torch.equal(load_balancing_loss_func(half, 8, 2), hm.load_balancing_loss_func(half, 8, 2))
+    assert not torch.equal(load_balancing_loss_func(half, 8, 2),
+                           load_balancing_loss_func(tuple(x.float() for x in half), 8, 2))
     # balanced routing, each expert a quarter of the tokens and of the probability: E * sum_e (1/E)(1/E) = 1
     balanced = (torch.eye(4).repeat(2, 1) * 50.0,)  # token t prefers expert t % 4: f_e = 1/4, P_e ≈ 1/4
     assert abs(load_balancing_loss_func(balanced, 4, 1).item() - 1.0) < 1e-6
@@ -738,3 +744,23 @@ def test_meta_build_then_to_empty_equals_cpu_build():
         assert torch.equal(v, meta.state_dict()[k]), k
     ids = tokens(config)
     assert torch.equal(meta(ids), cpu(ids))
+
+
+def test_router_softmax_in_float32_weights_in_the_activations_dtype(hf):
+    """bf16: the router's softmax and renormalisation run in float32, as transformers' do,
+    then the weights are cast to bf16; the same indices and weights as transformers'."""
+    from transformers.models.qwen3_moe import modeling_qwen3_moe as hm
+
+    config = PARITY_CONFIGS["e8_top2_norm_untied"]
+    ours = randomize(Qwen3MoeSparseMoeBlock(config)).to(torch.bfloat16)
+    theirs = hm.Qwen3MoeSparseMoeBlock(hf_moe_config(hf, config)).to(torch.bfloat16)
+    theirs.load_state_dict(ours.state_dict(), strict=True)
+    x = hidden_input(config).bfloat16().reshape(-1, config.hidden_size)
+    got, expected = ours.gate(x), theirs.gate(x)
+    assert [t.dtype for t in got] == [torch.bfloat16, torch.bfloat16, torch.int64]
+    for a, b in zip(got, expected):
+        assert torch.equal(a, b)
+    manual = torch.topk(F.softmax(got[0], dtype=torch.float, dim=-1), 2, dim=-1).values
+    assert torch.equal(got[1], (manual / manual.sum(-1, keepdim=True)).bfloat16())
+    with torch.no_grad():
+        assert torch.equal(ours(x.reshape(2, 8, -1)), theirs(x.reshape(2, 8, -1)))
