@@ -82,3 +82,21 @@ def module_paths(body: str, num_layers: int) -> tuple[str, ...]:
     if body == "decoder_layers":
         return ("", *layers, "rotary_emb")
     return ("", "model", "model.embed_tokens", *layers, "model.norm", "model.rotary_emb", "lm_head")
+
+
+# transformers 5.x Qwen3MoeDecoderLayer.named_parameters() of a sparse layer (checked with
+# transformers 5.24.0 in tests/test_model_moe.py): Qwen3MoeSparseMoeBlock registers ``experts``
+# (two fused 3-D parameters, gate_up_proj [E, 2 d_moe, d] then down_proj [E, d, d_moe]) BEFORE
+# ``gate`` (the router, weight [E, d]). A dense layer of a MoE model has the dense names.
+MOE_LAYER_PARAM_NAMES_REGISTRATION: tuple[str, ...] = (
+    *LAYER_PARAM_NAMES_REGISTRATION[:6],
+    "mlp.experts.gate_up_proj",
+    "mlp.experts.down_proj",
+    "mlp.gate.weight",
+    *LAYER_PARAM_NAMES_REGISTRATION[9:],
+)
+
+# Module paths below a sparse layer, registration order (the dense layer's with its MLP's replaced).
+MOE_LAYER_MODULE_NAMES: tuple[str, ...] = (
+    *LAYER_MODULE_NAMES[:7], "mlp", "mlp.experts", "mlp.experts.act_fn", "mlp.gate", *LAYER_MODULE_NAMES[12:],
+)
