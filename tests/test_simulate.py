@@ -32,7 +32,7 @@ def _without_timings(doc: dict) -> dict:
 def test_storage_for_sharding_does_not_show_in_the_observation(spec, rank, monkeypatch):
     setup = dataclasses.replace(load_spec(SPECS / spec).setup, observe_ranks=(rank,))
     on_cpu = run_setup(setup, backend="fake")
-    monkeypatch.setattr(simulate, "LAZY_SHARD_BYTES", -1)  # every model sharded from meta
+    monkeypatch.setattr(fake, "LAZY_SHARD_BYTES", -1)  # every model sharded from meta
     on_meta = run_setup(setup, backend="fake")
     assert _without_timings(on_meta) == _without_timings(on_cpu)
 
