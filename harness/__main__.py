@@ -101,7 +101,7 @@ def _size(path: Path) -> int:
 
 def _global_rank() -> int:
     """This process's rank under torchrun (RANK), 0 otherwise."""
-    from harness.run.launch import joined_world
+    from harness.run.launch.joined import joined_world
 
     world = joined_world()
     return world["rank"] if world else 0

@@ -72,7 +72,7 @@ def build_observation(
     """The validated document for ``setup`` (a ``RunSetup``) from the ranks' step results.
 
     Args:
-        results: one per observed rank, as ``harness.run.rank_step.run_step`` returns them:
+        results: one per observed rank, as ``harness.run.rank.step.run_step`` returns them:
             ``{"environment", "fsdp_units", "entry"}``; entries are sorted by rank.
         launcher: "local", "joined" or "simulated".
         simulated: True for the fake backend.

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from harness.load.fanout import usable_cpus
-from harness.run.launch import RunError
+from harness.run.launch.errors import RunError
 
 __all__ = ["PreflightError", "Estimate", "estimate", "check", "process_limit", "available_memory",
            "MAX_SIMULATED_WORLD", "RANK_BASE_BYTES"]
@@ -177,7 +177,7 @@ def estimate(setup: Any) -> Estimate:
 def simulation_size(setup: Any) -> tuple[int | None, int]:
     """(FSDP units with parameters, ranks simulated) of a fake-backend run; units None when the
     model config cannot be built (the loader reports that)."""
-    from harness.run.simulate import ALL_RANKS_UP_TO
+    from harness.run.launch.simulated import ALL_RANKS_UP_TO
 
     world = setup.world_size
     observed = len(set(setup.observe_ranks)) if setup.observe_ranks else (world if world <= ALL_RANKS_UP_TO else 1)
