@@ -70,8 +70,9 @@ def key(default: Any = MISSING, *, doc: str, default_factory: Any = MISSING, nul
         **schema: Any) -> Any:
     """A dataclass field declaring one spec key (see :class:`Key`); ``schema`` keywords are JSON
     Schema's (``minimum=1``, ``enum=[...]``, ``items={...}``)."""
-    declared = Key(doc=doc, schema=schema, whole=whole, null=null, at=tuple(at.split(".")) if at else None,
-                   parse=parse, required=required, spread=spread)
+    declared = Key(doc=doc, schema=json.loads(json.dumps(schema)),  # tuples as JSON arrays
+                   whole=whole, null=null, at=tuple(at.split(".")) if at else None, parse=parse, required=required,
+                   spread=spread)
     return field(default=default, default_factory=default_factory, metadata={_META: declared})
 
 
@@ -138,9 +139,9 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
 
 def _json_default(f: dataclasses.Field) -> Any:
     """The field's default as JSON, or MISSING where it has none a spec could write."""
-    value = f.default
-    if value is MISSING or value is None and not f.metadata[_META].null:
-        return MISSING
+    value, declared = f.default, f.metadata[_META]
+    if value is MISSING or value is None and not declared.null or declared.parse is not None or declared.required:
+        return MISSING  # no default, "unset", a required key, or a default whose spec form differs
     try:
         return json.loads(json.dumps(value))
     except TypeError:  # a dataclass instance

@@ -138,7 +138,9 @@ def _string_or_list(description: str | None = None) -> dict[str, Any]:
 def unit_entry_schema() -> dict[str, Any]:
     """The JSON Schema of one ``setup.fsdp.units`` entry: a path or glob, a list, or a mapping of
     ``modules`` and the unit's options (:class:`UnitOptions`' keys)."""
-    options = object_schema(UnitOptions)["properties"]
+    # an option a unit leaves out takes the fsdp mapping's value, not the dataclass default
+    options = {name: {k: v for k, v in option.items() if k != "default"}
+               for name, option in object_schema(UnitOptions)["properties"].items()}
     modules = _string_or_list("a module path or glob (* one path component): one unit per match; or a list of them: "
                               "ONE unit of every module named; 'root' (last entry only): the root unit's options")
     return {
