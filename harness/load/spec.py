@@ -159,7 +159,7 @@ def _validator() -> jsonschema.Draft202012Validator:
         table = schema["$defs"]["table"]
         table.pop("allOf", None)  # {"$ref": "#/$defs/table_kinds"}
         table.pop("oneOf", None)  # the two table forms: _table_form_errors, without a failed branch per table
-        table["properties"]["entries"]["items"] = {"$ref": "#/$defs/meta_keys"}  # id, says, torch, ... typed
+        table["properties"]["entries"]["items"] = schema["$defs"]["meta_keys"]  # id, says, torch, ... typed
         _VALIDATOR = jsonschema.Draft202012Validator(schema)
     return _VALIDATOR
 
