@@ -55,7 +55,8 @@ def test_every_key_is_in_the_readme_table_with_its_dataclass_default():
                             ("setup.optimizer.lr", None, None), ("setup.bandwidth.warmup", BandwidthSetup, "warmup"),
                             ("setup.schedule.steps[].zero_grad", ScheduleStep, "zero_grad"),
                             ("setup.schedule.steps[].clip_grad_norm.norm_type", ClipGradNorm, "norm_type"),
-                            ("setup.fsdp.units[].mp_policy.cast_forward_inputs", MixedPrecision, "cast_forward_inputs")]:
+                            ("setup.fsdp.mixed_precision.cast_forward_inputs", MixedPrecision,
+                             "cast_forward_inputs")]:
         assert path in rows, path
         if cls is not None:
             default = {f.name: f.default for f in dataclasses.fields(cls)}[name]
@@ -93,7 +94,8 @@ def test_every_declared_key_is_converted_by_its_type():
                  "mixed_precision": {"param_dtype": "bfloat16", "cast_forward_inputs": False},
                  "offload_policy": {"pin_memory": False}, "checkpoint": True, "gradient_divide_factor": 4,
                  "units": ["model.layers.*", ["model.norm", "lm_head"], {"modules": "root", "compile": True}],
-                 "forward_prefetch": {"model.layers.0": ["model.layers.1"]}, "backward_prefetch": {"root": ["model.layers.1"]}},
+                 "forward_prefetch": {"model.layers.0": ["model.layers.1"]},
+                 "backward_prefetch": {"root": ["model.layers.1"]}},
         "freeze": {"params": ["lm_head.weight"], "after_fully_shard": True},
         "bandwidth": {"ops": ["all_reduce"], "sizes": [{"name": "s", "numel": 8}], "dtype": "float32",
                       "warmup": 0, "iterations": 1, "cpu_max_bytes": None, "step": False},

@@ -75,7 +75,8 @@ def readme_setup_table() -> str:
     rows = [SETUP_BEGIN, "", "| key | type | default | description |", "|---|---|---|---|"]
     for path, schema in key_rows(RunSetup):
         default = f"`{json.dumps(schema['default'], ensure_ascii=False)}`" if "default" in schema else ""
-        rows.append(f"| `{path}` | {_cell(_type_text(schema))} | {_cell(default)} | {_cell(schema.get('description', ''))} |")
+        cells = [f"`{path}`", _type_text(schema), default, schema.get("description", "")]
+        rows.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     rows += ["", SETUP_END]
     return "\n".join(rows)
 

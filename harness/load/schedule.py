@@ -213,8 +213,8 @@ def schedule_problems(schedule: Schedule, *, body: str, num_layers: int, unit_na
             if path not in layers and path not in blocks:
                 out.append((f"{where}.used_only_in.{path}", f"no decoder layer or block {path!r}; a layer ({layers}) "
                                                             f"or its self_attn / mlp block, e.g. {blocks[-1]!r}"))
-        for key in ("unshard", "reshard"):
-            for j, name in enumerate(getattr(step, key)):
+        for call in ("unshard", "reshard"):
+            for j, name in enumerate(getattr(step, call)):
                 if name not in shown_units:
-                    out.append((f"{where}.{key}[{j}]", f"no FSDP unit {name!r}; units: {shown_units}"))
+                    out.append((f"{where}.{call}[{j}]", f"no FSDP unit {name!r}; units: {shown_units}"))
     return out

@@ -205,8 +205,8 @@ class BandwidthSetup:
 
     ops: tuple[str, ...] = key(
         ("all_gather", "reduce_scatter"), minItems=1, uniqueItems=True, items={"enum": list(BANDWIDTH_OPS)},
-        doc="collectives to sweep: all_gather (dist.all_gather_into_tensor), reduce_scatter (dist.reduce_scatter_tensor, "
-            "sum), all_reduce (dist.all_reduce, sum)")
+        doc="collectives to sweep: all_gather (dist.all_gather_into_tensor), reduce_scatter "
+            "(dist.reduce_scatter_tensor, sum), all_reduce (dist.all_reduce, sum)")
     sizes: tuple[BandwidthSize, ...] = key((), doc="the sweep's sizes S (nccl-tests' size: the all-gather output, the "
                                                    "reduce-scatter input), in order")
     dtype: str | None = key(None, enum=list(DTYPES), doc="the sweep's dtype; default: the step's all-gather dtype "
@@ -400,13 +400,13 @@ class RunSetup:
         if param_fqns is not None:
             problems += _param_pattern_problems(self, plans, param_fqns)
         names = [p.name for p in plans]
-        for key, pairs in (("forward_prefetch", self.fsdp.forward_prefetch),
-                           ("backward_prefetch", self.fsdp.backward_prefetch)):
+        for prefetch, pairs in (("forward_prefetch", self.fsdp.forward_prefetch),
+                                ("backward_prefetch", self.fsdp.backward_prefetch)):
             for unit, targets in pairs:
                 for name in (unit, *targets):
                     if _unit_key(name) not in names:
-                        problems.append((f"setup.fsdp.{key}", f"no FSDP unit named {name!r}; units: "
-                                                              f"{['root' if n == '' else n for n in names]}"))
+                        problems.append((f"setup.fsdp.{prefetch}", f"no FSDP unit named {name!r}; units: "
+                                                                   f"{['root' if n == '' else n for n in names]}"))
         if problems:
             raise SetupError(*problems[0], errors=problems)
         return plans

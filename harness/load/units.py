@@ -52,7 +52,8 @@ class MixedPrecision:
     param_dtype: str | None = key(None, doc="the dtype parameters are all-gathered in (default: as built)", enum=DTYPES)
     reduce_dtype: str | None = key(None, doc="the dtype gradients are reduce-scattered in (default: param_dtype)",
                                    enum=DTYPES)
-    output_dtype: str | None = key(None, doc="the dtype of the module's forward outputs (default: not cast)", enum=DTYPES)
+    output_dtype: str | None = key(None, enum=DTYPES,
+                                   doc="the dtype of the module's forward outputs (default: not cast)")
     cast_forward_inputs: bool = key(True, doc="cast the forward inputs to param_dtype")
 
 
