@@ -1,7 +1,7 @@
 """The check kinds, one module each; :data:`REGISTRY` maps a table's ``check:`` to its definition.
 
 Adding a kind: a module here defining ``KIND`` (a :class:`harness.language.vocabulary.CheckKind`),
-listed below; then regenerate the schema and README table (``python -m harness.language.kinds``).
+listed below; then regenerate the schema and README table (``python -m harness.load.docs``).
 """
 
 from __future__ import annotations
