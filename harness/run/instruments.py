@@ -200,17 +200,24 @@ class Instruments:
             self._memory.mark_state("After Zero Grad", step_index)
 
     def record_grad_norm(self, step_index: int, norm: torch.Tensor, clip: Any) -> None:
-        """Record what ``clip_grad_norm_`` returned: a DTensor (its placements) or a tensor."""
-        is_dtensor = hasattr(norm, "full_tensor")
+        """Record what ``clip_grad_norm_`` returned: a DTensor (its placements) or a tensor.
+
+        Read from the local value only: ``full_tensor()`` of a ``Partial(max)`` norm (``norm_type:
+        inf``) would issue an all-reduce of the harness's own, recorded as the run's. ``value`` is
+        the local value when no placement is ``Partial``; otherwise None here, and the document's
+        assembly combines the ranks' ``local_value`` (``harness.contract.partial_values``).
+        """
+        is_dtensor = hasattr(norm, "to_local")
+        placements = [repr(pl) for pl in norm.placements] if is_dtensor else []
         try:
-            value = float(norm.full_tensor() if is_dtensor else norm)
+            local = float(norm.to_local() if is_dtensor else norm)
         except Exception:  # FakeTensorMode (the fake backend): no value to read
-            value = None
+            local = None
+        partial = any(pl.startswith("Partial(") for pl in placements)
         self.grad_norms.append({
             "step_index": step_index, "max_norm": float(clip.max_norm), "norm_type": float(clip.norm_type),
-            "value": value, "is_dtensor": is_dtensor,
-            "placements": [repr(pl) for pl in norm.placements] if is_dtensor else [],
-            "dtype": dtype_name(norm.dtype), "reference": None,
+            "value": None if partial else local, "local_value": local, "is_dtensor": is_dtensor,
+            "placements": placements, "dtype": dtype_name(norm.dtype), "reference": None,
         })
 
     def end_step(self, step_index: int) -> None:

@@ -47,6 +47,8 @@ from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
 from harness.contract.names import MEMORY_CATEGORIES
 
+from .quiesce import settle_threads
+
 __all__ = ["MemoryRecorder", "CATEGORIES"]
 
 # FSDPMemTracker's reference types (_FSDPRefType values) -> the schema's category names.
@@ -62,6 +64,20 @@ def _bytes(snapshot: Mapping[Any, Mapping[Any, int]]) -> dict[str, int]:
             name = CATEGORIES.get(key, str(key).lower().replace(" ", "_"))
             out[name] = out.get(name, 0) + int(value)
     return out
+
+
+def _settle_before_snapshots(tracker: FSDPMemTracker) -> None:
+    """Have every snapshot of ``tracker`` (its own, in FSDP's hooks, and ours) taken at the settle
+    point of :mod:`.quiesce`: a buffer whose last reference the backend's worker thread drops is
+    then counted as freed in every run, not in some. FSDPMemTracker's hooks call
+    ``self.get_tracker_snapshot()``; the instance's attribute is what they find."""
+    take = tracker.get_tracker_snapshot
+
+    def settled(type: str = "current") -> dict:
+        settle_threads()
+        return take(type)
+
+    tracker.get_tracker_snapshot = settled
 
 
 class MemoryRecorder:
@@ -84,6 +100,7 @@ class MemoryRecorder:
         self._unit_names = {id(m): name for m, name in unit_names.items()}
         self._order = list(dict.fromkeys(unit_names.values()))
         self.tracker = FSDPMemTracker(root, optimizer)
+        _settle_before_snapshots(self.tracker)
         if inputs:
             self.tracker.track_inputs(inputs)
         self._whole: list[dict[str, Any]] = []  # whole-rank snapshots in order
