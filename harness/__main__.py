@@ -198,7 +198,9 @@ def _save_results(console: Console, target: str, payload: dict[str, Any]) -> boo
     True when written where asked."""
     from rich.text import Text
 
-    text = json.dumps(payload, indent=1, ensure_ascii=False)
+    from harness.contract import strict_json  # RFC 8259: norm_type .inf is written "Infinity", read back as inf
+
+    text = strict_json.dumps(payload, indent=1, ensure_ascii=False)
     try:
         _write_atomically(Path(target), text)
     except OSError as exc:
@@ -508,6 +510,27 @@ def _config_problem(config: str) -> str | None:
     return None
 
 
+def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
+    """``compare A.json B.json``: every observed value that differs (``harness.report.compare``);
+    0 the same, 1 they differ, 2 a file cannot be read."""
+    from rich.text import Text
+
+    from harness.report.compare import CompareError, compare_documents, format_differences, read_documents, summary_line
+
+    try:
+        a, b = read_documents(args.a), read_documents(args.b)
+    except CompareError as exc:
+        _print_mark(console, False, str(exc))
+        return 2
+    differences = compare_documents(a, b)
+    if differences:
+        console.print(Text(f"A = {args.a}\nB = {args.b}"))
+    for line in format_differences(differences):
+        console.print(Text(line))
+    console.print(Text(summary_line(differences, len({Path(k).name for k in [*a, *b]}))))
+    return 1 if differences else 0
+
+
 def _cmd_draft(args: argparse.Namespace, console: Console) -> int:
     from rich.text import Text
     from rich.console import Console
@@ -663,6 +686,10 @@ def main(argv: list[str] | None = None) -> int:
     draft.add_argument("--no-preflight", action="store_true",
                        help="write the spec even if this machine's pre-flight check would refuse to run it")
 
+    compare = sub.add_parser("compare", help="list every observed value that differs between two 'run --json' files")
+    compare.add_argument("a", type=Path, metavar="A.json")
+    compare.add_argument("b", type=Path, metavar="B.json")
+
     args = parser.parse_args(argv)
     if args.command == "render" and args.from_json and args.trace:
         parser.error("--trace needs a run: drop --from-json (a --json file holds no profiler traces)")
@@ -673,7 +700,8 @@ def main(argv: list[str] | None = None) -> int:
             if getattr(args, name) < 1:
                 parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     console = _console(args.command)
-    handler = {"run": _cmd_run, "validate": _cmd_validate, "draft": _cmd_draft, "render": _cmd_render}[args.command]
+    handler = {"run": _cmd_run, "validate": _cmd_validate, "draft": _cmd_draft, "render": _cmd_render,
+               "compare": _cmd_compare}[args.command]
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     previous_hook = sys.unraisablehook
