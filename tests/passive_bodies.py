@@ -23,3 +23,12 @@ def without_grad_norm_recorder(setup: Any, rank: int, world_size: int, device_ty
 
     Instruments.record_grad_norm = lambda self, *args, **kw: None  # this rank process only
     return run_step(setup, rank, world_size, device_type, **kwargs)
+
+
+def prints_then_raises(setup: Any, rank: int, world_size: int, device_type: str, **kwargs: Any) -> dict:
+    """Writes to stdout (Python) and stderr (the file descriptor, as native code does), then fails."""
+    import os
+
+    print(f"a line rank {rank} printed")
+    os.write(2, f"a line rank {rank} wrote to fd 2\n".encode())
+    raise RuntimeError(f"rank {rank} gives up")

@@ -47,7 +47,7 @@ import model as qwen3
 from harness.run.recorders.collectives import (CollectiveRecorder, attribute, dtype_name, profiler_spans,
                                               resolve_mesh_dims)
 from harness.run.recorders.events import ShardStateProbe, events_from_profiler, phase_span
-from harness.run.recorders.memory import MemoryRecorder
+from harness.run.recorders.memory import MemoryRecorder, tracker_limit_note
 from harness.run.recorders.params import ParamStateHooks, Unit, param_table
 from harness.run.recorders.phases import Phases
 
@@ -178,10 +178,12 @@ class Instruments:
                 yield
                 if self._probe is not None:
                     self._probe.probe()
-        except Exception as exc:  # say where in the schedule it failed
+        except Exception as exc:  # say where in the schedule it failed (and how to avoid a tracker limit)
             where = f"in phase {name} of step {step_index}" + (f", microbatch {microbatch}" if microbatch is not None else "")
-            if where not in getattr(exc, "__notes__", ()):
-                exc.add_note(where)
+            limit = tracker_limit_note(exc) if self.track_memory else None
+            for note in (limit, where):
+                if note is not None and note not in getattr(exc, "__notes__", ()):
+                    exc.add_note(note)
             raise
 
     def begin_step(self, step_index: int) -> None:

@@ -378,6 +378,10 @@ def _rank_main(
     def on_phase(name: str) -> None:
         phase_trail.enter(rank, name)
 
+    from harness.run import rank_output
+
+    output = rank_output.log_path(os.path.dirname(init_file), rank)
+
     try:
         from datetime import timedelta
 
@@ -414,8 +418,9 @@ def _rank_main(
             run_step = getattr(importlib.import_module(module), name)
         try:
             log = progress_board.writer(rank) if progress_board is not None else None
-            result = run_step(setup, rank, world_size, device_type, on_phase=on_phase, collective_log=log,
-                              **dict(step_kwargs or {}))
+            with rank_output.captured(output):  # torch's own prints go to the rank's log
+                result = run_step(setup, rank, world_size, device_type, on_phase=on_phase, collective_log=log,
+                                  **dict(step_kwargs or {}))
         finally:
             on_phase("done")
         # As JSON text: the document is JSON anyway, and the parent then unpickles nothing
@@ -424,7 +429,7 @@ def _rank_main(
         # No destroy_process_group: it can block on peers; the process exits now.
     except BaseException:  # noqa: BLE001 - everything a rank raises goes to the parent
         try:
-            conn.send(("error", time.time(), traceback.format_exc()))
+            conn.send(("error", time.time(), traceback.format_exc() + rank_output.shown(output, rank)))
         except Exception:
             pass
     finally:

@@ -49,7 +49,7 @@ from harness.contract.names import MEMORY_CATEGORIES
 
 from .quiesce import settle_threads
 
-__all__ = ["MemoryRecorder", "CATEGORIES"]
+__all__ = ["MemoryRecorder", "CATEGORIES", "TRACKER_LIMIT_NOTE", "tracker_limit_note"]
 
 # FSDPMemTracker's reference types (_FSDPRefType values) -> the schema's category names.
 CATEGORIES = MEMORY_CATEGORIES
@@ -64,6 +64,26 @@ def _bytes(snapshot: Mapping[Any, Mapping[Any, int]]) -> dict[str, int]:
             name = CATEGORIES.get(key, str(key).lower().replace(" ", "_"))
             out[name] = out.get(name, 0) + int(value)
     return out
+
+
+TRACKER_LIMIT_NOTE = ("FSDPMemTracker cannot track this schedule (a known limit of torch's tracker, see the README); "
+                      "setup track_memory: false avoids it")
+"""Added to an exception raised inside FSDPMemTracker (its one-line error says how to run the spec)."""
+
+_TRACKER_FILES = ("fsdp2_mem_tracker.py", "mem_tracker.py")
+
+
+def tracker_limit_note(exc: BaseException) -> str | None:
+    """:data:`TRACKER_LIMIT_NOTE` when ``exc`` was raised inside FSDPMemTracker's own code
+    (``torch/distributed/_tools/fsdp2_mem_tracker.py`` or ``mem_tracker.py``: the schedules of
+    the module docstring's limits), else None."""
+    tb = exc.__traceback__
+    while tb is not None:
+        path = tb.tb_frame.f_code.co_filename.replace("\\", "/")
+        if "/torch/distributed/_tools/" in path and path.endswith(_TRACKER_FILES):
+            return TRACKER_LIMIT_NOTE
+        tb = tb.tb_next
+    return None
 
 
 def _settle_before_snapshots(tracker: FSDPMemTracker) -> None:
