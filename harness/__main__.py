@@ -215,8 +215,49 @@ def _save_results(console: Console, target: str, payload: dict[str, Any]) -> boo
     return True
 
 
+def _cmd_run_repeated(args: argparse.Namespace, console: Console) -> int:
+    """``run --repeat N``: each spec N times; every observed field that differed, and each entry
+    reading one as ``unstable`` (``harness.report.repeat``). 0 / 1 (an entry fails in every run) /
+    2 (a spec cannot be checked) / 3 (an entry is unstable, none fails)."""
+    from rich.text import Text
+
+    from harness.judge.evaluate import FAILING, evaluate_spec
+    from harness.load.spec import SpecError, load_spec
+    from harness.report import repeat
+    from harness.run.runner import ObservationError, RunError
+
+    status = 0
+    for path in args.specs:
+        try:
+            spec = load_spec(path)
+        except SpecError as exc:
+            _print_spec_error(console, exc)
+            status = 2
+            continue
+        documents, results = [], []
+        try:
+            for _ in range(args.repeat):
+                with _progress(console, spec, args) as progress:
+                    documents.append(_run_spec(spec, args, progress))
+                results.append(evaluate_spec(spec, documents[-1]))
+        except (RunError, ObservationError) as exc:  # PreflightError is a RunError
+            _print_mark(console, False, f"{path}: run {len(documents) + 1} of {args.repeat} failed: {exc}")
+            status = 2
+            continue
+        outcomes = repeat.repeated_outcomes(results)
+        lines = repeat.format_varying(repeat.varying_fields(documents)) + repeat.format_unstable(outcomes)
+        for line in [f"{spec.name}: {args.repeat} runs", *lines,
+                     f"{spec.name}: {repeat.summary_line(outcomes, args.repeat, FAILING)}"]:
+            console.print(Text(line))
+        status = max(status, repeat.exit_status(outcomes, FAILING), key=[0, repeat.UNSTABLE_EXIT, 1, 2].index)
+    return status
+
+
 def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     from rich.text import Text
+
+    if args.repeat is not None:
+        return _cmd_run_repeated(args, console)
 
     from harness.load.spec import SpecError, load_spec
     from harness.report import junit
@@ -653,6 +694,9 @@ def main(argv: list[str] | None = None) -> int:
                      help="write a Markdown report: hosts and ranks, the environment with disagreements marked, the "
                           "bandwidth table, the results")
     _add_view_flags(run)
+    run.add_argument("--repeat", type=int, metavar="N", default=None,
+                     help="run each spec N times; list every observed field that differed and report each entry "
+                          "that reads one as unstable (exit 3)")
     run.add_argument("--junitxml", metavar="PATH",
                      help="write JUnit XML: one test case per entry, named as pytest's --junitxml names the spec's items")
 
@@ -695,6 +739,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--trace needs a run: drop --from-json (a --json file holds no profiler traces)")
     if args.command in ("run", "render") and args.timeout is not None and not 0 < args.timeout <= 86400:
         parser.error(f"--timeout must be a number of seconds above 0 and at most 86400, got {args.timeout}")
+    if args.command == "run" and args.repeat is not None:
+        if args.repeat < 2:
+            parser.error(f"--repeat must be at least 2, got {args.repeat}")
+        given = [f"--{n.replace('_', '-')}" for n in ("json", "report", "junitxml", "trace", "plot") if getattr(args, n)]
+        if given:
+            parser.error(f"--repeat compares runs and writes no files: drop {', '.join(given)}")
     if args.command == "draft":
         for name in ("world_size", "layers", "batch_per_rank", "seq_len"):
             if getattr(args, name) < 1:

@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping, NamedTuple
 from harness.contract import strict_json
 
 __all__ = ["VOLATILE_FIELDS", "KINDS", "Key", "Difference", "CompareError", "flatten_observation", "compare_documents",
-           "read_documents", "format_differences", "summary_line"]
+           "read_documents", "format_differences", "summary_line", "selector_text"]
 
 VOLATILE_FIELDS = frozenset({"timings_s", "time_s", "pid"})
 """Fields that differ in every run and are never compared: the phases' wall times
@@ -164,7 +164,7 @@ def read_documents(path: str | Path) -> dict[str, dict[str, Any]]:
     raise CompareError(f"{path}: expected a file written by 'harness run --json' (an 'observations' mapping)")
 
 
-def _selector(key: Key) -> str:
+def selector_text(key: Key) -> str:
     parts = [] if key.rank is None else [f"rank {key.rank}"]
     if key.part == "memory":
         module, state, step, microbatch, occurrence = key.selector
@@ -194,7 +194,7 @@ def format_differences(differences: list[Difference], name_a: str = "A", name_b:
         if d.key.part == "spec":
             lines.append(f"  observed only in {name_a if d.a else name_b}")
             continue
-        here = (KINDS.get(d.key.part, d.key.part), _selector(d.key))
+        here = (KINDS.get(d.key.part, d.key.part), selector_text(d.key))
         if here != group:
             group = here
             lines.append(f"  {here[0]}  {here[1]}" if here[1] else f"  {here[0]}")
