@@ -81,7 +81,7 @@ def test_repeat_on_real_ranks_finds_nothing_varying(tmp_path: Path, capsys):
         "intermediate_size: 128, num_attention_heads: 4, num_key_value_heads: 2, head_dim: 16}}\n"
         "  mesh: {shape: [2], dim_names: [dp]}\n"
         "tables:\n  - section: S\n    check: memory\n    entries:\n"
-        "      - {layer: 0, state: After Pre-Forward, sharded_param: 57856}\n", encoding="utf-8")
+        "      - {layer: 0, state: After Pre-Forward, sharded_param: 74048}\n", encoding="utf-8")
     status = main(["run", "--repeat", "2", str(spec)])
     out = capsys.readouterr().out
     assert status == 0, out
