@@ -41,7 +41,7 @@ KIND = CheckKind(
     selectors=(STEP_INDEX, RANKS),
     fields=(
         Field("count", COUNT, "clip_grad_norm_ calls selected"),
-        Field("value", NUMBER, "the returned total norm (a Partial DTensor: the ranks' local values reduced by its op)"),
+        Field("value", NUMBER, "the returned total norm (its full_tensor() when a DTensor)"),
         Field("is_dtensor", BOOL, "the returned norm is a DTensor"),
         Field("placements", TEXTS, "its DTensor placements, e.g. ['Replicate()']"),
         Field("dtype", DTYPE, "its dtype"),
