@@ -12,7 +12,10 @@ per spec the script prints
 - memory values: how many (rank, module, state, step, microbatch, occurrence, category)
   values are not the same in all runs, of how many, and per run how many differ from the
   most common value;
-- other fields: how many other observed values differ at all (collectives, events, ...).
+- other fields: how many other observed values differ at all (collectives, events, ...);
+- with ``--torch-reference FILE`` (``benchmarks/torch_memory_reference.py --out FILE``, the
+  walkthrough in plain torch): per run of ``qwen3_walkthrough``, how many memory values differ
+  from torch's first run at the same (rank, module, state, occurrence, category).
 
 Runs are sequential: on a loaded machine, parallel runs change what the scheduler does and
 so what a racy instrument records, which is what is measured here.
@@ -32,6 +35,7 @@ import os
 import subprocess
 import time
 
+from harness.contract.names import MEMORY_CATEGORIES
 from harness.report.compare import flatten_observation
 
 
@@ -47,6 +51,26 @@ def _run(tree: Path, spec: str, out: Path, timeout: float) -> int:
 
 def _observations(path: Path) -> dict[str, dict]:
     return json.loads(path.read_text(encoding="utf-8")).get("observations", {})
+
+
+def _torch_values(path: Path) -> dict[tuple, int]:
+    """The reference's first run: (rank, module, state, occurrence, schema category) -> bytes."""
+    run = json.loads(path.read_text(encoding="utf-8"))["runs"][0]
+    return {(r["rank"], m["module"], m["state"], m["occurrence"],
+             MEMORY_CATEGORIES.get(c, c.lower().replace(" ", "_"))): v
+            for r in run["ranks"] for m in r["memory"] for c, v in m["bytes"].items()}
+
+
+def against_torch(folder: Path, reference: Path) -> list[int]:
+    """Per run of the walkthrough, memory values that differ from the torch reference's."""
+    torch_values = _torch_values(reference)
+    counts = []
+    for path in sorted((folder / "qwen3_walkthrough").glob("run_*.json"), key=lambda p: int(p.stem.split("_")[1])):
+        flat = flatten_observation(next(iter(_observations(path).values())))
+        ours = {(k.rank, k.selector[0], k.selector[1], k.selector[4], k.field): v for k, v in flat.items()
+                if k.part == "memory"}
+        counts.append(sum(ours.get(k) != v for k, v in torch_values.items()))
+    return counts
 
 
 def analyze(folder: Path) -> dict[str, dict]:
@@ -93,6 +117,7 @@ def main() -> int:
                         help="the checkout whose harness runs (PYTHONPATH); default: this one")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--analyze", type=Path, help="only count, from a folder an earlier run wrote")
+    parser.add_argument("--torch-reference", type=Path, help="torch_memory_reference.py's output, for the walkthrough")
     args = parser.parse_args()
     folder = args.analyze or args.out
     if folder is None:
@@ -111,6 +136,10 @@ def main() -> int:
               f"{c['other_varying']} of {c['other_values']} other values vary")
         for example in c["examples"]:
             print(f"    {example}")
+    if args.torch_reference and (folder / "qwen3_walkthrough").is_dir():
+        counts = against_torch(folder, args.torch_reference)
+        print(f"qwen3_walkthrough against plain torch: memory values differing per run {counts} "
+              f"(of {len(_torch_values(args.torch_reference))})")
     return 0
 
 
