@@ -742,7 +742,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run" and args.repeat is not None:
         if args.repeat < 2:
             parser.error(f"--repeat must be at least 2, got {args.repeat}")
-        given = [f"--{n.replace('_', '-')}" for n in ("json", "report", "junitxml", "trace", "plot") if getattr(args, n)]
+        given = [f"--{n.replace('_', '-')}" for n in ("json", "report", "junitxml", "trace", "plot")
+                 if getattr(args, n)]
         if given:
             parser.error(f"--repeat compares runs and writes no files: drop {', '.join(given)}")
     if args.command == "draft":

@@ -32,3 +32,11 @@ def prints_then_raises(setup: Any, rank: int, world_size: int, device_type: str,
     print(f"a line rank {rank} printed")
     os.write(2, f"a line rank {rank} wrote to fd 2\n".encode())
     raise RuntimeError(f"rank {rank} gives up")
+
+
+def without_param_updates(setup: Any, rank: int, world_size: int, device_type: str, **kwargs: Any) -> dict:
+    """The step with no parameter-update tracker (a setup without numerics: nothing compares its records)."""
+    import harness.run.rank_step as rank_step
+
+    rank_step.ParamUpdates = lambda *args, **kw: None  # this rank process only
+    return run_step(setup, rank, world_size, device_type, **kwargs)

@@ -178,3 +178,11 @@ def test_the_grad_norm_recorder_issues_no_collective():
         assert reduces == [("clip_grad_norm", "MAX")]
         (norm,) = rank["grad_norms"]
         assert norm["placements"] == ["Partial(max)"] and norm["value"] == pytest.approx(norm["reference"], rel=1e-5)
+
+
+@pytest.mark.slow
+def test_the_parameter_update_tracker_changes_nothing_the_others_record():
+    """Its copies of the shards at each step's start and end were counted as activation memory."""
+    steps = {"schedule": {"steps": [{"repeat": 2}]}, "numerics": False}
+    on, off = _run(_small(**steps)), _run(_small(**steps), step="passive_bodies:without_param_updates")
+    assert _without(flatten_observation(on), "param_updates") == _without(flatten_observation(off), "param_updates")

@@ -34,7 +34,8 @@ def test_an_entry_reading_a_varying_value_is_unstable_with_both_values_and_runs(
     assert [(v.key.part, v.key.rank, v.key.selector, v.key.field, v.values) for v in varying] == [
         ("memory", 1, ("layers.0", "After Pre-Forward", None, None, 0), "unsharded_param", (held, 2 * held, held))]
     assert repeat.format_varying(varying) == [
-        f"  varies: memory rank 1, layers.0, After Pre-Forward: unsharded_param: {held} (runs 1, 3); {2 * held} (run 2)"]
+        f"  varies: memory rank 1, layers.0, After Pre-Forward: unsharded_param: {held} (runs 1, 3); "
+        f"{2 * held} (run 2)"]
     outcomes = repeat.repeated_outcomes([evaluate_spec(spec, doc) for doc in runs])
     unstable = [o for o in outcomes if o.status == "unstable"]
     assert [o.result.entry.id for o in unstable] == ["unsharded_after_step0"]
