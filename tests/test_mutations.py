@@ -165,6 +165,7 @@ CASES = [
      'sequence: ["all_gather root", "all_gather model.layers.0", "all_gather model.layers.1"]',
      "step1_root_still_unsharded", "all_gather root"),
     ("clip_grad_norm", "numel_in: 22", "numel_in: 11", "one_all_reduce_of_22_norms", "expected 11"),
+    ("clip_grad_norm_inf", "reduce_op: MAX", "reduce_op: SUM", "one_max_all_reduce_of_the_norm", "SUM"),
     ("clip_grad_norm", 'placements: ["Replicate()"]', 'placements: ["Shard(dim=0)"]', "replicated_dtensor", "Shard(dim=0)"),
     ("adamw_three_steps", "        step_index: 0\n        optstate: 148184", "        step_index: 0\n        optstate: 148096",
      "optimizer_state", "148,096"),

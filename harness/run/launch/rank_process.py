@@ -21,7 +21,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from harness.run.launch import flight_recorder
+from harness.run.launch import flight_recorder, rank_output
 from harness.run.launch.backend import resolve_backend
 from harness.run.launch.hang import ProgressBoard
 from harness.run.launch.phase_trail import PhaseTrail
@@ -79,15 +79,17 @@ def rank_main(rank: int, launch: RankLaunch, conn: Any, lifeline: Any) -> None:
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_watch_lifeline, args=(lifeline,), daemon=True).start()
+    output = rank_output.log_path(os.path.dirname(launch.init_file), rank)
     try:
-        result = _run_rank(rank, launch)
+        with rank_output.captured(output):  # torch's own prints go to the rank's log
+            result = _run_rank(rank, launch)
         # As JSON text: the document is JSON anyway, and the parent then unpickles nothing
         # that would make it import torch.
         conn.send(("ok", time.time(), json.dumps(result)))
         # No destroy_process_group: it can block on peers; the process exits now.
     except BaseException:  # noqa: BLE001 - everything a rank raises goes to the parent
         try:
-            conn.send(("error", time.time(), traceback.format_exc()))
+            conn.send(("error", time.time(), traceback.format_exc() + rank_output.shown(output, rank)))
         except Exception:  # noqa: BLE001 - the parent is gone or the pipe broke: nothing to tell
             pass
     finally:
