@@ -145,7 +145,11 @@ def _run(setup: RunSetup, step: str | None = None) -> dict:
 
 
 def _without(flat: dict, *parts: str) -> dict:
-    return {k: v for k, v in flat.items() if k.part not in parts}
+    """The flat observation less ``parts``, and less the peak snapshots: torch updates a peak at
+    every op, so a peak moves with gloo's worker thread, instrument or not (README, "Reproducible
+    observations")."""
+    return {k: v for k, v in flat.items()
+            if k.part not in parts and not (k.part == "memory" and "Peak" in str(k.selector[1]))}
 
 
 def _small(**extra) -> RunSetup:
@@ -164,7 +168,7 @@ def test_the_memory_tracker_changes_nothing_the_others_record():
 def test_hang_progress_changes_nothing_the_others_record():
     """Memory included: the works it used to keep held the collectives' buffers."""
     on, off = _run(_small()), _run(_small(), step="passive_bodies:without_hang_progress")
-    assert flatten_observation(on) == flatten_observation(off)
+    assert _without(flatten_observation(on)) == _without(flatten_observation(off))
 
 
 @pytest.mark.slow
