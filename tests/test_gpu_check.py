@@ -79,3 +79,5 @@ def test_contexts_fail_when_the_launcher_or_two_ranks_share_a_gpu():
     assert check.status == "FAIL" and "the launcher (pid 10) holds a context on 2 GPU(s)" in check.figure
     sampler.seen = {11: {"GPU-a"}, 12: {"GPU-a"}}
     assert "2 contexts on GPU-a" in gc.check_contexts("c", sampler, facts, 2).figure
+    sampler.seen = {4242: {"GPU-a"}}  # a container: nvidia-smi lists the host's PIDs
+    assert gc.check_contexts("c", sampler, facts, 2).status == "SKIP"
