@@ -8,14 +8,17 @@ from harness.language.kinds.common import LAYER, RANKS
 from harness.language.observed import find_param, param_fqn, rank_docs
 from harness.language.vocabulary import (BOOL, BYTES, COUNT, DTYPE, OPTIONAL_TEXT, SHAPE, TEXT, TEXTS, CheckKind, Context, Field,
                                       Selector)
-from model.names import LAYER_PARAM_NAMES_REGISTRATION
+from model.names import LAYER_PARAM_NAMES_REGISTRATION, MOE_LAYER_PARAM_NAMES_REGISTRATION
+
+# a dense layer's names, then a sparse (MoE) layer's own: its experts and router
+_LAYER_PARAM_NAMES = tuple(dict.fromkeys(LAYER_PARAM_NAMES_REGISTRATION + MOE_LAYER_PARAM_NAMES_REGISTRATION))
 
 
 def _check_param(value: Any, ctx: Context) -> str | None:
-    if value in LAYER_PARAM_NAMES_REGISTRATION:
+    if value in _LAYER_PARAM_NAMES:
         return None
     return (f"{value!r} is not the name of a parameter inside a decoder layer; names: "
-            f"{list(LAYER_PARAM_NAMES_REGISTRATION)} (outside the layers, name the full 'fqn')")
+            f"{list(_LAYER_PARAM_NAMES)} (outside the layers, name the full 'fqn')")
 
 
 def _check_fqn(value: Any, ctx: Context) -> str | None:
