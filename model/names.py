@@ -110,3 +110,12 @@ MOE_LAYER_PARAM_NAMES_REGISTRATION: tuple[str, ...] = (
 MOE_LAYER_MODULE_NAMES: tuple[str, ...] = (
     *LAYER_MODULE_NAMES[:7], "mlp", "mlp.experts", "mlp.experts.act_fn", "mlp.gate", *LAYER_MODULE_NAMES[12:],
 )
+
+# The document's order (forward order of use) for a sparse layer: the router scores the tokens
+# before the experts run.
+MOE_LAYER_PARAM_NAMES_DOCUMENT: tuple[str, ...] = (
+    *LAYER_PARAM_NAMES_DOCUMENT[:8],
+    "mlp.gate.weight",
+    "mlp.experts.gate_up_proj",
+    "mlp.experts.down_proj",
+)
