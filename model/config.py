@@ -678,8 +678,8 @@ def from_transformers(fields: Mapping[str, Any], *, moe: bool = True) -> ConfigF
     Raises:
         ValueError: one line naming the field, for what this model does not implement and that
             would change the numbers: a ``model_type`` other than "qwen3" and "qwen3_moe" (e.g.
-            "llama"; "qwen3_moe" too with ``moe=False``), sliding-window attention switched on (``use_sliding_window: true`` or a
-            "sliding_attention" entry in ``layer_types``), a RoPE type other than "default"
+            "llama"; "qwen3_moe" too with ``moe=False``), sliding-window attention switched on
+            (``use_sliding_window: true`` or a "sliding_attention" entry in ``layer_types``), a RoPE type other than "default"
             (``rope_scaling`` / ``rope_parameters``), ``attention_bias: true``; and for an
             unknown field, a missing required field or an invalid value.
     """

@@ -174,6 +174,7 @@ def test_moe_calculator_matches_fake_backend(case):
     by = {(c["phase"], c["op"]): c for c in doc["collectives"] if c["unit"] == "layers.0"}
     for expected in tables.collectives:
         got, fields = by[expected.phase, expected.op], expected.fields()
-        assert {k: got[k] for k in fields if k != "ring_bytes"} == {k: v for k, v in fields.items() if k != "ring_bytes"}
+        assert {k: got[k] for k in fields if k != "ring_bytes"} == {
+            k: v for k, v in fields.items() if k != "ring_bytes"}
         assert ring_bytes(got) == pytest.approx(expected.ring_bytes)
     assert len(by) == len(tables.collectives)

@@ -116,3 +116,65 @@ def test_drafted_spec_from_a_transformers_qwen3_moe_config_json_runs_green(hf, t
     assert {r.status for r in results} == {"pass"}
     assert yaml.safe_load(path.read_text())["setup"]["mesh"]["shape"] == [world]
     assert spec_observation(spec)["environment"]["backend"] == backend
+
+
+def test_the_aux_loss_is_transformers_and_its_router_gradients_are_the_models():
+    """harness/run/aux_loss.py against model.Qwen3MoeForCausalLM.forward_moe (itself checked
+    against transformers in tests/test_model_moe.py): same loss, same router gradients."""
+    torch = pytest.importorskip("torch")
+    import model
+    from harness.run.aux_loss import RouterAuxLoss, with_router_aux_loss
+    from harness.run.plan import loss_function
+
+    config = model.get_config("moe-tiny", output_router_logits=True, router_aux_loss_coef=0.5)
+    base = loss_function("cross_entropy")
+    assert with_router_aux_loss(base, model.get_config("moe-tiny")) is base  # the switch is off by default
+    assert with_router_aux_loss(base, model.get_config("walkthrough")) is base
+    ids = torch.randint(0, config.vocab_size, (2, 8), generator=torch.Generator().manual_seed(0))
+    lm = model.init_weights(model.Qwen3MoeForCausalLM(config), generator=torch.Generator().manual_seed(1))
+    reference = lm.forward_moe(ids, labels=ids)
+    assert reference.aux_loss is not None and float(reference.aux_loss.detach()) > 0
+    reference.loss.backward()
+    router_grads = [lm.get_parameter(f"model.layers.{i}.mlp.gate.weight").grad.clone() for i in range(2)]
+    lm.zero_grad(set_to_none=True)
+
+    loss_fn = with_router_aux_loss(base, config)
+    assert isinstance(loss_fn, RouterAuxLoss)
+    with torch.no_grad():  # a forward that builds no graph leaves nothing to balance
+        assert torch.equal(loss_fn(lm(ids), ids), base(lm(ids), ids))
+    loss = loss_fn(lm(ids), ids)
+    torch.testing.assert_close(loss, reference.loss, rtol=0, atol=1e-6)
+    with torch.no_grad():
+        assert not torch.allclose(loss, base(lm(ids), ids))  # the auxiliary term is in it
+    loss.backward()
+    for i, expected in enumerate(router_grads):
+        torch.testing.assert_close(lm.get_parameter(f"model.layers.{i}.mlp.gate.weight").grad, expected,
+                                   rtol=1e-5, atol=1e-7)
+    loss_fn.remove()
+
+
+def test_experts_kind_measures_held_tokens_and_zero_rows():
+    from harness.language.kinds.experts import KIND
+    from harness.language.observed import CheckError
+
+    def rank(r, held, counts, zero):
+        return {"rank": r, "experts": {
+            "shards": [{"layer": 0, "param": "mlp.experts.gate_up_proj", "fqn": "layers.0.mlp.experts.gate_up_proj",
+                        "placements": ["Shard(dim=0)"], "shard_dim": 0, "num_experts": 4, "experts": held}],
+            "tokens": [{"layer": 0, "step_index": 0, "microbatch": 0, "counts": counts}],
+            "zero_grad_rows": [{"layer": 0, "param": "mlp.experts.gate_up_proj", "step_index": 0, "microbatch": 0,
+                                "experts": held, "zero_rows": zero}]}}
+
+    obs = {"environment": {"world_size": 2},
+           "ranks": [rank(0, [0, 1], [2, 0, 0, 0], [1]), rank(1, [2, 3], [0, 0, 1, 1], [])]}
+    got = KIND.measure({"layer": 0}, obs)
+    assert got[0] == {"held": [0, 1], "held_count": 2, "placements": ["Shard(dim=0)"], "tokens": [2, 0, 0, 0],
+                      "tokens_total": 2, "unrouted_here": 3, "unrouted_anywhere": 1, "zero_grad_rows": [1],
+                      "zero_grad_rows_are_unrouted": True}
+    assert got[1]["zero_grad_rows_are_unrouted"] is True and got[1]["unrouted_here"] == 2
+    obs["ranks"][1]["experts"]["zero_grad_rows"][0]["zero_rows"] = [3]  # a routed expert with a zero row
+    assert KIND.measure({"layer": 0}, obs)[1]["zero_grad_rows_are_unrouted"] is False
+    simulated = {"environment": {"world_size": 2}, "ranks": [rank(0, [], None, None)]}
+    assert "tokens_total" not in KIND.measure({"layer": 0}, simulated)[0]  # fake tensors: no counts
+    with pytest.raises(CheckError, match="no sparse MoE layer"):
+        KIND.measure({"layer": 0}, {"environment": {}, "ranks": [{"rank": 0}]})

@@ -149,8 +149,9 @@ def to_dims(dims: Any) -> Dims:
     A ``Qwen3Config`` or ``Qwen3MoeConfig`` (transformers' or the model package's) works as
     is. A missing or None ``head_dim`` is ``hidden_size // num_attention_heads``, as in
     transformers' Qwen3 attention (and its Qwen3MoeConfig, which has no ``head_dim``). A
-    transformers 5 ``num_local_experts`` is not read: pass ``num_experts``. ``num_hidden_layers``, ``vocab_size`` and ``tie_word_embeddings`` are optional
-    (defaults as in :class:`Dims`).
+    transformers 5 ``num_local_experts`` is not read: pass ``num_experts``.
+    ``num_hidden_layers``, ``vocab_size``, ``tie_word_embeddings`` and the MoE fields are
+    optional (defaults as in :class:`Dims`).
 
     Raises:
         KeyError: a required field is missing.

@@ -32,7 +32,8 @@ from harness.load.setup import RunSetup
 from harness.run.recorders.collectives import dtype_name
 from harness.run.recorders.numerics import Reference, compute_reference
 
-__all__ = ["RankInputs", "build_model", "model_classes", "make_inputs", "make_loss", "make_optimizer", "replica_reference", "torch_dtype"]
+__all__ = ["RankInputs", "build_model", "model_classes", "make_inputs", "make_loss", "make_optimizer", "replica_reference",
+           "torch_dtype"]
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 

@@ -43,6 +43,7 @@ import torch.distributed as dist
 
 import model as qwen3
 from harness.load.setup import RunSetup
+from harness.run.aux_loss import with_router_aux_loss
 from harness.run.build import (build_model, make_inputs, make_loss, make_optimizer, reference_from_rank_0,
                                replica_reference, torch_dtype)
 from harness.run.instruments import Instruments
@@ -146,6 +147,7 @@ def run_step(
 
     schedule = setup.schedule
     loss_fn = make_loss(setup.model.body) if schedule is None else loss_function(schedule.loss_for(setup.model.body))
+    loss_fn = with_router_aux_loss(loss_fn, config)  # a MoE config's output_router_logits (harness/run/aux_loss.py)
     B, count = setup.batch_per_rank, forward_count(schedule)
     local = slice(0, B) if simulated else slice(rank * B, (rank + 1) * B)
 
