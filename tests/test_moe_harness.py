@@ -67,6 +67,10 @@ def test_spec_loading_knows_the_sparse_layer_names(tmp_path):
     path.write_text(bad)
     with pytest.raises(Exception, match="mlp.gate.wieght"):
         load_spec(path)
+    dense = bad.replace("config: moe-tiny", "config: walkthrough").replace("mlp.gate.wieght", "mlp.gate.weight")
+    path.write_text(dense)  # a dense model's layers have no router or experts
+    with pytest.raises(Exception, match="'mlp.experts.gate_up_proj' is not the name of a parameter"):
+        load_spec(path)
 
 
 def test_drafted_moe_spec_has_the_experts_and_the_router(hf, tmp_path):
