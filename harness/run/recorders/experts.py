@@ -111,13 +111,12 @@ class ExpertRecorder:
                 local = grad.to_local() if hasattr(grad, "to_local") else grad
                 zero = None
                 if _has_data(local):
+                    # one expert row at a time: no temporary the size of the gradient, which the
+                    # memory tracker would count as the run's
                     with torch.no_grad():
-                        if dim == 0 or dim == -1:
-                            nonzero = local.reshape(local.shape[0], -1).ne(0).any(dim=1).tolist()
-                            zero = [start + i for i, nz in enumerate(nonzero) if not nz] if held else []
-                        else:  # a slice of every expert
-                            nonzero = local.reshape(local.shape[0], -1).ne(0).any(dim=1).tolist() if held else []
-                            zero = [e for e, nz in enumerate(nonzero) if not nz]
+                        rows = range(local.shape[0]) if held else range(0)
+                        first = start if dim in (0, -1) else 0  # Shard(d > 0): local row e is expert e
+                        zero = [first + i for i in rows if not bool(local[i].any())]
                 self.zero_grad_rows.append({"layer": layer, "param": f"mlp.experts.{p}", "step_index": step_index,
                                             "microbatch": microbatch, "experts": held, "zero_rows": zero})
 
