@@ -1,8 +1,9 @@
 """Reference Qwen3 dense model for the FSDP2 walkthrough, observable step by step.
 
 - ``model.config``: :class:`Qwen3Config` (transformers' field names, validated),
-  :data:`KNOWN_CONFIGS` ("walkthrough" and the released Qwen3 dense models; :data:`HUB_IDS`
-  their hub ids), :func:`get_config`, :func:`read_config_file` (a transformers config.json).
+  :data:`KNOWN_CONFIGS` ("walkthrough", the released Qwen3 dense models, then the MoE ones;
+  :data:`HUB_IDS` their hub ids), :func:`get_config` (a :class:`Qwen3MoeConfig` for a MoE
+  name or mapping), :func:`read_config_file` (a transformers config.json, qwen3 or qwen3_moe).
 - ``model.qwen3``: the modules, parameter-for-parameter identical to transformers' Qwen3
   (see that module's docstring for why ``lm_head`` lives in ``Qwen3ForCausalLM``), and
   :func:`init_weights`.

@@ -402,7 +402,8 @@ KNOWN_CONFIGS: dict[str, Qwen3Config] = {
 
 HUB_IDS: dict[str, str] = {f"Qwen/{name}": name for name in KNOWN_CONFIGS if name.startswith("Qwen3-")}
 """Model-hub ids of the released configs, each an alias of its :data:`KNOWN_CONFIGS` name
-(``"Qwen/Qwen3-8B"`` is ``"Qwen3-8B"``). Nothing is downloaded: the values are the ones above."""
+(``"Qwen/Qwen3-8B"`` is ``"Qwen3-8B"``; the MoE ones too, ``"Qwen/Qwen3-30B-A3B"``). Nothing is
+downloaded: the values are the ones here."""
 
 
 
@@ -452,12 +453,17 @@ KNOWN_MOE_CONFIGS: dict[str, Qwen3MoeConfig] = {
     "Qwen3-30B-A3B": _released_moe(2048, 48, 6144, 32, 768),
     "Qwen3-235B-A22B": _released_moe(4096, 94, 12288, 64, 1536),
 }
-"""The MoE configs, kept apart from :data:`KNOWN_CONFIGS`: ``get_config`` and the harness build
-the dense model from those, and an MoE config there would be built dense. :func:`get_moe_config`
-reads these names and their hub ids (:data:`MOE_HUB_IDS`)."""
+"""The MoE configs: also entries of :data:`KNOWN_CONFIGS` (after the dense ones), so one name
+works everywhere a config is named (``get_config``, a spec's ``setup.model.config``,
+``harness draft --config``); the model built from one dispatches on its type
+(:class:`Qwen3MoeConfig`). :func:`get_moe_config` reads only these names and their hub ids
+(:data:`MOE_HUB_IDS`)."""
 
 MOE_HUB_IDS: dict[str, str] = {f"Qwen/{name}": name for name in KNOWN_MOE_CONFIGS if name.startswith("Qwen3-")}
 """Hub ids of the released MoE configs (``"Qwen/Qwen3-30B-A3B"`` is ``"Qwen3-30B-A3B"``)."""
+
+KNOWN_CONFIGS.update(KNOWN_MOE_CONFIGS)  # one namespace of config names: dense first, then MoE
+HUB_IDS.update(MOE_HUB_IDS)
 
 
 def known_moe_config_name(name: str) -> str | None:
@@ -530,19 +536,37 @@ def _check_fields(fields: Mapping[str, Any], what: str) -> None:
         )
 
 
+_MOE_ONLY_FIELDS = frozenset(_MOE_FIELDS) - frozenset(_FIELDS)
+
+
+def _names_moe_fields(fields: Mapping[str, Any]) -> bool:
+    """A mapping of fields that describes a MoE model: it has a field only ``Qwen3MoeConfig`` has."""
+    return any(k in _MOE_ONLY_FIELDS for k in fields)
+
+
 def get_config(name_or_mapping: str | Mapping[str, Any] | Qwen3Config, **overrides: Any) -> Qwen3Config:
-    """A validated :class:`Qwen3Config` from a known name or a mapping of fields.
+    """A validated :class:`Qwen3Config` (a :class:`Qwen3MoeConfig` for a MoE one) from a known
+    name or a mapping of fields.
+
+    The one way to name a config: a MoE name (``"Qwen3-30B-A3B"``, ``"moe-tiny"``), a
+    ``Qwen3MoeConfig``, or a mapping with a MoE-only field (``num_experts``, ...) gives a
+    :class:`Qwen3MoeConfig` (:func:`get_moe_config`), whose overrides may then set MoE fields;
+    anything else a dense :class:`Qwen3Config`. Callers build the model by the config's type.
 
     Args:
         name_or_mapping: a key of :data:`KNOWN_CONFIGS` or its hub id (:data:`HUB_IDS`), a
-            mapping of ``Qwen3Config`` fields (all required fields present), or a
-            ``Qwen3Config``. A transformers ``config.json`` is read by :func:`read_config_file`.
+            mapping of ``Qwen3Config`` / ``Qwen3MoeConfig`` fields (all required fields present),
+            or a config. A transformers ``config.json`` is read by :func:`read_config_file`.
         **overrides: fields replacing those of the base config (e.g. ``num_hidden_layers=1``).
 
     Raises:
         ValueError: unknown name (lists the known names), unknown field (names it), a missing
             required field (names it), or an invalid value (names the field).
     """
+    if isinstance(name_or_mapping, Qwen3MoeConfig) or (
+            isinstance(name_or_mapping, str) and known_moe_config_name(name_or_mapping) is not None) or (
+            isinstance(name_or_mapping, Mapping) and _names_moe_fields(name_or_mapping)):
+        return get_moe_config(name_or_mapping, **overrides)
     _check_fields(overrides, "overrides")
     if isinstance(name_or_mapping, Qwen3Config):
         base = name_or_mapping
@@ -634,16 +658,16 @@ class ConfigFile:
     dtype_field: str | None = None
 
 
-def from_transformers(fields: Mapping[str, Any], *, moe: bool = False) -> ConfigFile:
+def from_transformers(fields: Mapping[str, Any], *, moe: bool = True) -> ConfigFile:
     """Read the fields of a transformers Qwen3 ``config.json`` (4.x or 5.x format).
 
-    With ``moe=True`` a Qwen3 MoE file is read too (``model_type: qwen3_moe``, or no
-    ``model_type`` and a ``num_experts`` / ``num_local_experts`` field), into a
-    :class:`Qwen3MoeConfig`: its fields as well; ``num_local_experts`` (what transformers 5.x
-    writes) is ``num_experts``; when ``model_type`` is given, a missing ``head_dim`` is
-    hidden_size / num_attention_heads and the missing MoE switches take transformers' defaults
-    (:data:`_MOE_TRANSFORMERS_DEFAULTS`). Without it (the default, what ``harness draft`` asks
-    for until it builds MoE models), a qwen3_moe file is refused as below.
+    A Qwen3 MoE file (``model_type: qwen3_moe``, or no ``model_type`` and a ``num_experts`` /
+    ``num_local_experts`` field) is read into a :class:`Qwen3MoeConfig`: its fields as well;
+    ``num_local_experts`` (what transformers 5.x writes) is ``num_experts``; when ``model_type``
+    is given, a missing ``head_dim`` is hidden_size // num_attention_heads (transformers'
+    Qwen3MoeConfig has no ``head_dim``) and the missing MoE switches take transformers' defaults
+    (:data:`_MOE_TRANSFORMERS_DEFAULTS`). ``moe=False`` (a dense-only reader) refuses such a
+    file as below.
 
     Kept: ``Qwen3Config``'s fields. The RoPE base comes from ``rope_theta`` (4.x: top level)
     or ``rope_parameters["rope_theta"]`` (5.x). The dtype from ``torch_dtype`` (4.x) or
@@ -653,9 +677,9 @@ def from_transformers(fields: Mapping[str, Any], *, moe: bool = False) -> Config
 
     Raises:
         ValueError: one line naming the field, for what this model does not implement and that
-            would change the numbers: a ``model_type`` other than "qwen3" (e.g. "qwen3_moe",
-            "llama"), sliding-window attention switched on (``use_sliding_window: true`` or a
-            "sliding_attention" entry in ``layer_types``), a RoPE type other than "default"
+            would change the numbers: a ``model_type`` other than "qwen3" and "qwen3_moe" (e.g.
+            "llama"; "qwen3_moe" too with ``moe=False``), sliding-window attention switched on
+            (``use_sliding_window: true`` or a "sliding_attention" entry in ``layer_types``), a RoPE type other than "default"
             (``rope_scaling`` / ``rope_parameters``), ``attention_bias: true``; and for an
             unknown field, a missing required field or an invalid value.
     """
@@ -669,9 +693,12 @@ def from_transformers(fields: Mapping[str, Any], *, moe: bool = False) -> Config
     else:
         known, required, name = _FIELDS, _REQUIRED, "Qwen3Config"
     if model_type is not None and model_type != "qwen3" and not is_moe:
+        modelled = ("model/qwen3.py and model/qwen3_moe.py implement the Qwen3 dense and MoE decoders "
+                    "(model_type 'qwen3' and 'qwen3_moe') only" if moe else
+                    "model/qwen3.py implements the dense Qwen3 decoder (model_type 'qwen3') only")
         raise ValueError(
-            f"model_type {model_type!r} is not modelled: model/qwen3.py implements the dense Qwen3 "
-            f"decoder (model_type 'qwen3') only, and another architecture has other parameters and numbers"
+            f"model_type {model_type!r} is not modelled: {modelled}, and another architecture has other "
+            f"parameters and numbers"
         )
     read_fields = _READ_FIELDS + (("num_local_experts",) if is_moe else ())
     unknown = sorted(k for k in fields if k not in known and k not in IGNORED_FIELDS and k not in read_fields)
@@ -762,10 +789,10 @@ def _read_moe_fields(fields: Mapping[str, Any], kwargs: dict[str, Any], from_tra
             kwargs["head_dim"] = kwargs["hidden_size"] // kwargs["num_attention_heads"]
 
 
-def read_config_file(path: str | Path, *, moe: bool = False) -> ConfigFile:
+def read_config_file(path: str | Path, *, moe: bool = True) -> ConfigFile:
     """Read a transformers ``config.json`` (:func:`from_transformers`); nothing is downloaded.
 
-    ``moe=True`` also reads a qwen3_moe file into a :class:`Qwen3MoeConfig` (see
+    A qwen3_moe file reads into a :class:`Qwen3MoeConfig` (``moe=False`` refuses it; see
     :func:`from_transformers`).
 
     ``path`` is the file, or a folder holding ``config.json`` (a downloaded checkpoint). The text

@@ -28,6 +28,7 @@ from model import (
     MOE_STEP_NAMES,
     MOE_STEPS,
     STEP_NAMES,
+    Qwen3Config,
     Qwen3MLP,
     Qwen3MoeConfig,
     Qwen3MoeDecoderLayer,
@@ -156,12 +157,20 @@ def test_transformers_defaults_are_qwen3_30b_a3b_shaped(hf):
     assert t.norm_topk_prob is False  # transformers' default; the released models set True
 
 
-def test_moe_configs_are_not_dense_known_configs():
-    """The harness builds a dense model from get_config: an MoE name there would be built dense."""
-    assert not set(KNOWN_MOE_CONFIGS) & set(KNOWN_CONFIGS)
-    with pytest.raises(ValueError, match="unknown config name 'Qwen3-30B-A3B'"):
-        get_config("Qwen3-30B-A3B")
-    with pytest.raises(ValueError, match="'num_experts'"):
+def test_moe_configs_are_known_configs_of_their_own_type():
+    """One way to name a config: get_config gives the MoE config for a MoE name, hub id or mapping
+    (the harness builds the model by the config's type), and a dense one for anything else."""
+    assert list(KNOWN_CONFIGS)[-len(KNOWN_MOE_CONFIGS):] == list(KNOWN_MOE_CONFIGS)
+    for name, c in KNOWN_MOE_CONFIGS.items():
+        assert KNOWN_CONFIGS[name] is c and get_config(name) is c and isinstance(c, Qwen3MoeConfig)
+    assert get_config("Qwen/Qwen3-30B-A3B") is KNOWN_MOE_CONFIGS["Qwen3-30B-A3B"]
+    c = get_config("Qwen3-30B-A3B", num_hidden_layers=1, num_experts=16)  # MoE overrides on a MoE name
+    assert isinstance(c, Qwen3MoeConfig) and (c.num_hidden_layers, c.num_experts) == (1, 16)
+    assert get_config(c.to_dict()) == c  # a mapping with MoE fields is MoE
+    assert type(get_config("walkthrough")) is Qwen3Config
+    with pytest.raises(ValueError, match="unknown Qwen3Config field.*'num_experts'"):
+        get_config("walkthrough", num_experts=8)  # a dense name takes no MoE field
+    with pytest.raises(ValueError, match="missing from mapping: num_experts_per_tok, moe_intermediate_size"):
         get_config({**KNOWN_CONFIGS["walkthrough"].to_dict(), "num_experts": 8})
     with pytest.raises(ValueError, match="Qwen3-30B-A3B") as e:
         get_moe_config("Qwen3-30B-A3")
@@ -304,8 +313,9 @@ def test_config_json_written_by_transformers_reads_into_the_moe_config(hf, tmp_p
     assert isinstance(read.config, Qwen3MoeConfig)
     assert read.config == known
     assert read.dtype == "bfloat16"
+    assert read_config_file(tmp_path) == read  # moe=True is the default: harness draft and specs read it
     with pytest.raises(ValueError, match="model_type 'qwen3_moe' is not modelled"):
-        read_config_file(tmp_path)  # the dense reader (harness draft) still refuses it
+        read_config_file(tmp_path, moe=False)  # the dense-only reader refuses it
 
 
 def test_config_json_in_the_published_4x_format():

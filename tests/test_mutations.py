@@ -17,6 +17,7 @@ import pytest
 
 from harness.judge.evaluate import FAILING, evaluate_spec
 from harness.load.spec import load_spec
+from mutation_cases_moe import MOE_CASES
 
 SPECS = Path(__file__).resolve().parents[1] / "specs"
 
@@ -179,6 +180,9 @@ CASES = [
     ("mixed_precision_accumulation", "        microbatch: 0\n        layers: 1", "        microbatch: 1\n        layers: 1",
      "layer1_absent_in_mb0", "expected 1"),  # step's microbatch
 ]
+
+
+CASES += MOE_CASES  # tests/mutation_cases_moe.py
 
 
 def test_every_spec_has_a_mutation_case():

@@ -331,7 +331,8 @@ def _context(setup: RunSetup, config: Any) -> Context:
         return Context(world_size=setup.world_size, mesh_dim_names=tuple(setup.mesh_dim_names), bandwidth_sizes=sizes,
                        state_dict_loads=loads)
     n = config.num_hidden_layers
-    fqns = param_fqns(setup.model.body, n, tie_word_embeddings=config.tie_word_embeddings)
+    fqns = param_fqns(setup.model.body, n, tie_word_embeddings=config.tie_word_embeddings,
+                      sparse_layers=getattr(config, "moe_layers", ()))
     plans = setup.unit_plan(n, fqns)
     if config.tie_word_embeddings and setup.model.body == "causal_lm" and (
             _owning_unit(plans, "model.embed_tokens") != _owning_unit(plans, "lm_head")):

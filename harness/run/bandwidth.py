@@ -59,14 +59,16 @@ class PlannedRow:
 def unit_numel(config_name: str, group_size: int) -> int:
     """Elements FSDP2 all-gathers for one decoder layer of ``config_name`` on ``group_size`` ranks.
 
-    Built on the meta device from ``model.Qwen3DecoderLayer`` (no memory); each parameter's dim 0
+    Built on the meta device from ``model.Qwen3DecoderLayer`` (its MoE layer for a MoE config; no memory); each parameter's dim 0
     is padded to a multiple of ``group_size``, as FSDP2 pads its shards.
     """
     import model as qwen3
 
     config = qwen3.get_config(config_name)
+    # MoE first: Qwen3MoeConfig is a Qwen3Config, and a dense layer would drop its experts
+    layer_class = qwen3.Qwen3MoeDecoderLayer if isinstance(config, qwen3.Qwen3MoeConfig) else qwen3.Qwen3DecoderLayer
     with torch.device("meta"):
-        layer = qwen3.Qwen3DecoderLayer(config, 0)
+        layer = layer_class(config, 0)
     total = 0
     for p in layer.parameters():
         rows = math.ceil(p.shape[0] / group_size) * group_size

@@ -47,6 +47,7 @@ import model as qwen3
 from harness.run.recorders.collectives import (CollectiveRecorder, attribute, dtype_name, profiler_spans,
                                               resolve_mesh_dims)
 from harness.run.recorders.events import ShardStateProbe, events_from_profiler, phase_span
+from harness.run.recorders.experts import ExpertRecorder
 from harness.run.recorders.memory import MemoryRecorder, tracker_limit_note
 from harness.run.recorders.params import ParamStateHooks, Unit, param_table
 from harness.run.recorders.phases import Phases
@@ -120,6 +121,7 @@ class Instruments:
         self._position: tuple[int | None, int | None] = (0, 0)
         self._marks: list[tuple[int, int | None, int | None]] = []  # (first collective index, step, microbatch)
         self.grad_norms: list[dict[str, Any]] = []
+        self._experts: ExpertRecorder | None = None  # a MoE model's experts (recorders/experts.py)
 
     def __enter__(self) -> "Instruments":
         """Start recording collectives (those of ``fully_shard`` and meta init included)."""
@@ -152,6 +154,7 @@ class Instruments:
         # recorded so far are setup's.
         self._n_setup = len(self.collectives.records)
         self._params = param_table(root, {fqn: u.name for u in units for fqn in u.params})
+        self._experts = ExpertRecorder(root)
         modules = {m: u.name for u in units for m in (u.modules or (u.module,))}
         self._memory = MemoryRecorder(root, optimizer, modules, inputs=inputs)
         with _quiet(self.profiler), (self._memory if self.track_memory else contextlib.nullcontext()):
@@ -195,6 +198,8 @@ class Instruments:
         """A microbatch ended: memory snapshots so far belong to it."""
         if self._memory is not None and self.track_memory and self._position[1] is not None:
             self._memory.mark_position(*self._position)
+        if self._experts is not None and self._experts.active:
+            self._experts.after_backward(*self._position)
 
     def after_zero_grad(self, step_index: int) -> None:
         """Take the whole-rank memory snapshot that follows ``optimizer.zero_grad()``."""
@@ -235,6 +240,8 @@ class Instruments:
         step_index, microbatch = self._position
         self.steps.append({"layer": int(layer), "name": name, "shape": list(t.shape), "dtype": dtype_name(t.dtype),
                            "step_index": step_index, "microbatch": microbatch})
+        if self._experts is not None and self._experts.active:
+            self._experts.on_step(layer, name, t, step_index, microbatch)
 
     def after_optimizer_step(self, step_index: int = 0) -> None:
         """Take the whole-rank memory snapshot that follows ``optimizer.step()``."""
@@ -277,4 +284,6 @@ class Instruments:
         }
         if self._updates is not None:
             pieces["param_updates"] = self._updates.records
+        if self._experts is not None and self._experts.active:
+            pieces["experts"] = self._experts.piece()
         return pieces

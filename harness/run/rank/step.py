@@ -38,6 +38,7 @@ import torch
 
 import model as qwen3
 from harness.load.setup import RunSetup
+from harness.run.aux_loss import with_router_aux_loss
 from harness.run.build import make_inputs, make_loss, make_optimizer, torch_dtype
 from harness.run.instruments import Instruments
 from harness.run.loop import StepOutcome, run_steps
@@ -150,8 +151,9 @@ class RankBody:
         self.group_dims = group_dims(setup, self.mesh)
         self.coords = [int(c) for c in self.mesh.get_coordinate()]
         schedule = setup.schedule
-        self.loss_fn = make_loss(setup.model.body) if schedule is None else loss_function(
-            schedule.loss_for(setup.model.body))
+        self.loss_fn = with_router_aux_loss(  # a MoE config's output_router_logits (harness/run/aux_loss.py)
+            make_loss(setup.model.body) if schedule is None else loss_function(schedule.loss_for(setup.model.body)),
+            self.config)
         self.got: dict[str, Any] = {}
         self.inputs: Any = None
         self.batches: list[torch.Tensor] | None = None
