@@ -19,6 +19,10 @@ The two alternate, ``--repeat`` times each (default 3); the median and the minim
 are printed. Not a test: the figures depend on the machine and its load.
 
 Run: ``python benchmarks/bench_launch.py [--repeat N]``.
+
+``--against DIR`` (another checkout, e.g. ``git archive <commit> | tar -x -C DIR``) times
+instead the harness run only, alternating that checkout and this one run by run, and prints
+both medians: a before/after of a change to the launcher.
 """
 
 from __future__ import annotations
@@ -40,17 +44,21 @@ HARNESS = (
 )
 
 
-def timed(cmd: list[str], **extra_env: str) -> float:
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra_env)
+def timed(cmd: list[str], root: str = ROOT, **extra_env: str) -> float:
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra_env)
     start = time.perf_counter()
-    subprocess.run(cmd, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(cmd, cwd=root, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - start
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--against", metavar="DIR", help="another checkout: time its harness run against this one's")
     args = parser.parse_args()
+    if args.against:
+        paired(os.path.abspath(args.against), args.repeat)
+        return
     cli, harness, plain, plain1 = [], [], [], []
     script = os.path.join(ROOT, "benchmarks", "plain_step.py")
     for i in range(args.repeat):
@@ -68,6 +76,18 @@ def main() -> None:
     print(f"plain mp.spawn script, OMP_NUM_THREADS=1:                     median {p1:.2f} s, min {min(plain1):.2f} s")
     print(f"ratio harness CLI/plain (medians): {c / p:.2f} (issue 12: target <= 0.35); run only/plain: {h / p:.2f}; "
           f"CLI/plain 1 thread: {c / p1:.2f}")
+
+
+def paired(other: str, repeat: int) -> None:
+    """The harness run only, ``other`` and this checkout alternately (which goes first alternates too)."""
+    times: dict[str, list[float]] = {other: [], ROOT: []}
+    for i in range(repeat):
+        for root in ((other, ROOT) if i % 2 == 0 else (ROOT, other)):
+            times[root].append(timed([sys.executable, "-c", HARNESS], root))
+        print(f"round {i + 1}: {other} {times[other][-1]:.2f} s, this checkout {times[ROOT][-1]:.2f} s", flush=True)
+    for root, label in ((other, "against"), (ROOT, "this checkout")):
+        print(f"harness run only, {label} ({root}): median {statistics.median(times[root]):.2f} s, "
+              f"min {min(times[root]):.2f} s")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import threading
 import time
 
 from harness.load.spec import load_spec
-from harness.run import launch
+from harness.run.launch import forkserver
 from harness.run.preflight import describe, estimate
 from harness.run.runner import run_setup
 
@@ -72,7 +72,7 @@ def main() -> None:
             total[0] = max(total[0], together)
             time.sleep(0.05)
 
-    launch.forkserver_context()
+    forkserver.forkserver_context()
     thread = threading.Thread(target=monitor, daemon=True)
     thread.start()
     started = time.perf_counter()

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from harness.run.launch import TEMP_PREFIX  # the session folders the harness makes (and sweeps)
+from harness.run.launch.session import TEMP_PREFIX  # the session folders the harness makes (and sweeps)
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable

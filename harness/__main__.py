@@ -101,7 +101,7 @@ def _size(path: Path) -> int:
 
 def _global_rank() -> int:
     """This process's rank under torchrun (RANK), 0 otherwise."""
-    from harness.run.launch import joined_world
+    from harness.run.launch.joined import joined_world
 
     world = joined_world()
     return world["rank"] if world else 0
@@ -198,7 +198,9 @@ def _save_results(console: Console, target: str, payload: dict[str, Any]) -> boo
     True when written where asked."""
     from rich.text import Text
 
-    text = json.dumps(payload, indent=1, ensure_ascii=False)
+    from harness.contract import strict_json  # RFC 8259: norm_type .inf is written "Infinity", read back as inf
+
+    text = strict_json.dumps(payload, indent=1, ensure_ascii=False)
     try:
         _write_atomically(Path(target), text)
     except OSError as exc:
@@ -213,8 +215,49 @@ def _save_results(console: Console, target: str, payload: dict[str, Any]) -> boo
     return True
 
 
+def _cmd_run_repeated(args: argparse.Namespace, console: Console) -> int:
+    """``run --repeat N``: each spec N times; every observed field that differed, and each entry
+    reading one as ``unstable`` (``harness.report.repeat``). 0 / 1 (an entry fails in every run) /
+    2 (a spec cannot be checked) / 3 (an entry is unstable, none fails)."""
+    from rich.text import Text
+
+    from harness.judge.evaluate import FAILING, evaluate_spec
+    from harness.load.spec import SpecError, load_spec
+    from harness.report import repeat
+    from harness.run.runner import ObservationError, RunError
+
+    status = 0
+    for path in args.specs:
+        try:
+            spec = load_spec(path)
+        except SpecError as exc:
+            _print_spec_error(console, exc)
+            status = 2
+            continue
+        documents, results = [], []
+        try:
+            for _ in range(args.repeat):
+                with _progress(console, spec, args) as progress:
+                    documents.append(_run_spec(spec, args, progress))
+                results.append(evaluate_spec(spec, documents[-1]))
+        except (RunError, ObservationError) as exc:  # PreflightError is a RunError
+            _print_mark(console, False, f"{path}: run {len(documents) + 1} of {args.repeat} failed: {exc}")
+            status = 2
+            continue
+        outcomes = repeat.repeated_outcomes(results)
+        lines = repeat.format_varying(repeat.varying_fields(documents)) + repeat.format_unstable(outcomes)
+        for line in [f"{spec.name}: {args.repeat} runs", *lines,
+                     f"{spec.name}: {repeat.summary_line(outcomes, args.repeat, FAILING)}"]:
+            console.print(Text(line))
+        status = max(status, repeat.exit_status(outcomes, FAILING), key=[0, repeat.UNSTABLE_EXIT, 1, 2].index)
+    return status
+
+
 def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     from rich.text import Text
+
+    if args.repeat is not None:
+        return _cmd_run_repeated(args, console)
 
     from harness.load.spec import SpecError, load_spec
     from harness.report import junit
@@ -508,6 +551,27 @@ def _config_problem(config: str) -> str | None:
     return None
 
 
+def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
+    """``compare A.json B.json``: every observed value that differs (``harness.report.compare``);
+    0 the same, 1 they differ, 2 a file cannot be read."""
+    from rich.text import Text
+
+    from harness.report.compare import CompareError, compare_documents, format_differences, read_documents, summary_line
+
+    try:
+        a, b = read_documents(args.a), read_documents(args.b)
+    except CompareError as exc:
+        _print_mark(console, False, str(exc))
+        return 2
+    differences = compare_documents(a, b)
+    if differences:
+        console.print(Text(f"A = {args.a}\nB = {args.b}"))
+    for line in format_differences(differences):
+        console.print(Text(line))
+    console.print(Text(summary_line(differences, len({Path(k).name for k in [*a, *b]}))))
+    return 1 if differences else 0
+
+
 def _cmd_draft(args: argparse.Namespace, console: Console) -> int:
     from rich.text import Text
     from rich.console import Console
@@ -630,6 +694,9 @@ def main(argv: list[str] | None = None) -> int:
                      help="write a Markdown report: hosts and ranks, the environment with disagreements marked, the "
                           "bandwidth table, the results")
     _add_view_flags(run)
+    run.add_argument("--repeat", type=int, metavar="N", default=None,
+                     help="run each spec N times; list every observed field that differed and report each entry "
+                          "that reads one as unstable (exit 3)")
     run.add_argument("--junitxml", metavar="PATH",
                      help="write JUnit XML: one test case per entry, named as pytest's --junitxml names the spec's items")
 
@@ -663,17 +730,29 @@ def main(argv: list[str] | None = None) -> int:
     draft.add_argument("--no-preflight", action="store_true",
                        help="write the spec even if this machine's pre-flight check would refuse to run it")
 
+    compare = sub.add_parser("compare", help="list every observed value that differs between two 'run --json' files")
+    compare.add_argument("a", type=Path, metavar="A.json")
+    compare.add_argument("b", type=Path, metavar="B.json")
+
     args = parser.parse_args(argv)
     if args.command == "render" and args.from_json and args.trace:
         parser.error("--trace needs a run: drop --from-json (a --json file holds no profiler traces)")
     if args.command in ("run", "render") and args.timeout is not None and not 0 < args.timeout <= 86400:
         parser.error(f"--timeout must be a number of seconds above 0 and at most 86400, got {args.timeout}")
+    if args.command == "run" and args.repeat is not None:
+        if args.repeat < 2:
+            parser.error(f"--repeat must be at least 2, got {args.repeat}")
+        given = [f"--{n.replace('_', '-')}" for n in ("json", "report", "junitxml", "trace", "plot")
+                 if getattr(args, n)]
+        if given:
+            parser.error(f"--repeat compares runs and writes no files: drop {', '.join(given)}")
     if args.command == "draft":
         for name in ("world_size", "layers", "batch_per_rank", "seq_len"):
             if getattr(args, name) < 1:
                 parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     console = _console(args.command)
-    handler = {"run": _cmd_run, "validate": _cmd_validate, "draft": _cmd_draft, "render": _cmd_render}[args.command]
+    handler = {"run": _cmd_run, "validate": _cmd_validate, "draft": _cmd_draft, "render": _cmd_render,
+               "compare": _cmd_compare}[args.command]
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     previous_hook = sys.unraisablehook

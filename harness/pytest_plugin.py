@@ -11,6 +11,7 @@ field, and the failing ranks. A spec that fails to load is one failing item with
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -18,11 +19,12 @@ from pathlib import Path
 import pytest
 
 from harness.contract.names import BACKENDS
-from harness.run.cache import CachedRunError, cached_run, run_key
+from harness.run.cache import CachedRunError, cached_run, gpu_lock_path, one_at_a_time, run_key
 from harness.judge.checks import CheckResult
 from harness.report.junit import table_slug
 from harness.judge.evaluate import FAILING, evaluate_item
 from harness.load.spec import Spec, SpecError, SpecItem, load_spec
+from harness.run.gpus import visible_gpu_count
 
 _SNIFF_BYTES = 65536
 _SPEC_KEYS = (re.compile(rb"^spec\s*:", re.M), re.compile(rb"^tables\s*:", re.M))
@@ -154,22 +156,37 @@ def _shared_cache_dir(config: pytest.Config) -> Path:
     return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "fsdp2-runs"
 
 
+@functools.cache
+def _gpu_count() -> int:
+    """GPUs this worker's ranks would see, counted through NVML (no CUDA context in the worker)."""
+    return visible_gpu_count()
+
+
 def _observation(config: pytest.Config, spec: Spec, setup=None, backend: str | None = None):
-    """The observation of ``spec``'s setup (or ``setup``), run once per session across workers."""
+    """The observation of ``spec``'s setup (or ``setup``), run once per session across workers;
+    runs on NCCL one at a time per set of GPUs (``harness.run.cache.one_at_a_time``)."""
     import torch
 
     from harness.run.runner import run_setup
 
     setup = setup or spec.setup
     backend = backend or config.getoption("--backend") or spec.backend
-    if backend == "nccl" and torch.cuda.device_count() < setup.world_size:
-        pytest.skip(f"needs {setup.world_size} GPUs for nccl (one per rank); {torch.cuda.device_count()} visible")
+    gpus = _gpu_count() if backend in ("auto", "nccl") else 0
+    if backend == "nccl" and gpus < setup.world_size:
+        pytest.skip(f"needs {setup.world_size} GPUs for nccl (one per rank); {gpus} visible")
     timeout_s = config.getoption("--run-timeout") or spec.timeout_s
+    lock_timeout_s = timeout_s * 3 + 120
     key = run_key(setup, backend, torch.__version__)
-    return cached_run(_shared_cache_dir(config), key,
-                      lambda: run_setup(setup, backend=backend, timeout_s=timeout_s,
-                                        preflight=not config.getoption("--no-preflight")),
-                      lock_timeout_s=timeout_s * 3 + 120)
+
+    def run():
+        return run_setup(setup, backend=backend, timeout_s=timeout_s, preflight=not config.getoption("--no-preflight"))
+
+    cache_dir = _shared_cache_dir(config)
+    if backend == "nccl" or (backend == "auto" and gpus >= setup.world_size):
+        lock_timeout_s *= int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))  # queued behind the others' runs
+        run = functools.partial(one_at_a_time, gpu_lock_path(cache_dir, os.environ.get("CUDA_VISIBLE_DEVICES")),
+                                run, lock_timeout_s=lock_timeout_s)
+    return cached_run(cache_dir, key, run, lock_timeout_s=lock_timeout_s)
 
 
 @pytest.fixture(scope="session")

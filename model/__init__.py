@@ -1,18 +1,26 @@
 """Reference Qwen3 dense model for the FSDP2 walkthrough, observable step by step.
 
 - ``model.config``: :class:`Qwen3Config` (transformers' field names, validated),
-  :data:`KNOWN_CONFIGS` ("walkthrough" and the released Qwen3 dense models; :data:`HUB_IDS`
-  their hub ids), :func:`get_config`, :func:`read_config_file` (a transformers config.json).
+  :data:`KNOWN_CONFIGS` ("walkthrough", the released Qwen3 dense models, then the MoE ones;
+  :data:`HUB_IDS` their hub ids), :func:`get_config` (a :class:`Qwen3MoeConfig` for a MoE
+  name or mapping), :func:`read_config_file` (a transformers config.json, qwen3 or qwen3_moe).
 - ``model.qwen3``: the modules, parameter-for-parameter identical to transformers' Qwen3
   (see that module's docstring for why ``lm_head`` lives in ``Qwen3ForCausalLM``), and
   :func:`init_weights`.
-- ``model.steps``: the walkthrough's Steps 1-10 as stable names (:data:`STEPS`).
+- ``model.qwen3_moe``: the Qwen3 MoE modules (transformers' ``Qwen3MoeForCausalLM``: fused
+  3-D experts, top-k router, ``load_balancing_loss_func``); configs: :class:`Qwen3MoeConfig`,
+  :data:`KNOWN_MOE_CONFIGS`, :func:`get_moe_config`, :func:`layer_param_counts`.
+- ``model.steps``: the walkthrough's Steps 1-10 as stable names (:data:`STEPS`; a sparse
+  layer's Step 9: :data:`MOE_STEPS`).
 - ``model.observe``: :func:`observe_steps`, reporting those steps from inside any model.
 """
 
-from .config import HUB_IDS, IGNORED_FIELDS, KNOWN_CONFIGS, Qwen3Config, get_config, read_config_file
-from .names import LAYER_PARAM_NAMES_DOCUMENT, LAYER_PARAM_NAMES_REGISTRATION
-from .steps import STEP_NAMES, STEPS, STEPS_BY_NAME, Step, resolve_shape
+from .config import (HUB_IDS, IGNORED_FIELDS, KNOWN_CONFIGS, KNOWN_MOE_CONFIGS, MOE_HUB_IDS, Qwen3Config,
+                     Qwen3MoeConfig, get_config, get_moe_config, layer_param_counts, model_param_counts,
+                     read_config_file)
+from .names import LAYER_PARAM_NAMES_DOCUMENT, LAYER_PARAM_NAMES_REGISTRATION, MOE_LAYER_PARAM_NAMES_REGISTRATION
+from .steps import (ALL_STEPS_BY_NAME, MOE_LAYER_STEP_NAMES, MOE_STEP_NAMES, MOE_STEPS, STEP_NAMES, STEPS,
+                    STEPS_BY_NAME, Step, resolve_shape)
 
 # The modules need torch (a second or two to import); the config, names and steps do not, and
 # spec validation uses only those. So the torch side is imported on first use (PEP 562).
@@ -21,6 +29,10 @@ _LAZY = {
     "Qwen3Attention": "qwen3", "Qwen3DecoderLayer": "qwen3", "Qwen3DecoderStack": "qwen3",
     "Qwen3ForCausalLM": "qwen3", "Qwen3MLP": "qwen3", "Qwen3Model": "qwen3", "Qwen3RMSNorm": "qwen3",
     "Qwen3RotaryEmbedding": "qwen3", "init_weights": "qwen3",
+    "Qwen3MoeExperts": "qwen3_moe", "Qwen3MoeTopKRouter": "qwen3_moe", "Qwen3MoeSparseMoeBlock": "qwen3_moe",
+    "Qwen3MoeDecoderLayer": "qwen3_moe", "Qwen3MoeDecoderStack": "qwen3_moe", "Qwen3MoeModel": "qwen3_moe",
+    "Qwen3MoeForCausalLM": "qwen3_moe", "Qwen3MoeCausalLMOutput": "qwen3_moe",
+    "load_balancing_loss_func": "qwen3_moe", "causal_lm_loss": "qwen3_moe",
 }
 
 
@@ -61,4 +73,25 @@ __all__ = [
     "StepCallback",
     "StepRecord",
     "StepRecorder",
+    "Qwen3MoeConfig",
+    "KNOWN_MOE_CONFIGS",
+    "MOE_HUB_IDS",
+    "get_moe_config",
+    "layer_param_counts",
+    "model_param_counts",
+    "MOE_STEPS",
+    "MOE_STEP_NAMES",
+    "MOE_LAYER_STEP_NAMES",
+    "ALL_STEPS_BY_NAME",
+    "MOE_LAYER_PARAM_NAMES_REGISTRATION",
+    "Qwen3MoeExperts",
+    "Qwen3MoeTopKRouter",
+    "Qwen3MoeSparseMoeBlock",
+    "Qwen3MoeDecoderLayer",
+    "Qwen3MoeDecoderStack",
+    "Qwen3MoeModel",
+    "Qwen3MoeForCausalLM",
+    "Qwen3MoeCausalLMOutput",
+    "load_balancing_loss_func",
+    "causal_lm_loss",
 ]

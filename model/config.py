@@ -25,6 +25,13 @@ from typing import Any, Mapping
 
 __all__ = [
     "Qwen3Config",
+    "Qwen3MoeConfig",
+    "KNOWN_MOE_CONFIGS",
+    "MOE_HUB_IDS",
+    "get_moe_config",
+    "known_moe_config_name",
+    "layer_param_counts",
+    "model_param_counts",
     "KNOWN_CONFIGS",
     "HUB_IDS",
     "IGNORED_FIELDS",
@@ -173,7 +180,9 @@ def step_symbols(dims: Any, batch: int, seq_len: int) -> dict[str, int]:
     """The document's symbols ("配置" table) for :func:`model.steps.resolve_shape`.
 
     B = batch per rank, L = sequence length, d = hidden_size, h_q = num_attention_heads,
-    h_kv = num_key_value_heads, d_h = head_dim, d_ffn = intermediate_size. ``dims`` is any
+    h_kv = num_key_value_heads, d_h = head_dim, d_ffn = intermediate_size; for a MoE config
+    (``dims.num_experts`` set) also E = num_experts, k = num_experts_per_tok,
+    d_moe = moe_intermediate_size. ``dims`` is any
     object with those ``Qwen3Config`` attributes (a :class:`Qwen3Config`, the calculator's
     ``Dims``). Activations are never sharded, so these shapes hold on every rank and for every
     world size. The one definition of the symbols: the model, the calculator and the tests use it.
@@ -186,6 +195,9 @@ def step_symbols(dims: Any, batch: int, seq_len: int) -> dict[str, int]:
         "h_kv": dims.num_key_value_heads,
         "d_h": dims.head_dim,
         "d_ffn": dims.intermediate_size,
+        # MoE dims (a Qwen3MoeConfig): E experts, top-k, d_moe = moe_intermediate_size
+        **({"E": dims.num_experts, "k": dims.num_experts_per_tok, "d_moe": dims.moe_intermediate_size}
+           if getattr(dims, "num_experts", None) is not None else {}),
     }
 
 
@@ -195,6 +207,147 @@ _REQUIRED = tuple(
     for f in dataclasses.fields(Qwen3Config)
     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
 )
+
+
+_MOE_POSITIVE_INTS = ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Qwen3MoeConfig(Qwen3Config):
+    """Hyper-parameters of a Qwen3 MoE decoder: transformers' ``Qwen3MoeConfig`` field names.
+
+    Source: transformers ``models/qwen3_moe/configuration_qwen3_moe.py`` (5.x) and the released
+    Qwen3-30B-A3B / Qwen3-235B-A22B ``config.json``. All of :class:`Qwen3Config`'s fields, plus:
+
+    Attributes:
+        num_experts: E, experts per MoE layer (transformers 5.x writes it ``num_local_experts``).
+        num_experts_per_tok: k, experts each token is routed to (1 <= k <= E).
+        moe_intermediate_size: d_moe, each expert's SwiGLU width.
+        norm_topk_prob: renormalise the k routing weights to sum to 1 (the released models: True;
+            transformers' default, used for a file that omits it: False).
+        decoder_sparse_step: layer i is MoE when (i + 1) % decoder_sparse_step == 0 ...
+        mlp_only_layers: ... and i is not in this tuple (those layers are dense, d_ffn wide).
+        router_aux_loss_coef: weight of the load-balancing loss added to the LM loss.
+        output_router_logits: transformers returns router logits and aux loss by default.
+
+    ``intermediate_size`` (d_ffn) is the width of the dense layers only (``mlp_only_layers``,
+    or those ``decoder_sparse_step`` skips); the released models have none.
+
+    Raises:
+        ValueError: naming the offending field.
+    """
+
+    num_experts: int
+    num_experts_per_tok: int
+    moe_intermediate_size: int
+    norm_topk_prob: bool = True
+    decoder_sparse_step: int = 1
+    mlp_only_layers: tuple[int, ...] = ()
+    router_aux_loss_coef: float = 0.001
+    output_router_logits: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in _MOE_POSITIVE_INTS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"Qwen3MoeConfig.{name} must be an int, got {value!r}")
+            if value <= 0:
+                raise ValueError(f"Qwen3MoeConfig.{name} must be positive, got {value}")
+        if self.num_experts_per_tok > self.num_experts:
+            raise ValueError(
+                f"Qwen3MoeConfig.num_experts_per_tok={self.num_experts_per_tok} must be at most "
+                f"num_experts={self.num_experts} (each token picks its top-k experts)"
+            )
+        for name in ("norm_topk_prob", "output_router_logits"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"Qwen3MoeConfig.{name} must be a bool, got {getattr(self, name)!r}")
+        coef = self.router_aux_loss_coef
+        if isinstance(coef, bool) or not isinstance(coef, (int, float)) or not coef >= 0:
+            raise ValueError(f"Qwen3MoeConfig.router_aux_loss_coef must be a number >= 0, got {coef!r}")
+        layers = self.mlp_only_layers
+        if isinstance(layers, (str, bytes)) or not isinstance(layers, (list, tuple)):
+            raise ValueError(f"Qwen3MoeConfig.mlp_only_layers must be a list of layer indices, got {layers!r}")
+        for i in layers:
+            if isinstance(i, bool) or not isinstance(i, int) or i < 0:
+                raise ValueError(
+                    f"Qwen3MoeConfig.mlp_only_layers must hold layer indices (ints >= 0), got {i!r} in {list(layers)}"
+                )
+        object.__setattr__(self, "mlp_only_layers", tuple(layers))  # frozen and hashable
+
+    def is_moe_layer(self, layer_idx: int) -> bool:
+        """Whether layer ``layer_idx`` is sparse (experts + router) or dense (``Qwen3MLP``).
+
+        transformers ``Qwen3MoeDecoderLayer.__init__``: ``layer_idx not in mlp_only_layers and
+        num_experts > 0 and (layer_idx + 1) % decoder_sparse_step == 0``.
+        """
+        return (layer_idx not in self.mlp_only_layers) and (
+            self.num_experts > 0 and (layer_idx + 1) % self.decoder_sparse_step == 0
+        )
+
+    @property
+    def moe_layers(self) -> tuple[int, ...]:
+        """Indices of the sparse layers, ascending."""
+        return tuple(i for i in range(self.num_hidden_layers) if self.is_moe_layer(i))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["mlp_only_layers"] = list(d["mlp_only_layers"])
+        return d
+
+
+_MOE_FIELDS = tuple(f.name for f in dataclasses.fields(Qwen3MoeConfig))
+_MOE_REQUIRED = tuple(
+    f.name
+    for f in dataclasses.fields(Qwen3MoeConfig)
+    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+)
+
+
+def layer_param_counts(config: Qwen3Config, layer_idx: int = 0) -> dict[str, int]:
+    """Parameters of decoder layer ``layer_idx``, by kind (torch-free; checked against
+    transformers' modules in tests/test_model_moe.py).
+
+    Keys: ``attention`` (q/k/v/o projections), ``norms`` (q_norm, k_norm, input_layernorm,
+    post_attention_layernorm), ``mlp`` (a dense layer's gate/up/down, 3 d d_ffn), ``router``
+    (``mlp.gate.weight``, E d), ``experts`` (``mlp.experts.gate_up_proj`` E 2d_moe d plus
+    ``mlp.experts.down_proj`` E d d_moe), ``total``. A dense config has no router or experts.
+    """
+    d, h_q, h_kv, d_h = config.hidden_size, config.num_attention_heads, config.num_key_value_heads, config.head_dim
+    counts = {
+        "attention": d * h_q * d_h + 2 * d * h_kv * d_h + h_q * d_h * d,
+        "norms": 2 * d_h + 2 * d,
+        "mlp": 0,
+        "router": 0,
+        "experts": 0,
+    }
+    if isinstance(config, Qwen3MoeConfig) and config.is_moe_layer(layer_idx):
+        counts["router"] = config.num_experts * d
+        counts["experts"] = config.num_experts * 3 * config.moe_intermediate_size * d
+    else:
+        counts["mlp"] = 3 * d * config.intermediate_size
+    counts["total"] = sum(counts.values())
+    return counts
+
+
+def model_param_counts(config: Qwen3Config) -> dict[str, int]:
+    """Parameters of the causal LM (a tied ``lm_head`` counted once, as ``parameters()`` does).
+
+    Keys: ``embed_tokens`` (V d), ``layers`` (all decoder layers), ``experts`` and ``router``
+    (their part of ``layers``), ``norm`` (d), ``lm_head`` (V d, 0 when tied), ``total``.
+    """
+    per_layer = [layer_param_counts(config, i) for i in range(config.num_hidden_layers)]
+    embed = config.vocab_size * config.hidden_size
+    counts = {
+        "embed_tokens": embed,
+        "layers": sum(c["total"] for c in per_layer),
+        "experts": sum(c["experts"] for c in per_layer),
+        "router": sum(c["router"] for c in per_layer),
+        "norm": config.hidden_size,
+        "lm_head": 0 if config.tie_word_embeddings else embed,
+    }
+    counts["total"] = counts["embed_tokens"] + counts["layers"] + counts["norm"] + counts["lm_head"]
+    return counts
 
 
 def _released(hidden: int, layers: int, heads: int, kv: int, ffn: int, tie: bool) -> Qwen3Config:
@@ -249,7 +402,122 @@ KNOWN_CONFIGS: dict[str, Qwen3Config] = {
 
 HUB_IDS: dict[str, str] = {f"Qwen/{name}": name for name in KNOWN_CONFIGS if name.startswith("Qwen3-")}
 """Model-hub ids of the released configs, each an alias of its :data:`KNOWN_CONFIGS` name
-(``"Qwen/Qwen3-8B"`` is ``"Qwen3-8B"``). Nothing is downloaded: the values are the ones above."""
+(``"Qwen/Qwen3-8B"`` is ``"Qwen3-8B"``; the MoE ones too, ``"Qwen/Qwen3-30B-A3B"``). Nothing is
+downloaded: the values are the ones here."""
+
+
+
+def _released_moe(hidden: int, layers: int, ffn: int, heads: int, moe_ffn: int) -> Qwen3MoeConfig:
+    """A released Qwen3 MoE model: values shared by the published config.json of both."""
+    return Qwen3MoeConfig(
+        vocab_size=151936,
+        hidden_size=hidden,
+        intermediate_size=ffn,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=4,
+        head_dim=128,
+        max_position_embeddings=40960,
+        initializer_range=0.02,
+        rms_norm_eps=1e-6,
+        rope_theta=1_000_000.0,
+        tie_word_embeddings=False,
+        num_experts=128,
+        num_experts_per_tok=8,
+        moe_intermediate_size=moe_ffn,
+        norm_topk_prob=True,
+        decoder_sparse_step=1,
+        mlp_only_layers=(),
+        router_aux_loss_coef=0.001,
+        output_router_logits=False,
+    )
+
+
+KNOWN_MOE_CONFIGS: dict[str, Qwen3MoeConfig] = {
+    # A small MoE for specs and tests: 8 experts, top-2, every layer sparse (as released).
+    "moe-tiny": Qwen3MoeConfig(
+        vocab_size=1024,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        tie_word_embeddings=False,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+    ),
+    # Released MoE models, from the published config.json of Qwen/Qwen3-*:
+    #                                     hidden layers intermediate heads moe_intermediate
+    "Qwen3-30B-A3B": _released_moe(2048, 48, 6144, 32, 768),
+    "Qwen3-235B-A22B": _released_moe(4096, 94, 12288, 64, 1536),
+}
+"""The MoE configs: also entries of :data:`KNOWN_CONFIGS` (after the dense ones), so one name
+works everywhere a config is named (``get_config``, a spec's ``setup.model.config``,
+``harness draft --config``); the model built from one dispatches on its type
+(:class:`Qwen3MoeConfig`). :func:`get_moe_config` reads only these names and their hub ids
+(:data:`MOE_HUB_IDS`)."""
+
+MOE_HUB_IDS: dict[str, str] = {f"Qwen/{name}": name for name in KNOWN_MOE_CONFIGS if name.startswith("Qwen3-")}
+"""Hub ids of the released MoE configs (``"Qwen/Qwen3-30B-A3B"`` is ``"Qwen3-30B-A3B"``)."""
+
+KNOWN_CONFIGS.update(KNOWN_MOE_CONFIGS)  # one namespace of config names: dense first, then MoE
+HUB_IDS.update(MOE_HUB_IDS)
+
+
+def known_moe_config_name(name: str) -> str | None:
+    """The :data:`KNOWN_MOE_CONFIGS` name of ``name`` (a known name or a hub id), else None."""
+    if name in KNOWN_MOE_CONFIGS:
+        return name
+    return MOE_HUB_IDS.get(name)
+
+
+def get_moe_config(name_or_mapping: str | Mapping[str, Any] | Qwen3MoeConfig, **overrides: Any) -> Qwen3MoeConfig:
+    """A validated :class:`Qwen3MoeConfig`, as :func:`get_config` gives a dense one.
+
+    Args:
+        name_or_mapping: a key of :data:`KNOWN_MOE_CONFIGS` or its hub id, a mapping of
+            ``Qwen3MoeConfig`` fields, or a ``Qwen3MoeConfig``. A transformers ``config.json``
+            is read by :func:`read_config_file` with ``moe=True``.
+        **overrides: fields replacing the base's (e.g. ``num_hidden_layers=1``).
+
+    Raises:
+        ValueError: unknown name (lists the known names), unknown or missing field (names it),
+            or an invalid value (names the field).
+    """
+    unknown = sorted(k for k in overrides if k not in _MOE_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown Qwen3MoeConfig field(s) in overrides: {', '.join(map(repr, unknown))}; "
+                         f"known fields: {', '.join(_MOE_FIELDS)}")
+    if isinstance(name_or_mapping, Qwen3MoeConfig):
+        base = name_or_mapping
+    elif isinstance(name_or_mapping, str):
+        name = known_moe_config_name(name_or_mapping)
+        if name is None:
+            raise ValueError(
+                f"unknown MoE config name {name_or_mapping!r}; known names: {', '.join(KNOWN_MOE_CONFIGS)} "
+                f"(or their hub ids: {', '.join(MOE_HUB_IDS)})"
+            )
+        base = KNOWN_MOE_CONFIGS[name]
+    elif isinstance(name_or_mapping, Mapping):
+        unknown = sorted(k for k in name_or_mapping if k not in _MOE_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown Qwen3MoeConfig field(s) in mapping: {', '.join(map(repr, unknown))}; "
+                             f"known fields: {', '.join(_MOE_FIELDS)}")
+        fields = {**name_or_mapping, **overrides}
+        missing = [k for k in _MOE_REQUIRED if k not in fields]
+        if missing:
+            raise ValueError(f"Qwen3MoeConfig field(s) missing from mapping: {', '.join(missing)}")
+        return Qwen3MoeConfig(**fields)
+    else:
+        raise ValueError(
+            f"get_moe_config expects a config name, a mapping of fields or a Qwen3MoeConfig, "
+            f"got {type(name_or_mapping).__name__}"
+        )
+    if not overrides:
+        return base
+    return dataclasses.replace(base, **overrides)
 
 
 def known_config_name(name: str) -> str | None:
@@ -268,19 +536,37 @@ def _check_fields(fields: Mapping[str, Any], what: str) -> None:
         )
 
 
+_MOE_ONLY_FIELDS = frozenset(_MOE_FIELDS) - frozenset(_FIELDS)
+
+
+def _names_moe_fields(fields: Mapping[str, Any]) -> bool:
+    """A mapping of fields that describes a MoE model: it has a field only ``Qwen3MoeConfig`` has."""
+    return any(k in _MOE_ONLY_FIELDS for k in fields)
+
+
 def get_config(name_or_mapping: str | Mapping[str, Any] | Qwen3Config, **overrides: Any) -> Qwen3Config:
-    """A validated :class:`Qwen3Config` from a known name or a mapping of fields.
+    """A validated :class:`Qwen3Config` (a :class:`Qwen3MoeConfig` for a MoE one) from a known
+    name or a mapping of fields.
+
+    The one way to name a config: a MoE name (``"Qwen3-30B-A3B"``, ``"moe-tiny"``), a
+    ``Qwen3MoeConfig``, or a mapping with a MoE-only field (``num_experts``, ...) gives a
+    :class:`Qwen3MoeConfig` (:func:`get_moe_config`), whose overrides may then set MoE fields;
+    anything else a dense :class:`Qwen3Config`. Callers build the model by the config's type.
 
     Args:
         name_or_mapping: a key of :data:`KNOWN_CONFIGS` or its hub id (:data:`HUB_IDS`), a
-            mapping of ``Qwen3Config`` fields (all required fields present), or a
-            ``Qwen3Config``. A transformers ``config.json`` is read by :func:`read_config_file`.
+            mapping of ``Qwen3Config`` / ``Qwen3MoeConfig`` fields (all required fields present),
+            or a config. A transformers ``config.json`` is read by :func:`read_config_file`.
         **overrides: fields replacing those of the base config (e.g. ``num_hidden_layers=1``).
 
     Raises:
         ValueError: unknown name (lists the known names), unknown field (names it), a missing
             required field (names it), or an invalid value (names the field).
     """
+    if isinstance(name_or_mapping, Qwen3MoeConfig) or (
+            isinstance(name_or_mapping, str) and known_moe_config_name(name_or_mapping) is not None) or (
+            isinstance(name_or_mapping, Mapping) and _names_moe_fields(name_or_mapping)):
+        return get_moe_config(name_or_mapping, **overrides)
     _check_fields(overrides, "overrides")
     if isinstance(name_or_mapping, Qwen3Config):
         base = name_or_mapping
@@ -372,8 +658,16 @@ class ConfigFile:
     dtype_field: str | None = None
 
 
-def from_transformers(fields: Mapping[str, Any]) -> ConfigFile:
+def from_transformers(fields: Mapping[str, Any], *, moe: bool = True) -> ConfigFile:
     """Read the fields of a transformers Qwen3 ``config.json`` (4.x or 5.x format).
+
+    A Qwen3 MoE file (``model_type: qwen3_moe``, or no ``model_type`` and a ``num_experts`` /
+    ``num_local_experts`` field) is read into a :class:`Qwen3MoeConfig`: its fields as well;
+    ``num_local_experts`` (what transformers 5.x writes) is ``num_experts``; when ``model_type``
+    is given, a missing ``head_dim`` is hidden_size // num_attention_heads (transformers'
+    Qwen3MoeConfig has no ``head_dim``) and the missing MoE switches take transformers' defaults
+    (:data:`_MOE_TRANSFORMERS_DEFAULTS`). ``moe=False`` (a dense-only reader) refuses such a
+    file as below.
 
     Kept: ``Qwen3Config``'s fields. The RoPE base comes from ``rope_theta`` (4.x: top level)
     or ``rope_parameters["rope_theta"]`` (5.x). The dtype from ``torch_dtype`` (4.x) or
@@ -383,25 +677,35 @@ def from_transformers(fields: Mapping[str, Any]) -> ConfigFile:
 
     Raises:
         ValueError: one line naming the field, for what this model does not implement and that
-            would change the numbers: a ``model_type`` other than "qwen3" (e.g. "qwen3_moe",
-            "llama"), sliding-window attention switched on (``use_sliding_window: true`` or a
-            "sliding_attention" entry in ``layer_types``), a RoPE type other than "default"
+            would change the numbers: a ``model_type`` other than "qwen3" and "qwen3_moe" (e.g.
+            "llama"; "qwen3_moe" too with ``moe=False``), sliding-window attention switched on
+            (``use_sliding_window: true`` or a "sliding_attention" entry in ``layer_types``), a RoPE type other than "default"
             (``rope_scaling`` / ``rope_parameters``), ``attention_bias: true``; and for an
             unknown field, a missing required field or an invalid value.
     """
     if not isinstance(fields, Mapping):
         raise ValueError(f"expected a mapping of config fields, got {type(fields).__name__}")
     model_type = fields.get("model_type")
-    if model_type is not None and model_type != "qwen3":
+    is_moe = moe and (model_type == "qwen3_moe" or (
+        model_type is None and ("num_experts" in fields or "num_local_experts" in fields)))
+    if is_moe:
+        known, required, name = _MOE_FIELDS, _MOE_REQUIRED, "Qwen3MoeConfig"
+    else:
+        known, required, name = _FIELDS, _REQUIRED, "Qwen3Config"
+    if model_type is not None and model_type != "qwen3" and not is_moe:
+        modelled = ("model/qwen3.py and model/qwen3_moe.py implement the Qwen3 dense and MoE decoders "
+                    "(model_type 'qwen3' and 'qwen3_moe') only" if moe else
+                    "model/qwen3.py implements the dense Qwen3 decoder (model_type 'qwen3') only")
         raise ValueError(
-            f"model_type {model_type!r} is not modelled: model/qwen3.py implements the dense Qwen3 "
-            f"decoder (model_type 'qwen3') only, and another architecture has other parameters and numbers"
+            f"model_type {model_type!r} is not modelled: {modelled}, and another architecture has other "
+            f"parameters and numbers"
         )
-    unknown = sorted(k for k in fields if k not in _FIELDS and k not in IGNORED_FIELDS and k not in _READ_FIELDS)
+    read_fields = _READ_FIELDS + (("num_local_experts",) if is_moe else ())
+    unknown = sorted(k for k in fields if k not in known and k not in IGNORED_FIELDS and k not in read_fields)
     if unknown:
         raise ValueError(
-            f"unknown field(s) {', '.join(map(repr, unknown))}: neither a Qwen3Config field nor one known "
-            f"to leave the numbers unchanged (model.config.IGNORED_FIELDS); Qwen3Config fields: {', '.join(_FIELDS)}"
+            f"unknown field(s) {', '.join(map(repr, unknown))}: neither a {name} field nor one known "
+            f"to leave the numbers unchanged (model.config.IGNORED_FIELDS); {name} fields: {', '.join(known)}"
         )
     if fields.get("use_sliding_window"):
         raise ValueError(
@@ -442,22 +746,54 @@ def from_transformers(fields: Mapping[str, Any]) -> ConfigFile:
     if len(set(dtypes.values())) > 1:
         raise ValueError(f"torch_dtype {dtypes['torch_dtype']!r} and dtype {dtypes['dtype']!r} disagree")
 
-    kwargs = {k: fields[k] for k in _FIELDS if k in fields and k != "rope_theta"}
+    kwargs = {k: fields[k] for k in known if k in fields and k != "rope_theta"}
     if rope_theta is not None:
         kwargs["rope_theta"] = float(rope_theta) if isinstance(rope_theta, int) and not isinstance(rope_theta, bool) else rope_theta
     if model_type is not None:
-        for name, value in _TRANSFORMERS_DEFAULTS.items():
-            kwargs.setdefault(name, value)
-    missing = [k for k in _REQUIRED if k not in kwargs]
+        for key, value in _TRANSFORMERS_DEFAULTS.items():
+            kwargs.setdefault(key, value)
+    if is_moe:
+        _read_moe_fields(fields, kwargs, model_type is not None)
+    missing = [k for k in required if k not in kwargs]
     if missing:
         raise ValueError(f"missing field(s): {', '.join(missing)}")
     ignored = tuple(k for k in fields if k in IGNORED_FIELDS)
-    return ConfigFile(Qwen3Config(**kwargs), next(iter(dtypes.values()), None), ignored,
+    config = (Qwen3MoeConfig if is_moe else Qwen3Config)(**kwargs)
+    return ConfigFile(config, next(iter(dtypes.values()), None), ignored,
                       dtype_field=" / ".join(dtypes) or None)
 
 
-def read_config_file(path: str | Path) -> ConfigFile:
+# transformers' Qwen3MoeConfig defaults (5.x) where a file may omit a MoE switch.
+_MOE_TRANSFORMERS_DEFAULTS = {"norm_topk_prob": False, "decoder_sparse_step": 1, "mlp_only_layers": (),
+                              "router_aux_loss_coef": 0.001, "output_router_logits": False}
+
+
+def _read_moe_fields(fields: Mapping[str, Any], kwargs: dict[str, Any], from_transformers_file: bool) -> None:
+    """The MoE part of :func:`from_transformers`: the experts' count under either name, the
+    head_dim transformers derives when the file has none, transformers' defaults."""
+    names = [k for k in ("num_experts", "num_local_experts") if fields.get(k) is not None]
+    if len(names) == 2 and fields["num_experts"] != fields["num_local_experts"]:
+        raise ValueError(f"num_experts {fields['num_experts']!r} and num_local_experts "
+                         f"{fields['num_local_experts']!r} disagree (transformers: the same field)")
+    if names:
+        kwargs["num_experts"] = fields[names[0]]
+    if fields.get("mlp_only_layers", ()) is None:
+        kwargs["mlp_only_layers"] = ()  # transformers: None is []
+    if from_transformers_file:
+        for key, value in _MOE_TRANSFORMERS_DEFAULTS.items():
+            kwargs.setdefault(key, value)
+        # transformers' Qwen3MoeConfig has no head_dim field; its attention uses
+        # getattr(config, "head_dim", hidden_size // num_attention_heads).
+        if "head_dim" not in kwargs and isinstance(kwargs.get("hidden_size"), int) \
+                and isinstance(kwargs.get("num_attention_heads"), int) and kwargs["num_attention_heads"] > 0:
+            kwargs["head_dim"] = kwargs["hidden_size"] // kwargs["num_attention_heads"]
+
+
+def read_config_file(path: str | Path, *, moe: bool = True) -> ConfigFile:
     """Read a transformers ``config.json`` (:func:`from_transformers`); nothing is downloaded.
+
+    A qwen3_moe file reads into a :class:`Qwen3MoeConfig` (``moe=False`` refuses it; see
+    :func:`from_transformers`).
 
     ``path`` is the file, or a folder holding ``config.json`` (a downloaded checkpoint). The text
     is read as JSON; a file whose name does not end in ``.json`` may also be YAML (a mapping of
@@ -488,7 +824,7 @@ def read_config_file(path: str | Path) -> ConfigFile:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a JSON object of config fields, got {type(data).__name__}")
     try:
-        read = from_transformers(data)
+        read = from_transformers(data, moe=moe)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
     return dataclasses.replace(read, path=str(path))

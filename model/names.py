@@ -7,6 +7,8 @@ unit's all-gather buffer) and the order the walkthrough's parameter table lists 
 
 from __future__ import annotations
 
+from typing import Collection
+
 # transformers 5.x Qwen3DecoderLayer.named_parameters() order (checked with transformers
 # 5.24.0): __init__ assigns self_attn, mlp, input_layernorm, post_attention_layernorm, and
 # Qwen3Attention assigns q/k/v/o_proj before q_norm/k_norm. FSDP2 packs a unit's
@@ -42,15 +44,20 @@ LAYER_PARAM_NAMES_DOCUMENT: tuple[str, ...] = (
 )
 
 
-def param_fqns(body: str, num_layers: int, *, tie_word_embeddings: bool = True) -> tuple[str, ...]:
+def param_fqns(body: str, num_layers: int, *, tie_word_embeddings: bool = True,
+               sparse_layers: Collection[int] = ()) -> tuple[str, ...]:
     """Every parameter FQN of a model in ``named_parameters()`` order (a tied weight once).
 
     ``body`` "decoder_layers" (model.qwen3.Qwen3DecoderStack): ``layers.{i}.<name>``;
     "causal_lm" (Qwen3ForCausalLM): ``model.embed_tokens.weight``, ``model.layers.{i}.<name>``,
     ``model.norm.weight``, and ``lm_head.weight`` unless tied to the embedding.
+    ``sparse_layers``: the MoE layers (``Qwen3MoeConfig.moe_layers``), whose names are
+    :data:`MOE_LAYER_PARAM_NAMES_REGISTRATION`.
     """
     prefix = "layers" if body == "decoder_layers" else "model.layers"
-    layers = tuple(f"{prefix}.{i}.{name}" for i in range(num_layers) for name in LAYER_PARAM_NAMES_REGISTRATION)
+    sparse = frozenset(sparse_layers)
+    layers = tuple(f"{prefix}.{i}.{name}" for i in range(num_layers)
+                   for name in (MOE_LAYER_PARAM_NAMES_REGISTRATION if i in sparse else LAYER_PARAM_NAMES_REGISTRATION))
     if body == "decoder_layers":
         return layers
     head = () if tie_word_embeddings else ("lm_head.weight",)
@@ -66,19 +73,49 @@ LAYER_MODULE_NAMES: tuple[str, ...] = (
 )
 
 
-def module_paths(body: str, num_layers: int) -> tuple[str, ...]:
+def module_paths(body: str, num_layers: int, sparse_layers: Collection[int] = ()) -> tuple[str, ...]:
     """Every module FQN of a model in ``named_modules()`` order, the root (``""``) first.
 
     ``decoder_layers`` (model.qwen3.Qwen3DecoderStack): ``layers``, ``layers.{i}`` and their
     submodules, ``rotary_emb``; ``causal_lm`` (Qwen3ForCausalLM): ``model``,
     ``model.embed_tokens``, ``model.layers...``, ``model.norm``, ``model.rotary_emb``,
     ``lm_head`` (a module of its own even when its weight is tied to the embedding's).
+    ``sparse_layers``: the MoE layers, whose submodules are :data:`MOE_LAYER_MODULE_NAMES`.
     """
     prefix = "layers" if body == "decoder_layers" else "model.layers"
+    sparse = frozenset(sparse_layers)
     layers = [prefix]
     for i in range(num_layers):
         layers.append(f"{prefix}.{i}")
-        layers.extend(f"{prefix}.{i}.{name}" for name in LAYER_MODULE_NAMES)
+        names = MOE_LAYER_MODULE_NAMES if i in sparse else LAYER_MODULE_NAMES
+        layers.extend(f"{prefix}.{i}.{name}" for name in names)
     if body == "decoder_layers":
         return ("", *layers, "rotary_emb")
     return ("", "model", "model.embed_tokens", *layers, "model.norm", "model.rotary_emb", "lm_head")
+
+
+# transformers 5.x Qwen3MoeDecoderLayer.named_parameters() of a sparse layer (checked with
+# transformers 5.24.0 in tests/test_model_moe.py): Qwen3MoeSparseMoeBlock registers ``experts``
+# (two fused 3-D parameters, gate_up_proj [E, 2 d_moe, d] then down_proj [E, d, d_moe]) BEFORE
+# ``gate`` (the router, weight [E, d]). A dense layer of a MoE model has the dense names.
+MOE_LAYER_PARAM_NAMES_REGISTRATION: tuple[str, ...] = (
+    *LAYER_PARAM_NAMES_REGISTRATION[:6],
+    "mlp.experts.gate_up_proj",
+    "mlp.experts.down_proj",
+    "mlp.gate.weight",
+    *LAYER_PARAM_NAMES_REGISTRATION[9:],
+)
+
+# Module paths below a sparse layer, registration order (the dense layer's with its MLP's replaced).
+MOE_LAYER_MODULE_NAMES: tuple[str, ...] = (
+    *LAYER_MODULE_NAMES[:7], "mlp", "mlp.experts", "mlp.experts.act_fn", "mlp.gate", *LAYER_MODULE_NAMES[12:],
+)
+
+# The document's order (forward order of use) for a sparse layer: the router scores the tokens
+# before the experts run.
+MOE_LAYER_PARAM_NAMES_DOCUMENT: tuple[str, ...] = (
+    *LAYER_PARAM_NAMES_DOCUMENT[:8],
+    "mlp.gate.weight",
+    "mlp.experts.gate_up_proj",
+    "mlp.experts.down_proj",
+)

@@ -9,8 +9,10 @@ step of its forward it does::
 
 so with no observer the cost is one attribute read and one ``is not None`` per step (23 per
 layer; ``python benchmarks/bench_observe.py`` measures what that costs). The names are those of
-:data:`model.steps.STEPS` and are emitted in that order; head tensors come in the document's
-(B, L, h, d_h) layout (possibly a transposed, non-contiguous view).
+:data:`model.steps.STEPS` and are emitted in that order; a sparse layer of a MoE model
+(``model/qwen3_moe.py``) emits :data:`model.steps.MOE_LAYER_STEP_NAMES` instead (its Step 9 is
+the router and experts'). Head tensors come in the document's (B, L, h, d_h) layout (possibly a
+transposed, non-contiguous view).
 
 Callbacks receive the live tensors: they may read, clone, ``.detach()`` or register autograd
 hooks on them, but must not modify them in place (that would change the model's numerics).

@@ -455,12 +455,14 @@ class Qwen3DecoderStack(nn.Module):
         -> (B, L, d), the last layer's output (no final norm).
     """
 
+    layer_class: type[nn.Module] = Qwen3DecoderLayer  # the MoE stack builds its own layers
+
     def __init__(self, config: Qwen3Config, *, device=None, dtype=None) -> None:
         super().__init__()
         self.config = config
         factory = {"device": device, "dtype": dtype}
         self.layers = nn.ModuleList(
-            [Qwen3DecoderLayer(config, layer_idx, **factory) for layer_idx in range(config.num_hidden_layers)]
+            [self.layer_class(config, layer_idx, **factory) for layer_idx in range(config.num_hidden_layers)]
         )
         self.rotary_emb = Qwen3RotaryEmbedding(config, **factory)
 
@@ -479,6 +481,8 @@ class Qwen3Model(nn.Module):
         -> last hidden state (B, L, d), after the final norm, in the parameters' dtype.
     """
 
+    layer_class: type[nn.Module] = Qwen3DecoderLayer  # the MoE model builds its own layers
+
     def __init__(self, config: Qwen3Config, *, device=None, dtype=None) -> None:
         super().__init__()
         self.config = config
@@ -486,7 +490,7 @@ class Qwen3Model(nn.Module):
         factory = {"device": device, "dtype": dtype}
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, **factory)
         self.layers = nn.ModuleList(
-            [Qwen3DecoderLayer(config, layer_idx, **factory) for layer_idx in range(config.num_hidden_layers)]
+            [self.layer_class(config, layer_idx, **factory) for layer_idx in range(config.num_hidden_layers)]
         )
         self.norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps, **factory)
         self.rotary_emb = Qwen3RotaryEmbedding(config, **factory)
@@ -510,11 +514,13 @@ class Qwen3ForCausalLM(nn.Module):
     forward(input_ids int64 (B, L), position_ids or None) -> logits (B, L, V).
     """
 
+    model_class: type[nn.Module] = Qwen3Model  # the MoE causal LM wraps Qwen3MoeModel
+
     def __init__(self, config: Qwen3Config, *, device=None, dtype=None) -> None:
         super().__init__()
         self.config = config
         self.vocab_size = config.vocab_size
-        self.model = Qwen3Model(config, device=device, dtype=dtype)
+        self.model = self.model_class(config, device=device, dtype=dtype)
         # When tied, build lm_head on meta (no second V x d allocation) and share the weight.
         lm_device = "meta" if config.tie_word_embeddings else device
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False, device=lm_device, dtype=dtype)
@@ -564,6 +570,8 @@ def init_weights(module: nn.Module, std: float | None = None, generator: torch.G
     Source: transformers ``PreTrainedModel._init_weights``: Linear and Embedding weights
     ~ N(0, std^2) (biases zero, an Embedding's padding row zero), RMSNorm weights = 1. Also
     recomputes RoPE's ``inv_freq`` (needed after ``to_empty()``). A tied weight is drawn once.
+    A module's parameters named in its ``_normal_init_params`` (the MoE experts and router)
+    are drawn like a Linear's weight.
     Parameters on ``meta`` are skipped.
 
     Args:
@@ -598,4 +606,14 @@ def init_weights(module: nn.Module, std: float | None = None, generator: torch.G
                 m.reset_parameters()
         elif isinstance(m, Qwen3RotaryEmbedding):
             m.reset_parameters()
+        else:
+            # Parameters that are not a Linear's or an Embedding's but drawn like them
+            # (model/qwen3_moe.py: the experts' 3-D gate_up_proj/down_proj, the router's weight;
+            # transformers' Qwen3MoePreTrainedModel._init_weights draws them N(0, std^2) too).
+            for name in getattr(m, "_normal_init_params", ()):
+                weight = getattr(m, name)
+                if id(weight) in seen or weight.is_meta:
+                    continue
+                seen.add(id(weight))
+                _normal_(weight, std, generator, fill)
     return module

@@ -72,13 +72,38 @@ STEPS: tuple[Step, ...] = (
 STEP_NAMES: tuple[str, ...] = tuple(s.name for s in STEPS)
 STEPS_BY_NAME: Mapping[str, Step] = {s.name: s for s in STEPS}
 
+# ---- a Qwen3 MoE layer's sparse block (model/qwen3_moe.py) ----------------------------------
+# A sparse layer replaces Step 9's dense MLP by a router and E experts; Steps 1-8 and 10 are the
+# dense layer's. Extra symbols: E = num_experts, k = num_experts_per_tok, d_moe =
+# moe_intermediate_size (model.config.step_symbols of a Qwen3MoeConfig). Tokens are flattened:
+# the router sees T = B*L rows. Kept apart from STEPS: a dense layer never emits these.
+MOE_STEPS: tuple[Step, ...] = (
+    Step("step9.router_logits", 9, ("B*L", "E"), "the router (mlp.gate) scores every token for every expert: [B*L, E]"),
+    Step("step9.topk_weights", 9, ("B*L", "k"), "softmax in float32, the k largest, renormalised if norm_topk_prob, in the router's dtype: [B*L, k]"),
+    Step("step9.topk_indices", 9, ("B*L", "k"), "the experts each token is routed to, by descending weight: [B*L, k]"),
+    Step("step9.tokens_per_expert", 9, ("E",), "how many (token, slot) pairs each expert receives, summing to B*L*k: [E]"),
+    Step("step9.expert_outputs", 9, ("B*L", "k", "d"), "expert topk_indices[t, j]'s SwiGLU output on token t, unweighted: [B*L, k, d]"),
+    Step("step9.moe_out", 9, ("B", "L", "d"), "the experts' outputs weighted by topk_weights and summed per token: [B, L, d]"),
+)
+MOE_STEP_NAMES: tuple[str, ...] = tuple(s.name for s in MOE_STEPS)
+
+# What one sparse decoder layer emits, in order: the dense steps with Step 9's MLP tensors
+# (step9.gate .. step9.down) replaced by MOE_STEPS. A dense layer of a MoE model (mlp_only_layers,
+# decoder_sparse_step) emits STEP_NAMES.
+MOE_LAYER_STEP_NAMES: tuple[str, ...] = (
+    tuple(n for n in STEP_NAMES if not n.startswith("step9.") and n != "step10.output")
+    + MOE_STEP_NAMES
+    + ("step10.output",)
+)
+ALL_STEPS_BY_NAME: Mapping[str, Step] = {**STEPS_BY_NAME, **{s.name: s for s in MOE_STEPS}}
+
 
 def resolve_shape(step: Step | str, symbols: Mapping[str, int]) -> list[int]:
     """Evaluate a step's symbolic shape.
 
     Args:
-        step: a :class:`Step` or its name.
-        symbols: values for B, L, d, h_q, h_kv, d_h, d_ffn (ints).
+        step: a :class:`Step` or its name (:data:`STEPS` or :data:`MOE_STEPS`).
+        symbols: values for B, L, d, h_q, h_kv, d_h, d_ffn (ints); E, k, d_moe for MOE_STEPS.
 
     Returns:
         The concrete shape as a list of ints.
@@ -87,7 +112,7 @@ def resolve_shape(step: Step | str, symbols: Mapping[str, int]) -> list[int]:
         KeyError: unknown step name or a symbol missing from ``symbols``.
     """
     if isinstance(step, str):
-        step = STEPS_BY_NAME[step]
+        step = ALL_STEPS_BY_NAME[step]
     dims = []
     for expr in step.shape:
         value = 1

@@ -27,7 +27,7 @@ import yaml
 
 from harness.contract import calculator as calc
 from model.config import ConfigFile, KNOWN_CONFIGS, Qwen3Config, known_config_name, read_config_file
-from model.steps import STEPS, resolve_shape
+from model.steps import ALL_STEPS_BY_NAME, MOE_LAYER_STEP_NAMES, STEPS, resolve_shape
 
 REAL_RANKS_LIMIT = 8
 """Above this many ranks the draft uses the fake backend (one process, simulated ranks)."""
@@ -46,7 +46,7 @@ class DraftError(ValueError):
 
 
 def _read_config(config: str) -> tuple[str | None, Qwen3Config, ConfigFile | None]:
-    """(the known name or None, the Qwen3Config, the file read or None)."""
+    """(the known name or None, the Qwen3Config or Qwen3MoeConfig, the file read or None)."""
     name = known_config_name(config)
     if name is not None:
         return name, KNOWN_CONFIGS[name], None
@@ -79,7 +79,9 @@ def draft(config: str, world_size: int, *, layers: int = 2, dtype: str | None = 
 
     Args:
         config: a name in ``model.KNOWN_CONFIGS``, its hub id, or a transformers
-            ``config.json`` (or a YAML/JSON mapping of ``Qwen3Config`` fields).
+            ``config.json`` (or a YAML/JSON mapping of ``Qwen3Config`` fields); a MoE one
+            (``Qwen3-30B-A3B``, a ``model_type: qwen3_moe`` file) drafts its sparse layers'
+            fused experts and router, and their Step 9.
         world_size: N, the 1-D ``dp`` mesh size.
         layers: decoder layers to run (N_L).
         dtype: parameter dtype (bytes follow from it); None: the config file's
@@ -178,7 +180,8 @@ def _tables(layer: calc.UnitTables, model: calc.ModelTables, symbols: dict[str, 
          "entries": [{"id": f"rank{r}", "ranks": [r], **layer.params_total(r), **_DRAFTED} for r in observe]},
         {"section": "Forward 逐算子 Walkthrough", "title": "forward step shapes", "check": "step",
          "with": {"layer": "all", "dtype": dtype},
-         "entries": [{"step": s.name, "shape": resolve_shape(s, symbols), **_DRAFTED} for s in STEPS]},
+         "entries": [{"step": s.name, "shape": resolve_shape(s, symbols), **_INDEX_DTYPES.get(s.name, {}), **_DRAFTED}
+                     for s in _layer_steps(layer)]},
         *_collective_tables(layer, model, layers),
         {"section": "Step 11：Post-Forward Hook → Reshard", "title": "parameter state", "check": "param_state",
          "with": {"layer": 0},
@@ -189,6 +192,18 @@ def _tables(layer: calc.UnitTables, model: calc.ModelTables, symbols: dict[str, 
          ]},
     ]
     return tables
+
+
+# A sparse layer's integer steps: torch.topk's indices and a count of them (a sum of bools), int64
+# whatever the parameters' dtype.
+_INDEX_DTYPES = {"step9.topk_indices": {"dtype": "int64"}, "step9.tokens_per_expert": {"dtype": "int64"}}
+
+
+def _layer_steps(layer: calc.UnitTables) -> list[Any]:
+    """The steps layer 0 emits: a sparse layer's Step 9 is the router and experts (``MOE_STEPS``)."""
+    if any(p.name in calc.EXPERT_PARAMS for p in layer.params):
+        return [ALL_STEPS_BY_NAME[name] for name in MOE_LAYER_STEP_NAMES]
+    return list(STEPS)
 
 
 def _shard_rows(layer: calc.UnitTables, observe: list[int]) -> list[dict[str, Any]]:
@@ -202,7 +217,7 @@ def _shard_rows(layer: calc.UnitTables, observe: list[int]) -> list[dict[str, An
             row = p.row(ranks[0])
             entry = {"id": p.name if len(by_shape) == 1 else f"{p.name}.rank{ranks[0]}", "param": p.name,
                      "ranks": ranks, "local_shape": row["local_shape"], "local_numel": row["local_numel"],
-                     "placements": ["Shard(dim=0)"], **_DRAFTED}
+                     "placements": [p.placement], **_DRAFTED}
             out.append(entry)
     return out
 

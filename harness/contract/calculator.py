@@ -48,7 +48,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from model.config import KNOWN_CONFIGS  # torch-free, as model.names
 from model.config import step_symbols as _step_symbols
-from model.names import LAYER_PARAM_NAMES_DOCUMENT, LAYER_PARAM_NAMES_REGISTRATION
+from model.names import (LAYER_PARAM_NAMES_DOCUMENT, LAYER_PARAM_NAMES_REGISTRATION, MOE_LAYER_PARAM_NAMES_DOCUMENT,
+                         MOE_LAYER_PARAM_NAMES_REGISTRATION)
 
 MB = 10**6
 """The document's megabyte: 10**6 bytes."""
@@ -65,6 +66,10 @@ _DTYPE_ALIASES = {
 }
 
 _ORDERS = {"registration": LAYER_PARAM_NAMES_REGISTRATION, "document": LAYER_PARAM_NAMES_DOCUMENT}
+_MOE_ORDERS = {"registration": MOE_LAYER_PARAM_NAMES_REGISTRATION, "document": MOE_LAYER_PARAM_NAMES_DOCUMENT}
+
+EXPERT_PARAMS: tuple[str, ...] = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
+"""A sparse layer's fused expert parameters (transformers 5 ``Qwen3MoeExperts``): dim 0 is the expert."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,6 +115,11 @@ class Dims:
         tie_word_embeddings: lm_head shares embed_tokens' weight (transformers' Qwen3Config
             default is False; the document, section "简化的 Qwen3 结构", notes that lm_head
             usually shares embed_tokens' weight).
+        num_experts: E, experts of a sparse (MoE) layer; None for a dense model
+            (``Qwen3MoeConfig``'s field names from here on).
+        num_experts_per_tok: k, experts each token is routed to.
+        moe_intermediate_size: d_moe, each expert's SwiGLU width.
+        decoder_sparse_step, mlp_only_layers: which layers are sparse (:meth:`is_moe_layer`).
     """
 
     hidden_size: int
@@ -120,15 +130,28 @@ class Dims:
     num_hidden_layers: int = 1
     vocab_size: int | None = None
     tie_word_embeddings: bool = False
+    num_experts: int | None = None
+    num_experts_per_tok: int | None = None
+    moe_intermediate_size: int | None = None
+    decoder_sparse_step: int = 1
+    mlp_only_layers: tuple[int, ...] = ()
+
+    def is_moe_layer(self, layer_idx: int) -> bool:
+        """Whether decoder layer ``layer_idx`` is sparse: as ``model.Qwen3MoeConfig.is_moe_layer``
+        (transformers ``Qwen3MoeDecoderLayer``); never for a dense model."""
+        return bool(self.num_experts) and layer_idx not in self.mlp_only_layers and (
+            (layer_idx + 1) % self.decoder_sparse_step == 0)
 
 
 def to_dims(dims: Any) -> Dims:
     """Read :class:`Dims` from a ``Dims``, a mapping, or any object with those attributes.
 
-    A ``Qwen3Config`` (transformers' or the model package's) works as is. A missing or None
-    ``head_dim`` is ``hidden_size // num_attention_heads``, as in transformers' Qwen3
-    attention. ``num_hidden_layers``, ``vocab_size`` and ``tie_word_embeddings`` are optional
-    (defaults as in :class:`Dims`).
+    A ``Qwen3Config`` or ``Qwen3MoeConfig`` (transformers' or the model package's) works as
+    is. A missing or None ``head_dim`` is ``hidden_size // num_attention_heads``, as in
+    transformers' Qwen3 attention (and its Qwen3MoeConfig, which has no ``head_dim``). A
+    transformers 5 ``num_local_experts`` is not read: pass ``num_experts``.
+    ``num_hidden_layers``, ``vocab_size``, ``tie_word_embeddings`` and the MoE fields are
+    optional (defaults as in :class:`Dims`).
 
     Raises:
         KeyError: a required field is missing.
@@ -159,9 +182,17 @@ def to_dims(dims: Any) -> Dims:
         num_hidden_layers=get("num_hidden_layers", 1),
         vocab_size=get("vocab_size", None),
         tie_word_embeddings=bool(get("tie_word_embeddings", False)),
+        num_experts=get("num_experts", None),
+        num_experts_per_tok=get("num_experts_per_tok", None),
+        moe_intermediate_size=get("moe_intermediate_size", None),
+        decoder_sparse_step=get("decoder_sparse_step", 1),
+        mlp_only_layers=tuple(get("mlp_only_layers", ())),
     )
-    for field in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-                  "intermediate_size", "num_hidden_layers"):
+    fields = ["hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
+              "num_hidden_layers"]
+    if out.num_experts is not None:  # a MoE model: its own dims are needed too
+        fields += ["num_experts", "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step"]
+    for field in fields:
         value = getattr(out, field)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{field} must be a positive int, got {value!r}")
@@ -193,8 +224,9 @@ def _spec(name: str, shape: Sequence[int]) -> ParamSpec:
     return ParamSpec(name, shape, _numel(shape))
 
 
-def layer_params(dims: Any, order: str = "registration") -> list[ParamSpec]:
-    """The parameters of one ``Qwen3DecoderLayer`` (no biases, as in Qwen3).
+def layer_params(dims: Any, order: str = "registration", layer_idx: int = 0) -> list[ParamSpec]:
+    """The parameters of one ``Qwen3DecoderLayer`` (no biases, as in Qwen3), or of a sparse
+    ``Qwen3MoeDecoderLayer`` when ``dims`` is a MoE model's and layer ``layer_idx`` is sparse.
 
     Shapes (document, "Decoder Layer 的结构" and "参数列表（单层）"; ``nn.Linear(in, out)``
     stores ``weight`` as ``[out, in]``)::
@@ -204,6 +236,15 @@ def layer_params(dims: Any, order: str = "registration") -> list[ParamSpec]:
         input_layernorm, post_attention_layernorm [d]
 
     Total = 2*d*h_q*d_h + 2*d*h_kv*d_h + 3*d*d_ffn + 2*d_h + 2*d (walkthrough: 2,360,448).
+
+    A sparse layer replaces the three MLP weights by transformers 5's fused experts and the
+    router (``Qwen3MoeSparseMoeBlock`` registers ``experts`` before ``gate``)::
+
+        mlp.experts.gate_up_proj [E, 2*d_moe, d]   mlp.experts.down_proj [E, d, d_moe]
+        mlp.gate.weight [E, d]
+
+    Total = 2*d*h_q*d_h + 2*d*h_kv*d_h + 3*E*d_moe*d + E*d + 2*d_h + 2*d
+    (Qwen3-30B-A3B: 623,120,640, of which experts 603,979,776).
 
     Args:
         dims: see :func:`to_dims`.
@@ -231,7 +272,15 @@ def layer_params(dims: Any, order: str = "registration") -> list[ParamSpec]:
     }
     if order not in _ORDERS:
         raise ValueError(f"order must be one of {sorted(_ORDERS)}, got {order!r}")
-    return [_spec(name, shapes[name]) for name in _ORDERS[order]]
+    if not d.is_moe_layer(layer_idx):
+        return [_spec(name, shapes[name]) for name in _ORDERS[order]]
+    E, d_moe = d.num_experts, d.moe_intermediate_size
+    shapes.update({
+        "mlp.experts.gate_up_proj": (E, 2 * d_moe, d.hidden_size),
+        "mlp.experts.down_proj": (E, d.hidden_size, d_moe),
+        "mlp.gate.weight": (E, d.hidden_size),
+    })
+    return [_spec(name, shapes[name]) for name in _MOE_ORDERS[order]]
 
 
 def root_params(dims: Any) -> list[ParamSpec]:
@@ -456,6 +505,8 @@ class ParamShard:
         input_offset: offset (elements) of this parameter's padded shard inside a rank's
             all-gather input, in the unit's parameter order; its offset inside the output's
             block of rank ``r`` is the same plus ``r * padded_shard_numel`` of the unit.
+        shard_dim: the dim it is cut along (``shard_placement_fn``'s ``Shard(dim)``; 0 by
+            default). ``chunk_rows``, the shapes and ``row_ranges`` count along this dim.
     """
 
     name: str
@@ -469,6 +520,20 @@ class ParamShard:
     row_ranges: tuple[tuple[int, int], ...]
     padding_numel: int
     input_offset: int
+    shard_dim: int = 0
+
+    @property
+    def placement(self) -> str:
+        """The DTensor placement as the observation writes it: ``"Shard(dim=0)"``."""
+        return f"Shard(dim={self.shard_dim})"
+
+    def experts_held(self, rank: int) -> tuple[int, int]:
+        """``[start, stop)`` of the experts whose rows shard rank ``rank`` holds, for a fused
+        expert parameter (dim 0 = expert, :data:`EXPERT_PARAMS`): under Shard(0) whole experts,
+        ``row_ranges[rank]`` (none on an empty shard); under Shard(d > 0) a slice of every one."""
+        if self.shard_dim == 0:
+            return self.row_ranges[rank]
+        return (0, self.full_shape[0]) if self.local_numels[rank] else (0, 0)
 
     def row(self, rank: int | None = None) -> dict[str, Any]:
         """This parameter as a spec's ``param`` row: param, full_shape, numel, and on a shard
@@ -657,6 +722,7 @@ def unit_tables(
     reduce_dtype: Any = None,
     reshard_after_forward: bool | int = True,
     mesh_dim_names: Sequence[str] | None = None,
+    shard_dims: Mapping[str, int] | None = None,
 ) -> UnitTables:
     """Tables of one FSDP unit holding ``params`` (see :class:`UnitTables`).
 
@@ -680,9 +746,19 @@ def unit_tables(
         mesh_dim_names: the mesh's dim names (``setup.mesh.dim_names``), giving each
             collective's ``mesh_dim``; default ("dp",) for ``(W,)`` and
             ("dp_replicate", "dp_shard") for ``(R, S)``.
+        shard_dims: parameter name -> the dim ``shard_placement_fn`` shards it on
+            (``Shard(dim)``); the others Shard(0). Cut as Shard(0) is, along that dim (torch
+            ``FSDPParam._init_sharded_param``: ``_chunk_with_empty(param, S, dim=shard_dim)``,
+            ``padded_sharded_size = chunks[0].size()``), so a rank's padded shard is
+            ``ceil(size[dim] / S) * (numel / size[dim])`` elements; torch refuses a dim > 0
+            that ``S`` does not divide. The reduce-scatter moves each Shard(dim) gradient's
+            chunks to dim 0 (``foreach_reduce``: ``torch.cat(torch.chunk(grad, S, dim), dim=0)``),
+            which then needs no padding: the sizes above hold for every dim.
 
     Raises:
-        ValueError: inconsistent world size and mesh or dim names, bad dtype or reshard size.
+        ValueError: inconsistent world size and mesh or dim names, bad dtype or reshard size;
+            a ``shard_dims`` name no parameter has, a dim the parameter lacks, or a dim > 0
+            that the shard group does not divide (torch's own message).
     """
     if mesh_shape is None:
         if world_size is None:
@@ -705,28 +781,44 @@ def unit_tables(
     reduce = dtype_name(reduce_dtype) if reduce_dtype is not None else gather
     post_forward = _post_forward_size(reshard_after_forward, shard)
 
+    params = list(params)
+    dims_of = dict(shard_dims or {})
+    unknown = sorted(set(dims_of) - {p.name for p in params})
+    if unknown:
+        raise ValueError(f"shard_dims names no parameter of the unit: {unknown}")
     rows_out: list[ParamShard] = []
     offset = 0
     for p in params:
+        dim = dims_of.get(p.name, 0)
         if len(p.shape) == 0:
             raise ValueError(f"{p.name}: a 0-dim parameter cannot be sharded on dim 0")
-        rows = p.shape[0]
-        rest = _numel(p.shape[1:])
+        if isinstance(dim, bool) or not isinstance(dim, int) or not 0 <= dim < len(p.shape):
+            raise ValueError(f"{p.name}: Shard dim {dim!r} is invalid for {len(p.shape)}D tensor: {list(p.shape)}")
+        rows = p.shape[dim]
+        if dim > 0 and rows % shard != 0:  # torch FSDPParam._init_sharded_param refuses it
+            raise ValueError(f"{p.name}: FSDP does not support uneven sharding on dim {dim}: "
+                             f"{list(p.shape)} (world size: {shard})")
+        rest = _numel(p.shape[:dim]) * _numel(p.shape[dim + 1:])
         c = chunk_size(rows, shard)
         per_rank = chunk_rows(rows, shard)
         padded = c * rest
+
+        def cut(n: int, shape: tuple[int, ...] = tuple(p.shape), dim: int = dim) -> tuple[int, ...]:
+            return (*shape[:dim], n, *shape[dim + 1:])
+
         rows_out.append(ParamShard(
             name=p.name,
             full_shape=tuple(p.shape),
             numel=p.numel,
             chunk_rows=c,
-            padded_shard_shape=padded_shard_shape(p.shape, shard),
+            padded_shard_shape=cut(c),
             padded_shard_numel=padded,
-            local_shapes=tuple((n, *p.shape[1:]) for n in per_rank),
+            local_shapes=tuple(cut(n) for n in per_rank),
             local_numels=tuple(n * rest for n in per_rank),
             row_ranges=tuple(row_range(rows, shard, r) for r in range(shard)),
             padding_numel=shard * padded - p.numel,
             input_offset=offset,
+            shard_dim=dim,
         ))
         offset += padded
 
@@ -791,6 +883,8 @@ def layer_tables(
     reshard_after_forward: bool | int = True,
     order: str = "registration",
     mesh_dim_names: Sequence[str] | None = None,
+    layer_idx: int = 0,
+    shard_dims: Mapping[str, int] | None = None,
 ) -> UnitTables:
     """The document's tables for one decoder layer as one FSDP unit.
 
@@ -799,14 +893,20 @@ def layer_tables(
     three collectives of S = 4,720,896 bytes and 3,540,672 ring bytes each,
     total_ring_bytes 10,622,016.
 
+    A sparse MoE layer (``dims`` of a MoE model, :func:`layer_params`): ``layer_tables(
+    QWEN3_30B_A3B, 1024)`` has E = 128 experts on 1,024 ranks, so under Shard(0) ranks 0-127 hold
+    one whole expert each and ranks 128-1023 none, yet every rank all-gathers a padded
+    one-expert shard; ``shard_dims={"mlp.experts.down_proj": 1}`` cuts it along d instead.
+
     Args: as :func:`unit_tables`, with ``dims`` read by :func:`to_dims` and ``order`` as in
         :func:`layer_params` (it changes only row order and ``input_offset``, never a total;
-        FSDP2 uses "registration").
+        FSDP2 uses "registration"); ``layer_idx`` picks the layer (dense or sparse) of a MoE
+        model.
     """
-    return unit_tables(layer_params(dims, order), world_size, mesh_shape=mesh_shape,
+    return unit_tables(layer_params(dims, order, layer_idx), world_size, mesh_shape=mesh_shape,
                        storage_dtype=storage_dtype, gather_dtype=gather_dtype,
                        reduce_dtype=reduce_dtype, reshard_after_forward=reshard_after_forward,
-                       mesh_dim_names=mesh_dim_names)
+                       mesh_dim_names=mesh_dim_names, shard_dims=shard_dims)
 
 
 def root_tables(
@@ -874,6 +974,7 @@ def model_tables(
     root_reshard_after_forward: bool | int = False,
     order: str = "registration",
     mesh_dim_names: Sequence[str] | None = None,
+    shard_dims: Mapping[str, int] | None = None,
 ) -> ModelTables:
     """Every unit of a model (``harness.load.setup.ModelSetup.body``) for one training step.
 
@@ -882,13 +983,24 @@ def model_tables(
             embed_tokens, norm and lm_head; needs ``vocab_size``).
         root_reshard_after_forward: the root's setting; False is torch's default for an
             unset root (see :func:`root_tables`).
+        shard_dims: as :func:`layer_tables`, for every layer (names inside a layer).
         others: as :func:`layer_tables`.
+
+    A MoE model whose layers are not all of one kind (``decoder_sparse_step``,
+    ``mlp_only_layers``) sums each layer's own tables; ``layer`` is then layer 0's.
     """
     d = to_dims(dims)
     common = dict(mesh_shape=mesh_shape, storage_dtype=storage_dtype, gather_dtype=gather_dtype,
                   reduce_dtype=reduce_dtype, mesh_dim_names=mesh_dim_names)
     layer = layer_tables(d, world_size, reshard_after_forward=reshard_after_forward,
-                         order=order, **common)
+                         order=order, shard_dims=shard_dims, **common)
+    kinds = {d.is_moe_layer(i) for i in range(d.num_hidden_layers)}
+    layers = [layer] * d.num_hidden_layers
+    if len(kinds) > 1:
+        dense_dims = {k: v for k, v in (shard_dims or {}).items() if not k.startswith(("mlp.experts.", "mlp.gate."))}
+        layers = [layer_tables(d, world_size, reshard_after_forward=reshard_after_forward, order=order,
+                               layer_idx=i, shard_dims=shard_dims if d.is_moe_layer(i) else dense_dims, **common)
+                  for i in range(d.num_hidden_layers)]
     if body == "decoder_layers":
         root = None
     elif body == "causal_lm":
@@ -896,12 +1008,12 @@ def model_tables(
                            **common)
     else:
         raise ValueError(f"body must be 'decoder_layers' or 'causal_lm', got {body!r}")
-    step = d.num_hidden_layers * layer.total_ring_bytes + (root.total_ring_bytes if root else 0)
+    step = sum(t.total_ring_bytes for t in layers) + (root.total_ring_bytes if root else 0)
     if isinstance(step, float) and step.is_integer():
         step = int(step)
     sharded = tuple(
-        d.num_hidden_layers * b + (root.local_bytes[r] if root else 0)
-        for r, b in enumerate(layer.local_bytes)
+        sum(t.local_bytes[r] for t in layers) + (root.local_bytes[r] if root else 0)
+        for r in range(layer.shard_size)
     )
     return ModelTables(d.num_hidden_layers, layer, root, step, sharded)
 

@@ -17,6 +17,34 @@ PHASES: tuple[str, ...] = ("setup", "zero_grad", "unshard", "forward", "reshard"
 """Phases of a rank's step, in order (recorders.phases; the schedule's runtime calls have their own:
 ``zero_grad``, ``unshard``, ``reshard``, ``clip_grad_norm``); a collective records the phase it ran in."""
 
+RANK_PHASES: tuple[str, ...] = ("starting", "init_process_group", PHASES[0], "replica", *PHASES[1:], "state_dict",
+                                "bandwidth", "done")
+"""Every phase a rank process is in, in order: the one table the launcher reports (its shared-memory
+codes are indices into it), the progress line shows and the rank's timings name.
+
+- ``starting``, ``init_process_group``: before the rank body (the launcher's own);
+- :data:`PHASES`, the step's phases, with ``replica`` after ``setup``: the numerics reference,
+  timed like a phase but not of the FSDP step (nothing is recorded while it runs);
+- ``state_dict``, ``bandwidth``: after the recorders stopped (the state-dict round trip, the
+  bandwidth sweep), then ``done``.
+"""
+
+BODY_PHASES: tuple[str, ...] = RANK_PHASES[RANK_PHASES.index(PHASES[0]):RANK_PHASES.index("done")]
+"""The phases the rank body enters (recorders.phases.Phases); an error names one as the phase it left."""
+
+
+def rank_phase_code(name: str) -> int:
+    """The index of ``name`` in :data:`RANK_PHASES` (what the launcher's shared memory holds).
+
+    Raises:
+        ValueError: ``name`` is not a rank phase (a phase the table lacks must be added to it,
+            not reported as another one).
+    """
+    try:
+        return RANK_PHASES.index(name)
+    except ValueError:
+        raise ValueError(f"phase {name!r} is not in harness.contract.names.RANK_PHASES {RANK_PHASES}") from None
+
 COLLECTIVE_OPS: tuple[str, ...] = (
     "all_gather", "reduce_scatter", "all_reduce", "broadcast", "all_to_all", "barrier", "send", "recv", "other",
 )

@@ -13,6 +13,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
+from harness.contract.partial_values import fill_partial_norms
+
 __all__ = ["FORMAT", "SCHEMA_PATH", "ObservationError", "load_schema", "validate_observation", "build_observation"]
 
 FORMAT = "fsdp2-observation/1"
@@ -72,7 +74,7 @@ def build_observation(
     """The validated document for ``setup`` (a ``RunSetup``) from the ranks' step results.
 
     Args:
-        results: one per observed rank, as ``harness.run.rank_step.run_step`` returns them:
+        results: one per observed rank, as ``harness.run.rank.step.run_step`` returns them:
             ``{"environment", "fsdp_units", "entry"}``; entries are sorted by rank.
         launcher: "local", "joined" or "simulated".
         simulated: True for the fake backend.
@@ -88,6 +90,7 @@ def build_observation(
     environment = environment or results[0]["environment"]
     fsdp_units = results[0]["fsdp_units"]
     entries = sorted((r["entry"] for r in results), key=lambda e: e["rank"])
+    fill_partial_norms(entries, setup.mesh_shape)  # a Partial norm's full value, with no collective
     env = {
         "torch_version": environment["torch_version"],
         "python_version": environment["python_version"],

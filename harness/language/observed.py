@@ -111,7 +111,7 @@ def unit_names(obs: Mapping[str, Any], sel: Mapping[str, Any]) -> set[str] | Non
         names = chosen
     if "unit" in sel:
         wanted = sel["unit"] if isinstance(sel["unit"], list) else [sel["unit"]]
-        chosen = {unit_name(obs, unit=u) for u in wanted}
+        chosen = {None if u is None else unit_name(obs, unit=u) for u in wanted}  # None: outside every unit
         names = chosen if names is None else names & chosen
     if "role" in sel:
         chosen = {u["name"] for u in units(obs) if u["role"] == sel["role"]}
@@ -164,7 +164,7 @@ def select_collectives(obs: Mapping[str, Any], rank_doc: Mapping[str, Any], sele
 
     Keys: phase, op, dtype, mesh_dim, fsdp_label, hook, group_size, reduce_op, step_index, microbatch (a
     value or a list of values),
-    layer (int, list or 'all'), unit (name, 'root' or list), role ('layer' | 'root'),
+    layer (int, list or 'all'), unit (name, 'root', null for none, or list), role ('layer' | 'root'),
     and ``not`` (a mapping of the same keys, excluded).
     """
     def matches(c, sel) -> bool:

@@ -1,6 +1,7 @@
 """The training schedule a spec asks for: steps, microbatches, forwards, runtime calls, the loss.
 
-A spec's ``setup.schedule`` (optional; schema ``$defs/schedule``) becomes a :class:`Schedule`.
+A spec's ``setup.schedule`` (optional; its keys are declared on the dataclasses below,
+:mod:`harness.load.declare`) becomes a :class:`Schedule`.
 Without it the harness runs the walkthrough's one step: one forward on the rank's inputs, the
 body's loss on the output, ``loss.backward()``, ``optimizer.step()``.
 
@@ -39,9 +40,10 @@ Imports nothing heavy (no torch): loading a spec stays fast.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from harness.load.declare import Problems, build, key
 from model.steps import STEP_NAMES
 
 __all__ = ["LOSSES", "GRADIENT_SYNC", "ZERO_GRAD", "ClipGradNorm", "ScheduleStep", "Schedule", "schedule_problems"]
@@ -51,20 +53,22 @@ LOSSES: tuple[str, ...] = ("mean_square", "sum", "cross_entropy")
 causal LM's logits at positions 0..L-2 against the tokens at 1..L-1 (``causal_lm`` only)."""
 
 GRADIENT_SYNC: tuple[str, ...] = ("last", "every")
-ZERO_GRAD: tuple[Any, ...] = (True, "zeros", False)
+ZERO_GRAD: tuple[Any, ...] = (True, False, "zeros")
 
 
 @dataclass(frozen=True)
 class ClipGradNorm:
     """``torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type)``'s arguments."""
 
-    max_norm: float
-    norm_type: float = 2.0
+    max_norm: float = key(doc="the largest total norm kept; larger gradients are scaled down to it",
+                          exclusiveMinimum=0)
+    norm_type: float = key(2.0, doc="the p of the p-norm", exclusiveMinimum=0)
 
 
 @dataclass(frozen=True)
 class ScheduleStep:
-    """One optimizer step of the schedule (see the module docstring for the order of calls).
+    """One optimizer step: zero_grad, microbatches (each: unshard, forwards, reshard, backward),
+    clip_grad_norm, optimizer step (see the module docstring for the order of calls).
 
     Attributes:
         microbatches: backward passes per step (gradient accumulation).
@@ -83,19 +87,32 @@ class ScheduleStep:
         repeat: how many times the step is run.
     """
 
-    microbatches: int = 1
-    gradient_sync: str = "last"
-    forwards: int = 1
-    forward_only: bool = False
-    no_grad: bool = False
-    loss_on: str | None = None
-    used_only_in: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
-    clip_grad_norm: ClipGradNorm | None = None
-    optimizer_step: bool = True
-    zero_grad: bool | str = True
-    unshard: tuple[str, ...] = ()
-    reshard: tuple[str, ...] = ()
-    repeat: int = 1
+    microbatches: int = key(1, doc="backward passes accumulated into the step's gradient", minimum=1)
+    gradient_sync: str = key("last", enum=list(GRADIENT_SYNC),
+                             doc="last: set_requires_gradient_sync(False) on all microbatches but the last; every: "
+                                 "reduce-scatter after every microbatch")
+    forwards: int = key(1, minimum=1, doc="forwards per microbatch, each on its own inputs, before one backward of "
+                                          "their mean loss")
+    forward_only: bool = key(False, doc="no backward and no optimizer step")
+    no_grad: bool = key(False, doc="forwards under torch.no_grad(); implies forward_only")
+    loss_on: str | None = key(None, doc="take the loss on a named step tensor instead of the output: '<decoder layer "
+                                        "path>:<step name of model/steps.py>', e.g. 'layers.1:step9.gate'")
+    used_only_in: Mapping[str, tuple[int, ...]] = key(
+        default_factory=dict, additionalProperties={"items": {"minimum": 0}},
+        doc="decoder layer path (layers.1) or one of its blocks (layers.1.mlp: post_attention_layernorm + MLP; "
+            "layers.1.self_attn: input_layernorm + attention) -> the microbatches it runs in; in the others it is "
+            "skipped (its input passes on unchanged)")
+    clip_grad_norm: ClipGradNorm | None = key(None, doc="torch.nn.utils.clip_grad_norm_ over the model's parameters "
+                                                        "before the optimizer step")
+    optimizer_step: bool = key(True, doc="call optimizer.step()")
+    zero_grad: bool | str = key(True, enum=list(ZERO_GRAD),
+                                doc="before this step (not the first): true optimizer.zero_grad(set_to_none=True), "
+                                    "zeros (set_to_none=False), false (gradients accumulate across steps)")
+    unshard: tuple[str, ...] = key((), doc="units to FSDPModule.unshard() before each microbatch's forwards ('root' "
+                                           "for the root)")
+    reshard: tuple[str, ...] = key((), doc="units to FSDPModule.reshard() after each microbatch's forwards ('root' "
+                                           "for the root)")
+    repeat: int = key(1, minimum=1, doc="run this step K times; step_index counts the repeats")
 
     @property
     def backward(self) -> bool:
@@ -113,13 +130,43 @@ class ScheduleStep:
         path, _, name = self.loss_on.rpartition(":")
         return path, name
 
+    def _rules(self, given: Mapping[str, Any], where: str) -> Problems:
+        """What the schema cannot see in one step, as (key path, expected) pairs."""
+        problems: Problems = []
+        if self.no_grad and "forward_only" in given and not self.forward_only:
+            problems.append((f"{where}.forward_only", "no_grad: true runs no backward; expected forward_only "
+                                                      "true or left out"))
+        if not self.backward and self.clip_grad_norm is not None:
+            problems.append((f"{where}.clip_grad_norm", "a forward-only step has no gradients to clip; "
+                                                        "expected no clip_grad_norm"))
+        for path, mbs in self.used_only_in.items():
+            outside = [m for m in mbs if not 0 <= m < self.microbatches]
+            if outside:
+                problems.append((f"{where}.used_only_in.{path}",
+                                 f"microbatch(es) {outside} do not exist: the step has {self.microbatches} "
+                                 f"microbatch{'es' if self.microbatches != 1 else ''} "
+                                 f"(0-{self.microbatches - 1})"))
+        if self.loss_on is not None:
+            _, name = self.loss_target()
+            if ":" not in self.loss_on or name not in STEP_NAMES:
+                problems.append((f"{where}.loss_on", f"expected '<decoder layer path>:<step name>' like "
+                                                     f"'layers.1:step9.gate', steps: {list(STEP_NAMES)}; "
+                                                     f"got {self.loss_on!r}"))
+        return problems
+
 
 @dataclass(frozen=True)
 class Schedule:
-    """The steps to run and the loss (None: the body's, mean_square or cross_entropy)."""
+    """The training schedule (harness/load/schedule.py): steps of microbatches of forwards, runtime
+    calls, the loss; default: one step, one forward, backward, optimizer step."""
 
-    steps: tuple[ScheduleStep, ...] = (ScheduleStep(),)
-    loss: str | None = None
+    steps: tuple[ScheduleStep, ...] = key((ScheduleStep(),), minItems=1,
+                                          doc="the optimizer steps in order (default: one step with every key at "
+                                              "its default)")
+    loss: str | None = key(None, enum=list(LOSSES),
+                           doc="the loss of each forward: mean of squares, sum (of the output or the loss_on tensor, "
+                               "in float32), or cross-entropy of next-token logits (causal_lm); default: mean_square "
+                               "for decoder_layers, cross_entropy for causal_lm")
 
     def expanded(self) -> list[ScheduleStep]:
         """The steps as run: each written step ``repeat`` times; position = ``step_index``."""
@@ -133,44 +180,10 @@ class Schedule:
         return self.loss or ("cross_entropy" if body == "causal_lm" else "mean_square")
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> tuple["Schedule", list[tuple[str, str]]]:
+    def from_mapping(cls, data: Mapping[str, Any]) -> tuple["Schedule", Problems]:
         """Build from ``setup.schedule`` (schema-validated). Returns the schedule and the
         problems the schema cannot see, as (key path, expected) pairs."""
-        problems: list[tuple[str, str]] = []
-        steps = []
-        for i, raw in enumerate(data.get("steps", [{}])):
-            where = f"setup.schedule.steps[{i}]"
-            raw = dict(raw)
-            clip = raw.pop("clip_grad_norm", None)
-            used = {str(k): tuple(v) for k, v in (raw.pop("used_only_in", None) or {}).items()}
-            zero = raw.pop("zero_grad", True)
-            step = ScheduleStep(
-                **{k: tuple(v) if k in ("unshard", "reshard") else v for k, v in raw.items()},
-                clip_grad_norm=ClipGradNorm(**clip) if clip else None,
-                used_only_in=used,
-                zero_grad=zero,
-            )
-            if step.no_grad and "forward_only" in raw and not step.forward_only:
-                problems.append((f"{where}.forward_only", "no_grad: true runs no backward; expected forward_only "
-                                                          "true or left out"))
-            if not step.backward and step.clip_grad_norm is not None:
-                problems.append((f"{where}.clip_grad_norm", "a forward-only step has no gradients to clip; "
-                                                            "expected no clip_grad_norm"))
-            for path, mbs in used.items():
-                outside = [m for m in mbs if not 0 <= m < step.microbatches]
-                if outside:
-                    problems.append((f"{where}.used_only_in.{path}",
-                                     f"microbatch(es) {outside} do not exist: the step has {step.microbatches} "
-                                     f"microbatch{'es' if step.microbatches != 1 else ''} "
-                                     f"(0-{step.microbatches - 1})"))
-            if step.loss_on is not None:
-                _, name = step.loss_target()
-                if ":" not in step.loss_on or name not in STEP_NAMES:
-                    problems.append((f"{where}.loss_on", f"expected '<decoder layer path>:<step name>' like "
-                                                         f"'layers.1:step9.gate', steps: {list(STEP_NAMES)}; "
-                                                         f"got {step.loss_on!r}"))
-            steps.append(step)
-        return cls(steps=tuple(steps), loss=data.get("loss")), problems
+        return build(cls, data, "setup.schedule")
 
 
 def schedule_problems(schedule: Schedule, *, body: str, num_layers: int, unit_names: Sequence[str]) -> list[tuple[str, str]]:
@@ -200,8 +213,8 @@ def schedule_problems(schedule: Schedule, *, body: str, num_layers: int, unit_na
             if path not in layers and path not in blocks:
                 out.append((f"{where}.used_only_in.{path}", f"no decoder layer or block {path!r}; a layer ({layers}) "
                                                             f"or its self_attn / mlp block, e.g. {blocks[-1]!r}"))
-        for key in ("unshard", "reshard"):
-            for j, name in enumerate(getattr(step, key)):
+        for call in ("unshard", "reshard"):
+            for j, name in enumerate(getattr(step, call)):
                 if name not in shown_units:
-                    out.append((f"{where}.{key}[{j}]", f"no FSDP unit {name!r}; units: {shown_units}"))
+                    out.append((f"{where}.{call}[{j}]", f"no FSDP unit {name!r}; units: {shown_units}"))
     return out

@@ -1,7 +1,10 @@
 """The run setup: everything the harness needs to reproduce one FSDP2 training step.
 
-A spec's ``setup:`` mapping (already validated by ``harness/schemas/spec.schema.json``)
-becomes a :class:`RunSetup`. Defaults follow the walkthrough document's setup code
+Each spec key of a spec's ``setup:`` mapping is declared once, on a field below (type, bounds,
+default, description: :func:`harness.load.declare.key`); the JSON Schema's setup definitions
+(``harness/schemas/spec.schema.json``) and the README's setup table are generated from these
+declarations (``python -m harness.load.docs``). A validated mapping becomes a :class:`RunSetup`
+(:meth:`RunSetup.from_mapping`). Defaults follow the walkthrough document's setup code
 (section "FSDP2 设置"): ``fully_shard`` on every decoder layer, then on the root, over a
 1-D mesh named ``dp``.
 """
@@ -9,16 +12,21 @@ becomes a :class:`RunSetup`. Defaults follow the walkthrough document's setup co
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
-from harness.contract.names import BANDWIDTH_OPS  # noqa: F401 (the sweep's ops, re-exported)
-from harness.load.units import (UNIT_OPTION_KEYS, MixedPrecision, OffloadSetup, UnitPlan, UnitSpec, freeze,
-                                resolve_units, unit_spec_from_yaml)
-from model.names import module_paths
+from harness.contract.names import BANDWIDTH_OPS
+from harness.load.declare import Problems, build, key
 from harness.load.schedule import Schedule
+from harness.load.units import (DTYPES, MixedPrecision, OffloadSetup, UnitOptions, UnitPlan, UnitSpec, freeze,
+                                resolve_units, unit_entry_schema, unit_spec_from_yaml)
+from model.names import module_paths
 
-DTYPES = ("float16", "bfloat16", "float32")
+OPTIMIZERS: tuple[str, ...] = ("sgd", "adamw")
+"""Optimizers a setup names: ``torch.optim.SGD`` and ``torch.optim.AdamW``."""
+
+BODIES: tuple[str, ...] = ("decoder_layers", "causal_lm")
+"""What the model is: the document's N_L decoder layers on hidden states, or ``Qwen3ForCausalLM``."""
 
 
 class SetupError(ValueError):
@@ -51,10 +59,27 @@ class ModelSetup:
             not ``MixedPrecisionPolicy.param_dtype``, which is what the all-gather casts to.
     """
 
-    config: str | Mapping[str, Any] = "walkthrough"
-    overrides: Mapping[str, Any] = field(default_factory=dict)
-    body: str = "decoder_layers"
-    dtype: str = "float16"
+    config: str | Mapping[str, Any] = key(
+        "walkthrough", doc="a name in model.KNOWN_CONFIGS (walkthrough, Qwen3-0.6B, Qwen3-1.7B, Qwen3-4B, Qwen3-8B, "
+        "Qwen3-14B, Qwen3-32B) or its hub id (Qwen/Qwen3-8B), a mapping of Qwen3Config fields, or the path of a "
+        "transformers config.json relative to the spec file (its dtype, or torch_dtype, is the default model.dtype)")
+    overrides: Mapping[str, Any] = key(default_factory=dict, doc="Qwen3Config fields replacing the named config's, "
+                                                                 "e.g. num_hidden_layers")
+    body: str = key("decoder_layers", enum=list(BODIES),
+                    doc="decoder_layers: N_L decoder layers, input hidden_states [B, L, d] (the document's focus); "
+                        "causal_lm: embed_tokens + layers + norm + lm_head, input token ids [B, L]")
+    dtype: str = key("float16", enum=list(DTYPES),
+                     doc="dtype the model's parameters are built in, before fully_shard (the document: float16); "
+                         "not MixedPrecisionPolicy's param_dtype")
+
+
+def _prefetch(value: Mapping[str, Any]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``{unit: [units...]}`` -> ((unit, (units...)), ...), 'root' as ""."""
+    return tuple((_unit_key(u), tuple(_unit_key(t) for t in ts)) for u, ts in value.items())
+
+
+def _prefetch_schema() -> dict[str, Any]:
+    return {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}}}
 
 
 @dataclass(frozen=True)
@@ -80,14 +105,31 @@ class FSDPSetup:
             as written at ``fsdp`` level, defaults of every unit.
     """
 
-    reshard_after_forward: bool | int | None = True
-    root_reshard_after_forward: bool | int | None = None
-    mixed_precision: MixedPrecision | None = None
-    offload_policy: OffloadSetup | None = None
-    units: tuple[UnitSpec, ...] | None = None
-    forward_prefetch: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    backward_prefetch: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    defaults: tuple[tuple[str, Any], ...] = ()
+    reshard_after_forward: bool | int | None = key(
+        True, null=True, doc="for every unit but the root, unless the unit sets its own; null: torch's default")
+    root_reshard_after_forward: bool | int | None = key(
+        None, null=True, doc="for the root unit; null: the argument is not passed, so torch's own default for the "
+        "root applies (the root is not resharded after forward), as in the document's fully_shard(model, mesh=mesh)")
+    mixed_precision: MixedPrecision | None = key(None, null=True, doc="every unit's MixedPrecisionPolicy unless the "
+                                                                      "unit sets mp_policy; null: none")
+    offload_policy: OffloadSetup | None = key(
+        None, null=True, doc="every unit's CPUOffloadPolicy unless the unit sets one: sharded parameters, gradients "
+        "and optimizer states on the CPU; null: no offload")
+    defaults: tuple[tuple[str, Any], ...] = key(
+        (), parse=freeze, spread=(UnitOptions, ("reshard_after_forward", "mp_policy", "offload_policy")),
+        doc="the other unit options, written at fsdp level: every unit's defaults")
+    units: tuple[UnitSpec, ...] | None = key(
+        None, parse=lambda units: tuple(unit_spec_from_yaml(u) for u in units),
+        whole=lambda: {"type": "array", "items": unit_entry_schema(), "minItems": 1},
+        doc="the fully_shard calls in order, children before parents; the root is always the last call (default: one "
+            "unit per decoder layer, then the root). A unit's name is torch's: its module's FQN, or its modules' FQNs "
+            "joined by ', '")
+    forward_prefetch: tuple[tuple[str, tuple[str, ...]], ...] = key(
+        (), parse=_prefetch, whole=_prefetch_schema,
+        doc="set_modules_to_forward_prefetch: unit -> units it prefetches in forward")
+    backward_prefetch: tuple[tuple[str, tuple[str, ...]], ...] = key(
+        (), parse=_prefetch, whole=_prefetch_schema,
+        doc="set_modules_to_backward_prefetch: unit -> units it prefetches in backward")
 
     def unit_defaults(self) -> dict[str, Any]:
         """Every unit option's value at ``fsdp`` level (:data:`harness.load.units.UNIT_OPTION_KEYS`)."""
@@ -108,16 +150,18 @@ class FreezeSetup:
             after every ``fully_shard``.
     """
 
-    params: tuple[str, ...] = ()
-    after_fully_shard: bool = False
+    params: tuple[str, ...] = key((), required=True, minItems=1,
+                                  doc="FQN patterns (relative to the root; * one component, ** several)")
+    after_fully_shard: bool = key(False, doc="false: freeze the built model before fully_shard; true: freeze the "
+                                             "sharded DTensor parameters after it")
 
 
 @dataclass(frozen=True)
 class OptimizerSetup:
     """The optimizer stepped after backward: "sgd" or "adamw", with its learning rate."""
 
-    name: str = "sgd"
-    lr: float = 1e-2
+    name: str = key("sgd", enum=list(OPTIMIZERS), doc="torch.optim.SGD or torch.optim.AdamW")
+    lr: float = key(1e-2, exclusiveMinimum=0, doc="the learning rate")
 
 
 @dataclass(frozen=True)
@@ -131,14 +175,19 @@ class BandwidthSize:
         numel: or S as an element count.
     """
 
-    name: str
-    layer_of: str | None = None
-    numel: int | None = None
+    name: str = key(pattern=r"^[A-Za-z0-9_.\-]+$",
+                    doc="the size's name in reports and in bandwidth entries (size:); 'step' is reserved")
+    layer_of: str | None = key(None, doc="a known config (walkthrough, Qwen3-8B, Qwen3-32B, ...): S is one of its "
+                                         "decoder layers, the FSDP unit, padded as FSDP2 pads it for the group size")
+    numel: int | None = key(None, minimum=1, doc="S as an element count")
+
+    _SCHEMA_EXTRA = {"oneOf": [{"required": ["layer_of"]}, {"required": ["numel"]}]}
 
 
 @dataclass(frozen=True)
 class BandwidthSetup:
-    """Collectives timed after the step, in nccl-tests' terms (``harness/run/bandwidth.py``).
+    """Collectives timed after the step, in nccl-tests' terms (algbw, busbw, #wrong); the
+    bandwidth check kind reads them (``harness/run/bandwidth.py``).
 
     Attributes:
         ops: which collectives to sweep (:data:`BANDWIDTH_OPS`).
@@ -154,13 +203,39 @@ class BandwidthSetup:
             and group), replayed on its own after the step.
     """
 
-    ops: tuple[str, ...] = ("all_gather", "reduce_scatter")
-    sizes: tuple[BandwidthSize, ...] = ()
-    dtype: str | None = None
-    warmup: int = 2
-    iterations: int = 5
-    cpu_max_bytes: int | None = None
-    step: bool = True
+    ops: tuple[str, ...] = key(
+        ("all_gather", "reduce_scatter"), minItems=1, uniqueItems=True, items={"enum": list(BANDWIDTH_OPS)},
+        doc="collectives to sweep: all_gather (dist.all_gather_into_tensor), reduce_scatter "
+            "(dist.reduce_scatter_tensor, sum), all_reduce (dist.all_reduce, sum)")
+    sizes: tuple[BandwidthSize, ...] = key((), doc="the sweep's sizes S (nccl-tests' size: the all-gather output, the "
+                                                   "reduce-scatter input), in order")
+    dtype: str | None = key(None, enum=list(DTYPES), doc="the sweep's dtype; default: the step's all-gather dtype "
+                                                         "(mixed_precision.param_dtype, else model.dtype)")
+    warmup: int = key(2, minimum=0, doc="untimed operations per row before the timed ones")
+    iterations: int = key(5, minimum=1, doc="timed operations per row; the row's time is their mean")
+    cpu_max_bytes: int | None = key(None, null=True, minimum=1,
+                                    doc="on CPU ranks (gloo): a larger S runs at this many bytes instead, and the "
+                                        "report says so; GPUs ignore it (null: no cap)")
+    step: bool = key(True, doc="also time each distinct collective the step issued, replayed on its own after the "
+                               "step")
+
+    def _rules(self, given: Mapping[str, Any], where: str) -> Problems:
+        """A size name used twice or named ``step``, a ``layer_of`` that is not a known config."""
+        from model.config import KNOWN_CONFIGS, known_config_name
+
+        problems: Problems = []
+        seen: dict[str, int] = {}
+        for i, size in enumerate(self.sizes):
+            at = f"{where}.sizes[{i}]"
+            if size.name == "step" or size.name in seen:
+                problems.append((f"{at}.name", f"size name {size.name!r} "
+                                 + ("is reserved for the step's own collectives" if size.name == "step"
+                                    else f"is used by sizes[{seen[size.name]}]; each name once")))
+            seen.setdefault(size.name, i)
+            if size.layer_of is not None and known_config_name(size.layer_of) is None:
+                problems.append((f"{at}.layer_of", f"expected a known config, one of {list(KNOWN_CONFIGS)}, "
+                                 f"got {size.layer_of!r}"))
+        return problems
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "BandwidthSetup":
@@ -170,34 +245,18 @@ class BandwidthSetup:
             SetupError: a size name used twice or named ``step``, a ``layer_of`` that is not a
                 known config.
         """
-        from model.config import known_config_name
-
-        data = dict(data)
-        sizes = []
-        problems: list[tuple[str, str]] = []
-        seen: dict[str, int] = {}
-        for i, raw in enumerate(data.pop("sizes", ())):
-            size = BandwidthSize(**raw)
-            where = f"setup.bandwidth.sizes[{i}]"
-            if size.name == "step" or size.name in seen:
-                problems.append((f"{where}.name", f"size name {size.name!r} "
-                                 + ("is reserved for the step's own collectives" if size.name == "step"
-                                    else f"is used by sizes[{seen[size.name]}]; each name once")))
-            seen.setdefault(size.name, i)
-            if size.layer_of is not None and known_config_name(size.layer_of) is None:
-                from model.config import KNOWN_CONFIGS
-
-                problems.append((f"{where}.layer_of", f"expected a known config, one of {list(KNOWN_CONFIGS)}, "
-                                 f"got {size.layer_of!r}"))
-            sizes.append(size)
+        made, problems = build(cls, data, "setup.bandwidth")
         if problems:
             raise SetupError(*problems[0], errors=problems)
-        return cls(ops=tuple(data.pop("ops", cls.ops)), sizes=tuple(sizes), **data)
+        return made
 
 
 @dataclass(frozen=True)
 class StateDictSetup:
-    """The ``torch.distributed.checkpoint`` round trip after the step (``setup.state_dict``).
+    """torch.distributed.checkpoint round trip after the optimizer step (harness/run/checkpoint.py):
+    get_state_dict + dcp.save of the sharded model and optimizer into a temporary folder (always
+    removed), dcp.load + set_state_dict into a freshly built and sharded model and optimizer;
+    checked with check kind state_dict.
 
     Attributes:
         round_trip: after the optimizer step, save the sharded model and optimizer state
@@ -210,13 +269,27 @@ class StateDictSetup:
             ``round_trip`` and a local launch.
     """
 
-    round_trip: bool = False
-    reload_world_sizes: tuple[int, ...] = ()
+    round_trip: bool = key(False, doc="save and load on the run's own world (false: no checkpoint)")
+    reload_world_sizes: tuple[int, ...] = key(
+        (), items={"minimum": 1},
+        doc="also load the checkpoint in a second launch of each of these world sizes (1-D mesh named as the run's "
+            "shard dim); needs round_trip: true, sizes other than the run's; local launches only (not under "
+            "torchrun)")
+
+    def _rules(self, given: Mapping[str, Any], where: str) -> Problems:
+        sizes = list(self.reload_world_sizes)
+        problems: Problems = []
+        if sizes and not self.round_trip:
+            problems.append((f"{where}.reload_world_sizes",
+                             f"reloading on world sizes {sizes} needs the round trip: add round_trip: true"))
+        if len(set(sizes)) != len(sizes):
+            problems.append((f"{where}.reload_world_sizes", f"expected distinct world sizes, got {sizes}"))
+        return problems
 
 
 @dataclass(frozen=True)
 class RunSetup:
-    """One FSDP2 training step, fully specified.
+    """How the harness runs the step: one FSDP2 training step, fully specified.
 
     Attributes:
         model: see :class:`ModelSetup`.
@@ -251,29 +324,53 @@ class RunSetup:
         freeze: see :class:`FreezeSetup`.
         record_errors: set by the loader when a spec has an ``expect_error`` entry: an error
             raised by a rank is recorded in its observation (type, message, phase) instead of
-            failing the run.
+            failing the run (not a spec key).
         schedule: the steps to run (``harness.load.schedule``); None: the walkthrough's one
             step (one forward, the body's loss, backward, optimizer step).
     """
 
-    model: ModelSetup = field(default_factory=ModelSetup)
-    mesh_shape: tuple[int, ...] = (4,)
-    mesh_dim_names: tuple[str, ...] = ("dp",)
-    batch_per_rank: int = 2
-    seq_len: int = 8
-    fsdp: FSDPSetup = field(default_factory=FSDPSetup)
-    optimizer: OptimizerSetup = field(default_factory=OptimizerSetup)
-    seed: int = 0
-    observe_ranks: tuple[int, ...] | None = None
-    numerics: bool = True
-    numerics_reference: str = "each_rank"
-    bandwidth: BandwidthSetup | None = None
-    state_dict: StateDictSetup = field(default_factory=StateDictSetup)
-    init: str | None = None
-    track_memory: bool = True
-    freeze: FreezeSetup = field(default_factory=FreezeSetup)
+    model: ModelSetup = key(default_factory=ModelSetup, doc="which model to build")
+    mesh_shape: tuple[int, ...] = key((4,), at="mesh.shape", items={"minimum": 1}, minItems=1, maxItems=2,
+                                      doc="the DeviceMesh's shape: [4] for the document, [2, 2] for HSDP "
+                                          "(replicate, shard)")
+    mesh_dim_names: tuple[str, ...] = key(("dp",), at="mesh.dim_names", minItems=1, maxItems=2,
+                                          doc="one name per mesh dim ([dp_replicate, dp_shard] for HSDP); the "
+                                              "default is for a 1-D mesh")
+    batch_per_rank: int = key(2, minimum=1, doc="B, samples per data-parallel rank")
+    seq_len: int = key(8, minimum=1, doc="L, tokens per sample")
+    fsdp: FSDPSetup = key(default_factory=FSDPSetup, doc="how fully_shard is applied")
+    optimizer: OptimizerSetup = key(default_factory=OptimizerSetup, doc="the optimizer stepped after backward")
+    seed: int = key(0, minimum=0, maximum=2**32 - 1, doc="seeds the weights and the global batch (0 to 2^32 - 1)")
+    observe_ranks: tuple[int, ...] | None = key(None, items={"minimum": 0},
+                                                doc="simulated runs: which global ranks to record (default: every "
+                                                    "rank up to 8 ranks, else [0])")
+    numerics: bool = key(True, doc="compare with a non-sharded replica (off for models too big to hold unsharded on "
+                                   "every rank)")
+    numerics_reference: str = key(
+        "each_rank", enum=["each_rank", "rank_0"],
+        doc="where the numerics replica runs: each_rank (every rank holds the full model) or rank_0 (rank 0 alone "
+            "runs every rank's inputs and hands each rank its gradient rows through a shared folder: one full model "
+            "in memory; the default step only)")
+    bandwidth: BandwidthSetup | None = key(None, doc="collectives timed after the step, in nccl-tests' terms (algbw, "
+                                                     "busbw, #wrong); the bandwidth check kind reads them "
+                                                     "(harness/run/bandwidth.py)")
+    state_dict: StateDictSetup = key(default_factory=StateDictSetup,
+                                     doc=" ".join(StateDictSetup.__doc__.split("\n\n")[0].split()))
+    init: str | None = key(
+        None, enum=["full", "meta"],
+        doc="full: build on the device, init, then fully_shard; meta: build on meta, fully_shard, to_empty, then each "
+            "rank fills its shards with exactly the full init's values (same seed) and recomputes RoPE's inv_freq. "
+            "Default: full with numerics on, else each rank draws its own shards")
+    track_memory: bool = key(
+        True, doc="run FSDPMemTracker over the step. It re-registers FSDP's forward hooks per module, which changes "
+        "what a unit of several modules does (torch 2.13): turn it off to observe such a unit as torch runs it")
+    freeze: FreezeSetup = key(default_factory=FreezeSetup, doc="parameters made requires_grad=False")
     record_errors: bool = False
-    schedule: Schedule | None = None
+    schedule: Schedule | None = key(None, doc="the training schedule (harness/load/schedule.py): steps of "
+                                              "microbatches of forwards, runtime calls, the loss; default: one step, "
+                                              "one forward, backward, optimizer step")
+
+    _KEY_GROUPS = {"mesh": "the DeviceMesh the units shard over (init_device_mesh)"}
 
     @property
     def world_size(self) -> int:
@@ -303,13 +400,13 @@ class RunSetup:
         if param_fqns is not None:
             problems += _param_pattern_problems(self, plans, param_fqns)
         names = [p.name for p in plans]
-        for key, pairs in (("forward_prefetch", self.fsdp.forward_prefetch),
-                           ("backward_prefetch", self.fsdp.backward_prefetch)):
+        for prefetch, pairs in (("forward_prefetch", self.fsdp.forward_prefetch),
+                                ("backward_prefetch", self.fsdp.backward_prefetch)):
             for unit, targets in pairs:
                 for name in (unit, *targets):
                     if _unit_key(name) not in names:
-                        problems.append((f"setup.fsdp.{key}", f"no FSDP unit named {name!r}; units: "
-                                                              f"{['root' if n == '' else n for n in names]}"))
+                        problems.append((f"setup.fsdp.{prefetch}", f"no FSDP unit named {name!r}; units: "
+                                                                   f"{['root' if n == '' else n for n in names]}"))
         if problems:
             raise SetupError(*problems[0], errors=problems)
         return plans
@@ -338,111 +435,48 @@ class RunSetup:
     def from_mapping(cls, data: Mapping[str, Any]) -> "RunSetup":
         """Build from a spec's ``setup:`` mapping (schema-validated; unknown keys rejected).
 
-        Keys: model {config, overrides, body, dtype}, mesh {shape, dim_names},
-        batch_per_rank, seq_len, fsdp {reshard_after_forward, root_reshard_after_forward,
-        mixed_precision {param_dtype, reduce_dtype, output_dtype, cast_forward_inputs},
-        offload_policy {pin_memory}, units [...], forward_prefetch, backward_prefetch, and the
-        unit options as every unit's defaults (harness.load.units.UNIT_OPTION_KEYS)},
-        optimizer {name, lr}, seed, observe_ranks, numerics, numerics_reference, init, track_memory,
-        freeze {params, after_fully_shard}, bandwidth {ops, sizes, dtype, warmup, iterations,
-        cpu_max_bytes, step}, state_dict {round_trip, reload_world_sizes},
-        schedule (harness.load.schedule).
+        The keys, their types and defaults are the fields' declarations (:mod:`harness.load.declare`;
+        the README's setup table lists them).
 
         Raises:
             SetupError: naming the key path, for values the schema cannot catch (a mesh whose
-                dim names do not match its shape, an observed rank outside the world).
+                dim names do not match its shape, an observed rank outside the world, ...), every
+                one found.
         """
-        data = dict(data)
-        model = ModelSetup(**data.pop("model", {}))
-        mesh = data.pop("mesh", {})
-        shape = tuple(mesh.get("shape", (4,)))
-        names = tuple(mesh.get("dim_names", ("dp",) if len(shape) == 1 else ()))
-        problems: list[tuple[str, str]] = []
-        if len(names) != len(shape):
-            problems.append(("setup.mesh.dim_names",
-                             f"expected {len(shape)} name{'s' if len(shape) != 1 else ''} for shape {list(shape)}, "
-                             f"got {list(names)}"))
-        fsdp_setup = _fsdp_from_mapping(dict(data.pop("fsdp", {})))
-        frozen = data.pop("freeze", None)
-        freeze_setup = FreezeSetup(tuple(frozen.get("params", ())), bool(frozen.get("after_fully_shard", False))) \
-            if frozen else FreezeSetup()
-        optimizer = OptimizerSetup(**data.pop("optimizer", {}))
-        bandwidth = data.pop("bandwidth", None)
-        if bandwidth is not None:
-            try:
-                bandwidth = BandwidthSetup.from_mapping(bandwidth)
-            except SetupError as exc:
-                problems.extend(exc.errors)
-        observe = data.pop("observe_ranks", None)
-        world = 1
-        for n in shape:
-            world *= n
-        outside = [r for r in (observe or ()) if not 0 <= r < world]
-        if outside:
-            problems.append(("setup.observe_ranks",
-                             f"rank(s) {outside} outside the world: world size {world} (mesh shape {list(shape)}), "
-                             f"ranks 0-{world - 1}"))
-        state_dict, sd_problems = _state_dict_setup(data.pop("state_dict", {}), world)
-        problems += sd_problems
-        if data.get("numerics_reference", "each_rank") != "each_rank" and data.get("schedule"):
-            problems.append(("setup.numerics_reference",
-                             "rank_0 computes the reference of the default step only; with setup.schedule "
-                             "expected each_rank (or leave it out)"))
-        schedule = None
-        if "schedule" in data:
-            schedule, schedule_problems = Schedule.from_mapping(data.pop("schedule") or {})
-            problems += schedule_problems
+        setup, problems = build(cls, data)
         if problems:
             raise SetupError(*problems[0], errors=problems)
-        return cls(
-            model=model,
-            mesh_shape=shape,
-            mesh_dim_names=names,
-            fsdp=fsdp_setup,
-            freeze=freeze_setup,
-            optimizer=optimizer,
-            observe_ranks=tuple(observe) if observe is not None else None,
-            bandwidth=bandwidth,
-            state_dict=state_dict,
-            schedule=schedule,
-            **data,
-        )
+        return setup
 
-
-def _state_dict_setup(data: Mapping[str, Any], world: int) -> tuple[StateDictSetup, list[tuple[str, str]]]:
-    """``setup.state_dict`` as a :class:`StateDictSetup`, and what the schema cannot catch."""
-    sizes = tuple(data.get("reload_world_sizes", ()))
-    problems = []
-    if sizes and not data.get("round_trip", False):
-        problems.append(("setup.state_dict.reload_world_sizes",
-                         f"reloading on world sizes {list(sizes)} needs the round trip: add round_trip: true"))
-    if world in sizes:
-        problems.append(("setup.state_dict.reload_world_sizes",
-                         f"world size {world} is the run's own (the round trip loads there already); "
-                         f"expected other world sizes, got {list(sizes)}"))
-    if len(set(sizes)) != len(sizes):
-        problems.append(("setup.state_dict.reload_world_sizes", f"expected distinct world sizes, got {list(sizes)}"))
-    return StateDictSetup(round_trip=bool(data.get("round_trip", False)), reload_world_sizes=sizes), problems
+    def _rules(self, given: Mapping[str, Any], where: str) -> Problems:
+        """What the schema cannot see across keys, as (key path, expected) pairs."""
+        problems: Problems = []
+        shape, names = list(self.mesh_shape), list(self.mesh_dim_names)
+        if len(names) != len(shape):
+            written = "dim_names" in given.get("mesh", {})
+            problems.append((f"{where}.mesh.dim_names",
+                             f"expected {len(shape)} name{'s' if len(shape) != 1 else ''} for shape {shape}, "
+                             + (f"got {names}" if written else f"got none (the default {names} is for a 1-D mesh)")))
+        world = self.world_size
+        outside = [r for r in (self.observe_ranks or ()) if not 0 <= r < world]
+        if outside:
+            problems.append((f"{where}.observe_ranks",
+                             f"rank(s) {outside} outside the world: world size {world} (mesh shape {shape}), "
+                             f"ranks 0-{world - 1}"))
+        if world in self.state_dict.reload_world_sizes:
+            problems.append((f"{where}.state_dict.reload_world_sizes",
+                             f"world size {world} is the run's own (the round trip loads there already); "
+                             f"expected other world sizes, got {list(self.state_dict.reload_world_sizes)}"))
+        if self.numerics_reference != "each_rank" and given.get("schedule"):
+            problems.append((f"{where}.numerics_reference",
+                             "rank_0 computes the reference of the default step only; with setup.schedule "
+                             "expected each_rank (or leave it out)"))
+        return problems
 
 
 def _unit_key(name: str) -> str:
     """A unit as a spec names it ('root' is the root, "")."""
     return "" if name == "root" else name
-
-
-def _fsdp_from_mapping(fsdp: dict[str, Any]) -> FSDPSetup:
-    """``setup.fsdp`` (schema-validated) -> :class:`FSDPSetup`."""
-    mp = fsdp.pop("mixed_precision", None)
-    offload = fsdp.pop("offload_policy", None)
-    units = fsdp.pop("units", None)
-    prefetch = {k: tuple((_unit_key(u), tuple(_unit_key(t) for t in ts)) for u, ts in fsdp.pop(k, {}).items())
-                for k in ("forward_prefetch", "backward_prefetch")}
-    known = {"reshard_after_forward", "root_reshard_after_forward"}
-    defaults = tuple((k, freeze(fsdp.pop(k))) for k in list(fsdp) if k in UNIT_OPTION_KEYS and k not in known)
-    return FSDPSetup(**fsdp, mixed_precision=MixedPrecision(**mp) if mp else None,
-                     offload_policy=OffloadSetup(**offload) if offload is not None else None,
-                     units=tuple(unit_spec_from_yaml(u) for u in units) if units is not None else None,
-                     defaults=defaults, **prefetch)
 
 
 def _param_pattern_problems(setup: RunSetup, plans: list[UnitPlan], fqns: tuple[str, ...]) -> list[tuple[str, str]]:

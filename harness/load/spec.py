@@ -1,6 +1,7 @@
 """Load a spec: YAML (safe loading only) -> schema validation -> entries ready to check.
 
-A spec (see harness/schemas/spec.schema.json) holds a ``setup`` for the harness and
+A spec (see harness/schemas/spec.schema.json; its setup part is generated from the setup's
+declarations, :mod:`harness.load.docs`) holds a ``setup`` for the harness and
 ``tables``, one per table or claim of the document. Every row or entry of a table becomes one
 :class:`harness.judge.checks.Entry`, i.e. one test item.
 
@@ -147,71 +148,20 @@ _VALIDATOR = None
 
 
 def _validator() -> jsonschema.Draft202012Validator:
-    """The shipped schema without its per-kind entry definitions: the loader checks each entry
-    against its check kind itself (harness/language/kinds/, the same definitions the schema's
-    ``table_kinds`` is generated from), and evaluating eight if/then branches per table was
-    most of the time ``validate`` took."""
+    """The shipped schema with each table's entries checked only for their metadata keys: the
+    loader checks each entry against its check kind itself (harness/language/kinds/, the same
+    definitions the schema's ``table_kinds`` is generated from), with messages that know the
+    setup, and the table's two forms in :func:`_table_form_errors`. References resolve within
+    the schema itself (jsonschema's own lookup)."""
     global _VALIDATOR
     if _VALIDATOR is None:
         schema = _schema()
         table = schema["$defs"]["table"]
         table.pop("allOf", None)  # {"$ref": "#/$defs/table_kinds"}
         table.pop("oneOf", None)  # the two table forms: _table_form_errors, without a failed branch per table
-        table["properties"]["entries"]["items"] = {"$ref": "#/$defs/meta_keys"}  # id, says, torch, ... typed
-        _VALIDATOR = jsonschema.Draft202012Validator(_inline_refs(_used_defs_only(schema)))
+        table["properties"]["entries"]["items"] = schema["$defs"]["meta_keys"]  # id, says, torch, ... typed
+        _VALIDATOR = jsonschema.Draft202012Validator(schema)
     return _VALIDATOR
-
-
-def _used_defs_only(schema: dict[str, Any]) -> dict[str, Any]:
-    """``schema`` without the ``$defs`` no reference reaches from its root (the per-kind entry
-    definitions, once the loader checks entries itself): inlining them was half of building the
-    validator, the first spec's cost in every ``validate``."""
-    defs = schema.get("$defs", {})
-    used: set[str] = set()
-    todo = [{k: v for k, v in schema.items() if k != "$defs"}]
-    while todo:
-        node = todo.pop()
-        if isinstance(node, list):
-            todo.extend(node)
-        elif isinstance(node, dict):
-            ref = node.get("$ref")
-            if isinstance(ref, str) and ref.startswith("#/$defs/"):
-                name = ref[len("#/$defs/"):].split("/")[0]
-                if name not in used and name in defs:
-                    used.add(name)
-                    todo.append(defs[name])
-            todo.extend(node.values())
-    return {**schema, "$defs": {name: d for name, d in defs.items() if name in used}}
-
-
-def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
-    """``schema`` with each local ``$ref`` replaced by the definition it names (under ``allOf``
-    where the reference has sibling keywords, which JSON Schema 2020-12 applies alongside it):
-    the same verdicts and messages, without a reference lookup at every node (about a third of
-    the schema's time in ``validate``). A reference within its own definition is kept as is."""
-
-    def target(ref: str) -> Any:
-        node: Any = schema
-        for part in ref[2:].split("/"):
-            node = node[part.replace("~1", "/").replace("~0", "~")]
-        return node
-
-    def inline(node: Any, open_refs: frozenset[str]) -> Any:
-        if isinstance(node, list):
-            return [inline(item, open_refs) for item in node]
-        if not isinstance(node, dict):
-            return node
-        ref = node.get("$ref")
-        if not (isinstance(ref, str) and ref.startswith("#/") and ref not in open_refs):
-            return {key: inline(value, open_refs) for key, value in node.items()}
-        definition = inline(target(ref), open_refs | {ref})
-        rest = {key: inline(value, open_refs) for key, value in node.items() if key not in ("$ref", "description")}
-        if not rest:
-            return definition
-        rest["allOf"] = [*rest.get("allOf", []), definition]
-        return rest
-
-    return inline(schema, frozenset())
 
 
 def _index_lines(root: yaml.Node) -> tuple[dict[tuple, int], list[tuple[tuple, str, int]]]:
@@ -381,11 +331,30 @@ def _context(setup: RunSetup, config: Any) -> Context:
         return Context(world_size=setup.world_size, mesh_dim_names=tuple(setup.mesh_dim_names), bandwidth_sizes=sizes,
                        state_dict_loads=loads)
     n = config.num_hidden_layers
-    fqns = param_fqns(setup.model.body, n, tie_word_embeddings=config.tie_word_embeddings)
+    fqns = param_fqns(setup.model.body, n, tie_word_embeddings=config.tie_word_embeddings,
+                      sparse_layers=getattr(config, "moe_layers", ()))
+    plans = setup.unit_plan(n, fqns)
+    if config.tie_word_embeddings and setup.model.body == "causal_lm" and (
+            _owning_unit(plans, "model.embed_tokens") != _owning_unit(plans, "lm_head")):
+        # The first of the two units' fully_shard replaces its module's weight by a DTensor; the
+        # other module keeps the original Parameter, so the tie is broken and lm_head.weight is
+        # a parameter of its own (specs/tied_embeddings_split_units.yaml).
+        fqns = fqns + ("lm_head.weight",)
     microbatches = setup.schedule.microbatches() if setup.schedule is not None else (1,)
     return Context(world_size=setup.world_size, mesh_dim_names=tuple(setup.mesh_dim_names), num_layers=n,
-                   unit_names=tuple(p.name for p in setup.unit_plan(n, fqns)), param_fqns=fqns,
+                   unit_names=tuple(p.name for p in plans), param_fqns=fqns,
                    bandwidth_sizes=sizes, state_dict_loads=loads, microbatches=microbatches)
+
+
+def _owning_unit(plans: Any, module: str) -> str:
+    """The FSDP unit that manages ``module``'s parameters: the unit with the longest module path
+    that is ``module`` or one of its parents (the root, path ``""``, holds what no other unit does)."""
+    best, owner = -1, ""
+    for plan in plans:
+        for path in plan.paths:
+            if (path == "" or module == path or module.startswith(path + ".")) and len(path) > best:
+                best, owner = len(path), plan.name
+    return owner
 
 
 MAX_LAYERS = 1024
@@ -496,7 +465,7 @@ def _schema_message(err: jsonschema.ValidationError) -> str:
     types = err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]
     if err.validator == "type" and "object" in types:
         keys = list(err.schema.get("properties", {}))
-        if _entry_kind(err.schema) or err.schema == _validator().schema["$defs"]["meta_keys"]:  # equal: refs are inlined copies
+        if _entry_kind(err.schema) or err.schema is _validator().schema["$defs"]["meta_keys"]:
             expected = "a mapping of the table's check kind's selectors and fields (and optionally id, says, torch, deviation, drafted)"
         else:
             expected = f"a mapping with keys {', '.join(keys)}" if keys else "a mapping"

@@ -32,20 +32,29 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Sequence
 
+from harness.contract.calculator import DTYPE_BYTES
+from harness.load.declare import convert_key, key, object_schema
+
 __all__ = [
     "MixedPrecision", "OffloadSetup", "UnitOptions", "UnitSpec", "UnitPlan", "UNIT_OPTION_KEYS",
-    "unit_spec_from_yaml", "freeze", "resolve_units", "match_modules", "match_params", "unit_label",
+    "unit_spec_from_yaml", "unit_entry_schema", "freeze", "resolve_units", "match_modules", "match_params",
+    "unit_label", "DTYPES",
 ]
+
+DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)
+"""The dtypes a setup names (model, mixed precision, bandwidth sweep): the calculator's table."""
 
 
 @dataclass(frozen=True)
 class MixedPrecision:
     """``torch.distributed.fsdp.MixedPrecisionPolicy`` fields, as dtype names (None: keep)."""
 
-    param_dtype: str | None = None
-    reduce_dtype: str | None = None
-    output_dtype: str | None = None
-    cast_forward_inputs: bool = True
+    param_dtype: str | None = key(None, doc="the dtype parameters are all-gathered in (default: as built)", enum=DTYPES)
+    reduce_dtype: str | None = key(None, doc="the dtype gradients are reduce-scattered in (default: param_dtype)",
+                                   enum=DTYPES)
+    output_dtype: str | None = key(None, enum=DTYPES,
+                                   doc="the dtype of the module's forward outputs (default: not cast)")
+    cast_forward_inputs: bool = key(True, doc="cast the forward inputs to param_dtype")
 
 
 @dataclass(frozen=True)
@@ -53,7 +62,12 @@ class OffloadSetup:
     """``torch.distributed.fsdp.CPUOffloadPolicy(pin_memory)``: sharded parameters, gradients
     and optimizer states live on the CPU; pinning needs an accelerator (False on a CPU run)."""
 
-    pin_memory: bool = False
+    pin_memory: bool = key(False, doc="pin host memory (needs an accelerator)")
+
+
+def _shard_placement(value: Any) -> tuple[tuple[str, int], ...]:
+    """``{pattern: dim}`` (or its frozen pairs) -> ((pattern, dim), ...)."""
+    return tuple((str(k), int(v)) for k, v in (dict(value).items() if value else ()))
 
 
 @dataclass(frozen=True)
@@ -80,20 +94,64 @@ class UnitOptions:
         compile: ``module.compile()`` on each module of the unit, after ``fully_shard``.
     """
 
-    reshard_after_forward: bool | int | None = True
-    mp_policy: MixedPrecision | None = None
-    offload_policy: OffloadSetup | None = None
-    shard_placement: tuple[tuple[str, int], ...] = ()
-    gradient_divide_factor: float | None = None
-    force_sum_reduction_for_comms: bool = False
-    reshard_after_backward: bool | None = None
-    set_reshard_after_forward: bool | None = None
-    checkpoint: bool = False
-    compile: bool = False
+    reshard_after_forward: bool | int | None = key(
+        True, null=True, doc="fully_shard(reshard_after_forward=): true, false, an int (a group of that size after "
+        "forward), or null: not passed, torch's default (true, except the root, which torch leaves unsharded after "
+        "forward)")
+    mp_policy: MixedPrecision | None = key(None, null=True, doc="this unit's MixedPrecisionPolicy; null: none "
+                                                                "(no casting)")
+    offload_policy: OffloadSetup | None = key(
+        None, null=True, doc="this unit's CPUOffloadPolicy: sharded parameters, gradients and optimizer states on "
+        "the CPU; null: no offload")
+    shard_placement: tuple[tuple[str, int], ...] = key(
+        (), parse=_shard_placement,
+        whole=lambda: {"type": ["object", "null"], "additionalProperties": {"type": "integer", "minimum": 0}},
+        doc="shard_placement_fn: parameter FQN pattern (relative to the root; * one component, ** several) -> the "
+        "dim it is sharded on, Shard(dim); other parameters Shard(0)")
+    gradient_divide_factor: float | None = key(
+        None, null=True, exclusiveMinimum=0,
+        doc="set_gradient_divide_factor(f) after fully_shard: gradients become sum/f; null: not called (FSDP "
+        "divides by the data-parallel size). On gloo a factor other than the shard-group size needs "
+        "force_sum_reduction_for_comms (gloo refuses ReduceOp.PREMUL_SUM)")
+    force_sum_reduction_for_comms: bool = key(
+        False, doc="set_force_sum_reduction_for_comms(true): reduce with ReduceOp.SUM and divide before/after")
+    reshard_after_backward: bool | None = key(
+        None, null=True, doc="set_reshard_after_backward(v, recurse=False) after fully_shard; null: not called")
+    set_reshard_after_forward: bool | None = key(
+        None, null=True, doc="set_reshard_after_forward(v, recurse=False) after every fully_shard, before the step "
+        "(a change at runtime); null: not called")
+    checkpoint: bool = key(False, doc="activation checkpointing (torch.distributed._composable.checkpoint) on each "
+                                      "module of the unit, applied before fully_shard")
+    compile: bool = key(False, doc="module.compile() on each module of the unit after fully_shard (slow on CPU)")
 
 
 UNIT_OPTION_KEYS: tuple[str, ...] = tuple(f.name for f in fields(UnitOptions))
 """Keys a unit entry (and the ``fsdp`` mapping, as defaults) may set."""
+
+
+def _string_or_list(description: str | None = None) -> dict[str, Any]:
+    """A module path, or a non-empty list of them (a number or other value is refused as not a string)."""
+    schema: dict[str, Any] = {"if": {"type": "array"}, "then": {"type": "array", "items": {"type": "string"},
+                                                                "minItems": 1}, "else": {"type": "string"}}
+    return {"description": description, **schema} if description else schema
+
+
+def unit_entry_schema() -> dict[str, Any]:
+    """The JSON Schema of one ``setup.fsdp.units`` entry: a path or glob, a list, or a mapping of
+    ``modules`` and the unit's options (:class:`UnitOptions`' keys)."""
+    # an option a unit leaves out takes the fsdp mapping's value, not the dataclass default
+    options = {name: {k: v for k, v in option.items() if k != "default"}
+               for name, option in object_schema(UnitOptions)["properties"].items()}
+    modules = _string_or_list("a module path or glob (* one path component): one unit per match; or a list of them: "
+                              "ONE unit of every module named; 'root' (last entry only): the root unit's options")
+    return {
+        "description": "one entry of setup.fsdp.units: a path or glob (one unit per matching module), a list (one "
+                       "unit of all the modules it names), or a mapping {modules, options}",
+        "if": {"type": "object"},
+        "then": {"type": "object", "additionalProperties": False, "required": ["modules"],
+                 "properties": {"modules": modules, **options}},
+        "else": _string_or_list(),
+    }
 
 
 @dataclass(frozen=True)
@@ -186,19 +244,9 @@ def freeze(value: Any) -> Any:
     return value
 
 
-def _option(key: str, value: Any) -> Any:
+def _option(name: str, value: Any) -> Any:
     """A written option value (YAML form, possibly frozen to tuples) -> its UnitOptions form."""
-    if isinstance(value, (MixedPrecision, OffloadSetup)):  # an fsdp-level default, already built
-        return value
-    if key == "mp_policy":
-        return None if value is None else MixedPrecision(**dict(value))
-    if key == "offload_policy":
-        return None if value is None else OffloadSetup(**dict(value))
-    if key == "shard_placement":
-        return tuple((str(k), int(v)) for k, v in (dict(value).items() if value else ()))
-    if key == "gradient_divide_factor" and value is not None:
-        return float(value)
-    return value
+    return convert_key(UnitOptions, name, value)
 
 
 def _layer_index(path: str, layer_prefix: str) -> int | None:

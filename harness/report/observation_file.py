@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
+from harness.contract import strict_json
 from harness.contract.observation import FORMAT, ObservationError, validate_observation
 
 __all__ = ["ObservationFileError", "read_observation"]
@@ -40,7 +41,7 @@ def read_observation(path: str | Path, spec_path: str | Path, setup: Mapping[str
     """
     path, spec_path = Path(path), Path(spec_path)
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = strict_json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise ObservationFileError(f"{path}: cannot read: {exc}") from None
     except json.JSONDecodeError as exc:

@@ -1,6 +1,6 @@
 """Progress of a run on a terminal: launching ranks, forward, backward, optimizer, checking.
 
-The launcher reports each rank's phase (``harness.run.launch``: the ranks' shared phase codes,
+The launcher reports each rank's phase (``harness.run.launch.phase_trail``: the ranks' shared phase codes,
 polled by the parent; the simulated backend calls back as each simulated rank moves on).
 :class:`RunProgress` turns those reports into one ``rich`` progress line per spec: the phase
 the slowest rank is in, a bar over all ranks' phases, elapsed time. It draws only where
@@ -16,21 +16,27 @@ from typing import Any, Mapping
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from harness.contract.names import RANK_PHASES, rank_phase_code
+
 __all__ = ["RunProgress", "STAGES", "stage_of", "progress_enabled"]
 
-#: What a user reads for each rank phase (``harness.run.launch._PHASE_CODES`` and
-#: ``harness.run.rank_step`` phases), in order.
-STAGES = ("launching ranks", "building the model and fully_shard", "replica for numerics", "forward", "backward",
-          "optimizer", "recording the observation", "done")
-_PHASE_STAGE = {
-    "starting": 0, "init_process_group": 0, "setup": 1, "replica": 2, "forward": 3, "backward": 4,
-    "optimizer": 5, "observe": 6, "done": 7,
-}
+# How a user reads the rank phases that are not named after the step's own operations.
+_READ_AS = {"starting": "launching ranks", "init_process_group": "launching ranks",
+            "setup": "building the model and fully_shard", "replica": "replica for numerics",
+            "state_dict": "state-dict round trip", "bandwidth": "timing collectives"}
+
+#: What a user reads for each rank phase (``harness.contract.names.RANK_PHASES``), in order.
+STAGES = tuple(dict.fromkeys(_READ_AS.get(p, p) for p in RANK_PHASES))
 
 
 def stage_of(phase: str) -> int:
-    """The index in :data:`STAGES` of a rank phase (unknown phases count as launching)."""
-    return _PHASE_STAGE.get(phase, 0)
+    """The index in :data:`STAGES` of a rank phase.
+
+    Raises:
+        ValueError: ``phase`` is not in ``RANK_PHASES``.
+    """
+    rank_phase_code(phase)
+    return STAGES.index(_READ_AS.get(phase, phase))
 
 
 def progress_enabled(console: Console) -> bool:

@@ -38,7 +38,7 @@ __all__ = [
     "write_merged", "TraceError", "RANK_FILE",
 ]
 
-#: Per-rank trace file name written by ``harness.run.rank_step.run_step(trace_dir=...)``.
+#: Per-rank trace file name written by ``harness.run.rank.step.run_step(trace_dir=...)``.
 RANK_FILE = re.compile(r"^rank(\d+)\.json$")
 
 _PROCESS_META = {"process_name", "process_labels", "process_sort_index"}

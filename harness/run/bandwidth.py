@@ -59,14 +59,16 @@ class PlannedRow:
 def unit_numel(config_name: str, group_size: int) -> int:
     """Elements FSDP2 all-gathers for one decoder layer of ``config_name`` on ``group_size`` ranks.
 
-    Built on the meta device from ``model.Qwen3DecoderLayer`` (no memory); each parameter's dim 0
+    Built on the meta device from ``model.Qwen3DecoderLayer`` (its MoE layer for a MoE config; no memory); each parameter's dim 0
     is padded to a multiple of ``group_size``, as FSDP2 pads its shards.
     """
     import model as qwen3
 
     config = qwen3.get_config(config_name)
+    # MoE first: Qwen3MoeConfig is a Qwen3Config, and a dense layer would drop its experts
+    layer_class = qwen3.Qwen3MoeDecoderLayer if isinstance(config, qwen3.Qwen3MoeConfig) else qwen3.Qwen3DecoderLayer
     with torch.device("meta"):
-        layer = qwen3.Qwen3DecoderLayer(config, 0)
+        layer = layer_class(config, 0)
     total = 0
     for p in layer.parameters():
         rows = math.ceil(p.shape[0] / group_size) * group_size
@@ -119,9 +121,23 @@ def plan_rows(bandwidth: Any, step_collectives: Sequence[Mapping[str, Any]], *, 
     return rows
 
 
+CHECK_CHUNK = 3 * 2**20
+"""Elements compared at a time when counting ``wrong``: the comparison's float64 copies stay
+under 3 x 8 x CHECK_CHUNK bytes (75 MB) whatever the row's size (a multiple of 3: the pattern's period)."""
+
+
+def _periodic(values: Sequence[float], offset: int, numel: int, dtype: torch.dtype,
+              device: torch.device) -> torch.Tensor:
+    """``numel`` elements whose element i is ``values[(offset + i) % 3]``, built in ``dtype``
+    (``numel`` + at most 2 elements of storage; no wider intermediate)."""
+    base = torch.tensor([values[(offset + k) % 3] for k in range(3)], dtype=dtype, device=device)
+    return base.repeat(-(-numel // 3))[:numel]
+
+
 def _pattern(numel: int, seed: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Small integers -1, 0, 1 in a rank-dependent order: exact in every float dtype."""
-    return ((torch.arange(numel, device=device, dtype=torch.int64) + seed) % 3 - 1).to(dtype)
+    """Small integers -1, 0, 1 in a rank-dependent order (element i is ``(i + seed) % 3 - 1``):
+    exact in every float dtype; built in ``dtype`` at ``numel`` elements, nothing wider."""
+    return _periodic((-1, 0, 1), seed, numel, dtype, device)
 
 
 def _exact_sum_ranks(dtype: torch.dtype) -> int:
@@ -129,11 +145,17 @@ def _exact_sum_ranks(dtype: torch.dtype) -> int:
     return int(round(2 / torch.finfo(dtype).eps))
 
 
-def _count_wrong(out: torch.Tensor, expected: torch.Tensor, n: int) -> int:
-    diff = (out.double() - expected.double()).abs()
-    if n <= _exact_sum_ranks(out.dtype):
-        return int((diff != 0).sum())
-    return int((diff > torch.finfo(out.dtype).eps * n).sum())
+def _count_wrong(out: torch.Tensor, values: Sequence[float], offset: int, n: int) -> int:
+    """Elements of ``out`` that differ from the periodic expectation ``values[(offset + i) % 3]``
+    (exactly, for sums over n ranks that the dtype holds exactly; else beyond the dtype's rounding
+    of the sum). NaN counts as wrong. Compared :data:`CHECK_CHUNK` elements at a time."""
+    tolerance = 0.0 if n <= _exact_sum_ranks(out.dtype) else torch.finfo(out.dtype).eps * n
+    wrong = torch.zeros((), dtype=torch.int64, device=out.device)
+    for lo in range(0, out.numel(), CHECK_CHUNK):
+        segment = out[lo:lo + CHECK_CHUNK]
+        expected = _periodic(values, offset + lo, segment.numel(), torch.float64, out.device)
+        wrong += (~((segment.double() - expected).abs() <= tolerance)).sum()
+    return int(wrong)
 
 
 def _time_row(row: PlannedRow, rank: int, group: Any, device: torch.device, warmup: int,
@@ -182,12 +204,11 @@ def _time_row(row: PlannedRow, rank: int, group: Any, device: torch.device, warm
 def _wrong(row: PlannedRow, out: torch.Tensor, group_rank: int, device: torch.device) -> int:
     n, chunk = row.group_size, row.numel // row.group_size
     if row.op == "all_gather":  # chunk j is rank j's input
-        return sum(_count_wrong(out[j * chunk:(j + 1) * chunk], _pattern(chunk, j, row.dtype, device), n) for j in range(n))
-    # sum over ranks j of pattern(numel, j), restricted to this rank's chunk (reduce-scatter) or whole
-    lo, hi = (group_rank * chunk, (group_rank + 1) * chunk) if row.op == "reduce_scatter" else (0, row.numel)
-    index = torch.arange(lo, hi, device=device, dtype=torch.int64)
-    expected = sum(((index + j) % 3 - 1) for j in range(n))
-    return _count_wrong(out, expected, n)
+        return sum(_count_wrong(out[j * chunk:(j + 1) * chunk], (-1, 0, 1), j, n) for j in range(n))
+    # the sum over ranks j of pattern(numel, j) has period 3 too: element i is sums[i % 3];
+    # restricted to this rank's chunk (reduce-scatter) or whole (all-reduce)
+    sums = [sum((k + j) % 3 - 1 for j in range(n)) for k in range(3)]
+    return _count_wrong(out, sums, group_rank * chunk if row.op == "reduce_scatter" else 0, n)
 
 
 def run_bandwidth(rows: Sequence[PlannedRow], *, rank: int, device: torch.device, warmup: int, iterations: int,

@@ -32,7 +32,8 @@ from harness.load.setup import RunSetup
 from harness.run.recorders.collectives import dtype_name
 from harness.run.recorders.numerics import Reference, compute_reference
 
-__all__ = ["RankInputs", "build_model", "make_inputs", "make_loss", "make_optimizer", "replica_reference", "torch_dtype"]
+__all__ = ["RankInputs", "build_model", "model_classes", "make_inputs", "make_loss", "make_optimizer", "replica_reference",
+           "torch_dtype"]
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -46,10 +47,11 @@ def build_model(setup: RunSetup, config: Any, dtype: torch.dtype, device: torch.
     """The setup's model, not yet sharded.
 
     Args:
-        setup: ``setup.model.body`` picks the class: "decoder_layers" ->
+        setup: ``setup.model.body`` picks the class (:func:`model_classes`): "decoder_layers" ->
             ``model.Qwen3DecoderStack`` (input hidden states [B, L, d]), "causal_lm" ->
-            ``model.Qwen3ForCausalLM`` (input token ids [B, L]); ``setup.seed`` seeds the weights.
-        config: the ``model.Qwen3Config``.
+            ``model.Qwen3ForCausalLM`` (input token ids [B, L]), or their MoE subclasses for a
+            ``model.Qwen3MoeConfig``; ``setup.seed`` seeds the weights.
+        config: the ``model.Qwen3Config`` (or ``Qwen3MoeConfig``).
         dtype: parameter dtype at construction.
         device: where to build (``meta`` for FSDP2's meta-device init).
         init: fill the weights with ``model.init_weights`` (False on meta and under fake mode).
@@ -57,13 +59,25 @@ def build_model(setup: RunSetup, config: Any, dtype: torch.dtype, device: torch.
     Raises:
         ValueError: an unknown ``setup.model.body``.
     """
-    cls = {"decoder_layers": qwen3.Qwen3DecoderStack, "causal_lm": qwen3.Qwen3ForCausalLM}.get(setup.model.body)
+    cls = model_classes(config).get(setup.model.body)
     if cls is None:
         raise ValueError(f"setup.model.body {setup.model.body!r}: expected 'decoder_layers' or 'causal_lm'")
     module = cls(config, device=device, dtype=dtype)
     if init:
         qwen3.init_weights(module, generator=torch.Generator().manual_seed(setup.seed))
     return module
+
+
+def model_classes(config: Any) -> dict[str, type[nn.Module]]:
+    """The module class of each body for ``config``: the MoE ones for a ``model.Qwen3MoeConfig``.
+
+    Dispatches on the config's type, checked MoE first: ``Qwen3MoeConfig`` subclasses
+    ``Qwen3Config`` (and ``Qwen3MoeForCausalLM`` subclasses ``Qwen3ForCausalLM``), so a dense
+    check would accept a MoE config and build it dense.
+    """
+    if isinstance(config, qwen3.Qwen3MoeConfig):
+        return {"decoder_layers": qwen3.Qwen3MoeDecoderStack, "causal_lm": qwen3.Qwen3MoeForCausalLM}
+    return {"decoder_layers": qwen3.Qwen3DecoderStack, "causal_lm": qwen3.Qwen3ForCausalLM}
 
 
 @dataclass(frozen=True)

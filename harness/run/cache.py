@@ -3,12 +3,17 @@
 The first worker to need a setup takes a file lock, runs it, and writes the observation (or
 the run's error) next to the lock; the others wait on the lock and read the file. The key
 covers what changes the observation: the resolved setup, the backend and torch's version.
+
+Runs on NCCL also take :func:`one_at_a_time`'s lock for their set of GPUs: every local NCCL run
+puts rank r on GPU r, so two xdist workers running different setups at once would share GPUs
+(their memory, their NCCL channels) and each would see the other's traffic in its figures.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -50,3 +55,21 @@ def cached_run(cache_dir: Path, key: str, run: Callable[[], Mapping[str, Any]], 
         tmp.write_text(json.dumps(observation))
         tmp.replace(done)
         return observation
+
+
+def gpu_lock_path(cache_dir: Path, visible_devices: str | None) -> Path:
+    """The lock file of the GPUs ``CUDA_VISIBLE_DEVICES=visible_devices`` shows (None: all of them)."""
+    name = "all" if visible_devices is None else re.sub(r"[^A-Za-z0-9-]+", "_", visible_devices) or "none"
+    return cache_dir / f"gpus-{name[:80]}.lock"
+
+
+def one_at_a_time(lock_path: Path, run: Callable[[], Mapping[str, Any]], *, lock_timeout_s: float) -> Mapping[str, Any]:
+    """``run()`` while holding the file lock ``lock_path``: one run at a time among every process
+    that uses the same path (the xdist workers of a session, for one set of GPUs).
+
+    Raises:
+        filelock.Timeout: another process held the lock longer than ``lock_timeout_s``.
+    """
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(lock_path), timeout=lock_timeout_s):
+        return run()

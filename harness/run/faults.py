@@ -10,7 +10,7 @@ Nothing in the harness imports this module; tests do::
 :func:`injected` registers the fault in ``harness.run.recorders.phases.PHASE_HOOKS`` for the
 block; the local launcher carries that list to its rank processes (pickled), and each rank's
 :class:`~harness.run.recorders.phases.Phases` calls it at the start of every phase. The
-in-process fake backend (``harness.run.simulate``) sees it directly.
+in-process fake backend (``harness.run.launch.simulated``) sees it directly.
 """
 
 from __future__ import annotations

@@ -47,7 +47,8 @@ import model as qwen3
 from harness.run.recorders.collectives import (CollectiveRecorder, attribute, dtype_name, profiler_spans,
                                               resolve_mesh_dims)
 from harness.run.recorders.events import ShardStateProbe, events_from_profiler, phase_span
-from harness.run.recorders.memory import MemoryRecorder
+from harness.run.recorders.experts import ExpertRecorder
+from harness.run.recorders.memory import MemoryRecorder, tracker_limit_note
 from harness.run.recorders.params import ParamStateHooks, Unit, param_table
 from harness.run.recorders.phases import Phases
 
@@ -98,7 +99,7 @@ class Instruments:
         group_dims: process group name -> mesh dim name, or a tuple of the names of every mesh
             dim sharing that group (a collective's ``mesh_dim``, see ``resolve_mesh_dims``).
         collective_log: where each collective is reported as entered and completed, for hang
-            diagnosis (a ``harness.run.hang.RankProgress``); None for nowhere.
+            diagnosis (a ``harness.run.launch.hang.RankProgress``); None for nowhere.
         track_memory: run the memory recorder (``FSDPMemTracker``) over the steps.
     """
 
@@ -120,6 +121,7 @@ class Instruments:
         self._position: tuple[int | None, int | None] = (0, 0)
         self._marks: list[tuple[int, int | None, int | None]] = []  # (first collective index, step, microbatch)
         self.grad_norms: list[dict[str, Any]] = []
+        self._experts: ExpertRecorder | None = None  # a MoE model's experts (recorders/experts.py)
 
     def __enter__(self) -> "Instruments":
         """Start recording collectives (those of ``fully_shard`` and meta init included)."""
@@ -152,6 +154,7 @@ class Instruments:
         # recorded so far are setup's.
         self._n_setup = len(self.collectives.records)
         self._params = param_table(root, {fqn: u.name for u in units for fqn in u.params})
+        self._experts = ExpertRecorder(root)
         modules = {m: u.name for u in units for m in (u.modules or (u.module,))}
         self._memory = MemoryRecorder(root, optimizer, modules, inputs=inputs)
         with _quiet(self.profiler), (self._memory if self.track_memory else contextlib.nullcontext()):
@@ -178,10 +181,12 @@ class Instruments:
                 yield
                 if self._probe is not None:
                     self._probe.probe()
-        except Exception as exc:  # say where in the schedule it failed
+        except Exception as exc:  # say where in the schedule it failed (and how to avoid a tracker limit)
             where = f"in phase {name} of step {step_index}" + (f", microbatch {microbatch}" if microbatch is not None else "")
-            if where not in getattr(exc, "__notes__", ()):
-                exc.add_note(where)
+            limit = tracker_limit_note(exc) if self.track_memory else None
+            for note in (limit, where):
+                if note is not None and note not in getattr(exc, "__notes__", ()):
+                    exc.add_note(note)
             raise
 
     def begin_step(self, step_index: int) -> None:
@@ -193,6 +198,8 @@ class Instruments:
         """A microbatch ended: memory snapshots so far belong to it."""
         if self._memory is not None and self.track_memory and self._position[1] is not None:
             self._memory.mark_position(*self._position)
+        if self._experts is not None and self._experts.active:
+            self._experts.after_backward(*self._position)
 
     def after_zero_grad(self, step_index: int) -> None:
         """Take the whole-rank memory snapshot that follows ``optimizer.zero_grad()``."""
@@ -200,17 +207,24 @@ class Instruments:
             self._memory.mark_state("After Zero Grad", step_index)
 
     def record_grad_norm(self, step_index: int, norm: torch.Tensor, clip: Any) -> None:
-        """Record what ``clip_grad_norm_`` returned: a DTensor (its placements) or a tensor."""
-        is_dtensor = hasattr(norm, "full_tensor")
+        """Record what ``clip_grad_norm_`` returned: a DTensor (its placements) or a tensor.
+
+        Read from the local value only: ``full_tensor()`` of a ``Partial(max)`` norm (``norm_type:
+        inf``) would issue an all-reduce of the harness's own, recorded as the run's. ``value`` is
+        the local value when no placement is ``Partial``; otherwise None here, and the document's
+        assembly combines the ranks' ``local_value`` (``harness.contract.partial_values``).
+        """
+        is_dtensor = hasattr(norm, "to_local")
+        placements = [repr(pl) for pl in norm.placements] if is_dtensor else []
         try:
-            value = float(norm.full_tensor() if is_dtensor else norm)
+            local = float(norm.to_local() if is_dtensor else norm)
         except Exception:  # FakeTensorMode (the fake backend): no value to read
-            value = None
+            local = None
+        partial = any(pl.startswith("Partial(") for pl in placements)
         self.grad_norms.append({
             "step_index": step_index, "max_norm": float(clip.max_norm), "norm_type": float(clip.norm_type),
-            "value": value, "is_dtensor": is_dtensor,
-            "placements": [repr(pl) for pl in norm.placements] if is_dtensor else [],
-            "dtype": dtype_name(norm.dtype), "reference": None,
+            "value": None if partial else local, "local_value": local, "is_dtensor": is_dtensor,
+            "placements": placements, "dtype": dtype_name(norm.dtype), "reference": None,
         })
 
     def end_step(self, step_index: int) -> None:
@@ -226,6 +240,8 @@ class Instruments:
         step_index, microbatch = self._position
         self.steps.append({"layer": int(layer), "name": name, "shape": list(t.shape), "dtype": dtype_name(t.dtype),
                            "step_index": step_index, "microbatch": microbatch})
+        if self._experts is not None and self._experts.active:
+            self._experts.on_step(layer, name, t, step_index, microbatch)
 
     def after_optimizer_step(self, step_index: int = 0) -> None:
         """Take the whole-rank memory snapshot that follows ``optimizer.step()``."""
@@ -268,4 +284,6 @@ class Instruments:
         }
         if self._updates is not None:
             pieces["param_updates"] = self._updates.records
+        if self._experts is not None and self._experts.active:
+            pieces["experts"] = self._experts.piece()
         return pieces

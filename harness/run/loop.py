@@ -31,7 +31,7 @@ from torch import nn
 
 import model as qwen3
 from harness.run.instruments import Instruments
-from harness.run.plan import PlannedStep, StepCapture
+from harness.run.plan import PlannedMicrobatch, PlannedStep, StepCapture
 from harness.run.recorders.phases import Phases
 
 __all__ = ["PlannedStep", "StepOutcome", "run_steps"]
@@ -73,40 +73,8 @@ def run_steps(
             with instruments.phase("zero_grad", step.index):
                 optimizer.zero_grad(set_to_none=spec.zero_grad is True)
             instruments.after_zero_grad(step.index)
-        n_mb = len(step.microbatches)
         for mb in step.microbatches:
-            if mb.sync is not None:
-                root.set_requires_gradient_sync(mb.sync)
-            if spec.unshard:
-                with instruments.phase("unshard", step.index, mb.index):
-                    for unit in spec.unshard:
-                        _module(root, unit).unshard()
-            losses = []
-            with instruments.phase("forward", step.index, mb.index):
-                with torch.no_grad() if spec.no_grad else contextlib.nullcontext():
-                    for fwd in mb.forwards:
-                        target = spec.loss_target()
-                        capture = StepCapture(target) if target else None
-                        with instruments.forward_steps(root), \
-                                (qwen3.observe_steps(root, capture) if capture else contextlib.nullcontext()):
-                            output = root(fwd.inputs, skip_layers=mb.skip_layers) if mb.skip_layers else root(fwd.inputs)
-                        if capture is not None:
-                            if capture.tensor is None:
-                                raise ValueError(f"step {step.index} microbatch {mb.index}: loss_on {spec.loss_on!r} "
-                                                 f"was not computed (is the layer skipped there?)")
-                            output = capture.tensor
-                        losses.append(loss_fn(output, fwd.inputs))
-                        outcome = StepOutcome(output, losses[-1])
-                scale = len(losses) * n_mb
-                loss = losses[0] if scale == 1 else torch.stack(losses).sum() / scale
-            if spec.reshard:
-                with instruments.phase("reshard", step.index, mb.index):
-                    for unit in spec.reshard:
-                        _module(root, unit).reshard()
-            if spec.backward:
-                with instruments.phase("backward", step.index, mb.index):
-                    loss.backward()
-            instruments.end_microbatch()
+            outcome = _run_microbatch(step, mb, root, loss_fn, instruments)
         if spec.clip_grad_norm is not None:
             with instruments.phase("clip_grad_norm", step.index):
                 norm = torch.nn.utils.clip_grad_norm_(root.parameters(), spec.clip_grad_norm.max_norm,
@@ -117,4 +85,45 @@ def run_steps(
                 optimizer.step()
             instruments.after_optimizer_step(step.index)
         instruments.end_step(step.index)
+    return outcome
+
+
+def _run_microbatch(step: PlannedStep, mb: PlannedMicrobatch, root: nn.Module,
+                    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                    instruments: Instruments) -> StepOutcome:
+    """One microbatch of ``step``: gradient sync, manual unshards, its forwards and losses,
+    manual reshards, one backward of the mean loss; the last forward's outcome."""
+    spec, n_mb = step.step, len(step.microbatches)
+    if mb.sync is not None:
+        root.set_requires_gradient_sync(mb.sync)
+    if spec.unshard:
+        with instruments.phase("unshard", step.index, mb.index):
+            for unit in spec.unshard:
+                _module(root, unit).unshard()
+    losses = []
+    with instruments.phase("forward", step.index, mb.index):
+        with torch.no_grad() if spec.no_grad else contextlib.nullcontext():
+            for fwd in mb.forwards:
+                target = spec.loss_target()
+                capture = StepCapture(target) if target else None
+                with instruments.forward_steps(root), \
+                        (qwen3.observe_steps(root, capture) if capture else contextlib.nullcontext()):
+                    output = root(fwd.inputs, skip_layers=mb.skip_layers) if mb.skip_layers else root(fwd.inputs)
+                if capture is not None:
+                    if capture.tensor is None:
+                        raise ValueError(f"step {step.index} microbatch {mb.index}: loss_on {spec.loss_on!r} "
+                                         f"was not computed (is the layer skipped there?)")
+                    output = capture.tensor
+                losses.append(loss_fn(output, fwd.inputs))
+                outcome = StepOutcome(output, losses[-1])
+        scale = len(losses) * n_mb
+        loss = losses[0] if scale == 1 else torch.stack(losses).sum() / scale
+    if spec.reshard:
+        with instruments.phase("reshard", step.index, mb.index):
+            for unit in spec.reshard:
+                _module(root, unit).reshard()
+    if spec.backward:
+        with instruments.phase("backward", step.index, mb.index):
+            loss.backward()
+    instruments.end_microbatch()
     return outcome

@@ -230,35 +230,14 @@ def apply_fsdp(
         ValueError: a freeze pattern matches no parameter.
         Whatever torch raises for a unit it refuses (a module already managed, a bad placement).
     """
-    from torch.distributed._composable import checkpoint
-
     if freeze and not freeze_after:
         freeze_params(root, freeze)
-    names = {id(p): fqn for fqn, p in root.named_parameters()}
     groups = [[root.get_submodule(p) for p in u.module_paths] for u in units]
-    for unit, modules in zip(units, groups):
-        if unit.after is not None and unit.after.checkpoint:
-            for m in modules:
-                checkpoint(m)
-        kwargs = unit.options()
-        if unit.shard_placement:
-            kwargs["shard_placement_fn"] = _placement_fn(unit.shard_placement, names)
-        fully_shard(modules if len(modules) > 1 else modules[0], mesh=mesh, **kwargs)
+    _fully_shard_units(root, mesh, units, groups)
     if materialize is not None:
         materialize(root)
+    _set_unit_options(units, groups)
     by_name = {u.path: modules[0] for u, modules in zip(units, groups)}
-    for unit, modules in zip(units, groups):
-        o, first = unit.after, modules[0]
-        if o is None:
-            continue
-        if o.gradient_divide_factor is not None:
-            first.set_gradient_divide_factor(o.gradient_divide_factor)
-        if o.force_sum_reduction_for_comms:
-            first.set_force_sum_reduction_for_comms(True)
-        if o.reshard_after_backward is not None:
-            first.set_reshard_after_backward(o.reshard_after_backward, recurse=False)
-        if o.set_reshard_after_forward is not None:
-            first.set_reshard_after_forward(o.set_reshard_after_forward, recurse=False)
     for unit, targets in forward_prefetch:
         by_name[unit].set_modules_to_forward_prefetch([by_name[t] for t in targets])
     for unit, targets in backward_prefetch:
@@ -271,7 +250,43 @@ def apply_fsdp(
                 raise RuntimeError(COMPILE_ON_CPU)
             for m in modules:
                 m.compile()
-    # What each unit manages, as torch's FSDP state says (a tied weight is managed once).
+    return _managed(root, units, groups)
+
+
+def _fully_shard_units(root: nn.Module, mesh: DeviceMesh, units: Sequence[ShardUnit],
+                       groups: list[list[nn.Module]]) -> None:
+    """Activation checkpointing (where asked), then ``fully_shard`` of each unit's modules, in order."""
+    from torch.distributed._composable import checkpoint
+
+    names = {id(p): fqn for fqn, p in root.named_parameters()}
+    for unit, modules in zip(units, groups):
+        if unit.after is not None and unit.after.checkpoint:
+            for m in modules:
+                checkpoint(m)
+        kwargs = unit.options()
+        if unit.shard_placement:
+            kwargs["shard_placement_fn"] = _placement_fn(unit.shard_placement, names)
+        fully_shard(modules if len(modules) > 1 else modules[0], mesh=mesh, **kwargs)
+
+
+def _set_unit_options(units: Sequence[ShardUnit], groups: list[list[nn.Module]]) -> None:
+    """The setters each unit's ``after`` options name, on its first module (``recurse=False`` where torch has it)."""
+    for unit, modules in zip(units, groups):
+        o, first = unit.after, modules[0]
+        if o is None:
+            continue
+        if o.gradient_divide_factor is not None:
+            first.set_gradient_divide_factor(o.gradient_divide_factor)
+        if o.force_sum_reduction_for_comms:
+            first.set_force_sum_reduction_for_comms(True)
+        if o.reshard_after_backward is not None:
+            first.set_reshard_after_backward(o.reshard_after_backward, recurse=False)
+        if o.set_reshard_after_forward is not None:
+            first.set_reshard_after_forward(o.set_reshard_after_forward, recurse=False)
+
+
+def _managed(root: nn.Module, units: Sequence[ShardUnit], groups: list[list[nn.Module]]) -> list[Unit]:
+    """What each unit manages, as torch's FSDP state says (a tied weight is managed once)."""
     names = {id(p): fqn for fqn, p in root.named_parameters()}
     order = {fqn: i for i, fqn in enumerate(names.values())}
     out = []

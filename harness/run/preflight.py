@@ -8,7 +8,12 @@ its peak, and refuses with :class:`PreflightError` when
 
 - a local launch would start more rank processes than :func:`process_limit`;
 - the ranks together would need more than this machine's available memory
-  (``MemAvailable`` of ``/proc/meminfo``), or, on NCCL, one rank more than its GPU's free memory;
+  (``MemAvailable`` of ``/proc/meminfo``), or, on NCCL, one rank more than its GPU's free memory
+  (:func:`gpu_need`: the rank's tensors, its CUDA context, NCCL's buffers, and on GPU 0 the
+  ``numerics_reference: rank_0`` replica). Free GPU memory is read through NVML or ``nvidia-smi``
+  (``harness.run.gpus``), never ``torch.cuda.mem_get_info``: that would create a CUDA context on
+  every GPU in the launcher and in every pytest-xdist worker. Without either, the GPU part of the
+  check is skipped with a note (:data:`GPU_CHECK_SKIPPED`);
 - a simulated (fake backend) world is larger than :data:`MAX_SIMULATED_WORLD` ranks, or its
   set-up would chunk more than :data:`MAX_SIMULATED_SHARDINGS` unit shards (FSDP2 chunks
   every unit's parameters into one piece per world rank, again for every simulated rank).
@@ -38,15 +43,16 @@ from __future__ import annotations
 
 import glob
 import os
-import sys
+import warnings
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from harness.load.fanout import usable_cpus
-from harness.run.launch import RunError
+from harness.run.launch.errors import RunError
 
-__all__ = ["PreflightError", "Estimate", "estimate", "check", "process_limit", "available_memory",
-           "MAX_SIMULATED_WORLD", "RANK_BASE_BYTES"]
+__all__ = ["CUDA_CONTEXT_BYTES", "GPU_CHECK_SKIPPED", "MAX_SIMULATED_WORLD", "NCCL_COMMUNICATOR_BYTES",
+           "RANK_BASE_BYTES", "Estimate", "PreflightError", "available_memory", "check", "estimate", "gpu_need",
+           "process_limit"]
 
 GB = 10**9
 """Bytes in the GB the messages print (10^9, as the document's MB is 10^6)."""
@@ -66,6 +72,22 @@ torch 2.13 CPU): a walkthrough rank forked from the preloaded forkserver peaks a
 private, 139-208 MB proportional set size, tensors included; 8 ranks of
 ``specs/qwen3_0_6b_8_ranks.yaml`` peaked at 1.48-1.70 GB each (12.0 GB together) where
 :func:`estimate` gives 1.83 GB each."""
+
+
+CUDA_CONTEXT_BYTES = 500 * 10**6
+"""GPU memory one rank's CUDA context takes before any tensor (kernels, cuBLAS workspace, the
+caching allocator's first segment). An assumption, not measured here (no GPU on the machines
+this project is developed on): the figure of issue 25 ("about 0.5 GB"); a bare PyTorch process
+shows 781 MB in nvidia-smi in pytorch/pytorch#34323. ``scripts/gpu_check`` measures it on a GPU."""
+
+NCCL_COMMUNICATOR_BYTES = 2 * 32 * 4 * 2**20
+"""GPU memory one NCCL communicator takes per rank: NCCL's default ``NCCL_BUFFSIZE`` of 4 MiB
+(NCCL documentation, "Environment Variables") for each direction of up to 32 channels. An upper
+assumption: NCCL opens fewer channels on small worlds and PCIe-only hosts."""
+
+GPU_CHECK_SKIPPED = ("pre-flight: no NVML (libnvidia-ml.so.1) and no nvidia-smi: free GPU memory unknown, "
+                     "the GPU part of the check is skipped")
+"""The note :func:`check` warns with when NCCL may run but no source of GPU figures answers."""
 
 
 class PreflightError(RunError):
@@ -177,7 +199,7 @@ def estimate(setup: Any) -> Estimate:
 def simulation_size(setup: Any) -> tuple[int | None, int]:
     """(FSDP units with parameters, ranks simulated) of a fake-backend run; units None when the
     model config cannot be built (the loader reports that)."""
-    from harness.run.simulate import ALL_RANKS_UP_TO
+    from harness.run.launch.simulated import ALL_RANKS_UP_TO
 
     world = setup.world_size
     observed = len(set(setup.observe_ranks)) if setup.observe_ranks else (world if world <= ALL_RANKS_UP_TO else 1)
@@ -230,7 +252,8 @@ def check(setup: Any, backend: str, *, joined: bool = False,
         joined: this process is one rank of a launcher's world (torchrun): its launcher chose
             the processes; only the fake-world bound applies.
         memory: available host bytes (default :func:`available_memory`).
-        gpus: free bytes per visible GPU (default: asked of torch when NCCL may be used).
+        gpus: free bytes per visible GPU (default: read through NVML or nvidia-smi when NCCL may be
+            used; never through torch, which would create a CUDA context on each GPU).
 
     Raises:
         PreflightError: with what the run needs, what there is, and what to do instead.
@@ -259,16 +282,21 @@ def check(setup: Any, backend: str, *, joined: bool = False,
     except (ValueError, TypeError, KeyError):
         return None  # the loader reports a bad model config with its key path
     if gpus is None and backend in ("auto", "nccl"):
-        gpus = _free_gpu_memory(world)
+        gpus = _free_gpu_memory(backend)
     on_gpu = gpus is not None and len(gpus) >= world
     host_per_rank = est.base if on_gpu else est.per_rank
     memory = available_memory() if memory is None else memory
     if on_gpu:
-        smallest = min(gpus[:world])
-        if est.tensors > smallest:
-            raise PreflightError(f"needs ~{_gb(est.tensors)} GB of GPU memory per rank, {_gb(smallest)} GB free on the "
-                                 f"fullest of {world} GPUs", _ADVICE)
-    once = 0 if on_gpu else est.replica_once
+        per_rank, on_gpu_0 = gpu_need(est, setup)
+        for rank, free in enumerate(gpus[:world]):
+            need = on_gpu_0 if rank == 0 else per_rank
+            if need > free:
+                nccl = per_rank - est.tensors - CUDA_CONTEXT_BYTES
+                parts = (f"{_gb(est.tensors)} GB tensors + {_gb(CUDA_CONTEXT_BYTES)} GB CUDA context + {_gb(nccl)} GB "
+                         f"NCCL" + (f" + {_gb(est.replica_once)} GB replica" if need > per_rank else ""))
+                raise PreflightError(f"needs ~{_gb(need)} GB of GPU memory per rank on GPU {rank} ({parts}), "
+                                     f"{_gb(free)} GB free on it", _ADVICE)
+    once = 0 if on_gpu else est.replica_once  # on NCCL the replica lives on GPU 0 (gpu_need)
     if memory is not None and host_per_rank * world + once > memory:
         extra = f" + ~{_gb(once)} GB on rank 0 (the replica)" if once else ""
         raise PreflightError(f"needs ~{_gb(host_per_rank)} GB per rank × {world} ranks{extra}, {_gb(memory)} GB "
@@ -278,23 +306,35 @@ def check(setup: Any, backend: str, *, joined: bool = False,
 
 def _gpu_device_nodes() -> bool:
     """Whether this host shows a GPU device node (NVIDIA's ``/dev/nvidia<N>``, ROCm's ``/dev/kfd``).
-    Without one CUDA cannot be available, and asking torch would cost this process its ~3 s
-    import, on the critical path of every CPU run: the ranks' forkserver imports torch anyway."""
+    Without one CUDA cannot be available, and "auto" resolves to gloo: no need to run nvidia-smi
+    on the critical path of every CPU run."""
     return bool(glob.glob("/dev/nvidia[0-9]*")) or os.path.exists("/dev/kfd")
 
 
-def _free_gpu_memory(world: int) -> list[int] | None:
-    """Free bytes of each visible GPU when NCCL would run the ranks (enough GPUs), else None."""
-    if "torch" not in sys.modules and not _gpu_device_nodes():
-        return None
-    try:
-        import torch
+def gpu_need(est: Estimate, setup: Any) -> tuple[int, int]:
+    """(bytes every rank needs on its GPU, bytes rank 0 needs on GPU 0) under NCCL: the rank's tensors,
+    :data:`CUDA_CONTEXT_BYTES`, :data:`NCCL_COMMUNICATOR_BYTES` for each communicator (the world's,
+    plus one per mesh dimension of a 2-D mesh), and on GPU 0 the ``numerics_reference: rank_0``
+    replica (``harness.run.build.reference_from_rank_0`` builds it on rank 0's device)."""
+    mesh = tuple(setup.mesh_shape)
+    communicators = 1 + (len(mesh) if len(mesh) > 1 else 0)
+    per_rank = est.tensors + CUDA_CONTEXT_BYTES + communicators * NCCL_COMMUNICATOR_BYTES
+    return per_rank, per_rank + est.replica_once
 
-        if not torch.cuda.is_available() or torch.cuda.device_count() < world:
-            return None
-        return [torch.cuda.mem_get_info(i)[0] for i in range(torch.cuda.device_count())]
-    except Exception:  # noqa: BLE001 - no usable CUDA: the host check applies
+
+def _free_gpu_memory(backend: str) -> list[int] | None:
+    """Free bytes of each GPU a rank would see (``CUDA_VISIBLE_DEVICES`` order), read without a CUDA
+    context (``harness.run.gpus``); None where there is no GPU or no way to ask (a warning says so
+    when NCCL may run)."""
+    if backend == "auto" and not _gpu_device_nodes():
         return None
+    from harness.run.gpus import visible_gpus
+
+    gpus = visible_gpus()
+    if gpus is None:
+        warnings.warn(GPU_CHECK_SKIPPED, RuntimeWarning, stacklevel=3)
+        return None
+    return [g.free_bytes for g in gpus]
 
 
 def describe(est: Estimate) -> Mapping[str, int]:

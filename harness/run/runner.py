@@ -3,14 +3,14 @@
 ``run_setup(setup, backend=..., timeout_s=...)`` returns the observation document
 (``harness/contract/observation.schema.json``), validated. Where the ranks come from:
 
-- ``backend="fake"``: simulated in this process (``harness.run.simulate``), any world size;
+- ``backend="fake"``: simulated in this process (``harness.run.launch.simulated``), any world size;
 - under ``torchrun`` or any launcher that sets RANK, WORLD_SIZE and MASTER_ADDR: this process
   is one rank of that world ("joined"): every rank runs the step, rank 0 gathers all ranks'
   entries (``gather_object``) and returns the document, the other ranks return None. This is
   how a real multi-node cluster is validated. The launcher owns failure handling there; a
   hang ends at the process group's timeout (``timeout_s``) with an error that says which rank
   is stuck where (each rank's collectives are reported to the process group's store);
-- otherwise ``setup.world_size`` ranks are started here (``harness.run.launch.run_local``).
+- otherwise ``setup.world_size`` ranks are started here (``harness.run.launch.local.run_local``).
 
 With ``setup.state_dict.round_trip`` a local run saves its checkpoint into a temporary folder
 made here and removed here when the run ends, however it ends; each of
@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import tempfile
 import time
-import traceback
-from typing import Any, Callable
+from typing import Callable
 
 from harness.contract.names import BACKENDS
-from harness.run.launch import RunError, RunTimeout, joined_world, resolve_backend, run_local
 from harness.contract.observation import ObservationError, build_observation
 from harness.load.setup import RunSetup
+from harness.run.launch.errors import RunError, RunTimeout
+from harness.run.launch.joined import joined_world, run_joined
+from harness.run.launch.local import run_local
 
 __all__ = ["run_setup", "RunError", "RunTimeout", "ObservationError"]
 
@@ -72,49 +73,15 @@ def run_setup(setup: RunSetup, *, backend: str = "auto", timeout_s: float = 300.
 
         check(setup, backend, joined=world is not None)
     if backend == "fake":
-        from harness.run.simulate import run_simulated
+        from harness.run.launch.simulated import run_simulated
 
         return run_simulated(setup, timeout_s=timeout_s, trace_dir=trace_dir, on_progress=on_progress)
     if world is not None:
-        return _run_joined(setup, backend, timeout_s, world, trace_dir)
+        return run_joined(setup, backend, timeout_s, world, trace_dir)
     if not setup.state_dict.round_trip:
         results = run_local(setup, backend=backend, timeout_s=timeout_s, trace_dir=trace_dir, on_progress=on_progress)
         return build_observation(setup, results, launcher="local", simulated=False)
     return _run_local_with_checkpoint(setup, backend, timeout_s, trace_dir, on_progress)
-
-
-def _joined_diagnosis(store: Any, world_size: int) -> str:
-    """Where every rank was when this one failed (a collective that timed out: who never came)."""
-    from harness.run.hang import diagnose, per_rank_lines, read_store
-
-    progress = read_store(store, world_size)
-    if not any(p["entered"] for p in progress.values()):
-        return ""
-    return "\n".join(["", f"Diagnosis: {diagnose(progress)}.", *per_rank_lines(progress)])
-
-
-def _check_same_setup(setup: RunSetup, rank: int, world_size: int) -> None:
-    """Every rank of a joined world must run the same setup (the same spec, harness and torch):
-    one collective (``all_gather_object``) compares them before the step.
-
-    Raises:
-        RunError: (on every rank, rank None) naming the ranks and hosts whose setup or torch differs.
-    """
-    import socket
-
-    import torch
-    import torch.distributed as dist
-
-    mine = {"setup": setup.cache_key(), "torch": str(torch.__version__), "host": socket.gethostname()}
-    everyone: list[Any] = [None] * world_size
-    dist.all_gather_object(everyone, mine)
-    reference = everyone[0]
-    differ = [(r, e) for r, e in enumerate(everyone) if (e["setup"], e["torch"]) != (reference["setup"], reference["torch"])]
-    if differ:
-        listed = "; ".join(f"rank {r} on {e['host']}: setup {e['setup']}, torch {e['torch']}" for r, e in differ)
-        raise RunError(f"the ranks do not run the same spec: rank 0 on {reference['host']} has setup "
-                       f"{reference['setup']}, torch {reference['torch']}; {listed}. Give every node the same "
-                       "spec file and harness.", rank=None)
 
 
 def _run_local_with_checkpoint(setup: RunSetup, backend: str, timeout_s: float, trace_dir: str | None,
@@ -150,56 +117,3 @@ def _reload_setup(setup: RunSetup, world_size: int) -> RunSetup:
 
     return dataclasses.replace(setup, mesh_shape=(world_size,), mesh_dim_names=(setup.mesh_dim_names[-1],),
                                observe_ranks=None)
-
-
-def _run_joined(setup: RunSetup, backend: str, timeout_s: float, world: dict[str, Any],
-                trace_dir: str | None = None) -> dict | None:
-    """This process is one rank of a launcher's world (see module docstring)."""
-    from datetime import timedelta
-
-    import torch
-    import torch.distributed as dist
-
-    from harness.run.rank_step import run_step
-
-    rank, world_size = world["rank"], world["world_size"]
-    if world_size != setup.world_size:
-        per_node = world["local_world_size"]
-        shape = (f"{world_size // per_node} nodes x {per_node} processes" if world_size % per_node == 0
-                 else f"{per_node} processes on this node")
-        # Every rank finds this; rank None: a world error, not one rank's (the CLI prints it once).
-        raise RunError(
-            f"joined a world of {world_size} ranks ({shape}), but setup.mesh.shape {list(setup.mesh_shape)} "
-            f"needs {setup.world_size}: launch {setup.world_size} ranks (torchrun --nnodes N --nproc-per-node M "
-            f"with N x M = {setup.world_size}) or change the spec's mesh",
-            rank=None,
-        )
-    pg_backend, device_type = resolve_backend(backend, world_size, world["local_world_size"])
-    created = False
-    if not dist.is_initialized():
-        if device_type == "cuda":
-            torch.cuda.set_device(world["local_rank"])
-        dist.init_process_group(pg_backend, init_method="env://", timeout=timedelta(seconds=timeout_s))
-        created = True
-    elif dist.get_backend() != pg_backend:
-        pg_backend = str(dist.get_backend())
-        device_type = "cuda" if pg_backend == "nccl" else "cpu"
-    try:
-        _check_same_setup(setup, rank, world_size)
-        from harness.run.hang import StoreProgress
-
-        store = dist.distributed_c10d._get_default_store()
-        try:
-            result = run_step(setup, rank, world_size, device_type, trace_dir=trace_dir,
-                              collective_log=StoreProgress(store, rank))
-        except Exception as exc:
-            tb = traceback.format_exc()
-            raise RunError.rank_raised(rank, tb, after=_joined_diagnosis(store, world_size)) from exc
-        gathered: list[Any] | None = [None] * world_size if rank == 0 else None
-        dist.gather_object(result, gathered, dst=0)
-        if rank != 0:
-            return None
-        return build_observation(setup, gathered, launcher="joined", simulated=False)
-    finally:
-        if created:
-            dist.destroy_process_group()

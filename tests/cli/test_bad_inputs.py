@@ -603,7 +603,7 @@ def test_json_into_a_device_that_fails_keeps_the_results(tmp_path):
 def test_a_failed_rank_is_one_line_before_its_frames():
     """A rank that raised printed '✗ spec: the run failed:' and then its whole traceback, the
     exception last: the first line now says which rank raised what (the frames follow it)."""
-    from harness.run.launch import exception_line
+    from harness.run.launch.errors import exception_line
 
     tb = ('Traceback (most recent call last):\n  File "a.py", line 1, in f\n    g()\n'
           "RuntimeError: boom\nin phase forward of step 0, microbatch 0\n")

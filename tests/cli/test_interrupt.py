@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.run.launch import TEMP_PREFIX, sweep_stale
+from harness.run.launch.session import TEMP_PREFIX, sweep_stale
 
 pytestmark = pytest.mark.slow
 
@@ -179,10 +179,10 @@ def test_sigkill_leftovers_are_removed_by_the_next_run(tmp_path):
 
 
 def test_sweep_spares_live_owners_and_removes_dead_or_reused_pids(tmp_path):
-    from harness.run.launch import _start_time
+    from harness.run.launch.session import process_start_time
 
     me = os.getpid()
-    live = tmp_path / f"{TEMP_PREFIX}{me}-{_start_time(me)}-abc"
+    live = tmp_path / f"{TEMP_PREFIX}{me}-{process_start_time(me)}-abc"
     reused = tmp_path / f"{TEMP_PREFIX}{me}-1-abc"  # this pid, another start time: its owner is gone
     dead_pid = subprocess.Popen([sys.executable, "-c", "pass"])
     dead_pid.wait()
@@ -198,7 +198,7 @@ def test_sweep_spares_live_owners_and_removes_dead_or_reused_pids(tmp_path):
 
 def test_forkserver_and_resource_tracker_end_with_a_normal_exit(tmp_path):
     code = (
-        "from harness.run.launch import run_local\n"
+        "from harness.run.launch.local import run_local\n"
         "from harness.load.setup import RunSetup\n"
         "run_local(RunSetup.from_mapping({'mesh': {'shape': [2]}, 'numerics': False,"
         " 'model': {'overrides': {'num_hidden_layers': 1}}}), backend='gloo', timeout_s=300)\n"

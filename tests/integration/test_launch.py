@@ -14,7 +14,8 @@ import time
 import pytest
 
 from harness.run.faults import Fault, injected
-from harness.run.launch import RunError, RunTimeout, run_local
+from harness.run.launch.errors import RunError, RunTimeout
+from harness.run.launch.local import run_local
 from harness.run.runner import run_setup
 from harness.load.setup import RunSetup
 

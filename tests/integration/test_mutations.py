@@ -17,6 +17,7 @@ import pytest
 
 from harness.judge.evaluate import FAILING, evaluate_spec
 from harness.load.spec import load_spec
+from mutation_cases_moe import MOE_CASES
 
 SPECS = Path(__file__).resolve().parents[1] / "specs"
 
@@ -165,6 +166,7 @@ CASES = [
      'sequence: ["all_gather root", "all_gather model.layers.0", "all_gather model.layers.1"]',
      "step1_root_still_unsharded", "all_gather root"),
     ("clip_grad_norm", "numel_in: 22", "numel_in: 11", "one_all_reduce_of_22_norms", "expected 11"),
+    ("clip_grad_norm_inf", "reduce_op: MAX", "reduce_op: SUM", "one_max_all_reduce_of_the_norm", "SUM"),
     ("clip_grad_norm", 'placements: ["Replicate()"]', 'placements: ["Shard(dim=0)"]', "replicated_dtensor", "Shard(dim=0)"),
     ("adamw_three_steps", "        step_index: 0\n        optstate: 148184", "        step_index: 0\n        optstate: 148096",
      "optimizer_state", "148,096"),
@@ -178,6 +180,9 @@ CASES = [
     ("mixed_precision_accumulation", "        microbatch: 0\n        layers: 1", "        microbatch: 1\n        layers: 1",
      "layer1_absent_in_mb0", "expected 1"),  # step's microbatch
 ]
+
+
+CASES += MOE_CASES  # tests/mutation_cases_moe.py
 
 
 def test_every_spec_has_a_mutation_case():

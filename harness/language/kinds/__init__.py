@@ -1,19 +1,20 @@
 """The check kinds, one module each; :data:`REGISTRY` maps a table's ``check:`` to its definition.
 
 Adding a kind: a module here defining ``KIND`` (a :class:`harness.language.vocabulary.CheckKind`),
-listed below; then regenerate the schema and README table (``python -m harness.language.kinds``).
+listed below; then regenerate the schema and README table (``python -m harness.load.docs``).
 """
 
 from __future__ import annotations
 
-from harness.language.kinds import (bandwidth, collectives, environment, events, expect_error, grad_norm, input, memory,
-                                 numerics, param, param_state, param_update, params_total, reduce_op, state_dict, step)
+from harness.language.kinds import (bandwidth, collectives, environment, events, expect_error, experts, grad_norm, input,
+                                 memory, numerics, param, param_state, param_update, params_total, reduce_op, state_dict,
+                                 step)
 from harness.language.vocabulary import CheckKind
 
 REGISTRY: dict[str, CheckKind] = {
     m.KIND.name: m.KIND
     for m in (param, params_total, input, step, param_state, collectives, memory, numerics, events, param_update,
-              grad_norm, state_dict, environment, bandwidth, reduce_op, expect_error)
+              grad_norm, state_dict, environment, bandwidth, reduce_op, expect_error, experts)
 }
 """Check kind name -> definition, in the order the README lists them."""
 

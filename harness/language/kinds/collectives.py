@@ -33,7 +33,7 @@ def _in(allowed, what: str):
 def _check_mesh_dim(value: Any, ctx: Context) -> str | None:
     if not ctx.mesh_dim_names:
         return None
-    return _in(ctx.mesh_dim_names, "mesh dim")(value, ctx)
+    return _in((*ctx.mesh_dim_names, None), "mesh dim")(value, ctx)  # null: a group outside the mesh
 
 
 def _check_group_size(value: Any, ctx: Context) -> str | None:
@@ -45,8 +45,17 @@ def _check_group_size(value: Any, ctx: Context) -> str | None:
     return None
 
 
-def _check_text(value: Any, ctx: Context) -> str | None:
-    return None if all(isinstance(v, str) for v in _one_or_list(value)) else f"expected a string or a list of them, got {value!r}"
+def _check_optional_text(value: Any, ctx: Context) -> str | None:
+    """A string, or null for a collective issued outside any FSDP hook (the observation writes null)."""
+    if all(v is None or isinstance(v, str) for v in _one_or_list(value)):
+        return None
+    return f"expected a string, null or a list of them, got {value!r}"
+
+
+def _check_select_unit(value: Any, ctx: Context) -> str | None:
+    """A unit as ``check_unit`` takes it, or null for a collective outside every FSDP unit."""
+    named = [v for v in _one_or_list(value) if v is not None]
+    return check_unit(named, ctx) if named else None
 
 
 _SELECT_CHECKS = {
@@ -54,14 +63,14 @@ _SELECT_CHECKS = {
     "op": _in(COLLECTIVE_OPS, "op"),
     "dtype": _in(DTYPE_NAMES, "dtype"),
     "mesh_dim": _check_mesh_dim,
-    "fsdp_label": _check_text,
-    "hook": _check_text,
+    "fsdp_label": _check_optional_text,
+    "hook": _check_optional_text,
     "group_size": _check_group_size,
-    "reduce_op": _check_text,
+    "reduce_op": _check_optional_text,
     "step_index": check_step_index,
     "microbatch": check_microbatch,
     "layer": check_layer,
-    "unit": check_unit,
+    "unit": _check_select_unit,
     "role": check_role,
 }
 
@@ -118,7 +127,8 @@ KIND = CheckKind(
     doc="the collectives matching 'select': how many, op, dtype, elements, bytes (nccl-tests' S and ring bytes)",
     selectors=(
         Selector("select", "which collectives: {phase, op, dtype, mesh_dim, fsdp_label, hook, group_size, reduce_op, "
-                           "layer, unit, role, step_index, microbatch, not: {...}} (a value or a list each)", check_select),
+                           "layer, unit, role, step_index, microbatch, not: {...}} (a value or a list each; null matches a "
+                           "collective outside every FSDP hook or unit)", check_select),
         RANKS,
     ),
     fields=(

@@ -2,20 +2,37 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from harness.language.kinds.common import LAYER, RANKS
 from harness.language.observed import find_param, param_fqn, rank_docs
 from harness.language.vocabulary import (BOOL, BYTES, COUNT, DTYPE, OPTIONAL_TEXT, SHAPE, TEXT, TEXTS, CheckKind, Context, Field,
                                       Selector)
-from model.names import LAYER_PARAM_NAMES_REGISTRATION
+from model.names import LAYER_PARAM_NAMES_REGISTRATION, MOE_LAYER_PARAM_NAMES_REGISTRATION
+
+# a dense layer's names, then a sparse (MoE) layer's own: its experts and router
+_LAYER_PARAM_NAMES = tuple(dict.fromkeys(LAYER_PARAM_NAMES_REGISTRATION + MOE_LAYER_PARAM_NAMES_REGISTRATION))
+
+
+def _layer_names(ctx: Context) -> tuple[str, ...]:
+    """The names a decoder layer of this setup's model has (a dense or a sparse layer's), or
+    every layer name when the model is unknown."""
+    if ctx.param_fqns is None:
+        return _LAYER_PARAM_NAMES
+    found = {m.group(1) for m in map(_IN_LAYER.match, ctx.param_fqns) if m}
+    return tuple(n for n in _LAYER_PARAM_NAMES if n in found)
+
+
+_IN_LAYER = re.compile(r"(?:.*\.)?layers\.\d+\.(.+)$")
 
 
 def _check_param(value: Any, ctx: Context) -> str | None:
-    if value in LAYER_PARAM_NAMES_REGISTRATION:
+    names = _layer_names(ctx)
+    if value in names:
         return None
     return (f"{value!r} is not the name of a parameter inside a decoder layer; names: "
-            f"{list(LAYER_PARAM_NAMES_REGISTRATION)} (outside the layers, name the full 'fqn')")
+            f"{list(names)} (outside the layers, name the full 'fqn')")
 
 
 def _check_fqn(value: Any, ctx: Context) -> str | None:

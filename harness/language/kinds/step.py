@@ -7,15 +7,17 @@ from typing import Any
 from harness.language.kinds.common import LAYER, MICROBATCH, RANKS, STEP_INDEX, position_matches
 from harness.language.observed import CheckError, common, rank_docs
 from harness.language.vocabulary import COUNT, DTYPE, SHAPE, CheckKind, Context, Field, Selector
-from model.steps import STEP_NAMES
+from model.steps import ALL_STEPS_BY_NAME
+
+_STEP_NAMES = tuple(ALL_STEPS_BY_NAME)  # the dense layer's Steps, then a sparse layer's Step 9 (MOE_STEPS)
 
 
 def _check_step(value: Any, ctx: Context) -> str | None:
-    return None if value in STEP_NAMES else f"unknown step {value!r}; steps: {list(STEP_NAMES)}"
+    return None if value in _STEP_NAMES else f"unknown step {value!r}; steps: {list(_STEP_NAMES)}"
 
 
 def _names_step(values, ctx):
-    return [] if "step" in values else [(None, f"a 'step' entry names its 'step', one of {list(STEP_NAMES)}")]
+    return [] if "step" in values else [(None, f"a 'step' entry names its 'step', one of {list(_STEP_NAMES)}")]
 
 
 def measure(sel, obs):

@@ -47,7 +47,9 @@ from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
 from harness.contract.names import MEMORY_CATEGORIES
 
-__all__ = ["MemoryRecorder", "CATEGORIES"]
+from .quiesce import settle_threads
+
+__all__ = ["MemoryRecorder", "CATEGORIES", "TRACKER_LIMIT_NOTE", "tracker_limit_note"]
 
 # FSDPMemTracker's reference types (_FSDPRefType values) -> the schema's category names.
 CATEGORIES = MEMORY_CATEGORIES
@@ -62,6 +64,40 @@ def _bytes(snapshot: Mapping[Any, Mapping[Any, int]]) -> dict[str, int]:
             name = CATEGORIES.get(key, str(key).lower().replace(" ", "_"))
             out[name] = out.get(name, 0) + int(value)
     return out
+
+
+TRACKER_LIMIT_NOTE = ("FSDPMemTracker cannot track this schedule (a known limit of torch's tracker, see the README); "
+                      "setup track_memory: false avoids it")
+"""Added to an exception raised inside FSDPMemTracker (its one-line error says how to run the spec)."""
+
+_TRACKER_FILES = ("fsdp2_mem_tracker.py", "mem_tracker.py")
+
+
+def tracker_limit_note(exc: BaseException) -> str | None:
+    """:data:`TRACKER_LIMIT_NOTE` when ``exc`` was raised inside FSDPMemTracker's own code
+    (``torch/distributed/_tools/fsdp2_mem_tracker.py`` or ``mem_tracker.py``: the schedules of
+    the module docstring's limits), else None."""
+    tb = exc.__traceback__
+    while tb is not None:
+        path = tb.tb_frame.f_code.co_filename.replace("\\", "/")
+        if "/torch/distributed/_tools/" in path and path.endswith(_TRACKER_FILES):
+            return TRACKER_LIMIT_NOTE
+        tb = tb.tb_next
+    return None
+
+
+def _settle_before_snapshots(tracker: FSDPMemTracker) -> None:
+    """Have every snapshot of ``tracker`` (its own, in FSDP's hooks, and ours) taken at the settle
+    point of :mod:`.quiesce`: a buffer whose last reference the backend's worker thread drops is
+    then counted as freed in every run, not in some. FSDPMemTracker's hooks call
+    ``self.get_tracker_snapshot()``; the instance's attribute is what they find."""
+    take = tracker.get_tracker_snapshot
+
+    def settled(type: str = "current") -> dict:
+        settle_threads()
+        return take(type)
+
+    tracker.get_tracker_snapshot = settled
 
 
 class MemoryRecorder:
@@ -84,6 +120,7 @@ class MemoryRecorder:
         self._unit_names = {id(m): name for m, name in unit_names.items()}
         self._order = list(dict.fromkeys(unit_names.values()))
         self.tracker = FSDPMemTracker(root, optimizer)
+        _settle_before_snapshots(self.tracker)
         if inputs:
             self.tracker.track_inputs(inputs)
         self._whole: list[dict[str, Any]] = []  # whole-rank snapshots in order

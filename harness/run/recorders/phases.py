@@ -15,11 +15,11 @@ import contextlib
 import time
 from typing import Callable, Iterator
 
-from harness.contract.names import PHASES  # one list of phase names, with the loader's
+from harness.contract.names import BODY_PHASES  # the one phase table (RANK_PHASES), with the loader's
 
 # TESTS ONLY. Each is called with the phase name at the start of every phase, inside its timed
 # interval, after ``on_enter`` (so a launcher already shows the phase a hook hangs in). The
-# local launcher (``harness.run.launch.run_local``) carries the hooks registered in the calling
+# local launcher (``harness.run.launch.local.run_local``) carries the hooks registered in the calling
 # process to its rank processes, so they must pickle (module-level classes or functions).
 # Production code never registers one.
 PHASE_HOOKS: list[Callable[[str], None]] = []
@@ -53,7 +53,13 @@ class Phases:
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Run the block as phase ``name``; its wall time is added to ``timings_s[name]``."""
+        """Run the block as phase ``name``; its wall time is added to ``timings_s[name]``.
+
+        Raises:
+            ValueError: ``name`` is not in ``harness.contract.names.BODY_PHASES``.
+        """
+        if name not in BODY_PHASES:
+            raise ValueError(f"phase {name!r}: expected one of harness.contract.names.BODY_PHASES {BODY_PHASES}")
         previous = self.current
         if self._on_enter is not None:
             self._on_enter(name)

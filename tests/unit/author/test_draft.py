@@ -120,15 +120,27 @@ def _write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def test_draft_refuses_a_moe_config_in_one_line(tmp_path):
+def test_draft_refuses_an_incomplete_moe_config_in_one_line(tmp_path):
+    """A qwen3_moe file is read as MoE (tests/test_moe_harness.py drafts one); one lacking its
+    fields is refused in one line naming them."""
     config = tmp_path / "config.json"
     config.write_text('{"model_type": "qwen3_moe", "hidden_size": 2048, "num_experts": 128}')
     proc = subprocess.run([sys.executable, "-m", "harness", "draft", "--config", str(config), "--world-size", "8"],
                           capture_output=True, text=True, cwd=REPO, timeout=300)
     assert proc.returncode == 1 and proc.stdout == ""  # README: draft exits 1 on a bad config
-    assert proc.stderr == (f"✗ --config {config}: model_type 'qwen3_moe' is not modelled: model/qwen3.py implements "
-                           "the dense Qwen3 decoder (model_type 'qwen3') only, and another architecture has other "
-                           "parameters and numbers\n")
+    assert proc.stderr == (f"✗ --config {config}: missing field(s): vocab_size, intermediate_size, num_hidden_layers, "
+                           "num_attention_heads, head_dim, num_experts_per_tok, moe_intermediate_size\n")
+
+
+def test_draft_refuses_another_model_type_in_one_line(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text('{"model_type": "mixtral", "hidden_size": 2048, "num_local_experts": 8}')
+    proc = subprocess.run([sys.executable, "-m", "harness", "draft", "--config", str(config), "--world-size", "8"],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr == (f"✗ --config {config}: model_type 'mixtral' is not modelled: model/qwen3.py and "
+                           "model/qwen3_moe.py implement the Qwen3 dense and MoE decoders (model_type 'qwen3' and "
+                           "'qwen3_moe') only, and another architecture has other parameters and numbers\n")
 
 
 def test_draft_rejects_an_unknown_config(tmp_path):

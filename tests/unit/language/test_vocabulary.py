@@ -23,12 +23,12 @@ REPO = Path(__file__).resolve().parents[1]
 def test_shipped_schema_matches_the_registry():
     shipped = SCHEMA_PATH.read_text(encoding="utf-8")
     assert shipped == dump_schema(generated_schema(json.loads(shipped))), \
-        "spec.schema.json is out of date: run python -m harness.language.kinds"
+        "spec.schema.json is out of date: run python -m harness.load.docs"
 
 
 def test_readme_table_matches_the_registry():
     readme = README_PATH.read_text(encoding="utf-8")
-    assert readme == readme_with_table(readme), "README's check-kinds table is out of date: run python -m harness.language.kinds"
+    assert readme == readme_with_table(readme), "README's check-kinds table is out of date: run python -m harness.load.docs"
 
 
 def test_every_key_is_documented_once():

@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from model.config import (HUB_IDS, IGNORED_FIELDS, KNOWN_CONFIGS, from_transformers, get_config,
-                          read_config_file)
+from model.config import (HUB_IDS, IGNORED_FIELDS, KNOWN_CONFIGS, KNOWN_MOE_CONFIGS, MOE_HUB_IDS,
+                          from_transformers, get_config, read_config_file)
 
 REPO = Path(__file__).resolve().parents[1]
-RELEASED = [name for name in KNOWN_CONFIGS if name.startswith("Qwen3-")]
+# the released dense configs (the MoE ones, also KNOWN_CONFIGS names, are read in tests/test_model_moe.py)
+RELEASED = [name for name in KNOWN_CONFIGS if name.startswith("Qwen3-") and name not in KNOWN_MOE_CONFIGS]
 
 # The config.json of Qwen/Qwen3-0.6B as published (written by transformers 4.51.0).
 QWEN3_0_6B_PUBLISHED = {
@@ -99,7 +100,9 @@ def test_hub_ids_are_aliases_of_known_configs():
     assert HUB_IDS["Qwen/Qwen3-8B"] == "Qwen3-8B"
     for hub_id, name in HUB_IDS.items():
         assert get_config(hub_id) == KNOWN_CONFIGS[name]
-    assert sorted(HUB_IDS.values()) == sorted(RELEASED)
+    # dense and MoE: one namespace (Qwen/Qwen3-30B-A3B is a hub id as Qwen/Qwen3-8B is)
+    assert sorted(HUB_IDS.values()) == sorted(RELEASED + list(MOE_HUB_IDS.values()))
+    assert HUB_IDS["Qwen/Qwen3-30B-A3B"] == "Qwen3-30B-A3B"
     with pytest.raises(ValueError, match=r"unknown config name 'Qwen/Qwen3-15B'.*Qwen/Qwen3-14B"):
         get_config("Qwen/Qwen3-15B")
 
@@ -117,10 +120,13 @@ def published(**changes) -> dict:
 
 
 @pytest.mark.parametrize("fields, message", [
+    # a qwen3_moe file is read as MoE (tests/test_model_moe.py); a dense file relabelled so lacks its fields
     pytest.param(published(model_type="qwen3_moe"),
-                 "model_type 'qwen3_moe' is not modelled: model/qwen3.py implements the dense Qwen3 decoder "
-                 "(model_type 'qwen3') only", id="model-type-qwen3-moe"),
-    pytest.param(published(model_type="llama"), "model_type 'llama' is not modelled", id="model-type-llama"),
+                 "missing field(s): num_experts, num_experts_per_tok, moe_intermediate_size",
+                 id="model-type-qwen3-moe-without-experts"),
+    pytest.param(published(model_type="llama"),
+                 "model_type 'llama' is not modelled: model/qwen3.py and model/qwen3_moe.py implement the Qwen3 "
+                 "dense and MoE decoders (model_type 'qwen3' and 'qwen3_moe') only", id="model-type-llama"),
     pytest.param(published(use_sliding_window=True, sliding_window=4096),
                  "use_sliding_window: True: sliding-window attention is not modelled", id="sliding-window-on"),
     pytest.param(published(layer_types=["full_attention", "sliding_attention"]),
@@ -151,6 +157,16 @@ def test_refusals_name_what_was_found(tmp_path, fields, message):
     text = str(info.value)
     assert text.startswith(f"{path}: ") and message in text, text
     assert "\n" not in text
+
+
+def test_the_dense_only_reader_refuses_qwen3_moe(tmp_path):
+    """``moe=False`` keeps the dense-only reading: a qwen3_moe file is refused by its model_type."""
+    path = write_json(tmp_path / "config.json", published(model_type="qwen3_moe"))
+    with pytest.raises(ValueError) as info:
+        read_config_file(path, moe=False)
+    assert str(info.value) == (f"{path}: model_type 'qwen3_moe' is not modelled: model/qwen3.py implements the dense "
+                               "Qwen3 decoder (model_type 'qwen3') only, and another architecture has other "
+                               "parameters and numbers")
 
 
 def test_a_refused_file_written_by_transformers(hf, tmp_path):

@@ -91,7 +91,12 @@ RELEASED = {  # hidden, layers, heads, kv, intermediate, tie: published config.j
 
 
 def test_known_config_names():
-    assert list(KNOWN_CONFIGS) == ["walkthrough", *RELEASED]
+    # one namespace of names: the dense configs first, then the MoE ones (model.KNOWN_MOE_CONFIGS)
+    assert list(KNOWN_CONFIGS) == ["walkthrough", *RELEASED, "moe-tiny", "Qwen3-30B-A3B", "Qwen3-235B-A22B"]
+    assert list(model.KNOWN_MOE_CONFIGS) == ["moe-tiny", "Qwen3-30B-A3B", "Qwen3-235B-A22B"]
+    for name, c in KNOWN_CONFIGS.items():  # every dense name is dense, every MoE name MoE
+        assert isinstance(c, model.Qwen3MoeConfig) == (name in model.KNOWN_MOE_CONFIGS), name
+        assert get_config(name) is c
 
 
 @pytest.mark.parametrize("name", list(RELEASED))

@@ -70,7 +70,7 @@ def test_the_phase_trail_replays_phases_shorter_than_the_poll():
     in each of them, in order, while a slower rank stays where it is."""
     import multiprocessing
 
-    from harness.run.launch import PhaseTrail, _report_trail
+    from harness.run.launch.phase_trail import PhaseTrail, report_trail
 
     trail = PhaseTrail(multiprocessing.get_context("spawn"), 2)
     for phase in ("setup", "forward", "backward", "optimizer"):
@@ -78,12 +78,12 @@ def test_the_phase_trail_replays_phases_shorter_than_the_poll():
     trail.enter(1, "setup")
     calls: list[dict[int, str]] = []
     reported = [0, 0]
-    _report_trail(trail, reported, calls.append)
+    report_trail(trail, reported, calls.append)
     assert [c[0] for c in calls] == ["setup", "forward", "backward", "optimizer"]
     assert {c[1] for c in calls} == {"setup"}
     trail.enter(1, "forward")
     calls.clear()
-    _report_trail(trail, reported, calls.append)
+    report_trail(trail, reported, calls.append)
     assert calls == [{0: "optimizer", 1: "forward"}]
     for _ in range(PhaseTrail.DEPTH + 3):  # more than the ring holds: the latest DEPTH are kept
         trail.enter(1, "backward")

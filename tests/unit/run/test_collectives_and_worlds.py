@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.run.launch import RunError, joined_world
+from harness.run.launch.errors import RunError
+from harness.run.launch.joined import joined_world
 from harness.contract.observation import ObservationError, validate_observation
 from harness.run.recorders.collectives import AttributionError, Span, attribute, parse_fsdp_label
 from harness.run.runner import run_setup

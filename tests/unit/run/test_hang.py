@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from harness.run.hang import ProgressBoard, diagnose, per_rank_lines
+from harness.run.launch.hang import ProgressBoard, diagnose, per_rank_lines
 
 
 def rec(seq, op="all_gather", unit="layers.0", phase="forward"):
@@ -81,7 +81,8 @@ def test_the_board_round_trips_records_and_cuts_long_ones():
 def test_an_injected_hang_names_the_stuck_rank_and_collective():
     from harness.load.setup import ModelSetup, RunSetup
     from harness.run.faults import Fault, injected
-    from harness.run.launch import RunTimeout, run_local
+    from harness.run.launch.errors import RunTimeout
+    from harness.run.launch.local import run_local
 
     setup = RunSetup(model=ModelSetup(overrides={"num_hidden_layers": 2}), mesh_shape=(3,), numerics=False)
     start = time.monotonic()

@@ -1,6 +1,6 @@
 """The simulated backend's set-up: ``fully_shard`` outside ``FakeTensorMode``, the same document.
 
-``harness.run.simulate`` shards a model without data (on ``meta``, or on untouched CPU storage
+``harness.run.rank.fake`` shards a model without data (on ``meta``, or on untouched CPU storage
 when the rank's shard is small) outside ``FakeTensorMode`` and gives it fake storage after;
 which storage it picks must not show in the observation. The per-rank timings of a simulation
 are benchmarks (benchmarks/bench_fake.py), not tests.
@@ -17,7 +17,7 @@ import torch
 import model as qwen3
 from harness.load.setup import ModelSetup, RunSetup
 from harness.load.spec import load_spec
-from harness.run import simulate
+from harness.run.rank import fake
 from harness.run.runner import run_setup
 
 SPECS = Path(__file__).resolve().parents[1] / "specs"
@@ -32,7 +32,7 @@ def _without_timings(doc: dict) -> dict:
 def test_storage_for_sharding_does_not_show_in_the_observation(spec, rank, monkeypatch):
     setup = dataclasses.replace(load_spec(SPECS / spec).setup, observe_ranks=(rank,))
     on_cpu = run_setup(setup, backend="fake")
-    monkeypatch.setattr(simulate, "LAZY_SHARD_BYTES", -1)  # every model sharded from meta
+    monkeypatch.setattr(fake, "LAZY_SHARD_BYTES", -1)  # every model sharded from meta
     on_meta = run_setup(setup, backend="fake")
     assert _without_timings(on_meta) == _without_timings(on_cpu)
 
@@ -40,14 +40,14 @@ def test_storage_for_sharding_does_not_show_in_the_observation(spec, rank, monke
 def test_storage_for_sharding_by_the_rank_shard_size():
     config = qwen3.get_config("walkthrough", num_hidden_layers=1, tie_word_embeddings=True)
     small = qwen3.Qwen3ForCausalLM(config, device=torch.device("meta"), dtype=torch.float16)
-    assert simulate.storage_for_sharding(small, 4) == "cpu"
+    assert fake.storage_for_sharding(small, 4) == "cpu"
     assert {p.device.type for p in small.parameters()} == {"cpu"}
     assert small.lm_head.weight is small.model.embed_tokens.weight  # tied again after to_empty
     big = qwen3.Qwen3DecoderStack(qwen3.get_config("Qwen3-32B", num_hidden_layers=1), device=torch.device("meta"),
                                   dtype=torch.bfloat16)  # 975 MB: a 2-rank shard is over the limit
-    assert simulate.storage_for_sharding(big, 2) == "meta"
+    assert fake.storage_for_sharding(big, 2) == "meta"
     assert {p.device.type for p in big.parameters()} == {"meta"}
-    assert simulate.storage_for_sharding(big, 1024) == "cpu"
+    assert fake.storage_for_sharding(big, 1024) == "cpu"
 
 
 def test_reshard_after_forward_int_simulates():

@@ -300,7 +300,7 @@ def _checkpoint_folders() -> set[str]:
 @pytest.mark.slow
 def test_rank_zero_makes_and_removes_the_folder_when_the_launcher_gives_none():
     """run_local without a folder is what a joined (torchrun) world does: rank 0 makes one."""
-    from harness.run.launch import run_local
+    from harness.run.launch.local import run_local
 
     before = _checkpoint_folders()
     results = run_local(RunSetup.from_mapping(TINY), backend="gloo", timeout_s=300)

@@ -157,8 +157,14 @@ def test_params_total_fail_on_one_rank(obs):
 
 def test_params_total_unknown(obs):
     assert_error(run("params_total", obs, unit="layers.7", count=11), "'layers.7'", "units: ['layers.0', 'layers.1', '']")
-    assert_error(run("params_total", obs, role="root", count=0), "no parameters selected", "'role': 'root'")
     assert_error(run("params_total", obs, layer=2, count=11), "decoder layer 2", "layers: [0, 1]")
+
+
+def test_params_total_of_a_root_without_parameters_is_zero(obs):
+    # The walkthrough's root holds no parameter: a selection of zero parameters, checked, not an error.
+    assert run("params_total", obs, role="root", count=0).status == "pass"
+    assert run("params_total", obs, unit="root", count=0, numel=0, local_bytes=0).status == "pass"
+    assert_fails(run("params_total", obs, unit="root", count=1), "count", "1", "0 (ranks 0-3)", [0, 1, 2, 3])
 
 
 # --- input --------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ in a second or two, issuing every collective with its real sizes.
 For each rank in ``setup.observe_ranks`` (default: every rank of a world of at most
 :data:`ALL_RANKS_UP_TO` ranks, else rank 0) :func:`run_simulated` initializes
 the fake group as that rank, runs the same rank step as a real run
-(``harness.run.rank_step.run_step(..., simulated=True)``) and destroys the group. The document
+(``harness.run.rank.step.run_step(..., simulated=True)``) and destroys the group. The document
 has the same form as a real run's: parameters and local shapes, every collective with sizes
 and bytes, memory from ``FSDPMemTracker`` (which works on fake tensors: sizes from their
 metadata); ``numerics: null``; ``environment.simulated: true``, launcher "simulated", backend
@@ -19,23 +19,7 @@ It runs in the calling process (no rank processes), so it needs a process withou
 process group (not inside torchrun). ``timeout_s`` is checked between simulated ranks: a
 simulation cannot hang on a collective.
 
-Where the time goes as the world grows. ``fully_shard`` is called *outside* ``FakeTensorMode``
-on a model without data (:func:`storage_for_sharding`), and the sharded model is then given
-fake storage inside it (:func:`materialize_fake`) for the step. Inside ``FakeTensorMode`` every
-op is a Python dispatch (about 100 us here), and FSDP2 issues a number of ops per parameter
-that grows with the shard-group size ``W``: torch 2.13's ``_chunk_with_empty``
-(``torch/distributed/fsdp/_fully_shard/_fsdp_common.py``) makes ``torch.chunk``'s views (up to
-``W``) and then one ``new_empty(0)`` for each rank left without rows, and ``FSDPParam`` calls it
-twice per parameter (``_init_sharded_param`` and ``_init_sharded_post_forward_param_metadata``):
-about 247,000 ops at 16,384 ranks for one Qwen3-32B layer. That loop is torch's and stays
-linear in ``W``; what is left to choose is what one op costs. ``new_empty`` on a ``meta``
-tensor runs a Python reference (about 14 us); on a CPU tensor it is C++ (about 1.5 us), so a
-model whose rank shard is small (:data:`LAZY_SHARD_BYTES`) is sharded from CPU storage that is
-reserved but never written (``torch.empty``: the kernel backs untouched pages on first write,
-and ``fully_shard`` copies only this rank's rows). The forward, backward and optimizer step do
-not grow with ``W``. Past what a simulation reaches in seconds, the closed-form
-``harness.contract.calculator`` gives the same sizes (``tests/test_calculator_vs_fake.py``
-cross-checks the two up to 16,384 ranks).
+How the simulated rank puts its model on fake storage, and why it is fast: ``harness.run.rank.fake``.
 """
 
 from __future__ import annotations
@@ -48,54 +32,16 @@ import traceback
 import warnings
 from typing import Any, Callable, Iterator
 
-from harness.run.launch import RunError, RunTimeout
+from harness.contract.names import RANK_PHASES, rank_phase_code
 from harness.contract.observation import build_observation
+from harness.run.launch.errors import RunError, RunTimeout
 
-__all__ = ["run_simulated", "ALL_RANKS_UP_TO", "LAZY_SHARD_BYTES", "storage_for_sharding", "materialize_fake"]
+__all__ = ["run_simulated", "ALL_RANKS_UP_TO"]
 
 # Simulating a rank costs well under a second for the walkthrough: small worlds record them all,
 # so a spec written for real ranks checks every rank when simulated too.
 ALL_RANKS_UP_TO = 8
 
-
-# fully_shard copies the rank's rows into a zeroed, padded shard: that much memory is written.
-LAZY_SHARD_BYTES = 256 * 2**20
-
-
-def storage_for_sharding(root: Any, shard_group_size: int) -> str:
-    """Put the ``meta``-built ``root`` on the storage where ``fully_shard`` is cheapest.
-
-    ``"cpu"`` (``root.to_empty(device="cpu")``: uninitialized, untouched storage) when this
-    rank's shards take at most :data:`LAZY_SHARD_BYTES` (the model's parameter bytes divided by
-    ``shard_group_size``, the last mesh dim), else ``"meta"`` (left as it is). The values are
-    never read: :func:`materialize_fake` replaces every tensor by a fake one before the step.
-
-    Returns:
-        the device type ``root`` is on: ``"cpu"`` or ``"meta"``.
-    """
-    total = sum(p.numel() * p.element_size() for p in root.parameters())
-    if total // max(shard_group_size, 1) > LAZY_SHARD_BYTES:
-        return "meta"
-    root.to_empty(device="cpu")
-    if hasattr(root, "tie_weights"):  # to_empty makes a Parameter per module: tie them again
-        root.tie_weights()
-    return "cpu"
-
-
-def materialize_fake(root: Any, device: Any) -> None:
-    """Inside ``FakeTensorMode``: give the sharded ``root`` fake storage on ``device``.
-
-    ``root.to_empty(device=device)`` swaps every parameter (FSDP's ``DTensor`` shards, the tied
-    weights kept tied) and buffer for a fake tensor of the same shape and dtype; FSDP2 re-pads
-    the shards at its lazy init (``FSDPParam.reset_sharded_param``), as after a meta-device
-    init on real ranks. RoPE's ``inv_freq`` is recomputed (values unused: nothing is read).
-    """
-    import model as qwen3
-
-    root.to_empty(device=device)
-    for m in root.modules():
-        if isinstance(m, qwen3.Qwen3RotaryEmbedding):
-            m.reset_parameters()
 
 
 @contextlib.contextmanager
@@ -145,7 +91,7 @@ def run_simulated(setup: Any, *, timeout_s: float = 300.0, trace_dir: str | None
     """The observation document of ``setup`` simulated with the fake backend (validated).
 
     ``trace_dir``: an existing folder; each simulated rank's profiler trace is written there
-    (``rank<r>.json``, see ``harness.run.rank_step.run_step``). ``on_progress``: called with
+    (``rank<r>.json``, see ``harness.run.rank.step.run_step``). ``on_progress``: called with
     every simulated rank's phase (rank -> phase name) as each one moves on.
 
     Raises:
@@ -160,7 +106,7 @@ def run_simulated(setup: Any, *, timeout_s: float = 300.0, trace_dir: str | None
     if bad:
         raise RunError(f"setup.observe_ranks {bad}: not ranks of a world of {world_size}")
     deadline = time.monotonic() + timeout_s
-    phases = dict.fromkeys(ranks, "starting")
+    phases = dict.fromkeys(ranks, RANK_PHASES[0])
 
     with _signals_at_safe_points() as deliver_signals:
         # torch's own import (seconds, in this process) is held too: a Ctrl-C inside it left numpy
@@ -182,13 +128,14 @@ def _simulate(setup: Any, ranks: list[int], phases: dict[int, str], deadline: fl
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from harness.run.rank_step import run_step
+    from harness.run.rank.step import run_step
 
     world_size = setup.world_size
     results = []
 
     def on_phase(rank: int, phase: str) -> None:
         deliver_signals()  # a safe point: the phase's own Python code, not a callback under C++
+        rank_phase_code(phase)  # the one phase table: an unknown name raises here as in a local rank
         phases[rank] = phase
         if on_progress is not None:
             on_progress(dict(phases))
@@ -199,7 +146,7 @@ def _simulate(setup: Any, ranks: list[int], phases: dict[int, str], deadline: fl
             raise RunTimeout(
                 f"simulation timed out after {timeout_s:g} s; ranks {ranks[i:]} were not simulated",
                 pending=ranks[i:],
-                phases={r: "not started" for r in ranks[i:]},
+                phases=dict.fromkeys(ranks[i:], RANK_PHASES[0]),
             )
         dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
         try:

@@ -13,7 +13,7 @@ collective timed out reads every rank's records back. E.g.
 Sequence numbers are the rank's collective index (the observation's ``index``), the same on
 every rank of a symmetric step. On NCCL, PyTorch's flight recorder keeps its own record
 (``TORCH_NCCL_TRACE_BUFFER_SIZE``); the launcher asks it to dump (see
-``harness.run.launch``) and names the files.
+``harness.run.launch.flight_recorder``) and names the files.
 """
 
 from __future__ import annotations

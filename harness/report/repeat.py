@@ -1,0 +1,120 @@
+"""``run --repeat N``: each spec run N times, every observed field that differed, and ``unstable`` entries.
+
+Pure functions of the N observation documents and the N lists of results of one spec:
+
+- :func:`varying_fields`: every value (``harness.report.compare``'s keys, timings left out)
+  that is not the same in all runs, with its value in each run;
+- :func:`repeated_outcomes`: per entry, its outcome over the runs. An entry whose observed
+  values (or status) differ between runs reads a varying field: it is ``unstable``, with each
+  run's values and status; never counted as passed or failed;
+- :func:`exit_status`: 1 when an entry fails in every run alike, else 3 when an entry is
+  unstable, else 0.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from harness.report.compare import KINDS, Key, flatten_observation, selector_text
+
+__all__ = ["UNSTABLE_EXIT", "Varying", "RepeatedOutcome", "varying_fields", "repeated_outcomes", "exit_status",
+           "format_varying", "format_unstable", "summary_line"]
+
+UNSTABLE_EXIT = 3
+"""``run --repeat``'s exit status when no entry fails in every run but one is unstable."""
+
+
+@dataclass(frozen=True)
+class Varying:
+    """One observed value that differed: its key and its value in each run (None: absent)."""
+
+    key: Key
+    values: tuple
+
+
+@dataclass(frozen=True)
+class RepeatedOutcome:
+    """One entry over the runs: ``status`` is its status when every run agrees, else ``unstable``;
+    ``runs`` holds per run ``(status, {field: observed})``."""
+
+    result: Any  # the first run's CheckResult (entry, fields)
+    status: str
+    runs: tuple
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def varying_fields(documents: Sequence[Mapping[str, Any]]) -> list[Varying]:
+    """Every value not the same in all ``documents`` (one spec's runs), in document order."""
+    flats = [flatten_observation(doc) for doc in documents]
+    keys = list(dict.fromkeys(k for flat in flats for k in flat))
+    out = []
+    for key in keys:
+        values = tuple(flat.get(key) for flat in flats)
+        if len({_text(v) for v in values}) > 1:
+            out.append(Varying(key, values))
+    return out
+
+
+def repeated_outcomes(runs: Sequence[Sequence[Any]]) -> list[RepeatedOutcome]:
+    """Per entry (the runs' results in the same entry order), its outcome over all runs."""
+    out = []
+    for per_run in zip(*runs):
+        seen = tuple((r.status, {f.field: f.observed for f in r.fields}) for r in per_run)
+        same = len({_text(s) for s in seen}) == 1
+        out.append(RepeatedOutcome(per_run[0], per_run[0].status if same else "unstable", seen))
+    return out
+
+
+def exit_status(outcomes: Sequence[RepeatedOutcome], failing: frozenset) -> int:
+    """1 when an entry fails alike in every run (``failing``: the failing statuses), else
+    :data:`UNSTABLE_EXIT` when one is unstable, else 0."""
+    if any(o.status in failing for o in outcomes):
+        return 1
+    return UNSTABLE_EXIT if any(o.status == "unstable" for o in outcomes) else 0
+
+
+def _which(values: Sequence[Any]) -> str:
+    """``9441792 (runs 1, 3); 4720896 (run 2)``: each distinct value and the runs (1-based) that saw it."""
+    groups: dict[str, list[int]] = {}
+    for i, v in enumerate(values, start=1):
+        groups.setdefault(_text(v), []).append(i)
+    return "; ".join(f"{v} (run{'s' if len(r) > 1 else ''} {', '.join(map(str, r))})" for v, r in groups.items())
+
+
+def format_varying(varying: Sequence[Varying]) -> list[str]:
+    """One line per varying value: check kind, selector, field, the values and their runs."""
+    return [f"  varies: {KINDS.get(v.key.part, v.key.part)} {selector_text(v.key)}: {v.key.field}: {_which(v.values)}"
+            for v in varying]
+
+
+def format_unstable(outcomes: Sequence[RepeatedOutcome]) -> list[str]:
+    """For each unstable entry: its mark, id and place, each field's observed values and each run's status."""
+    lines = []
+    for o in outcomes:
+        if o.status != "unstable":
+            continue
+        e = o.result.entry
+        lines.append(f"~ unstable {e.spec}:{e.line}: [{e.table or e.section}] {e.id}: "
+                     f"status {_which([s for s, _ in o.runs])}")
+        for name in o.runs[0][1]:
+            values = [observed.get(name) for _, observed in o.runs]
+            if len({_text(v) for v in values}) > 1:
+                lines.append(f"    {name}: {_which(values)}")
+    return lines
+
+
+def summary_line(outcomes: Sequence[RepeatedOutcome], runs: int, failing: frozenset) -> str:
+    """``113 passed, 0 failed, 2 unstable over 3 runs`` (skipped and known deviations when present)."""
+    count = {s: sum(o.status == s for o in outcomes) for s in ("pass", "skip", "xfail", "unstable")}
+    failed = sum(o.status in failing for o in outcomes)
+    parts = [f"{count['pass']} passed", f"{failed} failed", f"{count['unstable']} unstable"]
+    if count["skip"]:
+        parts.append(f"{count['skip']} skipped")
+    if count["xfail"]:
+        parts.append(f"{count['xfail']} known deviations")
+    return ", ".join(parts) + f" over {runs} runs"

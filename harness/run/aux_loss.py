@@ -1,0 +1,77 @@
+"""The MoE auxiliary (load-balancing) loss, added to the step's loss as transformers adds it.
+
+transformers' ``Qwen3MoeForCausalLM.forward`` with ``output_router_logits`` (a
+``Qwen3MoeConfig`` field) returns ``loss + router_aux_loss_coef * aux_loss``, where ``aux_loss``
+is ``load_balancing_loss_func`` of every sparse layer's router logits of that forward
+(``model.qwen3_moe``). A spec switches it on the same way, with no setup key of its own:
+``setup.model.overrides: {output_router_logits: true}`` (and ``router_aux_loss_coef``).
+
+:func:`with_router_aux_loss` wraps the step's loss function: a forward hook on every
+``Qwen3MoeTopKRouter`` forward (process-wide, ``torch.nn.modules.module.register_module_forward_hook``,
+so the sharded model and the replica alike) keeps the router logits of forwards that build a
+graph; the next loss call adds the auxiliary loss of those logits and lets them go. A router
+re-run inside backward (activation checkpointing) is not kept: its forward was counted.
+Each rank's auxiliary loss is over its own tokens, as in data-parallel training; the
+replica computes the same per-rank loss, so the averaged gradients compare equal.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable
+
+import torch
+
+__all__ = ["with_router_aux_loss", "RouterAuxLoss"]
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class RouterAuxLoss:
+    """``loss(output, inputs) = base(output, inputs) + coef * aux`` (a float32 scalar).
+
+    Args:
+        base: the step's loss function.
+        config: the ``model.Qwen3MoeConfig``: ``num_experts``, ``num_experts_per_tok``,
+            ``router_aux_loss_coef``.
+    """
+
+    def __init__(self, base: LossFn, config: Any) -> None:
+        from torch.nn.modules.module import register_module_forward_hook
+
+        from model.qwen3_moe import Qwen3MoeTopKRouter
+
+        self.base, self.config = base, config
+        self._logits: list[torch.Tensor] = []
+        me = weakref.ref(self)
+
+        def keep(module: torch.nn.Module, args: Any, output: Any) -> None:
+            owner = me()
+            if owner is not None and isinstance(module, Qwen3MoeTopKRouter) and torch.is_grad_enabled() \
+                    and torch._C._current_graph_task_id() == -1:
+                owner._logits.append(output[0])  # (T, E) router logits, live: the aux loss backpropagates
+
+        self._handle = register_module_forward_hook(keep)
+        weakref.finalize(self, self._handle.remove)
+
+    def remove(self) -> None:
+        """Remove the forward hook (also done when this object is collected)."""
+        self._handle.remove()
+
+    def __call__(self, output: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
+        from model.qwen3_moe import load_balancing_loss_func
+
+        loss = self.base(output, inputs)
+        logits, self._logits = tuple(self._logits), []
+        if not logits:  # no graph was built (no_grad forward): nothing to balance
+            return loss
+        aux = load_balancing_loss_func(logits, self.config.num_experts, self.config.num_experts_per_tok)
+        return loss + self.config.router_aux_loss_coef * aux.to(loss.device)
+
+
+def with_router_aux_loss(loss_fn: LossFn, config: Any) -> LossFn:
+    """``loss_fn`` plus the auxiliary loss when ``config`` is a ``Qwen3MoeConfig`` with
+    ``output_router_logits`` (transformers' switch); else ``loss_fn`` itself."""
+    if not getattr(config, "output_router_logits", False) or getattr(config, "num_experts", None) is None:
+        return loss_fn
+    return RouterAuxLoss(loss_fn, config)

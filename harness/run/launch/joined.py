@@ -1,0 +1,145 @@
+"""The joined world: this process is one rank of a world torchrun (or any launcher) set up.
+
+Under ``torchrun`` (RANK, WORLD_SIZE and MASTER_ADDR set) every rank runs the step, rank 0
+gathers all ranks' entries (``gather_object``) and returns the document, the other ranks
+return None. The launcher owns failure handling there; a hang ends at the process group's
+timeout with an error that says which rank is stuck where (each rank's collectives are
+reported to the process group's store, ``harness.run.launch.hang.StoreProgress``).
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from typing import Any, Mapping
+
+from harness.contract.observation import build_observation
+from harness.load.setup import RunSetup
+from harness.run.launch.backend import resolve_backend
+from harness.run.launch.errors import RunError
+
+__all__ = ["joined_world", "run_joined"]
+
+
+def joined_world(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """The world torchrun (or any launcher) set up, from its environment; None if not joined.
+
+    Returns ``{"rank", "world_size", "local_rank", "local_world_size"}`` when RANK,
+    WORLD_SIZE and MASTER_ADDR are all set.
+    """
+    env = os.environ if environ is None else environ
+    if not all(k in env for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR")):
+        return None
+    world_size = int(env["WORLD_SIZE"])
+    return {
+        "rank": int(env["RANK"]),
+        "world_size": world_size,
+        "local_rank": int(env.get("LOCAL_RANK", env["RANK"])),
+        "local_world_size": int(env.get("LOCAL_WORLD_SIZE", world_size)),
+    }
+
+
+def run_joined(setup: RunSetup, backend: str, timeout_s: float, world: dict[str, Any],
+               trace_dir: str | None = None) -> dict | None:
+    """Run ``setup`` as this process's rank of ``world`` (:func:`joined_world`); rank 0 returns
+    the validated document, every other rank None.
+
+    Raises:
+        RunError: the world's size is not the setup's, the ranks run different setups, or
+            this rank raised (with every rank's last collectives where any were entered).
+    """
+    import torch.distributed as dist
+
+    from harness.run.rank.step import run_step
+
+    rank, world_size = world["rank"], world["world_size"]
+    _check_world_size(setup, world)
+    device_type, created = _join(backend, world, timeout_s)
+    try:
+        _check_same_setup(setup, rank, world_size)
+        from harness.run.launch.hang import StoreProgress
+
+        store = dist.distributed_c10d._get_default_store()
+        try:
+            result = run_step(setup, rank, world_size, device_type, trace_dir=trace_dir,
+                              collective_log=StoreProgress(store, rank))
+        except Exception as exc:
+            tb = traceback.format_exc()
+            raise RunError.rank_raised(rank, tb, after=_joined_diagnosis(store, world_size)) from exc
+        gathered: list[Any] | None = [None] * world_size if rank == 0 else None
+        dist.gather_object(result, gathered, dst=0)
+        if rank != 0:
+            return None
+        return build_observation(setup, gathered, launcher="joined", simulated=False)
+    finally:
+        if created:
+            dist.destroy_process_group()
+
+
+def _check_world_size(setup: RunSetup, world: dict[str, Any]) -> None:
+    world_size = world["world_size"]
+    if world_size == setup.world_size:
+        return
+    per_node = world["local_world_size"]
+    shape = (f"{world_size // per_node} nodes x {per_node} processes" if world_size % per_node == 0
+             else f"{per_node} processes on this node")
+    # Every rank finds this; rank None: a world error, not one rank's (the CLI prints it once).
+    raise RunError(
+        f"joined a world of {world_size} ranks ({shape}), but setup.mesh.shape {list(setup.mesh_shape)} "
+        f"needs {setup.world_size}: launch {setup.world_size} ranks (torchrun --nnodes N --nproc-per-node M "
+        f"with N x M = {setup.world_size}) or change the spec's mesh",
+        rank=None,
+    )
+
+
+def _join(backend: str, world: dict[str, Any], timeout_s: float) -> tuple[str, bool]:
+    """(device type, whether this call made the default process group), joining the world if needed."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    pg_backend, device_type = resolve_backend(backend, world["world_size"], world["local_world_size"])
+    if not dist.is_initialized():
+        if device_type == "cuda":
+            torch.cuda.set_device(world["local_rank"])
+        dist.init_process_group(pg_backend, init_method="env://", timeout=timedelta(seconds=timeout_s))
+        return device_type, True
+    if dist.get_backend() != pg_backend:
+        device_type = "cuda" if str(dist.get_backend()) == "nccl" else "cpu"
+    return device_type, False
+
+
+def _joined_diagnosis(store: Any, world_size: int) -> str:
+    """Where every rank was when this one failed (a collective that timed out: who never came)."""
+    from harness.run.launch.hang import diagnose, per_rank_lines, read_store
+
+    progress = read_store(store, world_size)
+    if not any(p["entered"] for p in progress.values()):
+        return ""
+    return "\n".join(["", f"Diagnosis: {diagnose(progress)}.", *per_rank_lines(progress)])
+
+
+def _check_same_setup(setup: RunSetup, rank: int, world_size: int) -> None:
+    """Every rank of a joined world must run the same setup (the same spec, harness and torch):
+    one collective (``all_gather_object``) compares them before the step.
+
+    Raises:
+        RunError: (on every rank, rank None) naming the ranks and hosts whose setup or torch differs.
+    """
+    import socket
+
+    import torch
+    import torch.distributed as dist
+
+    mine = {"setup": setup.cache_key(), "torch": str(torch.__version__), "host": socket.gethostname()}
+    everyone: list[Any] = [None] * world_size
+    dist.all_gather_object(everyone, mine)
+    reference = everyone[0]
+    differ = [(r, e) for r, e in enumerate(everyone)
+              if (e["setup"], e["torch"]) != (reference["setup"], reference["torch"])]
+    if differ:
+        listed = "; ".join(f"rank {r} on {e['host']}: setup {e['setup']}, torch {e['torch']}" for r, e in differ)
+        raise RunError(f"the ranks do not run the same spec: rank 0 on {reference['host']} has setup "
+                       f"{reference['setup']}, torch {reference['torch']}; {listed}. Give every node the same "
+                       "spec file and harness.", rank=None)

@@ -1,0 +1,233 @@
+"""The local world: ``setup.world_size`` rank processes started here and supervised to the end.
+
+Ranks are forked from the harness's forkserver (``harness.run.launch.forkserver``) and meet
+through a file store in a fresh folder of this process's session folder
+(``init_method="file://..."``): no TCP port, so parallel pytest-xdist workers never collide.
+
+Each rank sends one message on its own pipe: its observation, or its traceback. The parent
+waits on all pipes against one deadline (a pipe also reports its rank's death: EOF):
+
+- a rank that raises: its traceback arrives, every other rank is killed, ``RunError``
+  names the rank and carries the traceback;
+- a rank that dies without a message (killed, ``os._exit``, segfault): the same, with its
+  exit code;
+- the deadline passes (a hang, e.g. mismatched collectives): every rank is killed,
+  ``RunTimeout`` lists the ranks that had not finished, the phase each was in, and the
+  diagnosis of ``harness.run.launch.hang``;
+- in every case all rank processes are killed and joined before returning or raising.
+  Ranks also hold a lifeline pipe to the parent and exit if it disappears, so not even a
+  killed parent leaves ranks behind.
+
+Backend ``auto`` is resolved in the ranks (the parent need not import torch): NCCL with one
+GPU per rank (``cuda:<local rank>``) when at least world-size GPUs are visible, gloo on CPU
+otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+from typing import Any, Callable, Mapping
+
+from harness.run.launch import flight_recorder
+from harness.run.launch.backend import resolve_backend
+from harness.run.launch.errors import RunError, RunTimeout
+from harness.run.launch.forkserver import forkserver_context, ranks_skip_main
+from harness.run.launch.hang import ProgressBoard, diagnose, per_rank_lines
+from harness.run.launch.phase_trail import PhaseTrail, report_trail
+from harness.run.launch.rank_process import RankLaunch, rank_main
+from harness.run.launch.session import session_dir
+
+__all__ = ["run_local"]
+
+_STARTUP_PHASES = ("starting", "init_process_group")
+_GRACE_S = 0.5  # after a failure: how long the failing rank's peers get to report their own
+
+
+def run_local(
+    setup: Any,
+    *,
+    backend: str = "auto",
+    timeout_s: float = 300.0,
+    trace_dir: str | None = None,
+    on_progress: Callable[[dict[int, str]], None] | None = None,
+    step: str | None = None,
+    step_kwargs: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Run ``setup`` on ``setup.world_size`` ranks spawned here; results in rank order.
+
+    Args:
+        setup: a :class:`harness.load.setup.RunSetup`.
+        backend: "auto", "gloo" or "nccl".
+        timeout_s: the whole run's deadline, from the first process start.
+        trace_dir: an existing folder; each rank writes its profiler trace there
+            (``rank<r>.json``, see ``harness.run.rank.step.run_step``).
+        on_progress: called in this process with every rank's phase (rank -> a name of
+            ``harness.contract.names.RANK_PHASES``) when any rank's phase changes (polled
+            about 5 times a second).
+        step: the rank body as "module:function" with ``run_step``'s arguments (default:
+            ``harness.run.rank.step:run_step``), e.g. ``harness.run.checkpoint:reload_step``.
+        step_kwargs: keyword arguments added to the rank body's call (they must pickle).
+
+    Returns:
+        Per rank, ``harness.run.rank.step.run_step``'s result.
+
+    Raises:
+        ValueError: ``backend`` is not auto, gloo or nccl.
+        RunError: a rank raised or died (message names the rank, carries its traceback).
+        RunTimeout: the deadline passed first.
+    """
+    if backend not in ("auto", "gloo", "nccl"):
+        raise ValueError(f"backend {backend!r}: run_local takes auto, gloo or nccl")
+    if backend == "nccl":
+        resolve_backend(backend, setup.world_size)  # too few GPUs: fail here, before any process starts
+    ctx = forkserver_context()
+    world = _LocalWorld(ctx, setup.world_size, time.monotonic() + timeout_s, timeout_s,
+                        tempfile.mkdtemp(prefix="run-", dir=session_dir()),
+                        # NCCL ranks keep PyTorch's flight recorder; its dumps outlive the run (removed if none).
+                        flight_recorder.make_folder() if backend in ("auto", "nccl") else None)
+    # Tests only (harness.run.faults): the phase hooks registered here, carried to the ranks.
+    from harness.run.recorders.phases import PHASE_HOOKS
+
+    kwargs = dict(step_kwargs or {}, **({"trace_dir": trace_dir} if trace_dir is not None else {}))
+    launch = RankLaunch(setup=setup, backend=backend, init_file=os.path.join(world.folder, "rendezvous"),
+                        timeout_s=timeout_s, phase_trail=world.trail, board=world.board,
+                        phase_hooks=tuple(PHASE_HOOKS), flight_recorder_dir=world.fr_dir, step=step,
+                        step_kwargs=kwargs)
+    try:
+        world.start(launch)
+        return world.supervise(on_progress)
+    finally:
+        world.close()
+
+
+@dataclass
+class _LocalWorld:
+    """One launch's rank processes, their pipes and shared memory, and how they are watched."""
+
+    ctx: Any
+    world_size: int
+    deadline: float
+    timeout_s: float
+    folder: str  # the rendezvous folder, removed at close
+    fr_dir: str | None
+    procs: list[Any] = field(default_factory=list)
+    readers: dict[Any, int] = field(default_factory=dict)  # a rank's result pipe -> the rank
+    lifelines: list[Any] = field(default_factory=list)
+    results: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.trail = PhaseTrail(self.ctx, self.world_size)
+        self.board = ProgressBoard(self.ctx, self.world_size)  # each rank's last collective, read on a hang
+
+    def start(self, launch: RankLaunch) -> None:
+        for rank in range(self.world_size):
+            reader, writer = self.ctx.Pipe(duplex=False)
+            life_r, life_w = self.ctx.Pipe(duplex=False)
+            p = self.ctx.Process(target=rank_main, name=f"fsdp2-rank-{rank}", args=(rank, launch, writer, life_r),
+                                 daemon=True)
+            with ranks_skip_main():
+                p.start()
+            writer.close()
+            life_r.close()
+            self.procs.append(p)
+            self.readers[reader] = rank
+            self.lifelines.append(life_w)
+
+    def supervise(self, on_progress: Callable[[dict[int, str]], None] | None) -> list[dict[str, Any]]:
+        """Wait for every rank's message; raise the first failure or the timeout."""
+        pending = dict(self.readers)
+        reported = [0] * self.world_size
+        while pending:
+            if on_progress is not None and self.trail.counts() != reported:
+                report_trail(self.trail, reported, on_progress)
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                raise self._timeout(sorted(pending.values()))
+            # A rank's pipe becomes ready with its message, or at EOF when the rank dies
+            # (the rank holds the only write end), so the pipes alone cover every ending.
+            ready = wait(list(pending), timeout=min(remaining, 1.0 if on_progress is None else 0.2))
+            failures = [f for f in (self._receive(r, pending) for r in ready) if f]
+            if failures:
+                raise self._blame(failures, pending)
+        if on_progress is not None and self.trail.counts() != reported:
+            report_trail(self.trail, reported, on_progress)
+        return [self.results[r] for r in range(self.world_size)]
+
+    def _receive(self, reader: Any, pending: dict[Any, int]) -> tuple[int, float, RunError] | None:
+        """Read a ready rank pipe: store a result, or return (cause order, when, the RunError).
+
+        A rank that died without a message sorts first (cause order 0): its peers then fail in
+        their next collective on a closed connection and report their own, earlier-stamped error
+        time, while a death is only seen when its pipe closes, possibly later.
+        """
+        rank = pending.pop(reader)
+        try:
+            kind, when, payload = reader.recv()
+        except (EOFError, OSError):
+            self.procs[rank].join(timeout=5)
+            code = self.procs[rank].exitcode
+            hint = " (SIGKILL: often the kernel's out-of-memory killer)" if code == -9 else ""
+            return 0, time.time(), RunError(
+                f"rank {rank} died without a result (exit code {code}{hint}); no traceback: "
+                f"the process ended abruptly (killed, os._exit, or a crash in native code)",
+                rank=rank,
+            )
+        if kind == "error":
+            return 1, when, RunError.rank_raised(rank, payload)
+        self.results[rank] = json.loads(payload)
+        return None
+
+    def _blame(self, failures: list[tuple[int, float, RunError]], pending: dict[Any, int]) -> RunError:
+        """Peers of a failing rank fail too, a moment later (a closed connection): give them a
+        moment, then blame a rank that died, else the rank that failed first."""
+        grace = time.monotonic() + _GRACE_S
+        while pending and time.monotonic() < grace:
+            more = wait(list(pending), timeout=max(0.0, grace - time.monotonic()))
+            failures += [f for f in (self._receive(r, pending) for r in more) if f]
+        failures.sort(key=lambda f: f[:2])
+        first = failures[0][2]
+        others = sorted(f[2].rank for f in failures[1:])
+        if others:
+            first.args = (f"{first.args[0]}\n(ranks {others} failed after it)",)
+        return first
+
+    def _timeout(self, pending: list[int]) -> RunTimeout:
+        """The deadline passed: where each unfinished rank is, the hang's diagnosis, NCCL's dumps."""
+        phases = {r: self.trail.current(r) for r in pending}
+        where = ", ".join(f"rank {r} in {phases[r]}" for r in pending)
+        if all(p in _STARTUP_PHASES for p in phases.values()):
+            cause = ("No rank got past start-up: the timeout is likely too short for starting "
+                     f"{self.world_size} ranks on this machine; raise it (--timeout / --run-timeout).")
+        else:
+            cause = "A hang: mismatched or missing collectives, or a stuck rank."
+        progress = self.board.read()
+        all_phases = {r: phases.get(r, "done") for r in progress}
+        verdict = diagnose(progress, all_phases)
+        dumps = flight_recorder.dump(self.fr_dir, self.world_size) if self.fr_dir else []
+        details = "\n".join([f"Diagnosis: {verdict}.", *per_rank_lines(progress, all_phases)]
+                            + ([f"NCCL flight recorder dumps (read with torchfrtrace {self.fr_dir}): "
+                                f"{', '.join(dumps)}"] if dumps else []))
+        return RunTimeout(
+            f"run timed out after {self.timeout_s:g} s: {len(pending)} of {self.world_size} ranks had not "
+            f"finished ({where}); finished: {sorted(self.results) or 'none'}. {cause} All ranks were killed."
+            f"\n{details}",
+            pending=pending, phases=phases, verdict=verdict, progress=progress, flight_recorder=dumps)
+
+    def close(self) -> None:
+        """Kill and join every rank, close the pipes, remove the rendezvous folder (and empty dumps)."""
+        for p in self.procs:
+            if p.is_alive():
+                p.kill()
+        for p in self.procs:
+            p.join(timeout=10)
+        for conn in list(self.readers) + self.lifelines:
+            conn.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+        if self.fr_dir is not None:
+            flight_recorder.clean_up(self.fr_dir)

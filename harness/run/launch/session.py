@@ -1,0 +1,89 @@
+"""This process's temporary folder, and the sweep of folders whose harness process is gone.
+
+Temporary files live in one folder per harness process, ``<tmp>/fsdp2-harness-<pid>-<start>-*``
+(pid and the process's start time, so a reused pid is told apart): each run's rendezvous folder,
+and a note naming multiprocessing's own temporary folder (``pymp-*``, where the forkserver's
+socket lives). Both are removed on every exit that runs Python's exit handlers (normal exit,
+an exception, Ctrl-C, SIGTERM through the CLI); after a SIGKILL the next harness process to
+launch ranks removes the folders whose owner is gone (:func:`sweep_stale`). Leftovers are
+harmless meanwhile: every run rendezvouses in a fresh folder.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import shutil
+import tempfile
+
+__all__ = ["TEMP_PREFIX", "session_dir", "note_owned", "sweep_stale", "process_start_time"]
+
+TEMP_PREFIX = "fsdp2-harness-"
+_SESSION_RE = re.compile(re.escape(TEMP_PREFIX) + r"(\d+)-(\d+|x)-")
+_OWNED = "owned"  # in a session folder: other temporary folders this process made, one a line
+_SESSION: str | None = None
+
+
+def process_start_time(pid: int) -> str | None:
+    """The process's start time (clock ticks after boot, /proc/PID/stat field 22); None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(pid: int, start: str) -> bool:
+    """Whether the process that made a session folder (pid, start time) still runs."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: theirs, not ours to judge
+    return start == "x" or process_start_time(pid) in (start, None)
+
+
+def sweep_stale(tmp: str | None = None) -> list[str]:
+    """Remove session folders (and the folders they note) of harness processes that are gone,
+    e.g. killed with SIGKILL; return what was removed. Never raises."""
+    tmp = tmp or tempfile.gettempdir()
+    removed: list[str] = []
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        return removed
+    for name in names:
+        m = _SESSION_RE.match(name)
+        if not m or _alive(int(m.group(1)), m.group(2)):
+            continue
+        folder = os.path.join(tmp, name)
+        try:
+            with open(os.path.join(folder, _OWNED)) as f:
+                owned = [line.strip() for line in f if line.strip()]
+        except OSError:
+            owned = []
+        for other in owned:  # only multiprocessing's folders beside this one
+            if os.path.dirname(other) == tmp and os.path.basename(other).startswith("pymp-"):
+                shutil.rmtree(other, ignore_errors=True)
+                removed.append(other)
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
+def session_dir() -> str:
+    """This process's temporary folder (made on first use, removed at exit; see module docstring)."""
+    global _SESSION
+    if _SESSION is None or not os.path.isdir(_SESSION):
+        pid = os.getpid()
+        _SESSION = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{pid}-{process_start_time(pid) or 'x'}-")
+        atexit.register(shutil.rmtree, _SESSION, True)
+    return _SESSION
+
+
+def note_owned(path: str) -> None:
+    """Note another temporary folder this process made, for :func:`sweep_stale` after a SIGKILL."""
+    with open(os.path.join(session_dir(), _OWNED), "a") as f:
+        f.write(path + "\n")

@@ -1,0 +1,108 @@
+"""The rank's entry of the observation document, from what its instruments recorded.
+
+Schema: ``harness/contract/observation.schema.json``, ``$defs/rank``. :func:`error_result` is
+the entry of a rank that raised where the spec expects errors.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+import traceback
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from harness.run.parallelize import unit_state
+from harness.run.recorders.collectives import resolve_mesh_dims
+from harness.run.recorders.environment import cpu_name
+from harness.run.recorders.phases import Phases
+
+__all__ = ["environment", "group_dims", "where_after_step", "compile_counts", "error_result"]
+
+
+def environment(device_type: str, device: torch.device) -> dict[str, Any]:
+    """``{torch_version, python_version, backend, device_type, device_name}`` (the GPU's name, or the
+    CPU model from /proc/cpuinfo, no subprocess)."""
+    return {
+        "torch_version": str(torch.__version__),
+        "python_version": platform.python_version(),
+        "backend": str(dist.get_backend()),
+        "device_type": device_type,
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
+    }
+
+
+def group_dims(setup: Any, mesh: Any) -> dict[str, Any]:
+    """Process group name -> the mesh dim it serves (a tuple of names where one group serves
+    several dims, as a size-1 dim's group can), for attributing each recorded collective."""
+    dims: dict[str, Any] = {}
+    for i, name in enumerate(setup.mesh_dim_names):
+        group = mesh.get_group(i).group_name
+        dims[group] = (*dims[group], name) if isinstance(dims.get(group), tuple) else \
+            ((dims[group], name) if group in dims else name)
+    return dims
+
+
+def where_after_step(rows: list[dict[str, Any]], sharded: list[tuple[str, torch.Tensor]],
+                     optimizer: torch.optim.Optimizer) -> None:
+    """Add to each ``params`` row where its gradient and optimizer state live after the step
+    (``grad_device``: None without a gradient; ``optstate_device``: None without state), beside
+    the shard's ``device``: what ``CPUOffloadPolicy`` moves."""
+    by_fqn = dict(sharded)
+    for row in rows:
+        p = by_fqn.get(row["fqn"])
+        if p is None:
+            continue
+        grad = p.grad
+        row["grad_device"] = grad.device.type if grad is not None else None
+        devices = sorted({v.device.type for v in optimizer.state.get(p, {}).values()
+                          if isinstance(v, torch.Tensor) and v.dim() > 0})
+        row["optstate_device"] = devices[0] if len(devices) == 1 else (None if not devices else ",".join(devices))
+
+
+def compile_counts() -> dict[str, int]:
+    """What dynamo captured in this process (0 graphs under a dispatch mode)."""
+    from torch._dynamo.utils import counters
+
+    return {"unique_graphs": int(counters["stats"].get("unique_graphs", 0)),
+            "graph_breaks": int(sum(counters["graph_break"].values()))}
+
+
+def error_result(exc: BaseException, phases: Phases, got: dict[str, Any], rank: int, coords: list[int],
+                 t_start: float, env: dict[str, Any]) -> dict[str, Any]:
+    """The rank's result when it raised and the spec expects errors: what was recorded up to
+    the error (``got``: "instruments", "inputs", "units" where they exist), and the error itself
+    (type, message, phase, the last lines of its traceback)."""
+    pieces: dict[str, Any] = {"params": [], "param_states": [], "steps": [], "collectives": [], "memory": []}
+    instruments = got.get("instruments")
+    if instruments is not None:
+        try:
+            pieces = instruments.pieces()
+        except Exception:  # noqa: BLE001 - observing never entered, or the profiler disagrees
+            records = [dict(r, unit=None, fsdp_label=None, fsdp_labels=[], hook=None)
+                       for r in instruments.collectives.records]
+            pieces["collectives"] = resolve_mesh_dims(records)
+    inputs = got.get("inputs")
+    timings = dict(phases.timings_s)
+    timings["total"] = time.perf_counter() - t_start
+    no_input = {"name": "hidden_states", "shape": [], "dtype": "float32", "samples": []}
+    entry = {
+        "rank": rank, "coords": coords, "input": inputs.describe() if inputs is not None else no_input,
+        **pieces, "numerics": None, "timings_s": timings,
+        "error": {
+            "type": type(exc).__name__,
+            "qualname": f"{type(exc).__module__}.{type(exc).__qualname__}",
+            "message": str(exc),
+            "phase": phases.failed_in or phases.current,
+            "traceback": "".join(traceback.format_exception(exc)[-3:])[-2000:],
+        },
+    }
+    described = []
+    for u in got.get("units") or []:
+        try:
+            described.append({**u.describe(), "state": unit_state(u)})
+        except Exception:  # noqa: BLE001 - the state is as broken as the run
+            described.append(u.describe())
+    return {"entry": entry, "fsdp_units": described, "environment": env}

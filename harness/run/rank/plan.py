@@ -1,0 +1,79 @@
+"""What a rank will do, decided up front from the setup and the world: :func:`plan_rank`.
+
+A pure function of (setup, rank, world size, simulated) with no torch objects, so every
+combination of mode, init and numerics is tested without running a rank
+(``tests/test_rank_plan.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["MODES", "INITS", "NUMERICS", "RankPlan", "plan_rank"]
+
+MODES = ("real", "simulated")
+"""``real``: a process of a gloo/NCCL world; ``simulated``: the fake process group under ``FakeTensorMode``."""
+
+INITS = ("full", "meta", "local")
+"""How the weights come to be (``setup.init``): "full" builds the full model on every rank; "meta"
+builds on meta, shards, then fills each rank's shards with the full init's values; "local": meta,
+each rank drawing its own shards."""
+
+NUMERICS = ("off", "rank_0", "each_rank", "schedule")
+"""What the sharded step is compared with: nothing; one replica on rank 0 (one step); a replica on
+each rank (one step); each rank's single-process reference of the whole schedule."""
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    """One rank's decisions (see :func:`plan_rank`).
+
+    Attributes:
+        mode: one of :data:`MODES`.
+        init: one of :data:`INITS` (a simulated rank has no data: its init only picks the materializer).
+        numerics: one of :data:`NUMERICS` ("off" when simulated).
+        meta_init: a real rank builds its model on the meta device (init not "full").
+        rows: (first, stop) of this rank's samples in the global batch (a simulated rank makes
+            only its own ``B`` rows: (0, B)).
+        param_updates: record each step's parameter updates (a real rank with a schedule).
+    """
+
+    mode: str
+    init: str
+    numerics: str
+    meta_init: bool
+    rows: tuple[int, int]
+    param_updates: bool
+
+    @property
+    def simulated(self) -> bool:
+        return self.mode == "simulated"
+
+
+def plan_rank(setup: Any, rank: int, world_size: int, *, simulated: bool = False) -> RankPlan:
+    """The plan of rank ``rank`` of ``world_size`` running ``setup`` (a ``harness.load.setup.RunSetup``).
+
+    ``init`` defaults (``setup.init`` None) to "meta" where one replica on rank 0 checks the
+    numerics (no full model elsewhere), "full" where every rank checks them, else "local" (a full
+    model on every rank at once would not fit here for Qwen3-0.6B on 8 ranks).
+
+    Raises:
+        ValueError: ``world_size`` is not the setup's.
+    """
+    if world_size != setup.world_size:
+        raise ValueError(f"world size {world_size} but setup.mesh.shape {list(setup.mesh_shape)} "
+                         f"needs {setup.world_size}")
+    schedule = setup.schedule
+    if not setup.numerics or simulated:
+        numerics = "off"
+    elif schedule is not None:
+        numerics = "schedule"
+    else:
+        numerics = "rank_0" if setup.numerics_reference == "rank_0" else "each_rank"
+    init = setup.init or {"rank_0": "meta", "off": "local"}.get(numerics, "full")
+    B = setup.batch_per_rank
+    return RankPlan(mode="simulated" if simulated else "real", init=init, numerics=numerics,
+                    meta_init=not simulated and init != "full",
+                    rows=(0, B) if simulated else (rank * B, (rank + 1) * B),
+                    param_updates=schedule is not None and not simulated)

@@ -1,0 +1,242 @@
+"""One rank's FSDP2 training step, as a :class:`~harness.load.setup.RunSetup` describes it, observed.
+
+Given an initialized default process group (gloo, NCCL or the fake one), :func:`run_step`
+decides the rank's plan (``harness.run.rank.plan.plan_rank``: real or simulated, the init, the
+numerics) and then goes through the stages, each in its own module:
+
+1. build (``harness.run.build``): the model with the setup's seed, identically on every rank
+   (same full weights), in ``setup.model.dtype`` at construction (with ``setup.numerics`` off:
+   on the meta device, materialized after ``fully_shard`` with only this rank's shards); the
+   global batch (seeded) and this rank's samples ``r*B .. r*B+B-1``; the loss; the optimizer;
+2. the numerics reference, if the plan has one (``harness.run.rank.references``, phase replica);
+3. shard (``harness.run.parallelize``): the device mesh and ``fully_shard`` on each decoder
+   layer, then on the root (the walkthrough's section "FSDP2 设置"); a 2-D mesh is HSDP;
+4. instruments (``harness.run.instruments``): the recorders, entered in their one working order;
+5. steps (``harness.run.loop``): the steps of ``harness.run.plan.step_plan``, phases marked;
+   with a schedule and numerics each step's parameter updates are compared with the
+   schedule's single-process reference;
+6. observation (``harness.run.rank.observe``): the rank's entry; a real rank then adds, after
+   the recorders have stopped, the state-dict round trip (phase ``state_dict``), the bandwidth
+   rows (phase ``bandwidth``) and its host and device.
+
+A real and a simulated rank differ only where ``harness.run.rank.strategies`` says: a simulated
+rank (the fake backend) shards a model without data, then runs inside ``FakeTensorMode`` (no
+data, no numerics, only this rank's inputs); the mesh is built before entering the fake mode
+(``DeviceMesh`` reads its rank map as real values).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+import model as qwen3
+from harness.load.setup import RunSetup
+from harness.run.aux_loss import with_router_aux_loss
+from harness.run.build import make_inputs, make_loss, make_optimizer, torch_dtype
+from harness.run.instruments import Instruments
+from harness.run.loop import StepOutcome, run_steps
+from harness.run.parallelize import (ShardUnit, apply_fsdp, build_mesh, init_local_shards, init_shards_like_full,
+                                     unit_state, units_from_setup)
+from harness.run.plan import forward_count, global_batches, loss_function, step_plan
+from harness.run.rank.observe import compile_counts, environment, error_result, group_dims, where_after_step
+from harness.run.rank.plan import RankPlan, plan_rank
+from harness.run.rank.references import numerics_references
+from harness.run.rank.strategies import RealRank, SimulatedRank, strategy_for
+from harness.run.recorders.collectives import dtype_name
+from harness.run.recorders.numerics import compare
+from harness.run.recorders.phases import Phases
+from harness.run.recorders.updates import ParamUpdates
+
+__all__ = ["run_step", "RankBody", "Trained"]
+
+
+def run_step(
+    setup: RunSetup,
+    rank: int,
+    world_size: int,
+    device_type: str,
+    *,
+    simulated: bool = False,
+    on_phase: Callable[[str], None] | None = None,
+    collective_log: Any = None,
+    trace_dir: str | None = None,
+    checkpoint_dir: str | None = None,
+) -> dict[str, Any]:
+    """Run and record one rank's step; the default process group must be initialized.
+
+    Args:
+        setup: what to run.
+        rank: this rank (``dist.get_rank()``).
+        world_size: ``setup.world_size`` (``dist.get_world_size()``).
+        device_type: "cpu" or "cuda" (for CUDA, the current device is this rank's GPU).
+        simulated: the fake process group is active: run under ``FakeTensorMode``, no numerics.
+        on_phase: called with each phase name (``harness.contract.names.RANK_PHASES``) as it
+            starts (the launcher reports a hung rank's last phase).
+        collective_log: receives each collective as entered and completed
+            (``harness.run.launch.hang``: the launcher says which rank is stuck in which
+            collective); None for nowhere.
+        trace_dir: if given, an existing folder: the profiler's Chrome trace of the step
+            (forward, backward, optimizer; FSDP:: labels and c10d ops) is written there as
+            ``rank<rank>.json`` (``torch.autograd.profiler.profile.export_chrome_trace``).
+        checkpoint_dir: for ``setup.state_dict.round_trip``: a folder every rank shares, made
+            and removed by the launcher; None: rank 0 makes one and removes it
+            (``harness.run.checkpoint.shared_folder``).
+
+    Returns:
+        ``{"entry": <the rank's entry of the document>, "fsdp_units": [...],
+        "environment": {torch_version, python_version, backend, device_type, device_name}}``;
+        the entry has ``state_dict`` when the setup asks for the round trip (not simulated).
+
+    Raises:
+        ValueError: ``world_size`` is not the setup's, or the setup names an unknown body or
+            optimizer.
+    """
+    t_start = time.perf_counter()
+    plan = plan_rank(setup, rank, world_size, simulated=simulated)
+    body = RankBody(setup, plan, rank, device_type, on_phase, collective_log, checkpoint_dir)
+    strategy = strategy_for(plan.mode)
+    try:
+        trained = body.train(strategy)
+        t_observe = time.perf_counter()
+        pieces, numerics = body.observe(trained, trace_dir)
+    except Exception as exc:
+        if not setup.record_errors:
+            raise
+        return error_result(exc, body.phases, body.got, rank, body.coords, t_start,
+                            environment(device_type, body.device))
+    return body.result(strategy, trained, pieces, numerics, observe_s=time.perf_counter() - t_observe,
+                       t_start=t_start)
+
+
+@dataclass
+class Trained:
+    """What the steps left: the sharded model and its parts, the instruments, the references."""
+
+    root: torch.nn.Module
+    shard_units: list[ShardUnit]
+    units: list[Any]
+    optimizer: torch.optim.Optimizer
+    sharded: list[tuple[str, torch.Tensor]]  # the shards, whatever the module holds later
+    instruments: Instruments
+    references: tuple[Any, Any]  # (one-step reference, schedule reference), None where not planned
+    updates: ParamUpdates | None
+    outcome: StepOutcome
+
+
+class RankBody:
+    """One rank's step as its plan says: what every stage reads (setup, plan, device, mesh, phases).
+
+    ``got`` holds what exists so far ("instruments", "inputs", "units"), for the observation of a
+    recorded error. The mesh is built here, first, outside any ``FakeTensorMode``.
+    """
+
+    def __init__(self, setup: RunSetup, plan: RankPlan, rank: int, device_type: str,
+                 on_phase: Callable[[str], None] | None, collective_log: Any, checkpoint_dir: str | None) -> None:
+        self.setup, self.plan, self.rank, self.world_size = setup, plan, rank, setup.world_size
+        self.collective_log, self.checkpoint_dir = collective_log, checkpoint_dir
+        self.phases = Phases(sync=torch.cuda.synchronize if device_type == "cuda" else None, on_enter=on_phase)
+        self.device_type = device_type
+        self.device = torch.device("cuda", torch.cuda.current_device()) if device_type == "cuda" else \
+            torch.device("cpu")
+        self.dtype = torch_dtype(setup.model.dtype)
+        self.config = qwen3.get_config(setup.model.config, **dict(setup.model.overrides))
+        self.mesh = build_mesh(setup, device_type)
+        self.group_dims = group_dims(setup, self.mesh)
+        self.coords = [int(c) for c in self.mesh.get_coordinate()]
+        schedule = setup.schedule
+        self.loss_fn = with_router_aux_loss(  # a MoE config's output_router_logits (harness/run/aux_loss.py)
+            make_loss(setup.model.body) if schedule is None else loss_function(schedule.loss_for(setup.model.body)),
+            self.config)
+        self.got: dict[str, Any] = {}
+        self.inputs: Any = None
+        self.batches: list[torch.Tensor] | None = None
+        self.steps: Any = None
+
+    def make_inputs(self) -> None:
+        """This rank's inputs, the schedule's global batches (None without one) and the step plan."""
+        setup, simulated = self.setup, self.plan.simulated
+        B, rows = setup.batch_per_rank, slice(*self.plan.rows)
+        self.inputs = self.got["inputs"] = make_inputs(setup, self.config, self.rank, self.world_size, self.dtype,
+                                                       self.device, local_only=simulated)
+        if setup.schedule is not None:
+            self.batches = global_batches(setup, self.config, self.dtype, forward_count(setup.schedule),
+                                          rows=B if simulated else None)
+        self.steps = step_plan(setup, self.inputs.tensor,
+                               lambda n: [b[rows].clone().to(self.device) for b in self.batches])
+
+    def _materializer(self) -> Callable[..., Any] | None:
+        """How ``apply_fsdp`` gives a meta-built model its shards' values; None for a full init."""
+        if self.plan.init == "meta":
+            return functools.partial(init_shards_like_full, device=self.device, seed=self.setup.seed)
+        if self.plan.meta_init:
+            return functools.partial(init_local_shards, device=self.device, std=self.config.initializer_range,
+                                     seed=self.setup.seed, rank=self.rank)
+        return None
+
+    def train(self, strategy: RealRank | SimulatedRank) -> Trained:
+        """Build, reference, shard, instrument, run the steps; the recorders have stopped on return."""
+        setup, phases = self.setup, self.phases
+        with contextlib.ExitStack() as stack:
+            with phases.phase("setup"):
+                root = strategy.build(self)
+            shard_units = units_from_setup(setup, root)
+            references = numerics_references(self, root, shard_units)
+            instruments = self.got["instruments"] = Instruments(phases, self.group_dims, self.collective_log,
+                                                                track_memory=setup.track_memory)
+            strategy.before_sharding(self, stack, instruments)
+            with phases.phase("setup"):
+                units = self.got["units"] = apply_fsdp(
+                    root, self.mesh, shard_units, materialize=self._materializer(),
+                    forward_prefetch=setup.fsdp.forward_prefetch, backward_prefetch=setup.fsdp.backward_prefetch,
+                    freeze=setup.freeze.params, freeze_after=setup.freeze.after_fully_shard)
+            strategy.after_sharding(self, stack, instruments, root)
+            with phases.phase("setup"):
+                optimizer = make_optimizer(setup, root.parameters())
+                sharded = list(root.named_parameters())
+            updates = ParamUpdates(root, setup.mesh_shape[-1], self.coords[-1]) if self.plan.param_updates else None
+            with instruments.observing(root, optimizer, units, inputs=(self.inputs.tensor,), updates=updates):
+                outcome = run_steps(self.steps, root, self.loss_fn, optimizer, phases, instruments)
+        return Trained(root, shard_units, units, optimizer, sharded, instruments, references, updates, outcome)
+
+    def observe(self, trained: Trained, trace_dir: str | None) -> tuple[dict[str, Any], Any]:
+        """(the recorders' pieces of the entry, the numerics comparison or None)."""
+        pieces = trained.instruments.pieces()
+        where_after_step(pieces["params"], trained.sharded, trained.optimizer)
+        if trace_dir is not None:  # the profiler's Chrome trace of this rank's step (report/trace.py merges them)
+            trained.instruments.profiler.export_chrome_trace(os.path.join(trace_dir, f"rank{self.rank}.json"))
+        reference, schedule_ref = trained.references
+        outcome = trained.outcome
+        # SGD and AdamW read .grad and leave it as backward left it: comparing after the
+        # step is comparing the reduce-scattered gradients (kept out of the memory tracker).
+        numerics = (compare(reference, trained.root, outcome.output, outcome.loss, params=trained.sharded)
+                    if reference is not None else None)
+        if schedule_ref is not None:
+            numerics = schedule_ref.numerics(trained.updates.params, outcome.output, outcome.loss)
+            trained.updates.against(schedule_ref)
+            for norm in pieces["grad_norms"]:
+                norm["reference"] = schedule_ref.grad_norms.get(norm["step_index"])
+        return pieces, numerics
+
+    def result(self, strategy: RealRank | SimulatedRank, trained: Trained, pieces: dict[str, Any], numerics: Any,
+               *, observe_s: float, t_start: float) -> dict[str, Any]:
+        """``run_step``'s result: the entry, the FSDP units' states, the environment."""
+        output = trained.outcome.output
+        entry = {"rank": self.rank, "coords": self.coords, "input": self.inputs.describe(), **pieces,
+                 "numerics": numerics,
+                 "output": {"shape": list(output.shape), "dtype": dtype_name(output.dtype),
+                            "loss_dtype": dtype_name(trained.outcome.loss.dtype)}}
+        entry.update(strategy.after_step(self, trained, pieces["collectives"]))
+        entry["timings_s"] = {**self.phases.timings_s, "observe": observe_s, "total": time.perf_counter() - t_start}
+        if self.setup.record_errors:
+            entry["error"] = None
+        if any(u.after is not None and u.after.compile for u in trained.shard_units):
+            entry["compile"] = compile_counts()
+        fsdp_units = [{**u.describe(), "state": unit_state(u)} for u in trained.units]
+        return {"entry": entry, "fsdp_units": fsdp_units, "environment": environment(self.device_type, self.device)}

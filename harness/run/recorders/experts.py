@@ -1,0 +1,125 @@
+"""What a rank's sparse (MoE) layers did: which experts its shards hold, how many of its tokens
+the router sent to each expert, and which experts' gradient rows are zero after backward.
+
+transformers 5 fuses a layer's E experts into ``mlp.experts.gate_up_proj [E, 2*d_moe, d]`` and
+``mlp.experts.down_proj [E, d, d_moe]``: dim 0 is the expert. Under ``Shard(0)`` a rank's shard
+holds the whole experts ``[offset, offset + local rows)`` (none when the shard is empty); under
+``Shard(d > 0)`` (``shard_placement_fn``) a slice of every expert. The offset is DTensor's own
+(``Shard.local_shard_size_and_offset`` at the rank's mesh index). An expert no token picked gets
+a zero gradient slice of the fused tensors (its rows), not None; after the reduce-scatter a row
+is zero on the rank holding it when no rank routed a token to that expert.
+
+Observation (``rank.experts``, harness/contract/observation.schema.json): ``shards`` (one row per
+sparse layer and fused parameter: placements, the experts held), ``tokens`` (per sparse layer
+and forward: the rank's ``step9.tokens_per_expert`` counts, E ints summing to B*L*k) and
+``zero_grad_rows`` (per sparse layer, fused parameter and microbatch that ran backward: the held
+experts whose rows of the sharded gradient are all zero). Counts and rows are None in simulated
+runs (fake tensors hold no data). Every value is copied out as Python ints at the call that
+sees it; no tensor is kept.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["ExpertRecorder", "FUSED_EXPERT_PARAMS"]
+
+FUSED_EXPERT_PARAMS: tuple[str, ...] = ("gate_up_proj", "down_proj")
+"""The fused expert parameters of ``model.Qwen3MoeExperts`` (dim 0 = expert)."""
+
+
+def _has_data(t: torch.Tensor) -> bool:
+    from torch._subclasses.fake_tensor import is_fake
+
+    return t.device.type != "meta" and not is_fake(t)
+
+
+def _held(param: Any, num_experts: int) -> tuple[list[int], int, int]:
+    """(experts the local shard holds rows of, first expert of the local rows, shard dim).
+
+    DTensor's own chunking (``Shard.local_shard_size_and_offset``) at this rank's index on each
+    mesh dim (``DeviceMesh.get_local_rank``), the rule ``compute_local_shape_and_global_offset``
+    applies; not that function itself: it reads ``get_coordinate()``, which in a simulated run
+    (one process, one fake process group per simulated rank) is the first rank's.
+    """
+    from torch.distributed.tensor import DTensor, Shard
+
+    if not isinstance(param, DTensor):  # not sharded: every expert
+        return list(range(num_experts)), 0, -1
+    mesh = param.device_mesh
+    size, start, dim = num_experts, 0, -1
+    for mesh_dim, placement in enumerate(param.placements):
+        if isinstance(placement, Shard):
+            dim = placement.dim
+            if placement.dim == 0:
+                size, offset = Shard.local_shard_size_and_offset(size, mesh.size(mesh_dim),
+                                                                 mesh.get_local_rank(mesh_dim))
+                start += int(offset)
+    if param.to_local().numel() == 0 or size == 0:
+        return [], start, dim
+    return list(range(start, start + int(size))), start, dim
+
+
+class ExpertRecorder:
+    """The ``experts`` observation of one rank (see the module docstring).
+
+    Args:
+        root: the model after ``fully_shard``; its ``model.Qwen3MoeExperts`` modules are found by
+            their fused parameters (a dense model has none: :attr:`active` is False).
+    """
+
+    def __init__(self, root: nn.Module) -> None:
+        self._experts: list[tuple[int, str, nn.Module]] = []  # (layer, module FQN, experts module)
+        for name, module in root.named_modules():
+            if all(isinstance(getattr(module, p, None), nn.Parameter) for p in FUSED_EXPERT_PARAMS):
+                self._experts.append((int(module.layer_idx), name, module))
+        self.shards: list[dict[str, Any]] = []
+        for layer, name, module in self._experts:
+            for p in FUSED_EXPERT_PARAMS:
+                param = getattr(module, p)
+                held, _, dim = _held(param, module.num_experts)
+                self.shards.append({"layer": layer, "param": f"mlp.experts.{p}", "fqn": f"{name}.{p}",
+                                    "placements": [repr(pl) for pl in getattr(param, "placements", ())],
+                                    "shard_dim": dim, "num_experts": int(module.num_experts), "experts": held})
+        self.tokens: list[dict[str, Any]] = []
+        self.zero_grad_rows: list[dict[str, Any]] = []
+
+    @property
+    def active(self) -> bool:
+        """The model has sparse layers."""
+        return bool(self._experts)
+
+    def on_step(self, layer: int, name: str, t: torch.Tensor, step_index: int | None, microbatch: int | None) -> None:
+        """A step observer's report: keep ``step9.tokens_per_expert``'s counts as ints."""
+        if name != "step9.tokens_per_expert":
+            return
+        counts = [int(c) for c in t.detach().tolist()] if _has_data(t) else None
+        self.tokens.append({"layer": int(layer), "step_index": step_index, "microbatch": microbatch, "counts": counts})
+
+    def after_backward(self, step_index: int | None, microbatch: int | None) -> None:
+        """After a microbatch's backward: for each fused parameter with a sharded gradient, the
+        held experts whose gradient rows (or slices, under Shard(d > 0)) are all zero."""
+        for layer, name, module in self._experts:
+            for p in FUSED_EXPERT_PARAMS:
+                grad = getattr(module, p).grad
+                if grad is None:  # no backward yet, or gradient sync off (the unsharded grad is FSDP's)
+                    continue
+                held, start, dim = _held(getattr(module, p), module.num_experts)
+                local = grad.to_local() if hasattr(grad, "to_local") else grad
+                zero = None
+                if _has_data(local):
+                    # one expert row at a time: no temporary the size of the gradient, which the
+                    # memory tracker would count as the run's
+                    with torch.no_grad():
+                        rows = range(local.shape[0]) if held else range(0)
+                        first = start if dim in (0, -1) else 0  # Shard(d > 0): local row e is expert e
+                        zero = [first + i for i in rows if not bool(local[i].any())]
+                self.zero_grad_rows.append({"layer": layer, "param": f"mlp.experts.{p}", "step_index": step_index,
+                                            "microbatch": microbatch, "experts": held, "zero_rows": zero})
+
+    def piece(self) -> dict[str, Any]:
+        """The rank entry's ``experts``."""
+        return {"shards": self.shards, "tokens": self.tokens, "zero_grad_rows": self.zero_grad_rows}

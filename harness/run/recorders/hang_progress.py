@@ -1,0 +1,141 @@
+"""Hang progress: each collective as its rank enters it and as it completes, holding no ``Work``.
+
+For hang diagnosis (``harness.run.launch.hang``) each collective is reported twice to a sink (a
+``RankProgress`` or ``StoreProgress``): when it is entered (sequence number, op, FSDP unit of
+the ``FSDP::`` labels open at that moment, phase, group span) and when it completes.
+
+Completion is counted without keeping the ``Work`` (a ``Work`` keeps the collective's buffers
+alive, so FSDPMemTracker would count them): a callback is attached to the work's future
+(``Work.get_future().add_done_callback``), which torch keeps with the work and drops with it;
+the callback holds only the record, a dict. gloo's ``reduce_scatter_tensor`` returns a work
+with no future (``Work::getFuture not implemented``, torch 2.13): its record is reported
+completed when the rank's thread enters the next phase, since FSDP has waited on every
+reduce-scatter of a backward by its end. A future that ends in an error (a timeout) is not
+reported completed: it stays the rank's open collective.
+
+The unit comes from FSDP's ``record_function`` calls, which dispatch
+``profiler._record_function_enter_new`` / ``_exit``: the recorder passes them here whether or
+not a profiler runs.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .attribution import parse_fsdp_label
+
+__all__ = ["HangProgress"]
+
+
+class HangProgress:
+    """Reports entered and completed collectives to ``sink`` (``entered(record)``, ``completed(record)``).
+
+    A record is ``{"seq", "op", "unit", "phase"}`` plus ``"group"`` (``[first, stride, size]``)
+    when known. The ``completed`` reports only move forward: a collective that completes after
+    a later one does not replace it.
+    """
+
+    def __init__(self, sink: Any) -> None:
+        self.sink = sink
+        self._local = threading.local()
+        self._current: dict[str, Any] | None = None
+        self._lock = threading.Lock()  # future callbacks run on the backend's threads
+        self._without_future: list[dict[str, Any]] = []  # records only: no Work is kept
+        self._last_completed = -1
+
+    def label(self, func, op_name: str, args, kwargs):
+        """Run a ``profiler`` op and keep this thread's open ``record_function`` labels."""
+        out = func(*args, **kwargs)
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        if op_name.startswith("_record_function_enter"):
+            stack.append(str(args[0]) if args else "")
+        elif op_name.startswith("_record_function_exit") and stack:
+            stack.pop()
+        return out
+
+    def _unit(self) -> str | None:
+        for name in reversed(getattr(self._local, "stack", None) or []):
+            if name.startswith("FSDP::"):
+                unit = parse_fsdp_label(name)[1]
+                if unit is not None:
+                    return unit
+        return None
+
+    def entered(self, seq: int, op: str, phase: str, group: list[int] | None = None) -> None:
+        """Collective ``seq`` is about to run."""
+        self._current = {"seq": seq, "op": op, "unit": self._unit(), "phase": phase}
+        if group is not None:
+            self._current["group"] = group
+        self.sink.entered(self._current)
+
+    def issued(self, out: Any) -> None:
+        """The op returned ``out``: watch its works' futures, or note it done when it has none."""
+        record, self._current = self._current, None
+        if record is None:
+            return
+        futures = _futures(out)
+        if futures is None:  # a work without a future: completed at the next phase
+            with self._lock:
+                self._without_future.append(record)
+            return
+        if not futures:  # nothing asynchronous: done when the op returns
+            self._completed(record)
+            return
+        remaining = [len(futures)]
+
+        def done(future: Any) -> None:
+            try:
+                future.value()  # raises if the collective failed
+            except Exception:  # noqa: BLE001 - a failed collective stays open
+                return
+            with self._lock:
+                remaining[0] -= 1
+                last = remaining[0] == 0
+            if last:
+                self._completed(record)
+
+        for future in futures:
+            future.add_done_callback(done)
+
+    def _completed(self, record: dict[str, Any]) -> None:
+        with self._lock:
+            if record["seq"] <= self._last_completed:
+                return
+            self._last_completed = record["seq"]
+            self.sink.completed(record)
+
+    def settle(self) -> None:
+        """The rank's thread entered a new phase: every collective issued before it was waited
+        on (FSDP waits for its all-gathers in forward and for its reduce-scatters by the end of
+        backward), so those without a future are reported completed."""
+        with self._lock:
+            records, self._without_future = self._without_future, []
+        for record in sorted(records, key=lambda r: r["seq"]):
+            self._completed(record)
+
+    def stop(self) -> None:
+        """Recording ended (nothing to stop: no thread, no work held)."""
+
+
+def _futures(out: Any) -> list[Any] | None:
+    """The futures of the ``Work`` objects a c10d op returned (boxed as ScriptObjects); None when
+    a work has none. The works themselves are not kept."""
+    found = []
+    for value in out if isinstance(out, (tuple, list)) else [out]:
+        if not isinstance(value, torch.ScriptObject):
+            continue
+        try:
+            work = dist.distributed_c10d.Work.unbox(value)
+        except Exception:  # not a Work
+            continue
+        try:
+            found.append(work.get_future())
+        except RuntimeError:  # "Work::getFuture not implemented" (gloo's reduce_scatter_tensor)
+            return None
+    return found

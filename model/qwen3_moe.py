@@ -1,0 +1,429 @@
+"""Reference Qwen3 MoE decoder: transformers' parameters and numerics, observable steps.
+
+Mirrors transformers ``models/qwen3_moe/modeling_qwen3_moe.py`` (5.x, checked with 5.24.0):
+same module tree, parameter names, shapes, registration order and forward arithmetic as
+``Qwen3MoeForCausalLM`` with ``experts_implementation="eager"``, so a ``state_dict`` loads both
+ways with ``strict=True`` and fp32 outputs agree to ~1e-6. Attention, norms and RoPE are the
+dense model's (``model/qwen3.py``; transformers' Qwen3Moe* copies are identical); what differs
+is the MLP of the sparse layers. What it drops, as the dense model does: KV cache, masks other
+than causal, dropout, sliding window, output dataclasses (``forward`` returns logits;
+:meth:`Qwen3MoeForCausalLM.forward_moe` returns router logits, aux loss and loss too).
+
+Module tree of a sparse layer (transformers' names; E = num_experts, k = num_experts_per_tok,
+d_moe = moe_intermediate_size, T = B*L tokens):
+
+    Qwen3MoeDecoderLayer
+      self_attn: Qwen3Attention                 as in the dense layer
+      mlp: Qwen3MoeSparseMoeBlock
+        experts: Qwen3MoeExperts                gate_up_proj [E, 2*d_moe, d], down_proj [E, d, d_moe]
+          act_fn: SiLU
+        gate: Qwen3MoeTopKRouter                weight [E, d]
+      input_layernorm, post_attention_layernorm [d]
+
+``experts`` is registered BEFORE ``gate``, so the router's weight comes last among the MLP's
+parameters (FSDP2 packs a unit's all-gather buffer in this order). A layer is sparse when
+``config.is_moe_layer(i)`` (``decoder_sparse_step``, ``mlp_only_layers``); otherwise its
+``mlp`` is the dense :class:`~model.qwen3.Qwen3MLP`, ``intermediate_size`` wide.
+
+The sparse block, per transformers:
+
+    logits  = x @ gate.weight.T                         (T, E), activations' dtype
+    probs   = softmax(logits, dtype=float32)            (T, E), float32
+    w, idx  = topk(probs, k)                            (T, k) each
+    w       = w / w.sum(-1) if norm_topk_prob; w.to(logits.dtype)
+    out[t]  = sum over j, in ascending expert order, of
+              w[t, j] * down_e(silu(gate_e(x_t)) * up_e(x_t)),  e = idx[t, j]
+
+where ``gate_e, up_e`` are the two halves (``chunk(2)``: gate first) of ``gate_up_proj[e]``.
+
+Observable steps (``model/steps.py`` :data:`~model.steps.MOE_STEPS`, emitted in place of the
+dense Step 9): step9.router_logits, topk_weights, topk_indices, tokens_per_expert,
+expert_outputs, moe_out.
+
+Experts' two paths, same numbers: with real tensors, transformers' eager loop (only the experts
+some token picked run, each on its tokens; a host sync per layer, as transformers'); with
+FakeTensorMode or meta tensors, whose routing is unknown, every expert runs on every token and
+is weighted by zero where not picked (static shapes; E/k times the FLOPs). Either way an expert
+no token picked gets a zero gradient slice (its rows of the fused 3-D parameters), not none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import Qwen3MoeConfig
+from .observe import StepObservable
+from .qwen3 import (
+    Qwen3Attention,
+    Qwen3DecoderLayer,
+    Qwen3DecoderStack,
+    Qwen3ForCausalLM,
+    Qwen3MLP,
+    Qwen3Model,
+    Qwen3RMSNorm,
+)
+
+__all__ = [
+    "Qwen3MoeExperts",
+    "Qwen3MoeTopKRouter",
+    "Qwen3MoeSparseMoeBlock",
+    "Qwen3MoeDecoderLayer",
+    "Qwen3MoeDecoderStack",
+    "Qwen3MoeModel",
+    "Qwen3MoeForCausalLM",
+    "Qwen3MoeCausalLMOutput",
+    "load_balancing_loss_func",
+    "causal_lm_loss",
+]
+
+
+def _has_no_data(t: torch.Tensor) -> bool:
+    """A meta or fake tensor: shapes only, so the routing (which expert gets which token) is unknown."""
+    if t.device.type == "meta":
+        return True
+    from torch._subclasses.fake_tensor import is_fake
+
+    return is_fake(t)
+
+
+def _normal_params(module: nn.Module, names: tuple[str, ...], std: float) -> None:
+    with torch.no_grad():
+        for name in names:
+            getattr(module, name).normal_(0.0, std)
+
+
+class Qwen3MoeExperts(StepObservable, nn.Module):
+    """E SwiGLU experts in two fused 3-D parameters: transformers' ``Qwen3MoeExperts``.
+
+    Parameters: ``gate_up_proj`` [E, 2*d_moe, d] (rows 0..d_moe-1 of expert e are its gate
+    projection, the rest its up projection), ``down_proj`` [E, d, d_moe]. Drawn N(0, std^2) at
+    construction and by :func:`model.qwen3.init_weights` (``_normal_init_params``), as
+    transformers' ``_init_weights`` does (its constructor leaves them uninitialized).
+
+    forward(hidden_states (T, d), top_k_index int64 (T, k), top_k_weights (T, k))
+        -> (T, d) in hidden_states' dtype: sum_j top_k_weights[t, j] * expert_{idx[t, j]}(x_t).
+    Emits step9.expert_outputs (T, k, d) when observed.
+
+    Attributes:
+        static: run every expert on every token (what fake and meta tensors always do);
+            False (default): transformers' eager loop over the experts some token picked.
+    """
+
+    _normal_init_params = ("gate_up_proj", "down_proj")
+
+    def __init__(self, config: Qwen3MoeConfig, layer_idx: int = 0, *, device=None, dtype=None) -> None:
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.num_experts = config.num_experts
+        self.hidden_dim = config.hidden_size
+        self.intermediate_dim = config.moe_intermediate_size
+        factory = {"device": device, "dtype": dtype}
+        E, d, d_moe = self.num_experts, self.hidden_dim, self.intermediate_dim
+        self.gate_up_proj = nn.Parameter(torch.empty(E, 2 * d_moe, d, **factory))  # [E, 2*d_moe, d]
+        self.down_proj = nn.Parameter(torch.empty(E, d, d_moe, **factory))  # [E, d, d_moe]
+        self.act_fn = nn.SiLU()
+        self.static = False
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        _normal_params(self, self._normal_init_params, self.config.initializer_range)
+
+    def _expert(self, e, x: torch.Tensor) -> torch.Tensor:
+        """Expert e's SwiGLU on x (n, d) -> (n, d), as transformers computes it."""
+        gate, up = F.linear(x, self.gate_up_proj[e]).chunk(2, dim=-1)  # (n, d_moe) each
+        return F.linear(self.act_fn(gate) * up, self.down_proj[e])  # (n, d)
+
+    def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                top_k_weights: torch.Tensor) -> torch.Tensor:
+        obs = self._step_observer
+        T, d = hidden_states.shape
+        k = top_k_index.shape[-1]
+        final_hidden_states = torch.zeros_like(hidden_states)  # (T, d)
+        # (T, k, d): expert idx[t, j]'s unweighted output on token t; built only when observed
+        slots = hidden_states.new_zeros(T, k, d) if obs is not None else None
+        if self.static or _has_no_data(hidden_states):
+            for e in range(self.num_experts):
+                picked = top_k_index == e  # (T, k) bool; at most one True per row (top-k is distinct)
+                weight = (top_k_weights * picked).sum(dim=-1, keepdim=True)  # (T, 1), 0 where not picked
+                out = self._expert(e, hidden_states)  # (T, d)
+                if slots is not None:
+                    slots = torch.where(picked[..., None], out[:, None, :], slots)
+                final_hidden_states = final_hidden_states + (out * weight).to(final_hidden_states.dtype)
+        else:
+            # transformers' eager forward, line for line (num_experts + 1 classes: its
+            # expert-parallel sentinel, never hit here).
+            with torch.no_grad():
+                expert_mask = F.one_hot(top_k_index, num_classes=self.num_experts + 1)  # (T, k, E+1)
+                expert_mask = expert_mask.permute(2, 1, 0)  # (E+1, k, T)
+                expert_hit = torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero()  # (n_hit, 1)
+            for expert_idx in expert_hit:
+                expert_idx = expert_idx[0]
+                if expert_idx == self.num_experts:
+                    continue
+                top_k_pos, token_idx = torch.where(expert_mask[expert_idx])  # (n_e,) each
+                current_state = hidden_states[token_idx]  # (n_e, d)
+                current_hidden_states = self._expert(expert_idx, current_state)  # (n_e, d)
+                if slots is not None:
+                    slots = slots.index_put((token_idx, top_k_pos), current_hidden_states)
+                current_hidden_states = current_hidden_states * top_k_weights[token_idx, top_k_pos, None]
+                final_hidden_states.index_add_(0, token_idx, current_hidden_states.to(final_hidden_states.dtype))
+        if obs is not None:
+            obs(self.layer_idx, "step9.expert_outputs", slots)
+        return final_hidden_states
+
+    def extra_repr(self) -> str:
+        return f"num_experts={self.num_experts}, hidden_dim={self.hidden_dim}, intermediate_dim={self.intermediate_dim}"
+
+
+class Qwen3MoeTopKRouter(nn.Module):
+    """The router: transformers' ``Qwen3MoeTopKRouter`` (the block's ``gate``).
+
+    Parameter ``weight`` [E, d] (no bias). transformers' constructor zeroes it and its
+    ``_init_weights`` draws N(0, std^2); here the constructor draws (a zero router would send
+    every token to experts 0..k-1).
+
+    forward(hidden_states (..., d)) -> (router_logits (T, E) in the activations' dtype,
+    top-k weights (T, k) in that dtype, top-k indices int64 (T, k)). The softmax and the
+    renormalisation run in float32.
+    """
+
+    _normal_init_params = ("weight",)
+
+    def __init__(self, config: Qwen3MoeConfig, *, device=None, dtype=None) -> None:
+        super().__init__()
+        self.config = config
+        self.top_k = config.num_experts_per_tok
+        self.num_experts = config.num_experts
+        self.norm_topk_prob = config.norm_topk_prob
+        self.hidden_dim = config.hidden_size
+        self.weight = nn.Parameter(torch.empty(self.num_experts, self.hidden_dim, device=device, dtype=dtype))  # [E, d]
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        _normal_params(self, self._normal_init_params, self.config.initializer_range)
+
+    def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        hidden_states = hidden_states.reshape(-1, self.hidden_dim)  # (T, d)
+        router_logits = F.linear(hidden_states, self.weight)  # (T, E)
+        router_probs = F.softmax(router_logits, dtype=torch.float, dim=-1)  # (T, E), float32
+        router_top_value, router_indices = torch.topk(router_probs, self.top_k, dim=-1)  # (T, k) each
+        if self.norm_topk_prob:
+            router_top_value /= router_top_value.sum(dim=-1, keepdim=True)  # rows sum to 1
+        router_top_value = router_top_value.to(router_logits.dtype)  # (T, k)
+        return router_logits, router_top_value, router_indices
+
+
+class Qwen3MoeSparseMoeBlock(StepObservable, nn.Module):
+    """Router plus experts: transformers' ``Qwen3MoeSparseMoeBlock`` (a sparse layer's ``mlp``).
+
+    Submodules, in transformers' registration order: ``experts`` then ``gate``.
+
+    forward(hidden_states (B, L, d)) -> (B, L, d). Emits, when observed: step9.router_logits,
+    topk_weights, topk_indices, tokens_per_expert, (the experts') expert_outputs, moe_out.
+    """
+
+    def __init__(self, config: Qwen3MoeConfig, layer_idx: int = 0, *, device=None, dtype=None) -> None:
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        factory = {"device": device, "dtype": dtype}
+        self.experts = Qwen3MoeExperts(config, layer_idx, **factory)
+        self.gate = Qwen3MoeTopKRouter(config, **factory)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        obs = self._step_observer
+        i = self.layer_idx
+        batch_size, sequence_length, hidden_dim = hidden_states.shape
+        hidden_states_reshaped = hidden_states.view(-1, hidden_dim)  # (T, d), T = B*L
+        router_logits, routing_weights, selected_experts = self.gate(hidden_states_reshaped)  # (T, E), (T, k), (T, k)
+        if obs is not None:
+            obs(i, "step9.router_logits", router_logits)
+            obs(i, "step9.topk_weights", routing_weights)
+            obs(i, "step9.topk_indices", selected_experts)
+            experts = torch.arange(self.config.num_experts, device=selected_experts.device)
+            obs(i, "step9.tokens_per_expert", (selected_experts[..., None] == experts).sum(dim=(0, 1)))  # (E,)
+        final_hidden_states = self.experts(hidden_states_reshaped, selected_experts, routing_weights)  # (T, d)
+        out = final_hidden_states.reshape(batch_size, sequence_length, hidden_dim)  # (B, L, d)
+        if obs is not None:
+            obs(i, "step9.moe_out", out)
+        return out
+
+
+class Qwen3MoeDecoderLayer(Qwen3DecoderLayer):
+    """A Qwen3 MoE decoder layer: transformers' ``Qwen3MoeDecoderLayer``.
+
+    The dense layer's attention, norms, residuals and forward (``skip`` included); ``mlp`` is a
+    :class:`Qwen3MoeSparseMoeBlock` when ``config.is_moe_layer(layer_idx)``, else a dense
+    :class:`~model.qwen3.Qwen3MLP` of width ``intermediate_size``. Registration order as
+    transformers: ``self_attn``, ``mlp``, ``input_layernorm``, ``post_attention_layernorm``.
+    """
+
+    def __init__(self, config: Qwen3MoeConfig, layer_idx: int, *, device=None, dtype=None) -> None:
+        nn.Module.__init__(self)  # not Qwen3DecoderLayer's: it would build a dense MLP first
+        self.config = config
+        self.layer_idx = layer_idx
+        self.hidden_size = config.hidden_size
+        factory = {"device": device, "dtype": dtype}
+        self.self_attn = Qwen3Attention(config, layer_idx, **factory)
+        if config.is_moe_layer(layer_idx):
+            self.mlp = Qwen3MoeSparseMoeBlock(config, layer_idx, **factory)
+        else:
+            self.mlp = Qwen3MLP(config, layer_idx, **factory)
+        self.input_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps, **factory)
+        self.post_attention_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps, **factory)
+
+    @property
+    def is_sparse(self) -> bool:
+        return isinstance(self.mlp, Qwen3MoeSparseMoeBlock)
+
+
+class Qwen3MoeDecoderStack(Qwen3DecoderStack):
+    """N_L MoE decoder layers fed with hidden states (``layers.<i>.…``), as
+    :class:`~model.qwen3.Qwen3DecoderStack`."""
+
+    layer_class = Qwen3MoeDecoderLayer
+
+
+class Qwen3MoeModel(Qwen3Model):
+    """Embedding, N_L MoE decoder layers, final norm: transformers' ``Qwen3MoeModel``
+    (returns the last hidden state (B, L, d))."""
+
+    layer_class = Qwen3MoeDecoderLayer
+
+
+@dataclass
+class Qwen3MoeCausalLMOutput:
+    """What :meth:`Qwen3MoeForCausalLM.forward_moe` returns (transformers'
+    ``MoeCausalLMOutputWithPast`` fields that a training step uses).
+
+    Attributes:
+        logits: (B, L, V).
+        router_logits: one (B*L, E) tensor per sparse layer, in layer order; None when not asked.
+        aux_loss: :func:`load_balancing_loss_func` of them (a 0-d float32 tensor); None when not asked.
+        loss: with labels, the causal-LM cross entropy (:func:`causal_lm_loss`) plus
+            ``router_aux_loss_coef * aux_loss`` when the router logits are asked; else None.
+    """
+
+    logits: torch.Tensor
+    router_logits: tuple[torch.Tensor, ...] | None = None
+    aux_loss: torch.Tensor | None = None
+    loss: torch.Tensor | None = None
+
+
+class Qwen3MoeForCausalLM(Qwen3ForCausalLM):
+    """``Qwen3MoeModel`` plus ``lm_head``: transformers' ``Qwen3MoeForCausalLM``.
+
+    ``forward(input_ids, position_ids, skip_layers) -> logits (B, L, V)``, as the dense model;
+    :meth:`forward_moe` adds router logits, the auxiliary loss and the loss. Tied embeddings as
+    in :class:`~model.qwen3.Qwen3ForCausalLM`.
+    """
+
+    model_class = Qwen3MoeModel
+
+    def forward_moe(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
+                    labels: torch.Tensor | None = None, output_router_logits: bool | None = None,
+                    skip_layers=()) -> Qwen3MoeCausalLMOutput:
+        """transformers' ``Qwen3MoeForCausalLM.forward`` (no attention mask, no cache).
+
+        ``output_router_logits`` None means ``config.output_router_logits``. The router logits
+        are collected through the step observers (:func:`model.observe.observe_steps`), live:
+        the aux loss back-propagates into every router's weight.
+        """
+        from .observe import observe_steps
+
+        if output_router_logits is None:
+            output_router_logits = self.config.output_router_logits
+        router_logits: list[torch.Tensor] = []
+        if output_router_logits:
+            def keep(layer_idx: int, name: str, tensor: torch.Tensor) -> None:
+                if name == "step9.router_logits":
+                    router_logits.append(tensor)
+
+            with observe_steps(self, keep):
+                logits = self(input_ids, position_ids, skip_layers)
+        else:
+            logits = self(input_ids, position_ids, skip_layers)
+        loss = causal_lm_loss(logits, labels, self.config.vocab_size) if labels is not None else None
+        aux_loss = None
+        if output_router_logits:
+            aux_loss = load_balancing_loss_func(tuple(router_logits), self.config.num_experts,
+                                                self.config.num_experts_per_tok)
+            if loss is not None:
+                loss = loss + self.config.router_aux_loss_coef * aux_loss.to(loss.device)
+        return Qwen3MoeCausalLMOutput(logits, tuple(router_logits) if output_router_logits else None, aux_loss, loss)
+
+
+def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, vocab_size: int, ignore_index: int = -100) -> torch.Tensor:
+    """transformers' ``ForCausalLMLoss`` (no ``num_items_in_batch``): the mean cross entropy, in
+    float32, of logits (B, L, V) at position p against labels (B, L) at p + 1 (the last
+    position has none: ``ignore_index``)."""
+    logits = logits.float()
+    labels = F.pad(labels, (0, 1), value=ignore_index)
+    shift_labels = labels[..., 1:].contiguous()  # (B, L)
+    logits = logits.view(-1, vocab_size)  # (B*L, V)
+    shift_labels = shift_labels.view(-1).to(logits.device)  # (B*L,)
+    return F.cross_entropy(logits, shift_labels, ignore_index=ignore_index, reduction="mean")
+
+
+def load_balancing_loss_func(
+    gate_logits: torch.Tensor | tuple[torch.Tensor, ...] | None,
+    num_experts: int | None = None,
+    top_k: int = 2,
+    attention_mask: torch.Tensor | None = None,
+) -> torch.Tensor | int:
+    """The Switch Transformer auxiliary loss, transformers' ``load_balancing_loss_func`` (5.24).
+
+    ``E * sum_e f_e * P_e`` over all layers' rows together, where f_e is the fraction of
+    (row, slot) top-k assignments that go to expert e (per row: a row's k slots add k/rows in
+    all) and P_e the mean routing probability of e. Same arithmetic as transformers: the top-k
+    is taken again, from ``softmax`` in the LOGITS' dtype (the router's own top-k uses
+    float32), counts by ``histc`` in float32 on CPU/MPS and int32 elsewhere, sums in float32.
+
+    Args:
+        gate_logits: a tuple of (B*L, E) router logits, one per sparse layer; anything that is
+            not a tuple (None, one tensor) gives 0, as in transformers.
+        num_experts: E.
+        top_k: k.
+        attention_mask: (B, L) 1 for real tokens, or None.
+
+    Returns:
+        A 0-d float32 tensor (or the int 0).
+    """
+    if gate_logits is None or not isinstance(gate_logits, tuple):
+        return 0
+
+    compute_device = gate_logits[0].device
+    histc_dtype = torch.float32 if compute_device.type in ("cpu", "mps") else torch.int32
+    tokens_per_expert_sum = torch.zeros(num_experts, dtype=torch.float32, device=compute_device)  # (E,)
+    router_prob_sum = torch.zeros(num_experts, dtype=torch.float32, device=compute_device)  # (E,)
+    total_rows = 0.0
+
+    if attention_mask is not None:
+        flat_mask = attention_mask.reshape(-1).to(device=compute_device, dtype=torch.float32)  # (B*L,)
+
+    for layer_gate in gate_logits:
+        routing_weights = F.softmax(layer_gate.to(compute_device), dim=-1)  # (T, E), logits' dtype
+        _, selected_experts = torch.topk(routing_weights, top_k, dim=-1)  # (T, k)
+        if attention_mask is None:
+            tokens_per_expert_sum = tokens_per_expert_sum + torch.histc(
+                selected_experts.reshape(-1).to(histc_dtype), bins=num_experts, min=0, max=num_experts
+            )
+            router_prob_sum = router_prob_sum + routing_weights.float().sum(dim=0)
+            total_rows = total_rows + routing_weights.shape[0]
+        else:
+            tokens_per_expert_sum = tokens_per_expert_sum + torch.zeros(
+                num_experts, dtype=torch.float32, device=compute_device
+            ).scatter_add_(0, selected_experts.reshape(-1), flat_mask.repeat_interleave(top_k))
+            router_prob_sum = router_prob_sum + (routing_weights.float() * flat_mask.unsqueeze(-1)).sum(dim=0)
+            total_rows = total_rows + flat_mask.sum()
+
+    tokens_per_expert = tokens_per_expert_sum / total_rows  # (E,)
+    router_prob_per_expert = router_prob_sum / total_rows  # (E,)
+
+    overall_loss = torch.sum(tokens_per_expert * router_prob_per_expert.unsqueeze(0))
+    return overall_loss * num_experts

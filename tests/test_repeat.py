@@ -1,0 +1,89 @@
+"""``run --repeat N``: what differed between runs, and entries that read it reported as unstable."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from harness.__main__ import main
+from harness.judge.evaluate import FAILING, evaluate_spec
+from harness.load.spec import load_spec
+from harness.report import repeat
+from observations import walkthrough_observation
+
+SPEC = Path(__file__).resolve().parents[1] / "specs" / "qwen3_walkthrough.yaml"
+
+
+@pytest.fixture(scope="module")
+def spec():
+    return load_spec(SPEC)
+
+
+def _unsharded(doc: dict, rank: int, unit: str = "layers.0") -> dict:
+    rank_doc = next(r for r in doc["ranks"] if r["rank"] == rank)
+    return next(m for m in rank_doc["memory"] if m["module"] == unit and m["state"] == "After Pre-Forward")
+
+
+def test_an_entry_reading_a_varying_value_is_unstable_with_both_values_and_runs(spec):
+    runs = [walkthrough_observation() for _ in range(3)]
+    held = _unsharded(runs[1], 1)["bytes"]["unsharded_param"]
+    _unsharded(runs[1], 1)["bytes"]["unsharded_param"] = 2 * held  # run 2 kept a second buffer
+    varying = repeat.varying_fields(runs)
+    assert [(v.key.part, v.key.rank, v.key.selector, v.key.field, v.values) for v in varying] == [
+        ("memory", 1, ("layers.0", "After Pre-Forward", None, None, 0), "unsharded_param", (held, 2 * held, held))]
+    assert repeat.format_varying(varying) == [
+        f"  varies: memory rank 1, layers.0, After Pre-Forward: unsharded_param: {held} (runs 1, 3); "
+        f"{2 * held} (run 2)"]
+    outcomes = repeat.repeated_outcomes([evaluate_spec(spec, doc) for doc in runs])
+    unstable = [o for o in outcomes if o.status == "unstable"]
+    assert [o.result.entry.id for o in unstable] == ["unsharded_after_step0"]
+    lines = repeat.format_unstable(outcomes)
+    assert lines[0].startswith("~ unstable ") and lines[0].endswith(
+        "unsharded_after_step0: status \"pass\" (runs 1, 3); \"fail\" (run 2)")
+    assert lines[1].startswith("    unsharded_param: ") and "(runs 1, 3)" in lines[1] and "(run 2)" in lines[1]
+    assert repeat.exit_status(outcomes, FAILING) == repeat.UNSTABLE_EXIT == 3
+    assert repeat.summary_line(outcomes, 3, FAILING) == f"{len(outcomes) - 1} passed, 0 failed, 1 unstable over 3 runs"
+
+
+def test_a_varying_value_within_an_entrys_tolerance_is_still_unstable(spec):
+    runs = [walkthrough_observation() for _ in range(2)]
+    _unsharded(runs[1], 0)["bytes"]["unsharded_param"] += 2  # "4.72 MB" still holds
+    outcomes = repeat.repeated_outcomes([evaluate_spec(spec, doc) for doc in runs])
+    assert [(o.result.entry.id, [s for s, _ in o.runs]) for o in outcomes if o.status == "unstable"] == [
+        ("unsharded_after_step0", ["pass", "pass"])]
+
+
+def test_the_same_failure_in_every_run_is_a_failure_not_unstable(spec):
+    odd = walkthrough_observation()
+    _unsharded(odd, 1)["bytes"]["unsharded_param"] = 1
+    outcomes = repeat.repeated_outcomes([evaluate_spec(spec, copy.deepcopy(odd)) for _ in range(2)])
+    assert {o.status for o in outcomes} == {"pass", "fail"}
+    assert repeat.exit_status(outcomes, FAILING) == 1
+    assert repeat.varying_fields([odd, copy.deepcopy(odd)]) == []
+
+
+def test_repeat_needs_two_runs_and_writes_no_files(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["run", "--repeat", "1", str(SPEC)])
+    assert info.value.code == 2 and "--repeat must be at least 2, got 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["run", "--repeat", "3", "--json", "x.json", str(SPEC)])
+    assert "--repeat compares runs and writes no files: drop --json" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_repeat_on_real_ranks_finds_nothing_varying(tmp_path: Path, capsys):
+    """Two runs of a tiny 2-rank spec with every recorder on: no observed value differs."""
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(
+        "spec: tiny\ntitle: t\ndocument: d\nsetup:\n  model: {overrides: {num_hidden_layers: 2, hidden_size: 64, "
+        "intermediate_size: 128, num_attention_heads: 4, num_key_value_heads: 2, head_dim: 16}}\n"
+        "  mesh: {shape: [2], dim_names: [dp]}\n"
+        "tables:\n  - section: S\n    check: memory\n    entries:\n"
+        "      - {layer: 0, state: After Pre-Forward, sharded_param: 74048}\n", encoding="utf-8")
+    status = main(["run", "--repeat", "2", str(spec)])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert out.strip().splitlines() == ["tiny: 2 runs", "tiny: 1 passed, 0 failed, 0 unstable over 2 runs"]
