@@ -33,7 +33,7 @@ from harness.run.preflight import PreflightError
 
 pytest_plugins = ["pytester"]
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO
 GOOD = (REPO / "specs" / "qwen3_walkthrough.yaml").read_text(encoding="utf-8")
 
 TINY = """\

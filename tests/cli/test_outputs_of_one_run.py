@@ -15,7 +15,7 @@ import pytest
 
 from harness.report.trace import collective_events, missing_collectives, ranks_of
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import REPO as ROOT
 WALKTHROUGH = ROOT / "specs" / "qwen3_walkthrough.yaml"
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support import REPO
 
 NCCL_SPEC = """\
 spec: needs_gpus

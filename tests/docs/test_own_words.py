@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO
 FINGERPRINT = REPO / "tests" / "data" / "walkthrough_prose.fingerprint"
 RUN = 12  # characters: the shortest shared run that counts as a copy
 

@@ -18,7 +18,7 @@ import pytest
 from harness.judge.evaluate import FAILING, evaluate_spec
 from harness.load.spec import load_spec
 
-SPECS = Path(__file__).resolve().parents[1] / "specs"
+from tests.support import SPECS
 
 # (spec, text in the spec, replacement, failing entry id, text the failure must show)
 CASES = [

@@ -18,7 +18,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO
 # Written to a temporary file by each test: a spec under tests/ would be collected as spec items
 # and run on the local launcher, where it is one node, not two.
 SPEC_TEXT = """\

@@ -12,7 +12,7 @@ import yaml
 from harness.judge.evaluate import FAILING, evaluate_spec
 from harness.load.spec import load_spec
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO
 
 
 def _draft(tmp_path: Path, *args: str) -> Path:
@@ -105,7 +105,7 @@ def test_drafted_dtype_names_the_field_the_file_gave(tmp_path, field):
     import json
 
     from harness.author.draft import draft_spec
-    from test_config_file import QWEN3_0_6B_PUBLISHED
+    from tests.support.configs import QWEN3_0_6B_PUBLISHED
 
     fields = {k: v for k, v in QWEN3_0_6B_PUBLISHED.items() if k != "torch_dtype"}
     config = tmp_path / "config.json"

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from harness.contract import calculator as calc
 from harness.contract.calculator import MB, WALKTHROUGH, Dims, layer_tables
+from tests.support import REPO
 
 # A Qwen3-32B-sized layer (the released Qwen3-32B config.json's dimensions, as model.KNOWN_CONFIGS).
 QWEN3_32B = Dims(hidden_size=5120, num_attention_heads=64, num_key_value_heads=8, head_dim=128,
@@ -379,7 +380,7 @@ def test_calculator_does_not_import_torch():
     code = ("import sys, harness.contract.calculator as c; c.layer_tables(c.WALKTHROUGH, 4); "
             "print(any(m == 'torch' or m.startswith('torch.') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[1])
+                         cwd=REPO)
     assert out.stdout.strip() == "False"
 
 

@@ -17,7 +17,7 @@ from harness.language.kinds import REGISTRY
 from harness.language.kinds.docs import README_PATH, SCHEMA_PATH, dump_schema, generated_schema, readme_with_table
 from harness.load.spec import SpecError, load_spec
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO
 
 
 def test_shipped_schema_matches_the_registry():

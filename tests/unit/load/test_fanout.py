@@ -21,7 +21,7 @@ import pytest
 
 from harness.load.fanout import chunks, process_count
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO
 SPECS = sorted((REPO / "specs").glob("*.yaml"))
 
 

@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 
 from harness.load.spec import SpecError, load_spec
 
-SPECS = sorted((Path(__file__).resolve().parents[1] / "specs").glob("*.yaml"))
+from tests.support import SHIPPED_SPECS as SPECS
 TEXTS = {p.name: p.read_bytes() for p in SPECS}
 
 _COMMON = dict(deadline=None, derandomize=False, print_blob=True,

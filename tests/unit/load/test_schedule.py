@@ -22,7 +22,7 @@ from harness.contract.observation import load_schema
 from harness.run.build import build_model, make_inputs
 from harness.run.plan import global_batches, loss_function, step_plan
 from harness.run.recorders.updates import schedule_reference, shard_rows
-from observations import walkthrough_observation
+from tests.support.observations import walkthrough_observation
 
 TINY = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 16}

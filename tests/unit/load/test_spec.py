@@ -17,11 +17,11 @@ import pytest
 
 from harness.judge.evaluate import FAILING, evaluate_spec
 from harness.load.spec import SpecError, _cut, load_spec
-from observations import walkthrough_observation
+from tests.support.observations import walkthrough_observation
 
 pytest_plugins = ["pytester"]
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support import REPO
 
 # A small valid spec; each case below changes it in one place. Line numbers are looked up by
 # marker, so the cases stay right when this text changes.

@@ -18,9 +18,9 @@ import pytest
 from harness.judge.evaluate import evaluate_spec
 from harness.load.spec import load_spec
 from harness.report.junit import junit_xml, load_error_case, nodeid, result_case, shorten_message, table_slug
-from observations import rank_doc, walkthrough_observation
+from tests.support.observations import rank_doc, walkthrough_observation
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import REPO as ROOT
 WALKTHROUGH = ROOT / "specs" / "qwen3_walkthrough.yaml"
 
 MUTATIONS = [  # (text in specs/qwen3_walkthrough.yaml, replacement)

@@ -16,9 +16,9 @@ import pytest
 
 from harness.load.spec import load_spec
 from harness.report.plot import INSTALL_HINT, PlotUnavailable, memory_timeline, plot_memory
-from observations import walkthrough_observation
+from tests.support.observations import walkthrough_observation
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import REPO as ROOT
 WALKTHROUGH = ROOT / "specs" / "qwen3_walkthrough.yaml"
 
 # The document's ≈4.72 MB per layer and ≈1.18 MB per rank in fp16 (sections "参数列表（单层）" and

@@ -21,9 +21,9 @@ import pytest
 from harness.load.spec import load_spec
 from harness.report.figures import approx_count, mb, mb_exact, sig3, thousands
 from harness.report.render import render_markdown
-from observations import rank_doc, walkthrough_observation
+from tests.support.observations import rank_doc, walkthrough_observation
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import REPO as ROOT
 WALKTHROUGH = ROOT / "specs" / "qwen3_walkthrough.yaml"
 
 # section -> rows; a row is (key of its first cell, figures that must appear on that row).

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from harness.run.hang import ProgressBoard, diagnose, per_rank_lines
+from tests.support import REPO
 
 
 def rec(seq, op="all_gather", unit="layers.0", phase="forward"):
@@ -124,7 +125,7 @@ def test_a_hang_in_a_joined_world_names_the_stuck_rank(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = str(REPO)
     procs = []
     for rank in range(3):
         env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "3", "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "3",

@@ -21,7 +21,9 @@ from harness.run.recorders.phases import PHASE_HOOKS, Phases
 
 import model as qwen3
 
-HARNESS = Path(__file__).resolve().parents[1] / "harness"
+from tests.support import REPO
+
+HARNESS = REPO / "harness"
 
 
 def _calls(path: Path, name: str) -> list[int]:

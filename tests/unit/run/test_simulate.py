@@ -20,7 +20,7 @@ from harness.load.spec import load_spec
 from harness.run import simulate
 from harness.run.runner import run_setup
 
-SPECS = Path(__file__).resolve().parents[1] / "specs"
+from tests.support import SPECS
 
 
 def _without_timings(doc: dict) -> dict:

@@ -15,33 +15,8 @@ from harness.language.entry import make_entry
 from harness.judge.evaluate import FAILING, evaluate_spec
 from harness.load.spec import SpecError, load_spec
 from harness.report.bandwidth import markdown_table, table_lines
-from observations import walkthrough_observation
-
-SPECS = Path(__file__).resolve().parents[1] / "specs"
-
-
-def timed(name, op, numel, time_s, *, n=4, element_size=2, wrong=0, source="sweep", requested=None):
-    return {"name": name, "source": source, "op": op, "dtype": "bfloat16", "element_size": element_size,
-            "size_bytes": numel * element_size, "count": numel, "requested_bytes": (requested or numel) * element_size,
-            "group_size": n, "mesh_dim": None, "occurrences": None, "warmup": 1, "iterations": 3,
-            "time_s": time_s, "wrong": wrong, "timer": "wall_barrier"}
-
-
-def timed_observation(times=(0.010, 0.012, 0.011, 0.013), wrong_rank=None) -> dict:
-    """4 ranks, hosts node-a (0, 1) and node-b (2, 3), each timing an all-gather and a reduce-scatter
-    of 2,360,448 bf16 elements (4,720,896 B) and an all-reduce of 1,000,000."""
-    obs = walkthrough_observation()
-    for r in obs["ranks"]:
-        rank = r["rank"]
-        r["environment"] = {"host": "node-a" if rank < 2 else "node-b", "node_rank": rank // 2, "local_rank": rank % 2,
-                            "local_world_size": 2, "torch_version": "2.13.0", "backend": "gloo", "device_type": "cpu",
-                            "device_name": "cpu", "variables": {}}
-        r["bandwidth"] = [
-            timed("layer", "all_gather", 2_360_448, times[rank], wrong=5 if rank == wrong_rank else 0),
-            timed("layer", "reduce_scatter", 2_360_448, 2 * times[rank]),
-            timed("small", "all_reduce", 1_000_000, 0.001),
-        ]
-    return obs
+from tests.support import SPECS
+from tests.support.observations import timed, timed_observation
 
 
 def test_bus_factors_are_nccl_tests():

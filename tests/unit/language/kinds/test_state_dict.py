@@ -24,9 +24,9 @@ from harness.language.entry import make_entry
 from harness.judge.evaluate import evaluate_item
 from harness.load.setup import RunSetup, SetupError
 from harness.load.spec import SpecError, SpecItem, load_spec
-from observations import layer_param_shapes, walkthrough_observation
+from tests.support.observations import layer_param_shapes, walkthrough_observation
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO
 OBSERVATION_SCHEMA = json.loads((REPO / "harness" / "contract" / "observation.schema.json").read_text())
 STATES = ["exp_avg", "exp_avg_sq", "step"]
 
