@@ -9,14 +9,12 @@ import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 
 from harness.report.trace import collective_events, missing_collectives, ranks_of
 
 from tests.support import REPO as ROOT
-WALKTHROUGH = ROOT / "specs" / "qwen3_walkthrough.yaml"
 
 pytestmark = pytest.mark.slow
 

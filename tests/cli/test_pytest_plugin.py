@@ -4,7 +4,6 @@ it collects, and a spec that cannot run here skips, saying why."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 

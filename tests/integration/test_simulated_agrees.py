@@ -16,7 +16,6 @@ other category of every other snapshot must agree exactly.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 

@@ -9,13 +9,11 @@ are benchmarks (benchmarks/bench_fake.py), not tests.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 import torch
 
 import model as qwen3
-from harness.load.setup import ModelSetup, RunSetup
 from harness.load.spec import load_spec
 from harness.run import simulate
 from harness.run.runner import run_setup
