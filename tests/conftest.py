@@ -1,4 +1,4 @@
-"""Test-suite settings: hypothesis profiles.
+"""Test-suite settings: hypothesis profiles; the slow folders, the order, the no-rank guard.
 
 Two profiles (README, "Running the tests"):
 
@@ -18,7 +18,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from hypothesis import settings
+
+from tests.support.no_ranks import sitecustomize as no_ranks
 
 settings.register_profile("default", max_examples=100, deadline=None)
 settings.register_profile("thorough", max_examples=1000, deadline=None)
@@ -26,22 +29,33 @@ settings.register_profile("thorough", max_examples=1000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
-# --- the layout: integration/ launches real ranks, nothing else may unless marked slow -------------
+# --- the layout: integration/ launches real ranks, nothing else may unless marked slow ------------
 
-import pytest  # noqa: E402
-
-from tests.support.no_ranks import sitecustomize as no_ranks  # noqa: E402
-
-INTEGRATION = Path(__file__).resolve().parent / "integration"
+HERE = Path(__file__).resolve().parent
+# real ranks; the command line in subprocesses (a Python that imports torch each, seconds apiece)
+SLOW_FOLDERS = (HERE / "integration", HERE / "cli")
 NO_RANKS_DIR = Path(no_ranks.__file__).resolve().parent
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
 def pytest_collection_modifyitems(config, items):
-    """Every item under ``tests/integration/`` runs real ranks: marked ``slow`` by its folder."""
+    """Every item under ``tests/integration/`` (real ranks) and ``tests/cli/`` (the command line in
+    subprocesses) is marked ``slow`` by its folder.
+
+    Then the longest items first, so that no worker starts a minute-long run while the others
+    are done: what launches ranks (and the hang tests that wait out their timeouts), then the spec
+    items (each spec's first item runs its setup), then the rest. The sort is stable: items keep
+    their order within a group, so a module's items stay together behind its fixtures."""
     for item in items:
-        if INTEGRATION in Path(item.path).parents:
+        if any(folder in Path(item.path).parents for folder in SLOW_FOLDERS):
             item.add_marker(pytest.mark.slow)
+    items.sort(key=_longest_first)
+
+
+def _longest_first(item: pytest.Item) -> int:
+    if item.get_closest_marker("slow"):
+        return 0
+    return 1 if item.get_closest_marker("spec") else 2
 
 
 @pytest.fixture(autouse=True)

@@ -43,7 +43,7 @@ def test_pip_install_then_pytest_a_spec_elsewhere(tmp_path):
         shutil.copy(REPO / name, source / name)
 
     venv = tmp_path / "venv"
-    subprocess.run([sys._base_executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
     python = venv / "bin" / "python"
     # torch, pytest and the other dependencies come from this environment (installing torch again
     # would take minutes); this package itself only from the fresh install below

@@ -61,7 +61,7 @@ def test_a_round_trip_that_hangs_times_out_in_its_phase_and_leaves_no_folder():
     before = _checkpoint_folders()
     with pytest.raises(RunTimeout) as info:
         with injected(Fault(rank=1, phase="state_dict", kind="hang")):
-            run_setup(RunSetup.from_mapping(TINY), backend="gloo", timeout_s=90)
+            run_setup(RunSetup.from_mapping(TINY), backend="gloo", timeout_s=30)
     assert info.value.phases[1] == "state_dict", str(info.value)
     assert "rank 1 in state_dict" in str(info.value)
     assert _checkpoint_folders() - before == set()
