@@ -12,6 +12,7 @@ import yaml
 from harness.load.spec import load_spec
 
 from tests.support import REPO
+from tests.support.specs import write_spec
 
 
 def test_drafted_text_is_yaml_data_under_a_comment_header(tmp_path):
@@ -59,9 +60,7 @@ def test_drafted_dtype_names_the_field_the_file_gave(tmp_path, field):
 
 
 def _write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "drafted.yaml"
-    path.write_text(text, encoding="utf-8")
-    return path
+    return write_spec(tmp_path, text, "drafted.yaml")
 
 
 def test_draft_refuses_a_moe_config_in_one_line(tmp_path):

@@ -386,7 +386,7 @@ def test_calculator_does_not_import_torch():
 def test_one_rank_shard_group_issues_no_collective():
     # torch FSDPParamGroup.unshard: "if world_size == 1" it copies the shard in place and
     # returns before any all-gather; the reduce-scatter is skipped the same way. Found by
-    # tests/test_calculator_vs_fake.py, which the first version of this calculator failed.
+    # tests/unit/contract/test_calculator_vs_fake.py, which the first version of this calculator failed.
     t = calc.layer_tables(calc.WALKTHROUGH, 1)
     assert t.collectives == ()
     assert t.total_ring_bytes == 0

@@ -22,12 +22,8 @@ import pytest
 from harness.load.fanout import chunks, process_count
 
 from tests.support import REPO
+from tests.support.cli import harness_env as _env
 SPECS = sorted((REPO / "specs").glob("*.yaml"))
-
-
-def _env(**extra: str) -> dict[str, str]:
-    """This environment with the checkout first on PYTHONPATH."""
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])), **extra)
 
 
 def _python(code: str, timeout: float = 60) -> subprocess.CompletedProcess:

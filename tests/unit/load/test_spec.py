@@ -22,6 +22,7 @@ from tests.support.observations import walkthrough_observation
 pytest_plugins = ["pytester"]
 
 from tests.support import REPO
+from tests.support.specs import write_spec as write
 
 # A small valid spec; each case below changes it in one place. Line numbers are looked up by
 # marker, so the cases stay right when this text changes.
@@ -66,12 +67,6 @@ def line_of(text: str, marker: str) -> int:
 def edit(old: str, new: str) -> str:
     assert BASE.count(old) == 1, old
     return BASE.replace(old, new)
-
-
-def write(tmp_path: Path, text: str, name: str = "spec.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def test_the_base_spec_loads(tmp_path):

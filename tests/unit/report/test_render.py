@@ -44,7 +44,7 @@ def test_exact_figure_beside_the_rounded_one():
 # --- the walkthrough, regenerated ---------------------------------------------------------
 
 def test_synthetic_walkthrough_holds_every_document_figure():
-    """Without launching ranks: the observation a faithful run would record (tests/observations.py)."""
+    """Without launching ranks: the observation a faithful run would record (tests/support/observations.py)."""
     text = render_markdown(load_spec(WALKTHROUGH), walkthrough_observation())
     assert missing_figures(text) == []
 

@@ -1,7 +1,7 @@
 """The rank step's parts without launching ranks: FSDP units, the only fully_shard call, faults.
 
 The runs themselves (and that splitting the step changed none of their observations) are
-covered by tests/test_harness_launch.py, tests/test_harness.py and the shipped specs.
+covered by tests/integration/test_launch.py, tests/unit/run/test_collectives_and_worlds.py and the shipped specs.
 """
 
 from __future__ import annotations

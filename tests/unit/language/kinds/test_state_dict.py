@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-from pathlib import Path
 
 import jsonschema
 import pytest
@@ -24,6 +23,7 @@ from harness.load.spec import SpecError, SpecItem, load_spec
 from tests.support.observations import layer_param_shapes, walkthrough_observation
 
 from tests.support import REPO
+from tests.support.specs import write_spec as write
 OBSERVATION_SCHEMA = json.loads((REPO / "harness" / "contract" / "observation.schema.json").read_text())
 STATES = ["exp_avg", "exp_avg_sq", "step"]
 
@@ -183,12 +183,6 @@ tables:
     entries:
       - ENTRY
 """
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "spec.yaml"
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 GOOD = [
