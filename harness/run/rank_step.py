@@ -191,7 +191,7 @@ def run_step(
                     forward_prefetch=setup.fsdp.forward_prefetch, backward_prefetch=setup.fsdp.backward_prefetch,
                     freeze=setup.freeze.params, freeze_after=setup.freeze.after_fully_shard)
             if simulated:
-                # FSDP2 issues no collective in fully_shard (tests/test_simulated_agrees.py compares
+                # FSDP2 issues no collective in fully_shard (tests/integration/test_simulated_agrees.py compares
                 # every collective of 8 real ranks, whose recorder covers it, with the simulated ones)
                 from torch._subclasses.fake_tensor import FakeTensorMode
 

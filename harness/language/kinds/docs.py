@@ -2,7 +2,7 @@
 
 ``python -m harness.language.kinds`` rewrites the generated parts of
 ``harness/schemas/spec.schema.json`` and of README.md (between the ``check-kinds`` markers);
-``tests/test_vocabulary.py`` fails when the shipped files differ from what this produces.
+``tests/unit/language/test_vocabulary.py`` fails when the shipped files differ from what this produces.
 """
 
 from __future__ import annotations
