@@ -39,27 +39,14 @@ from pathlib import Path
 from typing import Callable
 
 from harness.run.launch.session import TEMP_PREFIX  # the session folders the harness makes (and sweeps)
+from tests.support import REPO
+from tests.support.specs import TINY, TINY_FAKE
 
-REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
 # --- specs used as bases ------------------------------------------------------------------------
 
-TINY = """\
-spec: tiny
-title: a tiny spec
-document: a document
-setup:
-  model: {config: walkthrough, overrides: {num_hidden_layers: 2}}
-  mesh: {shape: [4], dim_names: [dp]}
-tables:
-  - section: "Forward"
-    title: shapes
-    check: step
-    entries:
-      - {id: x_norm, step: step1.x_norm, shape: [2, 8, 512]}
-"""
-TINY_FAKE = TINY.replace("tables:", "backend: fake\ntables:")
+# TINY (4 real ranks, one step entry) and TINY_FAKE (the same simulated): tests.support.specs, as the tests
 
 # two real ranks, a few seconds of step: signals sent 2 s after the ranks start land inside it
 SLOW2 = """\

@@ -370,7 +370,7 @@ def _released(hidden: int, layers: int, heads: int, kv: int, ffn: int, tie: bool
 
 KNOWN_CONFIGS: dict[str, Qwen3Config] = {
     # The one definition of the walkthrough's config: the calculator's WALKTHROUGH and the
-    # synthetic observation of tests/observations.py derive from this entry.
+    # synthetic observation of tests/support/observations.py derive from this entry.
     # The walkthrough document's table ("配置（精简版，便于数值追踪）") fixes only d=512,
     # h_q=8, h_kv=4, d_h=64, d_ffn=1024. It does NOT fix: num_hidden_layers (2 here: enough to
     # see one all-gather per layer), vocab_size (1024 here: small), rms_norm_eps, rope_theta,

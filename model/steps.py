@@ -34,7 +34,7 @@ class Step:
         step: the document's step number (1-10).
         shape: symbolic shape, a tuple of symbols from the module docstring.
         says: what the document claims for this tensor, in this project's words, ending
-            with its shape as the document prints it (tests/test_model.py reads that shape).
+            with its shape as the document prints it (tests/unit/model/test_qwen3.py reads that shape).
     """
 
     name: str

@@ -1,10 +1,10 @@
-"""Test-suite settings: hypothesis profiles.
+"""Test-suite settings: hypothesis profiles; the slow folders, the order, the no-rank guard.
 
 Two profiles (README, "Running the tests"):
 
 - ``default``: what ``pytest`` runs, sized for the suite's wall time: hypothesis's own 100
   cases per property; a property whose every case is a simulated FSDP2 run
-  (``tests/test_calculator_vs_fake.py``) draws a 25th of that, besides its ``@example`` cases;
+  (``tests/unit/contract/test_calculator_vs_fake.py``) draws a 25th of that, besides its ``@example`` cases;
 - ``thorough``: ten times as many cases everywhere, for a long run before a release or after
   touching the calculator, the expectations or the simulation:
   ``pytest --hypothesis-profile thorough tests/`` (or ``HYPOTHESIS_PROFILE=thorough``).
@@ -16,10 +16,59 @@ A property that costs more per case scales its count from the loaded profile
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
+import pytest
 from hypothesis import settings
+
+from tests.support.no_ranks import sitecustomize as no_ranks
 
 settings.register_profile("default", max_examples=100, deadline=None)
 settings.register_profile("thorough", max_examples=1000, deadline=None)
 # hypothesis's --hypothesis-profile option is applied after this file is read, so it wins
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+# --- the layout: integration/ launches real ranks, nothing else may unless marked slow ------------
+
+HERE = Path(__file__).resolve().parent
+# real ranks; the command line in subprocesses (a Python that imports torch each, seconds apiece)
+SLOW_FOLDERS = (HERE / "integration", HERE / "cli")
+NO_RANKS_DIR = Path(no_ranks.__file__).resolve().parent
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
+def pytest_collection_modifyitems(config, items):
+    """Every item under ``tests/integration/`` (real ranks) and ``tests/cli/`` (the command line in
+    subprocesses) is marked ``slow`` by its folder.
+
+    Then the longest items first, so that no worker starts a minute-long run while the others
+    are done: what launches ranks (and the hang tests that wait out their timeouts), then the spec
+    items (each spec's first item runs its setup), then the rest. The sort is stable: items keep
+    their order within a group, so a module's items stay together behind its fixtures."""
+    for item in items:
+        if any(folder in Path(item.path).parents for folder in SLOW_FOLDERS):
+            item.add_marker(pytest.mark.slow)
+    items.sort(key=_longest_first)
+
+
+def _longest_first(item: pytest.Item) -> int:
+    if item.get_closest_marker("slow"):
+        return 0
+    return 1 if item.get_closest_marker("spec") else 2
+
+
+@pytest.fixture(autouse=True)
+def launches_no_rank_unless_slow(request, monkeypatch, tmp_path_factory):
+    """A test not marked ``slow`` launches no rank, in this process or any it starts
+    (``tests/support/no_ranks/sitecustomize.py``); one that does fails, naming what it started."""
+    if request.node.get_closest_marker("slow"):
+        yield
+        return
+    log = tmp_path_factory.mktemp("no-ranks") / "launched.txt"
+    monkeypatch.setenv(no_ranks.LOG, str(log))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(NO_RANKS_DIR), os.environ.get("PYTHONPATH")])))
+    no_ranks.install(monkeypatch.setattr)
+    yield
+    if log.exists() and log.read_text().strip():
+        pytest.fail(f"{request.node.nodeid} is not marked slow but launched ranks:\n{log.read_text()}", pytrace=False)

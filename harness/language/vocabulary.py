@@ -5,7 +5,7 @@ the observation), its fields (what is measured there) with the type of value eac
 extra rules an entry must meet, the measure function, and one line of docs per key. The loader
 (:mod:`harness.load.spec`), the checks (:mod:`harness.judge.checks`), the JSON Schema's entry
 definitions (``harness/schemas/spec.schema.json``) and the README's table of kinds all come
-from these definitions (:mod:`harness.language.kinds` registers them); ``tests/test_vocabulary.py``
+from these definitions (:mod:`harness.language.kinds` registers them); ``tests/unit/language/test_vocabulary.py``
 fails when the shipped schema or README disagree.
 
 Imports neither torch nor the run side's torch modules: loading a spec must stay fast.

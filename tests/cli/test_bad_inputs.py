@@ -9,7 +9,7 @@ Each kind has the issue's example and at least two variants of the same kind:
 6. ``draft --config`` files: binary, malformed, a folder;
 8. fields that depend on thread timing cannot be asserted on a real backend.
 
-Kind 7 (interruption, real ranks) is in tests/test_interrupt.py. The command line is run as a
+Kind 7 (interruption, real ranks) is in tests/cli/test_interrupt.py. The command line is run as a
 subprocess, as a user runs it: exit status as in the README's table, no Python traceback.
 """
 
@@ -31,42 +31,14 @@ from harness.load.yaml_safe import MAX_ALIAS_NODES, MAX_BYTES, MAX_DEPTH, YamlFi
 from harness.run import preflight
 from harness.run.preflight import PreflightError
 
+from tests.support import REPO, WALKTHROUGH
+from tests.support.cli import cli, no_traceback
+from tests.support.specs import TINY
+from tests.support.specs import write_spec as write
+
 pytest_plugins = ["pytester"]
 
-REPO = Path(__file__).resolve().parents[1]
-GOOD = (REPO / "specs" / "qwen3_walkthrough.yaml").read_text(encoding="utf-8")
-
-TINY = """\
-spec: tiny
-title: a tiny spec
-document: a document
-setup:
-  model: {config: walkthrough, overrides: {num_hidden_layers: 2}}
-  mesh: {shape: [4], dim_names: [dp]}
-tables:
-  - section: "Forward"
-    title: shapes
-    check: step
-    entries:
-      - {id: x_norm, step: step1.x_norm, shape: [2, 8, 512]}
-"""
-
-
-def cli(*args: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
-    environ = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    environ.update(env or {})
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=REPO,
-                          timeout=timeout, env=environ)
-
-
-def no_traceback(proc: subprocess.CompletedProcess) -> None:
-    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
-
-
-def write(tmp_path: Path, data: str | bytes, name: str = "spec.yaml") -> Path:
-    path = tmp_path / name
-    path.write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
-    return path
+GOOD = WALKTHROUGH.read_text(encoding="utf-8")
 
 
 def bomb(levels: int, width: int = 9) -> str:

@@ -26,7 +26,7 @@ from harness.run.launch.session import TEMP_PREFIX, sweep_stale
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO
 
 TWO_RANKS = """\
 spec: two

@@ -9,14 +9,12 @@ import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 
 from harness.report.trace import collective_events, missing_collectives, ranks_of
 
-ROOT = Path(__file__).resolve().parents[1]
-WALKTHROUGH = ROOT / "specs" / "qwen3_walkthrough.yaml"
+from tests.support import REPO as ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -4,13 +4,13 @@ it collects, and a spec that cannot run here skips, saying why."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
 pytest_plugins = ["pytester"]
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support import REPO
+from tests.support.specs import edit, line_of
 
 NCCL_SPEC = """\
 spec: needs_gpus
@@ -81,3 +81,23 @@ def test_specs_are_collected_wherever_they_are(pytester, in_repo_path, where, ar
     result.assert_outcomes(passed=2)
     result.stdout.no_fnmatch_line("*other.yaml*")
     result.stdout.no_fnmatch_line("*Unknown pytest.mark*")
+
+
+def test_malformed_spec_is_one_failing_pytest_item(pytester, monkeypatch):
+    """The installed plugin (entry point pytest11) collects the YAML files that are specs."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    bad_text = edit("check: param\n", "check: parm\n")
+    pytester.mkdir("specs")
+    bad = pytester.path / "specs" / "bad.yaml"
+    bad.write_text(bad_text, encoding="utf-8")
+    (pytester.path / "specs" / "notes.txt").write_text("not a spec")
+    (pytester.path / "elsewhere.yaml").write_text("{not: a spec, no spec and tables keys}")  # not collected
+
+    result = pytester.runpytest_subprocess("-v", "-p", "no:cacheprovider")
+    out = result.stdout.str()
+    result.assert_outcomes(failed=1)  # and no errors: collection did not crash
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*collected 1 item*", "specs/bad.yaml::load FAILED*"])
+    line = line_of(bad_text, "check: parm")
+    assert f"spec does not load: {bad}:{line}: tables[1].check: expected one of [" in out
+    assert "Traceback" not in out and "elsewhere.yaml" not in out

@@ -16,7 +16,7 @@ field's vocabulary, shared by the document and this project, and are not counted
 The document is not part of the repository. ``tests/data/walkthrough_prose.fingerprint``
 holds, one per line, a 40-bit BLAKE2b hash of every :data:`RUN`-character window of its
 sentences that holds an ideograph (the windows themselves are not stored). Regenerate it with
-``python tests/test_own_words.py PATH_TO_DOCUMENT``; when the document is at hand
+``python -m tests.docs.test_own_words PATH_TO_DOCUMENT``; when the document is at hand
 (``$FSDP2_WALKTHROUGH_DOC``), a test checks the stored fingerprint against it.
 
 Source: the document's headings and table layout; no torch import (fast).
@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO
 FINGERPRINT = REPO / "tests" / "data" / "walkthrough_prose.fingerprint"
 RUN = 12  # characters: the shortest shared run that counts as a copy
 
@@ -207,9 +207,9 @@ def test_fingerprint_matches_the_document():
     assert missed == []
 
 
-if __name__ == "__main__":  # python tests/test_own_words.py PATH_TO_DOCUMENT
+if __name__ == "__main__":  # python -m tests.docs.test_own_words PATH_TO_DOCUMENT
     if len(sys.argv) != 2:
-        sys.exit("usage: python tests/test_own_words.py PATH_TO_DOCUMENT")
+        sys.exit("usage: python -m tests.docs.test_own_words PATH_TO_DOCUMENT")
     hashes = fingerprint(Path(sys.argv[1]).read_text(encoding="utf-8"))
     FINGERPRINT.parent.mkdir(exist_ok=True)
     FINGERPRINT.write_text("".join(h + "\n" for h in sorted(hashes)), encoding="ascii")

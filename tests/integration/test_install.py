@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO
 
 SPEC = """\
 spec: my_layer
@@ -43,7 +43,8 @@ def test_pip_install_then_pytest_a_spec_elsewhere(tmp_path):
         shutil.copy(REPO / name, source / name)
 
     venv = tmp_path / "venv"
-    subprocess.run([sys._base_executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    # without pip of its own (ensurepip takes seconds): this environment's pip reaches it through the .pth below
+    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
     python = venv / "bin" / "python"
     # torch, pytest and the other dependencies come from this environment (installing torch again
     # would take minutes); this package itself only from the fresh install below
@@ -72,5 +73,6 @@ def test_pip_install_then_pytest_a_spec_elsewhere(tmp_path):
     assert "my_specs/my_spec.yaml::Shards::mlp.gate_proj.weight PASSED" in out, out
     assert "2 passed" in out
     where = subprocess.run([str(python), "-c", "import harness; print(harness.__file__)"], cwd=work,
-                           capture_output=True, text=True).stdout
+                           capture_output=True, text=True,  # as pytest ran: no PYTHONPATH naming the checkout
+                           env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}).stdout
     assert where.startswith(site), where  # the installed copy ran, not the checkout

@@ -11,15 +11,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from harness.judge.evaluate import FAILING, evaluate_spec
 from harness.load.spec import load_spec
-from mutation_cases_moe import MOE_CASES
+from tests.support.mutation_cases_moe import MOE_CASES
 
-SPECS = Path(__file__).resolve().parents[1] / "specs"
+from tests.support import SPECS
 
 # (spec, text in the spec, replacement, failing entry id, text the failure must show)
 CASES = [
@@ -182,7 +181,7 @@ CASES = [
 ]
 
 
-CASES += MOE_CASES  # tests/mutation_cases_moe.py
+CASES += MOE_CASES  # tests/support/mutation_cases_moe.py
 
 
 def test_every_spec_has_a_mutation_case():

@@ -16,13 +16,13 @@ other category of every other snapshot must agree exactly.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 
 from harness.load.spec import load_spec
+from tests.support import SPECS
 
-SPEC = Path(__file__).resolve().parents[1] / "specs" / "qwen3_0_6b_8_ranks.yaml"
+SPEC = SPECS / "qwen3_0_6b_8_ranks.yaml"
 PEAK_STATES = {"Peak", "Peak Backward"}
 TIMING_DEPENDENT = {"temp", "total"}
 

@@ -18,7 +18,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO
 # Written to a temporary file by each test: a spec under tests/ would be collected as spec items
 # and run on the local launcher, where it is one node, not two.
 SPEC_TEXT = """\
@@ -117,7 +117,7 @@ def test_a_world_the_spec_does_not_fit_ends_with_one_message(spec):
 
 def test_a_node_that_never_joins_ends_at_the_rendezvous_timeout(spec):
     start = time.monotonic()
-    (run,) = agents(spec, 2, 2, started=1, join_timeout=15, timeout=120)
+    (run,) = agents(spec, 2, 2, started=1, join_timeout=5, timeout=120)
     assert run.returncode != 0
     assert "RendezvousTimeoutError" in run.stdout, run.stdout
     assert time.monotonic() - start < 90

@@ -8,7 +8,7 @@ in forward and in backward, one reduce-scatter per unit in backward), never type
 The document's printed figures (``DOC_*``) are kept alongside so tests can hold the derived
 numbers against them.
 
-The document validates against harness/contract/observation.schema.json (tests/test_checks.py).
+The document validates against harness/contract/observation.schema.json (tests/unit/language/kinds/test_walkthrough_kinds.py).
 """
 
 from __future__ import annotations
@@ -260,4 +260,30 @@ def with_rank(observation: dict[str, Any], rank: int, edit: Callable[[dict[str, 
     """A deep copy of ``observation`` where ``edit`` changed rank ``rank``'s document."""
     obs = copy.deepcopy(observation)
     edit(rank_doc(obs, rank))
+    return obs
+
+
+# --- bandwidth timings (the bandwidth kind, the cluster report) ----------------------------
+
+def timed(name, op, numel, time_s, *, n=4, element_size=2, wrong=0, source="sweep", requested=None):
+    return {"name": name, "source": source, "op": op, "dtype": "bfloat16", "element_size": element_size,
+            "size_bytes": numel * element_size, "count": numel, "requested_bytes": (requested or numel) * element_size,
+            "group_size": n, "mesh_dim": None, "occurrences": None, "warmup": 1, "iterations": 3,
+            "time_s": time_s, "wrong": wrong, "timer": "wall_barrier"}
+
+
+def timed_observation(times=(0.010, 0.012, 0.011, 0.013), wrong_rank=None) -> dict:
+    """4 ranks, hosts node-a (0, 1) and node-b (2, 3), each timing an all-gather and a reduce-scatter
+    of 2,360,448 bf16 elements (4,720,896 B) and an all-reduce of 1,000,000."""
+    obs = walkthrough_observation()
+    for r in obs["ranks"]:
+        rank = r["rank"]
+        r["environment"] = {"host": "node-a" if rank < 2 else "node-b", "node_rank": rank // 2, "local_rank": rank % 2,
+                            "local_world_size": 2, "torch_version": "2.13.0", "backend": "gloo", "device_type": "cpu",
+                            "device_name": "cpu", "variables": {}}
+        r["bandwidth"] = [
+            timed("layer", "all_gather", 2_360_448, times[rank], wrong=5 if rank == wrong_rank else 0),
+            timed("layer", "reduce_scatter", 2_360_448, 2 * times[rank]),
+            timed("small", "all_reduce", 1_000_000, 0.001),
+        ]
     return obs

@@ -2,7 +2,7 @@
 
 ``python -m harness.load.docs`` (:mod:`harness.load.docs`, which adds the setup's parts) rewrites the
 generated parts of ``harness/schemas/spec.schema.json`` and of README.md (between the
-``check-kinds`` markers); ``tests/test_vocabulary.py`` fails when the shipped files differ from
+``check-kinds`` markers); ``tests/unit/language/test_vocabulary.py`` fails when the shipped files differ from
 what this produces.
 """
 

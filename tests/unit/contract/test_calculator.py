@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -13,6 +12,7 @@ from hypothesis import strategies as st
 
 from harness.contract import calculator as calc
 from harness.contract.calculator import MB, WALKTHROUGH, Dims, layer_tables
+from tests.support import REPO
 
 # A Qwen3-32B-sized layer (the released Qwen3-32B config.json's dimensions, as model.KNOWN_CONFIGS).
 QWEN3_32B = Dims(hidden_size=5120, num_attention_heads=64, num_key_value_heads=8, head_dim=128,
@@ -379,14 +379,14 @@ def test_calculator_does_not_import_torch():
     code = ("import sys, harness.contract.calculator as c; c.layer_tables(c.WALKTHROUGH, 4); "
             "print(any(m == 'torch' or m.startswith('torch.') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[1])
+                         cwd=REPO)
     assert out.stdout.strip() == "False"
 
 
 def test_one_rank_shard_group_issues_no_collective():
     # torch FSDPParamGroup.unshard: "if world_size == 1" it copies the shard in place and
     # returns before any all-gather; the reduce-scatter is skipped the same way. Found by
-    # tests/test_calculator_vs_fake.py, which the first version of this calculator failed.
+    # tests/unit/contract/test_calculator_vs_fake.py, which the first version of this calculator failed.
     t = calc.layer_tables(calc.WALKTHROUGH, 1)
     assert t.collectives == ()
     assert t.total_ring_bytes == 0

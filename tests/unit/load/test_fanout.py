@@ -1,6 +1,6 @@
 """harness/load/fanout.py: results in item order whatever the processes, exceptions where the
-item is, every child reaped, no fork where one is unsafe; and ``validate`` spread over processes
-prints what one process prints.
+item is, every child reaped, no fork where one is unsafe. ``validate`` spread over processes:
+tests/cli/test_validate.py.
 
 A pytest-xdist worker runs threads (execnet's), where fan_out rightly never forks: each forking
 case runs in a fresh interpreter started here.
@@ -8,26 +8,17 @@ case runs in a fresh interpreter started here.
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
 import subprocess
 import sys
 import textwrap
-import time
-from pathlib import Path
 
 import pytest
 
 from harness.load.fanout import chunks, process_count
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO
+from tests.support.cli import harness_env as _env
 SPECS = sorted((REPO / "specs").glob("*.yaml"))
-
-
-def _env(**extra: str) -> dict[str, str]:
-    """This environment with the checkout first on PYTHONPATH."""
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])), **extra)
 
 
 def _python(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -160,45 +151,3 @@ def test_ctrl_c_in_a_child_is_the_parents_to_report():
         print(list(fan_out(fn, list(range(24)), processes=2)) == list(range(24)), children_left())
     """))
     assert out == "True False\n"
-
-
-def _validate(*paths: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", "validate", *map(str, paths)], cwd=REPO,
-                          env=_env(COLUMNS="1000"),
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def test_validate_over_processes_prints_what_one_spec_at_a_time_prints(tmp_path):
-    """Every shipped spec and three broken ones, in argument order: the lines each file gives
-    when loaded on its own here (no fork), and status 1."""
-    from harness.__main__ import _validated
-
-    bad = {"a_bad_yaml.yaml": "spec: [\n", "m_no_tables.yaml": "spec: x\n", "z_bad_kind.yaml": None}
-    for name, text in bad.items():
-        if text is None:
-            text = (REPO / "specs" / "qwen3_walkthrough.yaml").read_text().replace("check: ", "check: no_such_", 1)
-        (tmp_path / name).write_text(text)
-    paths = sorted([*SPECS, *(tmp_path / name for name in bad)], key=lambda p: p.name)
-    together = _validate(*paths)
-    alone = [_validated(path) for path in paths]
-    assert (together.returncode, together.stderr) == (1, "")
-    assert together.stdout == "".join(("✓ " if ok else "✗ ") + line + "\n" for ok, text in alone
-                                      for line in text.splitlines())
-    assert [ok for ok, _ in alone].count(False) == 3
-
-
-def test_ctrl_c_during_a_long_validate_exits_130_and_leaves_no_process(tmp_path):
-    for i in range(3000):  # seconds of loading even spread over 16 processes; the signal ends it early
-        shutil.copy(SPECS[i % len(SPECS)], tmp_path / f"{i:04d}.yaml")
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "validate", *sorted(map(str, tmp_path.glob("*.yaml")))],
-                            cwd=REPO, env=_env(PYTHONUNBUFFERED="1"),  # each line as printed, forked or not
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    assert proc.stdout.readline().startswith("✓ ")  # loading has begun (the first spec, before any fork)
-    time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to every process of the group
-    out, err = proc.communicate(timeout=60)
-    assert (proc.returncode, err) == (130, "interrupted\n")
-    time.sleep(0.5)
-    with pytest.raises(ProcessLookupError):
-        os.killpg(proc.pid, 0)  # no process of the session is left

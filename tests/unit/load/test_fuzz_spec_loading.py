@@ -17,7 +17,7 @@ load is over 2 s and over 10 times that spec's; a blocking hang ends at 60 s (SI
 Example counts: the default profile ``fuzz`` runs 25 inputs per strategy so the suite
 stays fast; ``FSDP2_FUZZ_PROFILE=fuzz-thorough`` runs 2,000 each:
 
-    FSDP2_FUZZ_PROFILE=fuzz-thorough python -m pytest -q tests/test_fuzz_spec_loading.py
+    FSDP2_FUZZ_PROFILE=fuzz-thorough python -m pytest -q tests/unit/load/test_fuzz_spec_loading.py
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 
 from harness.load.spec import SpecError, load_spec
 
-SPECS = sorted((Path(__file__).resolve().parents[1] / "specs").glob("*.yaml"))
+from tests.support import SHIPPED_SPECS as SPECS
 TEXTS = {p.name: p.read_bytes() for p in SPECS}
 
 _COMMON = dict(deadline=None, derandomize=False, print_blob=True,

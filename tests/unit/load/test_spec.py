@@ -1,78 +1,24 @@
-"""Tests of harness/load/spec.py, the validate command and the pytest plugin on malformed specs,
-and of the torch-range and deviation gates of harness/judge/evaluate.py.
+"""Tests of harness/load/spec.py on malformed specs, and of the torch-range and deviation gates of
+harness/judge/evaluate.py.
 
 A malformed spec gives one SpecError with a line ``file:line: key.path: what was expected``
-per error, every error of the file at once, in file order; the command line prints those lines
-(no traceback) and exits 1; under pytest it is one failing item, not a collection crash.
+per error, every error of the file at once, in file order. The command line printing those lines
+(no traceback, exit 1): tests/cli/test_validate.py; under pytest one failing item, not a collection
+crash: tests/cli/test_pytest_plugin.py.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from harness.judge.evaluate import FAILING, evaluate_spec
 from harness.load.spec import SpecError, _cut, load_spec
-from observations import walkthrough_observation
+from tests.support.observations import walkthrough_observation
 
-pytest_plugins = ["pytester"]
-
-REPO = Path(__file__).resolve().parent.parent
-
-# A small valid spec; each case below changes it in one place. Line numbers are looked up by
-# marker, so the cases stay right when this text changes.
-BASE = """\
-spec: tiny
-title: a tiny spec
-document: a document
-setup:
-  model: {config: walkthrough, overrides: {num_hidden_layers: 2}}
-  seed: 0
-  mesh: {shape: [4], dim_names: [dp]}
-tables:
-  - section: "Forward"
-    title: shapes
-    check: step
-    entries:
-      - {id: x_norm, step: step1.x_norm, shape: [2, 8, 512]}
-      - {id: k_heads, step: step2.k_heads, shape: [2, 8, 4, 64]}
-  - section: "Shards"
-    title: shard per rank
-    check: param
-    with: {layer: 0}
-    columns: [param, local_shape, local_numel]
-    rows:
-      - [self_attn.q_proj.weight, [128, 512], 65536]
-      - [self_attn.k_proj.weight, [64, 512], 32768]
-  - section: "Totals"
-    check: params_total
-    entries:
-      - id: layer_bytes
-        layer: 0
-        bytes: "4.72 MB"
-"""
-
-
-def line_of(text: str, marker: str) -> int:
-    hits = [i + 1 for i, line in enumerate(text.splitlines()) if marker in line]
-    assert len(hits) == 1, (marker, hits)
-    return hits[0]
-
-
-def edit(old: str, new: str) -> str:
-    assert BASE.count(old) == 1, old
-    return BASE.replace(old, new)
-
-
-def write(tmp_path: Path, text: str, name: str = "spec.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    return path
-
+from tests.support.specs import SMALL as BASE
+from tests.support.specs import edit, line_of
+from tests.support.specs import write_spec as write
 
 def test_the_base_spec_loads(tmp_path):
     spec = load_spec(write(tmp_path, BASE))
@@ -241,17 +187,6 @@ def test_a_schema_error_skips_only_its_entry(tmp_path):
         (line_of(text, "step1.x_nrm"), "tables[0].entries[0].step"), (line_of(text, "k heads"), "tables[0].entries[1].id")]
 
 
-def test_validate_prints_every_error_without_traceback(tmp_path):
-    text = edit("check: param\n", "check: parm\n").replace("step: step2.k_heads", "step: step2.kv_heads")
-    bad = write(tmp_path, text, "bad.yaml")
-    proc = validate(bad, columns=1000)
-    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr
-    lines = proc.stdout.splitlines()
-    assert len(lines) == 2, proc.stdout
-    assert lines[0].startswith(f"✗ {bad}:{line_of(text, 'kv_heads')}: tables[0].entries[1].step: unknown step 'step2.kv_heads'")
-    assert lines[1].startswith(f"✗ {bad}:{line_of(text, 'check: parm')}: tables[1].check: expected one of [")
-
-
 def test_overrides_are_blamed_only_when_they_fail(tmp_path):
     text = edit("config: walkthrough, overrides: {num_hidden_layers: 2}",
                 "config: Qwen3-1.8B, overrides: {num_hidden_layers: 2, num_key_value_heads: 3}")
@@ -378,53 +313,8 @@ def test_missing_file(tmp_path):
 
 # --- the command line --------------------------------------------------------------------
 
-def validate(*paths: Path, columns: int | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    if columns:
-        env["COLUMNS"] = str(columns)
-    return subprocess.run([sys.executable, "-m", "harness", "validate", *map(str, paths)], cwd=REPO, env=env,
-                          capture_output=True, text=True, encoding="utf-8", timeout=120)
-
-
-def test_validate_prints_one_line_per_bad_spec_and_exits_1(tmp_path):
-    bad_text = edit("check: param\n", "check: parm\n")
-    bad, good = write(tmp_path, bad_text, "bad.yaml"), write(tmp_path, BASE, "good.yaml")
-    proc = validate(bad, good, columns=1000)
-    assert proc.returncode == 1, proc
-    assert "Traceback" not in proc.stdout + proc.stderr
-    lines = proc.stdout.splitlines()
-    assert len(lines) == 2, proc.stdout
-    assert lines[0].startswith(f"✗ {bad}:{line_of(bad_text, 'check: parm')}: tables[1].check: expected one of [")
-    assert lines[1] == f"✓ {good}: 5 entries, world size 4"
-
-
-def test_validate_error_is_one_line_when_piped(tmp_path):
-    bad = write(tmp_path, edit("check: param\n", "check: parm\n"), "bad.yaml")
-    proc = validate(bad)
-    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr
-    assert len(proc.stdout.splitlines()) == 1, proc.stdout
-
 
 # --- under pytest: one failing item, not a collection crash ------------------------------
-
-def test_malformed_spec_is_one_failing_pytest_item(pytester, monkeypatch):
-    """The installed plugin (entry point pytest11) collects the YAML files that are specs."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    bad_text = edit("check: param\n", "check: parm\n")
-    pytester.mkdir("specs")
-    bad = pytester.path / "specs" / "bad.yaml"
-    bad.write_text(bad_text, encoding="utf-8")
-    (pytester.path / "specs" / "notes.txt").write_text("not a spec")
-    (pytester.path / "elsewhere.yaml").write_text("{not: a spec, no spec and tables keys}")  # not collected
-
-    result = pytester.runpytest_subprocess("-v", "-p", "no:cacheprovider")
-    out = result.stdout.str()
-    result.assert_outcomes(failed=1)  # and no errors: collection did not crash
-    assert result.ret == 1
-    result.stdout.fnmatch_lines(["*collected 1 item*", "specs/bad.yaml::load FAILED*"])
-    line = line_of(bad_text, "check: parm")
-    assert f"spec does not load: {bad}:{line}: tables[1].check: expected one of [" in out
-    assert "Traceback" not in out and "elsewhere.yaml" not in out
 
 
 # --- gates: torch range, deviation -------------------------------------------------------

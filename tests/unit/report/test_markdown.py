@@ -6,7 +6,7 @@ from __future__ import annotations
 from harness.judge.checks import check
 from harness.language.entry import make_entry
 from harness.report.markdown import DIFFERS, SpecRun, cluster_report
-from test_bandwidth import timed_observation
+from tests.support.observations import timed_observation
 
 
 def report_for(obs, results=(), **kwargs) -> str:

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import io
 
-import pytest
 from rich.console import Console
 
-from harness.load.setup import ModelSetup, RunSetup
 from harness.report.progress import STAGES, RunProgress, progress_enabled, stage_of
-from harness.run.runner import run_setup
 
 
 def test_drawn_only_on_a_terminal_outside_pytest(monkeypatch):
@@ -42,27 +39,6 @@ def test_the_line_follows_the_slowest_rank():
         p.checking(113)
         assert p._progress.tasks[0].description == "walk: checking 113 entries"
     assert "walk" in out.getvalue()
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", ["gloo", "fake"])
-def test_the_launcher_reports_every_rank_through_the_step(backend):
-    """A small real (or simulated) run: every rank is reported going through forward,
-    backward and optimizer, in that order."""
-    setup = RunSetup(model=ModelSetup("walkthrough", {"num_hidden_layers": 1}, "decoder_layers"),
-                     mesh_shape=(2,), numerics=False)
-    seen: dict[int, list[str]] = {}
-
-    def on_progress(phases):
-        for rank, phase in phases.items():
-            if not seen.setdefault(rank, []) or seen[rank][-1] != phase:
-                seen[rank].append(phase)
-
-    run_setup(setup, backend=backend, timeout_s=300, on_progress=on_progress)
-    assert sorted(seen) == [0, 1]
-    for rank, phases in seen.items():
-        steps = [p for p in phases if p in ("forward", "backward", "optimizer")]
-        assert steps == ["forward", "backward", "optimizer"], (rank, phases)
 
 
 def test_the_phase_trail_replays_phases_shorter_than_the_poll():

@@ -1,6 +1,6 @@
 """Per-rank profiler traces merged into one Chrome trace, one process per rank.
 
-The merge is tested here on hand-made traces; tests/test_see_cli.py holds a real run of the
+The merge is tested here on hand-made traces; tests/cli/test_outputs_of_one_run.py holds a real run of the
 walkthrough (``run --trace``) to the same functions.
 """
 

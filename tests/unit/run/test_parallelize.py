@@ -1,7 +1,7 @@
 """The rank step's parts without launching ranks: FSDP units, the only fully_shard call, faults.
 
 The runs themselves (and that splitting the step changed none of their observations) are
-covered by tests/test_harness_launch.py, tests/test_harness.py and the shipped specs.
+covered by tests/integration/test_launch.py, tests/unit/run/test_collectives_and_worlds.py and the shipped specs.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from harness.run.recorders.phases import PHASE_HOOKS, Phases
 
 import model as qwen3
 
-HARNESS = Path(__file__).resolve().parents[1] / "harness"
+from tests.support import REPO
+
+HARNESS = REPO / "harness"
 
 
 def _calls(path: Path, name: str) -> list[int]:

@@ -9,18 +9,16 @@ are benchmarks (benchmarks/bench_fake.py), not tests.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 import torch
 
 import model as qwen3
-from harness.load.setup import ModelSetup, RunSetup
 from harness.load.spec import load_spec
 from harness.run.rank import fake
 from harness.run.runner import run_setup
 
-SPECS = Path(__file__).resolve().parents[1] / "specs"
+from tests.support import SPECS
 
 
 def _without_timings(doc: dict) -> dict:

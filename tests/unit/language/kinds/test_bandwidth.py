@@ -4,44 +4,14 @@ against the formula applied to the recorded times."""
 
 from __future__ import annotations
 
-import math
-from pathlib import Path
-
 import pytest
 
 from harness.language.bandwidth import bandwidth_rows, bus_factor
 from harness.judge.checks import check
 from harness.language.entry import make_entry
-from harness.judge.evaluate import FAILING, evaluate_spec
 from harness.load.spec import SpecError, load_spec
 from harness.report.bandwidth import markdown_table, table_lines
-from observations import walkthrough_observation
-
-SPECS = Path(__file__).resolve().parents[1] / "specs"
-
-
-def timed(name, op, numel, time_s, *, n=4, element_size=2, wrong=0, source="sweep", requested=None):
-    return {"name": name, "source": source, "op": op, "dtype": "bfloat16", "element_size": element_size,
-            "size_bytes": numel * element_size, "count": numel, "requested_bytes": (requested or numel) * element_size,
-            "group_size": n, "mesh_dim": None, "occurrences": None, "warmup": 1, "iterations": 3,
-            "time_s": time_s, "wrong": wrong, "timer": "wall_barrier"}
-
-
-def timed_observation(times=(0.010, 0.012, 0.011, 0.013), wrong_rank=None) -> dict:
-    """4 ranks, hosts node-a (0, 1) and node-b (2, 3), each timing an all-gather and a reduce-scatter
-    of 2,360,448 bf16 elements (4,720,896 B) and an all-reduce of 1,000,000."""
-    obs = walkthrough_observation()
-    for r in obs["ranks"]:
-        rank = r["rank"]
-        r["environment"] = {"host": "node-a" if rank < 2 else "node-b", "node_rank": rank // 2, "local_rank": rank % 2,
-                            "local_world_size": 2, "torch_version": "2.13.0", "backend": "gloo", "device_type": "cpu",
-                            "device_name": "cpu", "variables": {}}
-        r["bandwidth"] = [
-            timed("layer", "all_gather", 2_360_448, times[rank], wrong=5 if rank == wrong_rank else 0),
-            timed("layer", "reduce_scatter", 2_360_448, 2 * times[rank]),
-            timed("small", "all_reduce", 1_000_000, 0.001),
-        ]
-    return obs
+from tests.support.observations import timed_observation
 
 
 def test_bus_factors_are_nccl_tests():
@@ -178,25 +148,3 @@ def test_wrong_counts_elements_that_differ():
     expected = sum(((index + j) % 3 - 1) for j in range(3)).to(torch.bfloat16)  # rank 1's chunk of the sum
     assert _wrong(rs, expected, 1, torch.device("cpu")) == 0
     assert _wrong(rs, expected + 1, 1, torch.device("cpu")) == 4
-
-
-@pytest.mark.slow
-def test_cluster_spec_busbw_is_the_formula_on_the_recorded_times(spec_observation):
-    spec = load_spec(SPECS / "cluster_bandwidth.yaml")
-    obs = spec_observation(spec)
-    assert not [r.entry.id for r in evaluate_spec(spec, obs) if r.status in FAILING]
-    recorded = {}
-    for rank_doc in obs["ranks"]:
-        for row in rank_doc["bandwidth"]:
-            recorded.setdefault((row["op"], row["name"]), []).append(row)
-    rows = bandwidth_rows(obs)
-    assert {(r.op, r.name) for r in rows} == set(recorded)
-    assert len(rows) == 8  # 2 ops x 3 sizes, and the step's all-gather and reduce-scatter
-    for r in rows:
-        per_rank = recorded[r.op, r.name]
-        assert len(per_rank) == 4 and {row["wrong"] for row in per_rank} == {0}
-        t = math.fsum(row["time_s"] for row in per_rank) / 4
-        s = per_rank[0]["size_bytes"]
-        assert r.algbw == pytest.approx(s / t / 1e9, rel=1e-12)
-        assert r.busbw == pytest.approx(s / t / 1e9 * 3 / 4, rel=1e-12)
-        assert s <= 16_000_000 or r.name in ("walkthrough_layer", "step")  # the CPU cap

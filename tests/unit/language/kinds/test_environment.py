@@ -15,7 +15,7 @@ from harness.language.entry import make_entry
 from harness.judge.evaluate import FAILING, evaluate_spec
 from harness.load.spec import load_spec
 from harness.contract.observation import load_schema
-from observations import walkthrough_observation
+from tests.support.observations import walkthrough_observation
 
 
 def rank_env(rank: int, *, hosts=("node-a", "node-b"), per_host=2, device="cuda") -> dict:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 
 import pytest
 from jsonschema import Draft202012Validator
@@ -14,9 +13,9 @@ from harness.judge.checks import check
 from harness.language.entry import make_entry
 from harness.language.expect import ExpectationError, parse_expectation
 from harness.run.recorders.collectives import resolve_mesh_dims
-from observations import walkthrough_observation
+from tests.support.observations import walkthrough_observation
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO
 SCHEMA = json.loads((REPO / "harness" / "contract" / "observation.schema.json").read_text())
 
 REFUSED = {"type": "RuntimeError", "qualname": "builtins.RuntimeError",

@@ -9,12 +9,8 @@ runs: the round trip's folder is gone after a run and after a failing one, whoev
 from __future__ import annotations
 
 import copy
-import glob
 import json
 import math
-import os
-import tempfile
-from pathlib import Path
 
 import jsonschema
 import pytest
@@ -24,9 +20,10 @@ from harness.language.entry import make_entry
 from harness.judge.evaluate import evaluate_item
 from harness.load.setup import RunSetup, SetupError
 from harness.load.spec import SpecError, SpecItem, load_spec
-from observations import layer_param_shapes, walkthrough_observation
+from tests.support.observations import layer_param_shapes, walkthrough_observation
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO
+from tests.support.specs import write_spec as write
 OBSERVATION_SCHEMA = json.loads((REPO / "harness" / "contract" / "observation.schema.json").read_text())
 STATES = ["exp_avg", "exp_avg_sq", "step"]
 
@@ -188,12 +185,6 @@ tables:
 """
 
 
-def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "spec.yaml"
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
 GOOD = [
     "{round_trip_equal: true, optimizer_equal: true, entries: 11}",
     "{layer: 0, param: self_attn.q_norm.weight, ranks: [2], global_offset: [12], local_length: 4}",
@@ -282,60 +273,3 @@ def test_setup_defaults_to_no_round_trip():
     with pytest.raises(SetupError) as info:
         RunSetup.from_mapping({"mesh": {"shape": [2]}, "state_dict": {"reload_world_sizes": [2, 2]}})
     assert [k for k, _ in info.value.errors] == ["setup.state_dict.reload_world_sizes"] * 3
-
-
-# --- real runs: the folder is always removed ---------------------------------------------------
-
-TINY = {"model": {"config": "walkthrough", "overrides": {"hidden_size": 64, "intermediate_size": 128,
-                  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "num_hidden_layers": 1},
-                  "dtype": "float32"},
-        "mesh": {"shape": [2], "dim_names": ["dp"]}, "batch_per_rank": 1, "seq_len": 4,
-        "optimizer": {"name": "adamw"}, "numerics": False, "state_dict": {"round_trip": True}}
-
-
-def _checkpoint_folders() -> set[str]:
-    return set(glob.glob(os.path.join(tempfile.gettempdir(), "fsdp2-checkpoint-*")))
-
-
-@pytest.mark.slow
-def test_rank_zero_makes_and_removes_the_folder_when_the_launcher_gives_none():
-    """run_local without a folder is what a joined (torchrun) world does: rank 0 makes one."""
-    from harness.run.launch.local import run_local
-
-    before = _checkpoint_folders()
-    results = run_local(RunSetup.from_mapping(TINY), backend="gloo", timeout_s=300)
-    assert _checkpoint_folders() - before == set()
-    records = [r["entry"]["state_dict"] for r in results]
-    assert all(e["round_trip_equal"] for rec in records for e in rec["entries"])
-    # q_norm [16] on 2 ranks: 8 rows each, at 0 and 8
-    q_norm = [next(e for e in rec["entries"] if e["fqn"] == "layers.0.self_attn.q_norm.weight") for rec in records]
-    assert [(e["global_offset"], e["local_length"]) for e in q_norm] == [([0], 8), ([8], 8)]
-
-
-@pytest.mark.slow
-def test_a_failing_round_trip_names_the_rank_and_leaves_no_folder():
-    from harness.run.faults import Fault, injected
-    from harness.run.runner import RunError, run_setup
-
-    before = _checkpoint_folders()
-    setup = RunSetup.from_mapping({**TINY, "state_dict": {"round_trip": True, "reload_world_sizes": [1]}})
-    with pytest.raises(RunError) as info:
-        with injected(Fault(rank=1, phase="state_dict", kind="raise")):
-            run_setup(setup, backend="gloo", timeout_s=300)
-    assert info.value.rank == 1
-    assert "injected fault: rank 1 raises at the start of state_dict" in str(info.value)
-    assert _checkpoint_folders() - before == set()
-
-
-@pytest.mark.slow
-def test_a_round_trip_that_hangs_times_out_in_its_phase_and_leaves_no_folder():
-    from harness.run.faults import Fault, injected
-    from harness.run.runner import RunTimeout, run_setup
-
-    before = _checkpoint_folders()
-    with pytest.raises(RunTimeout) as info:
-        with injected(Fault(rank=1, phase="state_dict", kind="hang")):
-            run_setup(RunSetup.from_mapping(TINY), backend="gloo", timeout_s=90)
-    assert info.value.phases[1] == "state_dict", str(info.value)
-    assert "rank 1 in state_dict" in str(info.value)
-    assert _checkpoint_folders() - before == set()

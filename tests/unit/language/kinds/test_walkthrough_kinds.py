@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import jsonschema
 import pytest
@@ -23,11 +22,11 @@ from harness.language.observed import ring_bytes, select_collectives
 from harness.judge.evaluate import counts, evaluate_spec
 from harness.report.terminal import print_report, result_to_json, summary_line
 from harness.load.spec import load_spec
-from observations import (DOC_LOCAL_NUMEL, DOC_LAYER_NUMEL, DOC_PARAM_ROWS, LAYER_BYTES, LAYER_LOCAL_BYTES,
+from tests.support.observations import (DOC_LOCAL_NUMEL, DOC_LAYER_NUMEL, DOC_PARAM_ROWS, LAYER_BYTES, LAYER_LOCAL_BYTES,
                           LAYER_LOCAL_NUMEL, LAYER_NUMEL, find, layer_param_shapes, shard_shape,
                           walkthrough_observation, with_rank)
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support import REPO
 SPEC = REPO / "specs" / "qwen3_walkthrough.yaml"
 OBSERVATION_SCHEMA = json.loads((REPO / "harness" / "contract" / "observation.schema.json").read_text())
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
@@ -11,8 +10,9 @@ from harness.load.setup import RunSetup
 from harness.run.launch.errors import RunError
 from harness.run.launch.local import run_local
 from harness.run.recorders.memory import TRACKER_LIMIT_NOTE, tracker_limit_note
+from tests.support import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 TINY = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 16}
 
@@ -44,7 +44,7 @@ def test_a_passing_expected_error_prints_no_stack_from_torch(capfd):
 def test_a_failed_rank_shows_its_own_output(capfd):
     setup = RunSetup.from_mapping({"model": {"overrides": TINY}, "mesh": {"shape": [2], "dim_names": ["dp"]}})
     with pytest.raises(RunError) as info:
-        run_local(setup, backend="gloo", timeout_s=300, step="passive_bodies:prints_then_raises")
+        run_local(setup, backend="gloo", timeout_s=300, step="tests.support.passive_bodies:prints_then_raises")
     message = str(info.value)
     assert "gives up" in message.splitlines()[0]
     assert f"rank {info.value.rank}'s output:" in message

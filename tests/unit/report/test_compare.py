@@ -12,7 +12,7 @@ import pytest
 from harness.__main__ import main
 from harness.contract import strict_json
 from harness.report.compare import Key, compare_documents, flatten_observation, format_differences, summary_line
-from observations import walkthrough_observation
+from tests.support.observations import walkthrough_observation
 
 TINY = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 16}

@@ -18,8 +18,8 @@ import pytest
 from harness.load.setup import RunSetup
 from harness.run import gpus, preflight
 from harness.run.preflight import PreflightError
+from tests.support import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 
 UUIDS = [f"GPU-{i}aaaaaaa-0000-0000-0000-00000000000{i}" for i in range(4)]
 

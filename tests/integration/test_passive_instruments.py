@@ -167,7 +167,7 @@ def test_the_memory_tracker_changes_nothing_the_others_record():
 @pytest.mark.slow
 def test_hang_progress_changes_nothing_the_others_record():
     """Memory included: the works it used to keep held the collectives' buffers."""
-    on, off = _run(_small()), _run(_small(), step="passive_bodies:without_hang_progress")
+    on, off = _run(_small()), _run(_small(), step="tests.support.passive_bodies:without_hang_progress")
     assert _without(flatten_observation(on)) == _without(flatten_observation(off))
 
 
@@ -175,7 +175,7 @@ def test_hang_progress_changes_nothing_the_others_record():
 def test_the_grad_norm_recorder_issues_no_collective():
     """``norm_type: inf`` returns a Partial(max) norm: torch all-reduces once (MAX), the recorder never."""
     clip = {"schedule": {"loss": "sum", "steps": [{"clip_grad_norm": {"max_norm": 1.0, "norm_type": math.inf}}]}}
-    on, off = _run(_small(**clip)), _run(_small(**clip), step="passive_bodies:without_grad_norm_recorder")
+    on, off = _run(_small(**clip)), _run(_small(**clip), step="tests.support.passive_bodies:without_grad_norm_recorder")
     assert _without(flatten_observation(on), "grad_norms") == _without(flatten_observation(off), "grad_norms")
     for rank in on["ranks"]:
         reduces = [(c["phase"], c["reduce_op"]) for c in rank["collectives"] if c["op"] == "all_reduce"]
@@ -188,5 +188,5 @@ def test_the_grad_norm_recorder_issues_no_collective():
 def test_the_parameter_update_tracker_changes_nothing_the_others_record():
     """Its copies of the shards at each step's start and end were counted as activation memory."""
     steps = {"schedule": {"steps": [{"repeat": 2}]}, "numerics": False}
-    on, off = _run(_small(**steps)), _run(_small(**steps), step="passive_bodies:without_param_updates")
+    on, off = _run(_small(**steps)), _run(_small(**steps), step="tests.support.passive_bodies:without_param_updates")
     assert _without(flatten_observation(on), "param_updates") == _without(flatten_observation(off), "param_updates")

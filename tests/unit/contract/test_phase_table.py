@@ -12,7 +12,6 @@ from __future__ import annotations
 import multiprocessing
 import re
 import time
-from pathlib import Path
 
 import pytest
 
@@ -20,8 +19,9 @@ from harness.contract.names import BODY_PHASES, PHASES, RANK_PHASES, rank_phase_
 from harness.report.progress import STAGES, stage_of
 from harness.run.launch.phase_trail import PhaseTrail
 from harness.run.recorders.phases import Phases
+from tests.support import REPO
 
-HARNESS = Path(__file__).resolve().parents[1] / "harness"
+HARNESS = REPO / "harness"
 SCHEDULE_PHASES = ("zero_grad", "unshard", "reshard", "clip_grad_norm")
 
 

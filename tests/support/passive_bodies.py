@@ -1,6 +1,6 @@
-"""Rank bodies for tests/test_passive_instruments.py: the harness's step with one instrument off.
+"""Rank bodies for tests/integration/test_passive_instruments.py: the harness's step with one instrument off.
 
-``harness.run.launch.local.run_local(step="passive_bodies:NAME")`` runs these in each rank (the
+``harness.run.launch.local.run_local(step="tests.support.passive_bodies:NAME")`` runs these in each rank (the
 tests folder is on the ranks' path, as pytest puts it on its own).
 """
 

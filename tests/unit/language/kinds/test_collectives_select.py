@@ -11,7 +11,7 @@ from harness.judge.checks import check
 from harness.language.entry import make_entry
 from harness.language.kinds.collectives import check_select
 from harness.language.vocabulary import Context
-from observations import walkthrough_observation
+from tests.support.observations import walkthrough_observation
 
 CTX = Context(world_size=4, mesh_dim_names=("dp",), num_layers=2, unit_names=("layers.0", "layers.1", ""))
 

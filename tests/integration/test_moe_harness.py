@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
 from harness.judge.evaluate import FAILING, evaluate_spec
 from harness.load.spec import load_spec
+from tests.support import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")

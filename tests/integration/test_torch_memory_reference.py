@@ -16,15 +16,15 @@ import collections
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from harness.contract.names import MEMORY_CATEGORIES
 from harness.load.spec import load_spec
 from harness.run.runner import run_setup
+from tests.support import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 SCRIPT = ROOT / "benchmarks" / "torch_memory_reference.py"
 WALKTHROUGH = ROOT / "specs" / "qwen3_walkthrough.yaml"
 

@@ -8,9 +8,8 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
+from tests.support import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "gpu_check"
 
 

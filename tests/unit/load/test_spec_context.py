@@ -3,13 +3,12 @@ embedding, by where the setup puts its two users."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from harness.load.spec import SpecError, load_spec
+from tests.support import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 
 SPEC = """\
 spec: tie

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
 
@@ -11,9 +10,10 @@ from harness.__main__ import main
 from harness.judge.evaluate import FAILING, evaluate_spec
 from harness.load.spec import load_spec
 from harness.report import repeat
-from observations import walkthrough_observation
+from tests.support.observations import walkthrough_observation
+from tests.support import REPO, WALKTHROUGH
 
-SPEC = Path(__file__).resolve().parents[1] / "specs" / "qwen3_walkthrough.yaml"
+SPEC = WALKTHROUGH
 
 
 @pytest.fixture(scope="module")

@@ -4,12 +4,11 @@ the oldest and newest declared releases (scripts/check_torch_release) is what ch
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.version import Version
+from tests.support import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def declared_torch() -> Requirement:

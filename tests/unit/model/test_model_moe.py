@@ -49,8 +49,8 @@ from model import (
 from model.config import from_transformers, read_config_file
 from model.names import LAYER_PARAM_NAMES_REGISTRATION
 from model.qwen3 import _rope_tables
+from tests.support import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 ATOL = 1e-5  # the required parity bound on max |ours - transformers| in fp32
 
 _SMALL = {"vocab_size": 96, "hidden_size": 48, "intermediate_size": 80, "num_attention_heads": 4,
