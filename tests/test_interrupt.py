@@ -1,4 +1,5 @@
-"""Interruption (issue 11, kind 7): Ctrl-C, SIGTERM and SIGKILL of ``python -m harness run``.
+"""Interruption (issue 11, kind 7): Ctrl-C, SIGTERM and SIGKILL of ``python -m harness run``
+(and Ctrl-C of a long ``validate``).
 
 Ctrl-C (SIGINT to the terminal's process group, or to the CLI alone) stops the ranks, prints
 one line ``interrupted`` and exits 130; SIGTERM prints ``terminated`` and exits 143; the
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -124,6 +126,24 @@ def _assert_all_gone(pids: list[int], within: float = 30) -> None:
     while _running(pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _running(pids) == []
+
+
+def test_ctrl_c_during_a_long_validate_exits_130_and_leaves_no_process(tmp_path):
+    shipped = sorted((REPO / "specs").glob("*.yaml"))
+    for i in range(3000):  # tens of seconds of loading; the signal ends it early
+        shutil.copy(shipped[i % len(shipped)], tmp_path / f"{i:04d}.yaml")
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "validate", *sorted(map(str, tmp_path.glob("*.yaml")))],
+                            cwd=REPO, env=dict(_env(tmp_path), PYTHONUNBUFFERED="1"),  # each line as printed
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    assert proc.stdout.readline().startswith("✓ ")  # loading has begun
+    time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to every process of the group
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err) == (130, "interrupted\n")
+    time.sleep(0.5)
+    with pytest.raises(ProcessLookupError):
+        os.killpg(proc.pid, 0)  # no process of the session is left
 
 
 @pytest.mark.parametrize("to_group", [True, False], ids=["ctrl-c-to-the-group", "sigint-to-the-cli"])

@@ -42,7 +42,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from harness.load.fanout import usable_cpus
+from harness.contract.machine import usable_cpus
 from harness.run.launch import RunError
 
 __all__ = ["PreflightError", "Estimate", "estimate", "check", "process_limit", "available_memory",
