@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from harness.load.setup import RunSetup
 from harness.load.spec import SpecError, load_spec
@@ -393,17 +392,6 @@ def test_draft_config_with_impossible_fields(tmp_path):
     proc = cli("draft", "--config", str(config), "--world-size", "4")
     assert proc.returncode == 1 and str(config) in proc.stderr
     no_traceback(proc)
-
-
-@pytest.mark.parametrize("text", [
-    *[p.read_text() for p in sorted((REPO / "specs").glob("*.yaml"))],
-    "a: 1\nb: [1.5, true, null, ~, 0x1f, 2001-12-14, 'x', .inf]\n",
-    "base: &b {x: 1}\nd:\n  <<: *b\n  y: 2\n",  # a merge key: PyYAML's own construction
-    "s: !!set {a, b}\no: !!omap [a: 1]\nx: !!binary aGVsbG8=\n",
-    "1: a\n2.5: b\nnull: c\ntrue: d\n",
-])
-def test_yaml_safe_builds_the_data_pyyaml_builds(text):
-    assert repr(load_text(text)[1]) == repr(yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
 
 
 def test_yaml_safe_reads_are_bounded(tmp_path):
