@@ -284,7 +284,7 @@ def test_no_preflight_is_a_pytest_option(pytester, monkeypatch):
     result.assert_outcomes(failed=1)
     assert "100,000 ranks would start 100,000 processes" in result.stdout.str()
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--help")
-    assert "--no-preflight" in result.stdout.str()
+    assert "--fsdp2-no-preflight" in result.stdout.str()
 
 
 def test_draft_refuses_what_it_cannot_run_and_absurd_worlds(tmp_path):
