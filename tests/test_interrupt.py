@@ -146,6 +146,32 @@ def test_ctrl_c_during_a_long_validate_exits_130_and_leaves_no_process(tmp_path)
         os.killpg(proc.pid, 0)  # no process of the session is left
 
 
+def test_signals_held_raise_after_the_block_not_inside_it():
+    from harness.cli.signals import signals_held
+
+    reached = []
+    with pytest.raises(KeyboardInterrupt):
+        with signals_held():
+            signal.raise_signal(signal.SIGINT)
+            reached.append("after the signal, inside")
+    assert reached == ["after the signal, inside"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+
+
+@pytest.mark.parametrize("delay", [0.3, 0.5, 0.7])
+def test_ctrl_c_while_validate_imports_exits_130(tmp_path, delay):
+    """A Ctrl-C inside the command line's imports (rich, jsonschema, the check kinds: most of a
+    validate's first half second) ended the process by SIGINT after its 'interrupted' line
+    (status -2, about 1 in 50 on a loaded machine). They are imported with signals held."""
+    specs = sorted(map(str, (REPO / "specs").glob("*.yaml")))
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "validate", *specs], cwd=REPO, env=_env(tmp_path),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    time.sleep(delay)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err) in ((130, "interrupted\n"), (0, "")), (proc.returncode, err[-2000:])
+
+
 @pytest.mark.parametrize("to_group", [True, False], ids=["ctrl-c-to-the-group", "sigint-to-the-cli"])
 def test_ctrl_c_stops_the_ranks_and_exits_130(tmp_path, to_group):
     proc = _start(tmp_path, _spec(tmp_path))

@@ -10,6 +10,7 @@ from pathlib import Path
 from rich.console import Console
 
 from harness.cli.console import print_mark
+from harness.cli.signals import signals_held
 
 __all__ = ["add_arguments", "argument_problem", "command", "validated"]
 
@@ -36,6 +37,8 @@ def validated(path: Path) -> tuple[bool, str]:
 
 
 def command(args: argparse.Namespace, console: Console) -> int:
+    with signals_held():  # the loader's imports (jsonschema, the check kinds): a Ctrl-C lands after them
+        import harness.load.spec  # noqa: F401
     status = 0
     for path in args.specs:
         ok, text = validated(path)
