@@ -3,8 +3,8 @@ is, so the launcher's clean-up stops the ranks and the results already computed 
 
 Exit status 130 for Ctrl-C (one line ``interrupted`` on stderr), 143 for SIGTERM (``terminated``).
 Signal handlers can be set in the main thread only; elsewhere (a test calling ``main`` from a
-thread) the process's own handling stays. Imports only what Python's start has imported already
-(typing is not among them), so that ``python -m harness`` reaches its handling soon.
+thread) the process's own handling stays. Imports only small standard modules (signal,
+threading, contextlib; not typing), so that ``python -m harness`` reaches its handling soon.
 """
 
 from __future__ import annotations
