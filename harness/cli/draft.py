@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.text import Text
 
 from harness.cli.console import print_mark, stderr_console
+from harness.cli.signals import signals_held
 from harness.contract.names import BACKENDS
 from harness.report.output import file_problem, write_atomically
 
@@ -80,7 +81,11 @@ def _yaml_load(text: str) -> dict[str, Any]:
 
 
 def command(args: argparse.Namespace, console: Console) -> int:
-    from harness.run.preflight import MAX_SIMULATED_WORLD, PreflightError, check, process_limit
+    with signals_held():  # the imports (a Ctrl-C meanwhile is raised after them; see run.py)
+        from harness.author.draft import DraftError, draft_spec
+        from harness.load.setup import RunSetup, SetupError
+        from harness.load.spec import MAX_LAYERS
+        from harness.run.preflight import MAX_SIMULATED_WORLD, PreflightError, check, process_limit
 
     err = stderr_console()
     if args.output:
@@ -96,8 +101,6 @@ def command(args: argparse.Namespace, console: Console) -> int:
             print_mark(err, False, f"--world-size {args.world_size:,}: over the {MAX_SIMULATED_WORLD:,} ranks a spec can "
                                   "simulate (the fake backend's set-up grows with the world size)")
         return 1
-    from harness.load.spec import MAX_LAYERS
-
     if args.layers > MAX_LAYERS:  # a spec of more layers would not load
         print_mark(err, False, f"--layers {args.layers:,}: over the {MAX_LAYERS:,} decoder layers a spec may build")
         return 1
@@ -105,9 +108,6 @@ def command(args: argparse.Namespace, console: Console) -> int:
     if problem:
         print_mark(err, False, problem)
         return 1
-
-    from harness.author.draft import DraftError, draft_spec
-    from harness.load.setup import RunSetup, SetupError
 
     def draft(backend: str) -> str:
         return draft_spec(args.config, args.world_size, layers=args.layers, dtype=args.dtype,

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from harness.cli.console import print_mark, print_spec_error, stderr_console
 from harness.cli.output_flags import refuse_unusable_outputs
+from harness.cli.signals import signals_held
 from harness.cli.spec_run import progress, run_spec, timeout_problem
 from harness.cli.views import add_view_flags, plot_available, write_views
 from harness.contract.names import BACKENDS
@@ -42,9 +43,10 @@ def argument_problem(args: argparse.Namespace) -> str | None:
 
 
 def command(args: argparse.Namespace, console: Console) -> int:
-    from harness.load.spec import SpecError, load_spec
-    from harness.report.render import render_markdown
-    from harness.run.runner import RunError
+    with signals_held():  # the imports (a Ctrl-C meanwhile is raised after them; see run.py)
+        from harness.load.spec import SpecError, load_spec
+        from harness.report.render import render_markdown
+        from harness.run.runner import RunError
 
     # Markdown on stdout: everything else goes to stderr.
     say = console if args.out else stderr_console()

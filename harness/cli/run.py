@@ -20,7 +20,7 @@ from rich.text import Text
 
 from harness.cli.console import print_mark, print_spec_error
 from harness.cli.output_flags import refuse_unusable_outputs
-from harness.cli.signals import files_written_whole
+from harness.cli.signals import files_written_whole, signals_held
 from harness.cli.spec_run import global_rank, progress, run_spec, timeout_problem
 from harness.cli.views import add_view_flags, plot_available, write_views
 from harness.contract.names import BACKENDS
@@ -53,14 +53,16 @@ def argument_problem(args: argparse.Namespace) -> str | None:
 
 
 def command(args: argparse.Namespace, console: Console) -> int:
-    from harness.load.spec import SpecError, load_spec
-    from harness.report import junit
-
     if refuse_unusable_outputs(console, args, ("json", "junitxml", "report"), ("trace", "plot")):
         return 2
     if args.plot and not plot_available(console):
         return 2
-    from harness.report.markdown import SpecRun, cluster_report
+    # Imports with signals held (a Ctrl-C meanwhile is raised after them): one inside an import
+    # leaves modules half-imported and can end the process by SIGINT (status -2) after its line.
+    with signals_held():
+        from harness.load.spec import SpecError, load_spec
+        from harness.report import junit
+        from harness.report.markdown import SpecRun, cluster_report
 
     runs: list[SpecRun] = []  # for --report
     all_results: list[Any] = []
@@ -70,10 +72,11 @@ def command(args: argparse.Namespace, console: Console) -> int:
     status, interrupted, failure, follower = 0, None, None, False
     run_started = time.perf_counter()
     try:
-        from harness.judge.evaluate import FAILING, evaluate_spec
-        from harness.report.terminal import print_report, summary_line
-        from harness.run.preflight import PreflightError
-        from harness.run.runner import ObservationError, RunError
+        with signals_held():
+            from harness.judge.evaluate import FAILING, evaluate_spec
+            from harness.report.terminal import print_report, summary_line
+            from harness.run.preflight import PreflightError
+            from harness.run.runner import ObservationError, RunError
 
         for path in args.specs:
             try:

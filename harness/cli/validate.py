@@ -37,7 +37,7 @@ def validated(path: Path) -> tuple[bool, str]:
 
 
 def command(args: argparse.Namespace, console: Console) -> int:
-    with signals_held():  # the loader's imports (jsonschema, the check kinds): a Ctrl-C lands after them
+    with signals_held():  # the loader's imports (a Ctrl-C meanwhile is raised after them; see run.py)
         import harness.load.spec  # noqa: F401
     status = 0
     for path in args.specs:

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.text import Text
 
 from harness.cli.console import print_mark
+from harness.cli.signals import signals_held
 
 __all__ = ["add_view_flags", "plot_available", "write_views"]
 
@@ -33,7 +34,8 @@ def plot_available(console: Console) -> bool:
     from harness.report.plot import PlotUnavailable, _pyplot
 
     try:
-        _pyplot()
+        with signals_held():  # matplotlib's import (a Ctrl-C meanwhile is raised after it; see run.py)
+            _pyplot()
     except PlotUnavailable as exc:
         print_mark(console, False, str(exc))
         return False
