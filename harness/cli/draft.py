@@ -70,7 +70,8 @@ def _config_problem(config: str) -> str | None:
     except YamlFileError as exc:
         return str(exc).replace("a spec may be", "a config file may be")
     if not isinstance(data, dict):
-        return f"{path}: expected a mapping of Qwen3Config fields (hidden_size, num_attention_heads, ...), got {type(data).__name__}"
+        return (f"{path}: expected a mapping of Qwen3Config fields (hidden_size, num_attention_heads, ...), "
+                f"got {type(data).__name__}")
     return None
 
 
@@ -95,11 +96,11 @@ def command(args: argparse.Namespace, console: Console) -> int:
             return 1
     if args.world_size > MAX_SIMULATED_WORLD:  # the calculator's tables grow with the world: refuse first
         if args.backend in ("gloo", "nccl"):
-            print_mark(err, False, f"--world-size {args.world_size:,}: would start {args.world_size:,} processes on this "
-                                  f"machine, over its limit of {process_limit()}")
+            print_mark(err, False, f"--world-size {args.world_size:,}: would start {args.world_size:,} processes "
+                                  f"on this machine, over its limit of {process_limit()}")
         else:
-            print_mark(err, False, f"--world-size {args.world_size:,}: over the {MAX_SIMULATED_WORLD:,} ranks a spec can "
-                                  "simulate (the fake backend's set-up grows with the world size)")
+            print_mark(err, False, f"--world-size {args.world_size:,}: over the {MAX_SIMULATED_WORLD:,} ranks a spec "
+                                  "can simulate (the fake backend's set-up grows with the world size)")
         return 1
     if args.layers > MAX_LAYERS:  # a spec of more layers would not load
         print_mark(err, False, f"--layers {args.layers:,}: over the {MAX_LAYERS:,} decoder layers a spec may build")

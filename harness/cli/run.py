@@ -42,7 +42,8 @@ def add_arguments(sub: argparse._SubParsersAction) -> None:
                           "bandwidth table, the results")
     add_view_flags(run)
     run.add_argument("--junitxml", metavar="PATH",
-                     help="write JUnit XML: one test case per entry, named as pytest's --junitxml names the spec's items")
+                     help="write JUnit XML: one test case per entry, named as pytest's --junitxml names the spec's "
+                          "items")
     run.add_argument("--no-preflight", action="store_true",
                      help="skip the check that this machine can hold the run (processes, memory per rank)")
 
@@ -95,11 +96,12 @@ def command(args: argparse.Namespace, console: Console) -> int:
                     status = 2
                     continue
                 except (RunError, ObservationError) as exc:
-                    if getattr(exc, "rank", None) is not None or global_rank() == 0:  # a world's error: rank 0 prints it
+                    if getattr(exc, "rank", None) is not None or global_rank() == 0:  # a world's error: rank 0 says it
                         print_mark(console, False, f"{path}: the run failed: {exc}")
                     runs.append(SpecRun(str(path), spec.name, spec.title, error=str(exc),
                                         seconds=time.perf_counter() - started))
-                    cases += [junit.run_error_case(junit.spec_nodeid_path(path), item.entry, exc) for item in spec.items]
+                    nodeid_path = junit.spec_nodeid_path(path)
+                    cases += [junit.run_error_case(nodeid_path, item.entry, exc) for item in spec.items]
                     status = 2
                     continue
                 if observation is None:  # a non-zero rank under torchrun: rank 0 reports
