@@ -508,7 +508,7 @@ def inputs() -> list[Case]:
 INJECT = (
     "import sys\n"
     "from harness.run.faults import Fault, injected\n"
-    "from harness.__main__ import main\n"
+    "from harness.cli import main\n"
     "with injected(Fault(rank={rank}, phase={phase!r}, kind={kind!r})):\n"
     "    code = main(sys.argv[1:])\n"
     "sys.exit(code)\n"

@@ -3,10 +3,13 @@
 Installed with this package, it collects YAML files that are specs (a top-level ``spec:`` and
 ``tables:``) wherever pytest looks, every YAML file below a folder named ``specs`` (so a
 broken spec there is one failing item, not silently skipped), a file named on the command line,
-and paths given with ``--specs``. ``pytest -n auto`` runs them all; each distinct
+and paths given with ``--fsdp2-specs``. ``pytest -n auto`` runs them all; each distinct
 setup runs once per session (harness/run/cache.py), shared by the xdist workers. A failing item
 shows where in the spec it is, the document's claim and section, expected and observed per
 field, and the failing ranks. A spec that fails to load is one failing item with the load error.
+
+Every option is prefixed ``--fsdp2-`` (``--fsdp2-backend``, ...), so that it cannot clash with
+another plugin's in a user's repository.
 """
 
 from __future__ import annotations
@@ -32,22 +35,22 @@ _SPEC_KEYS = (re.compile(rb"^spec\s*:", re.M), re.compile(rb"^tables\s*:", re.M)
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fsdp2", "FSDP2 conformance specs")
-    group.addoption("--specs", action="append", default=[], metavar="PATH",
+    group.addoption("--fsdp2-specs", action="append", default=[], metavar="PATH",
                     help="a spec file or a folder of specs to collect (repeatable), besides pytest's own paths")
-    group.addoption("--backend", default=None, choices=BACKENDS,
+    group.addoption("--fsdp2-backend", default=None, choices=BACKENDS,
                     help="process-group backend for every spec (default: each spec's own, else auto: "
                          "nccl with one GPU per rank when enough GPUs are visible, gloo otherwise)")
-    group.addoption("--run-timeout", type=float, default=None,
+    group.addoption("--fsdp2-run-timeout", type=float, default=None, metavar="SECONDS",
                     help="seconds before a spec's run is declared hung (default: the spec's timeout_s, else 300)")
-    group.addoption("--no-preflight", action="store_true", default=False,
+    group.addoption("--fsdp2-no-preflight", action="store_true", default=False,
                     help="skip the check that this machine can hold each spec's run (processes, memory per rank)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "spec: a conformance item generated from a spec entry")
     config.addinivalue_line("markers", "drafted: written by 'harness draft', not yet reviewed against a document")
-    if config.getoption("--specs"):
-        config.args.extend(str(Path(p)) for p in config.getoption("--specs"))
+    if config.getoption("--fsdp2-specs"):
+        config.args.extend(str(Path(p)) for p in config.getoption("--fsdp2-specs"))
 
 
 def pytest_collect_file(parent: pytest.Collector, file_path: Path):
@@ -114,7 +117,7 @@ class SpecEntryItem(pytest.Item):
             self.add_marker(pytest.mark.drafted)
 
     def runtest(self) -> None:
-        observation = _observation(self.config, self.spec)
+        observation = observation_of(self.config, self.spec)
         result = evaluate_item(self.spec_item, observation)
         if result.status == "skip":
             pytest.skip(result.message)
@@ -162,24 +165,28 @@ def _gpu_count() -> int:
     return visible_gpu_count()
 
 
-def _observation(config: pytest.Config, spec: Spec, setup=None, backend: str | None = None):
-    """The observation of ``spec``'s setup (or ``setup``), run once per session across workers;
-    runs on NCCL one at a time per set of GPUs (``harness.run.cache.one_at_a_time``)."""
+def observation_of(config: pytest.Config, spec: Spec, setup=None, backend: str | None = None) -> dict:
+    """The observation document of ``spec``'s setup (or ``setup``, on ``backend``), run once per
+    pytest session across the xdist workers (harness/run/cache.py) with the plugin's options;
+    what every spec item of that setup is checked against. Runs on NCCL one at a time per set of
+    GPUs (``harness.run.cache.one_at_a_time``). Skips (pytest.skip) an nccl run with fewer GPUs
+    than ranks; raises CachedRunError when the run failed."""
     import torch
 
     from harness.run.runner import run_setup
 
     setup = setup or spec.setup
-    backend = backend or config.getoption("--backend") or spec.backend
+    backend = backend or config.getoption("--fsdp2-backend") or spec.backend
     gpus = _gpu_count() if backend in ("auto", "nccl") else 0
     if backend == "nccl" and gpus < setup.world_size:
         pytest.skip(f"needs {setup.world_size} GPUs for nccl (one per rank); {gpus} visible")
-    timeout_s = config.getoption("--run-timeout") or spec.timeout_s
+    timeout_s = config.getoption("--fsdp2-run-timeout") or spec.timeout_s
     lock_timeout_s = timeout_s * 3 + 120
     key = run_key(setup, backend, torch.__version__)
 
     def run():
-        return run_setup(setup, backend=backend, timeout_s=timeout_s, preflight=not config.getoption("--no-preflight"))
+        return run_setup(setup, backend=backend, timeout_s=timeout_s,
+                         preflight=not config.getoption("--fsdp2-no-preflight"))
 
     cache_dir = _shared_cache_dir(config)
     if backend == "nccl" or (backend == "auto" and gpus >= setup.world_size):
@@ -187,10 +194,3 @@ def _observation(config: pytest.Config, spec: Spec, setup=None, backend: str | N
         run = functools.partial(one_at_a_time, gpu_lock_path(cache_dir, os.environ.get("CUDA_VISIBLE_DEVICES")),
                                 run, lock_timeout_s=lock_timeout_s)
     return cached_run(cache_dir, key, run, lock_timeout_s=lock_timeout_s)
-
-
-@pytest.fixture(scope="session")
-def spec_observation(request):
-    """``spec_observation(spec, setup=None, backend=None)``: the observation the spec items use,
-    from the same per-session cache, so tests reuse the spec runs instead of launching again."""
-    return lambda spec, setup=None, backend=None: _observation(request.config, spec, setup, backend)

@@ -1,4 +1,5 @@
-"""Test-suite settings: hypothesis profiles; the slow folders, the order, the no-rank guard.
+"""Test-suite settings: hypothesis profiles; the slow folders, the order, the no-rank guard; the
+``spec_observation`` fixture.
 
 Two profiles (README, "Running the tests"):
 
@@ -11,6 +12,10 @@ Two profiles (README, "Running the tests"):
 
 A property that costs more per case scales its count from the loaded profile
 (``settings.default.max_examples``) instead of fixing one, so both profiles keep their meaning.
+
+``spec_observation(spec, setup=None, backend=None)`` gives a test the observation the spec items
+are checked against, from the plugin's per-session cache (harness/pytest_plugin.py), so a test
+reuses the spec runs instead of launching ranks again.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from harness.pytest_plugin import observation_of
 from tests.support.no_ranks import sitecustomize as no_ranks
 
 settings.register_profile("default", max_examples=100, deadline=None)
@@ -72,3 +78,10 @@ def launches_no_rank_unless_slow(request, monkeypatch, tmp_path_factory):
     yield
     if log.exists() and log.read_text().strip():
         pytest.fail(f"{request.node.nodeid} is not marked slow but launched ranks:\n{log.read_text()}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def spec_observation(request):
+    """``spec_observation(spec, setup=None, backend=None)``: the observation document of
+    ``spec``'s setup (or ``setup``, on ``backend``), run once per session across workers."""
+    return lambda spec, setup=None, backend=None: observation_of(request.config, spec, setup, backend)

@@ -17,10 +17,9 @@ and of jsonschema. This module reads a file within fixed bounds and raises
   sequence or mapping are refused. No shipped spec uses anchors at all (a text without one
   has no alias to expand, and skips this pass); a few shared ``with:`` mappings fit the budget.
 
-Only then is the text composed (node tree with line marks) by the safe loader (libyaml's
-``CSafeLoader`` when PyYAML has it); the composed tree's depth and mapping keys are checked
-without recursion, and its data built once (plain nodes directly, each scalar by the safe
-loader's constructor for its tag; anything else by ``construct_document``).
+Only then is the text composed (node tree with line marks, which error messages cite) by the
+safe loader (libyaml's ``CSafeLoader`` when PyYAML has it); the composed tree's depth and mapping
+keys are checked without recursion, and its data built by the same loader.
 """
 
 from __future__ import annotations
@@ -35,37 +34,8 @@ import yaml
 
 __all__ = ["YamlFileError", "MAX_BYTES", "MAX_DEPTH", "MAX_ALIAS_NODES", "read_text", "load_text", "load_file"]
 
-_BaseSafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-class _SafeLoader(_BaseSafeLoader):  # type: ignore[misc,valid-type]
-    """libyaml's safe loader where PyYAML was built with it (about ten times faster), else PyYAML's.
-
-    The composer calls back into Python three times a node: ``resolve`` (a plain scalar's tag,
-    by regular expressions) and the path-resolver hooks. The safe loader registers no path
-    resolver, so the hooks have nothing to do, and a scalar's tag depends on its text alone:
-    each text is resolved once per process (specs repeat their keys and figures). About a
-    sixth of composing a spec.
-    """
-
-    _tags: dict[tuple, str] = {}
-
-    def resolve(self, kind: type, value: Any, implicit: Any) -> str:
-        key = (kind, value, implicit)
-        tag = self._tags.get(key)
-        if tag is None:
-            tag = super().resolve(kind, value, implicit)
-            if isinstance(value, str) and len(value) <= 200 and len(self._tags) < 100_000:  # bounded
-                self._tags[key] = tag  # short texts (keys, figures, names) are the ones that repeat
-        return tag
-
-    def descend_resolver(self, current_node: Any, current_index: Any) -> None:
-        if self.yaml_path_resolvers:
-            super().descend_resolver(current_node, current_index)
-
-    def ascend_resolver(self) -> None:
-        if self.yaml_path_resolvers:
-            super().ascend_resolver()
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's safe loader where PyYAML was built with it (about ten times faster), else PyYAML's."""
 
 MAX_BYTES = 1_000_000
 """Largest file read (bytes; the largest shipped spec is about 20 KB)."""
@@ -243,50 +213,6 @@ def _yaml_error(path: str | Path, exc: yaml.YAMLError, text: str = "") -> YamlFi
     return YamlFileError(path, _line(mark), f"not valid YAML: {problem}")
 
 
-_STR, _SEQ, _MAP = "tag:yaml.org,2002:str", "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"
-
-
-class _Unusual(Exception):
-    """A node the plain construction leaves to PyYAML's constructor (a merge key, !!set, ...)."""
-
-
-def _construct(loader: Any, root: yaml.Node) -> Any:
-    """The data of a composed document, as ``loader.construct_document`` gives it, built
-    directly for plain mappings, sequences and scalars (each scalar by the safe loader's own
-    constructor for its tag); any other node (a ``<<`` merge key, ``!!set``, ``!!omap``, an
-    unknown tag) hands the whole document to ``construct_document``. PyYAML's generic
-    construction costs several microseconds a node, a quarter of ``validate``'s time. Depth is
-    bounded by :func:`_check_tree` first."""
-    constructors = loader.yaml_constructors
-
-    def build(node: yaml.Node) -> Any:
-        tag = node.tag
-        if isinstance(node, yaml.ScalarNode):
-            if tag == _STR:
-                return node.value
-            if tag not in constructors:
-                raise _Unusual
-            return constructors[tag](loader, node)
-        if isinstance(node, yaml.SequenceNode):
-            if tag != _SEQ:
-                raise _Unusual
-            return [build(child) for child in node.value]
-        if tag != _MAP:
-            raise _Unusual
-        out = {}
-        for key, value in node.value:
-            if key.tag not in (_STR, "tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool",
-                               "tag:yaml.org,2002:null"):
-                raise _Unusual  # a merge key (<<) or a key of another type
-            out[build(key)] = build(value)
-        return out
-
-    try:
-        return build(root)
-    except _Unusual:
-        return loader.construct_document(root)
-
-
 def load_text(text: str, path: str | Path = "<text>") -> tuple[yaml.Node | None, Any]:
     """(composed node with line marks, constructed data) of one YAML document, bounded.
 
@@ -300,7 +226,7 @@ def load_text(text: str, path: str | Path = "<text>") -> tuple[yaml.Node | None,
         node = loader.get_single_node()
         if node is not None:
             _check_tree(node, path)
-        data = _construct(loader, node) if node is not None else None
+        data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
         raise _yaml_error(path, exc, text) from None
     except RecursionError:  # bounded by MAX_DEPTH above; kept so no traceback escapes

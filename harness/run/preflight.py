@@ -47,7 +47,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from harness.load.fanout import usable_cpus
+from harness.contract.machine import usable_cpus
 from harness.run.launch.errors import RunError
 
 __all__ = ["CUDA_CONTEXT_BYTES", "GPU_CHECK_SKIPPED", "MAX_SIMULATED_WORLD", "NCCL_COMMUNICATOR_BYTES",

@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from harness.load.setup import RunSetup
 from harness.load.spec import SpecError, load_spec
@@ -257,7 +256,7 @@ def test_no_preflight_is_a_pytest_option(pytester, monkeypatch):
     result.assert_outcomes(failed=1)
     assert "100,000 ranks would start 100,000 processes" in result.stdout.str()
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--help")
-    assert "--no-preflight" in result.stdout.str()
+    assert "--fsdp2-no-preflight" in result.stdout.str()
 
 
 def test_draft_refuses_what_it_cannot_run_and_absurd_worlds(tmp_path):
@@ -306,16 +305,16 @@ def test_json_path_that_is_a_folder_or_unwritable(tmp_path):
 def test_results_are_kept_when_the_json_cannot_be_written_after_the_run(tmp_path, monkeypatch):
     from rich.console import Console
 
-    from harness.__main__ import _save_results
+    from harness.cli.run import save_results
 
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     console = Console(record=True, width=400)
     gone = tmp_path / "gone"  # the folder was there at the start and removed during the run
-    assert _save_results(console, str(gone / "out.json"), {"results": [1, 2, 3]}) is False
+    assert save_results(console, str(gone / "out.json"), {"results": [1, 2, 3]}) is False
     kept = list(tmp_path.glob("fsdp2-results-*.json"))
     assert len(kept) == 1 and json.loads(kept[0].read_text()) == {"results": [1, 2, 3]}
     assert f"results kept in {kept[0]}" in console.export_text()
-    assert _save_results(console, str(tmp_path / "ok.json"), {"a": 1}) is True
+    assert save_results(console, str(tmp_path / "ok.json"), {"a": 1}) is True
     assert json.loads((tmp_path / "ok.json").read_text()) == {"a": 1}
     assert not list(tmp_path.glob(".ok.json.*"))  # written through a temporary file, replaced whole
 
@@ -367,17 +366,6 @@ def test_draft_config_with_impossible_fields(tmp_path):
     no_traceback(proc)
 
 
-@pytest.mark.parametrize("text", [
-    *[p.read_text() for p in sorted((REPO / "specs").glob("*.yaml"))],
-    "a: 1\nb: [1.5, true, null, ~, 0x1f, 2001-12-14, 'x', .inf]\n",
-    "base: &b {x: 1}\nd:\n  <<: *b\n  y: 2\n",  # a merge key: PyYAML's own construction
-    "s: !!set {a, b}\no: !!omap [a: 1]\nx: !!binary aGVsbG8=\n",
-    "1: a\n2.5: b\nnull: c\ntrue: d\n",
-])
-def test_yaml_safe_builds_the_data_pyyaml_builds(text):
-    assert repr(load_text(text)[1]) == repr(yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
-
-
 def test_yaml_safe_reads_are_bounded(tmp_path):
     with pytest.raises(YamlFileError, match="cannot read file: No such file or directory"):
         read_text(tmp_path / "nope.yaml")
@@ -427,7 +415,7 @@ def test_draft_no_preflight_writes_what_the_check_would_refuse(tmp_path):
 def test_a_harness_error_in_a_later_spec_keeps_the_earlier_results(tmp_path, monkeypatch):
     """Results already computed are written before the error (a harness bug) is raised."""
     import harness.judge.evaluate as evaluate
-    from harness.__main__ import main
+    from harness.cli import main
 
     first, second = write(tmp_path, TINY.replace("tables:", "backend: fake\ntables:"), "first.yaml"), \
         write(tmp_path, TINY.replace("tables:", "backend: fake\ntables:"), "second.yaml")
@@ -504,7 +492,7 @@ def test_a_view_that_cannot_be_written_after_the_run_is_one_line(tmp_path, monke
     from rich.console import Console
 
     import harness.report.plot as plot
-    from harness.__main__ import _write_views
+    from harness.cli.views import write_views
 
     def full(*_a, **_k):
         raise OSError(28, "No space left on device", str(tmp_path / "plots" / "x.png"))
@@ -512,7 +500,7 @@ def test_a_view_that_cannot_be_written_after_the_run_is_one_line(tmp_path, monke
     monkeypatch.setattr(plot, "plot_memory", full)
     console = Console(record=True, width=400)
     args = argparse.Namespace(trace=None, plot=str(tmp_path / "plots"))
-    assert _write_views(args, load_spec(write(tmp_path, TINY)), {}, console) is False
+    assert write_views(args, load_spec(write(tmp_path, TINY)), {}, console) is False
     assert console.export_text().strip() == f"✗ {tmp_path / 'plots' / 'x.png'}: cannot write (No space left on device)"
 
 
@@ -529,26 +517,26 @@ def test_writes_to_devices_and_links_go_where_they_point(tmp_path):
     replaced the device /dev/full with a regular file and said "wrote". A device or pipe is
     written in place now; a link to a file keeps the link. (Links in tmp_path stand for the
     devices: were the fix undone, only the links would be replaced.)"""
-    from harness.__main__ import _write_atomically
+    from harness.report.output import write_atomically
 
     full, null = tmp_path / "full", tmp_path / "null"
     full.symlink_to("/dev/full")
     null.symlink_to("/dev/null")
     with pytest.raises(OSError) as info:
-        _write_atomically(full, "x")
+        write_atomically(full, "x")
     assert info.value.errno == 28 and full.is_symlink()
-    _write_atomically(null, "x")
+    write_atomically(null, "x")
     assert null.is_symlink() and null.resolve() == Path("/dev/null")
     proc = cli("draft", "--config", "Qwen3-8B", "--world-size", "4", "-o", str(full), timeout=60)
     assert (proc.returncode, proc.stderr.strip()) == (1, f"✗ -o {full}: cannot write: No space left on device")
     assert full.is_symlink() and Path("/dev/full").is_char_device()
     target, link = tmp_path / "real.yaml", tmp_path / "link.yaml"
     link.symlink_to(target)
-    _write_atomically(link, "a: 1\n")
+    write_atomically(link, "a: 1\n")
     assert link.is_symlink() and target.read_text() == "a: 1\n"
     assert oct(target.stat().st_mode & 0o777) == oct(0o666 & ~_umask())  # not mkstemp's 0600
     target.chmod(0o640)
-    _write_atomically(target, "a: 2\n")
+    write_atomically(target, "a: 2\n")
     assert target.stat().st_mode & 0o777 == 0o640 and target.read_text() == "a: 2\n"
 
 

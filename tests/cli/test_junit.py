@@ -30,7 +30,7 @@ def test_same_cases_as_pytests_own_junitxml(tmp_path):
     # pytest with the installed spec plugin (harness.pytest_plugin), rooted at tmp_path so that the node ids
     # are relative to the same directory the CLI ran in
     theirs = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
-                             "--rootdir", str(tmp_path), "-o", "junit_family=xunit2", "--backend", "fake",
+                             "--rootdir", str(tmp_path), "-o", "junit_family=xunit2", "--fsdp2-backend", "fake",
                              "specs/walk.yaml", "--junitxml", "pytest.xml"],
                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert theirs.returncode == 1, theirs.stdout + theirs.stderr

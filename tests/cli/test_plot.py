@@ -15,7 +15,7 @@ from tests.support import WALKTHROUGH
 
 
 def test_cli_without_matplotlib_stops_before_running(tmp_path):
-    code = ("import sys; sys.modules['matplotlib'] = None; from harness.__main__ import main; "
+    code = ("import sys; sys.modules['matplotlib'] = None; from harness.cli import main; "
             f"sys.exit(main(['run', {str(WALKTHROUGH)!r}, '--plot', {str(tmp_path)!r}]))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2

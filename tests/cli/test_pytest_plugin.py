@@ -70,7 +70,7 @@ def in_repo_path(monkeypatch):
 @pytest.mark.parametrize("where, args", [
     ("my_checks/walkthrough_check.yaml", ["my_checks/walkthrough_check.yaml"]),  # a file, anywhere
     ("my_checks/walkthrough_check.yaml", ["my_checks"]),  # a folder not named specs
-    ("elsewhere/deep/walkthrough_check.yml", ["--specs", "elsewhere", "-k", "q_proj or k_proj"]),  # --specs
+    ("elsewhere/deep/walkthrough_check.yml", ["--fsdp2-specs", "elsewhere", "-k", "q_proj or k_proj"]),  # --fsdp2-specs
 ])
 def test_specs_are_collected_wherever_they_are(pytester, in_repo_path, where, args):
     path = pytester.path / where
@@ -101,3 +101,23 @@ def test_malformed_spec_is_one_failing_pytest_item(pytester, monkeypatch):
     line = line_of(bad_text, "check: parm")
     assert f"spec does not load: {bad}:{line}: tables[1].check: expected one of [" in out
     assert "Traceback" not in out and "elsewhere.yaml" not in out
+
+
+OLD_NAMES = ("--specs", "--backend", "--run-timeout", "--no-preflight")
+
+
+def test_options_carry_the_fsdp2_prefix_and_the_old_names_are_gone(pytester, in_repo_path):
+    """Unprefixed names (``--backend``) would clash with another plugin's in a user's repository."""
+    config = pytester.parseconfig("--fsdp2-specs", "a", "--fsdp2-backend", "fake", "--fsdp2-run-timeout", "5",
+                                  "--fsdp2-no-preflight")
+    assert [config.getoption(name) for name in ("--fsdp2-specs", "--fsdp2-backend", "--fsdp2-run-timeout",
+                                                "--fsdp2-no-preflight")] == [["a"], "fake", 5.0, True]
+    for old in OLD_NAMES:
+        with pytest.raises(pytest.UsageError, match="unrecognized arguments"):
+            pytester.parseconfig(old, "x")
+    # every option of the plugin's group, as --help lists them: all prefixed
+    help_text = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--help").stdout.str()
+    group = help_text.split("FSDP2 conformance specs:\n", 1)[1].split("\n\n", 1)[0]
+    options = [line.split()[0].split("=")[0] for line in group.splitlines() if line.startswith("  --")]
+    assert options == ["--fsdp2-specs", "--fsdp2-backend", "--fsdp2-run-timeout", "--fsdp2-no-preflight"]
+    assert not any(f"  {old}" in help_text for old in OLD_NAMES)

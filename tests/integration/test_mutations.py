@@ -2,7 +2,7 @@
 
 Each case copies a spec, changes one value in its text, loads the copy and evaluates it
 against the real observation of that spec's setup (the same per-session run the spec items
-use, see harness/pytest_plugin.py ``spec_observation``). Exactly the one mutated entry must fail, and its
+use, see tests/conftest.py ``spec_observation``). Exactly the one mutated entry must fail, and its
 report must show the new expectation, the observed value and the document section.
 """
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.__main__ import main
+from harness.cli import main
 from harness.load.setup import RunSetup
 from harness.run.launch.errors import RunError
 from harness.run.launch.local import run_local

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.__main__ import main
+from harness.cli import main
 from harness.contract import strict_json
 from harness.report.compare import Key, compare_documents, flatten_observation, format_differences, summary_line
 from tests.support.observations import walkthrough_observation
@@ -116,10 +116,11 @@ def test_strict_json_round_trips_non_finite_numbers():
 
 def test_run_json_is_strict_json(tmp_path: Path):
     """``--json``'s writer: ``norm_type: .inf`` must not come out as a bare ``Infinity``."""
-    from harness.__main__ import _console, _save_results
+    from harness.cli.console import stdout_console
+    from harness.cli.run import save_results
 
     target = tmp_path / "out.json"
     payload = {"observations": {"s": {"setup": {"norm_type": math.inf}}}, "results": []}
-    assert _save_results(_console("run"), str(target), payload)
+    assert save_results(stdout_console(), str(target), payload)
     assert _strict(target.read_text())["observations"]["s"]["setup"]["norm_type"] == "Infinity"
     assert strict_json.loads(target.read_text()) == payload

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from harness.__main__ import main
+from harness.cli import main
 from harness.judge.evaluate import FAILING, evaluate_spec
 from harness.load.spec import load_spec
 from harness.report import repeat

@@ -1,0 +1,154 @@
+"""``draft``: write a spec for a config and world size from the closed-form calculator, to stdout
+or -o PATH. Exit 0 written; 1 a bad config file, output path or world size, or a spec this
+machine's pre-flight check would refuse (unless --no-preflight)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from harness.cli.console import print_mark, stderr_console
+from harness.cli.signals import signals_held
+from harness.contract.names import BACKENDS
+from harness.report.output import file_problem, write_atomically
+
+__all__ = ["add_arguments", "argument_problem", "command"]
+
+
+def add_arguments(sub: argparse._SubParsersAction) -> None:
+    draft = sub.add_parser("draft", help="draft a spec for a config from the closed-form calculator")
+    draft.add_argument("--config", required=True,
+                       help="a known config name (e.g. Qwen3-14B), its hub id (Qwen/Qwen3-14B), or a transformers "
+                            "config.json (nothing is downloaded)")
+    draft.add_argument("--world-size", type=int, required=True)
+    draft.add_argument("--layers", type=int, default=2, help="decoder layers to run (default 2)")
+    draft.add_argument("--dtype", default=None, choices=("float16", "bfloat16", "float32"),
+                       help="parameter dtype (default: the config file's torch_dtype or dtype, else bfloat16)")
+    draft.add_argument("--batch-per-rank", type=int, default=1)
+    draft.add_argument("--seq-len", type=int, default=16)
+    draft.add_argument("--backend", choices=BACKENDS, default=None)
+    draft.add_argument("-o", "--output", help="write the spec here instead of stdout")
+    draft.add_argument("--no-preflight", action="store_true",
+                       help="write the spec even if this machine's pre-flight check would refuse to run it")
+
+
+def argument_problem(args: argparse.Namespace) -> str | None:
+    """What argparse cannot check (a count below 1), as its error text; None when all are fine."""
+    for name in ("world_size", "layers", "batch_per_rank", "seq_len"):
+        if getattr(args, name) < 1:
+            return f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}"
+    return None
+
+
+def _config_problem(config: str) -> str | None:
+    """Why ``--config`` names no usable file (one line naming it), None when it is a known
+    name or a readable YAML/JSON mapping. Reading is bounded as for specs."""
+    from model import KNOWN_CONFIGS
+
+    if config in KNOWN_CONFIGS:
+        return None
+    path = Path(config)
+    if not path.exists():
+        return None  # draft says it is neither a known config nor a file
+    from harness.load.yaml_safe import YamlFileError, load_text, read_text
+
+    try:
+        text = read_text(path)
+        if path.suffix == ".json":
+            try:
+                data = json.loads(text)
+            except (ValueError, RecursionError) as exc:
+                return f"{path}: not valid JSON: {exc}"
+        else:
+            _, data = load_text(text, path)
+    except YamlFileError as exc:
+        return str(exc).replace("a spec may be", "a config file may be")
+    if not isinstance(data, dict):
+        return (f"{path}: expected a mapping of Qwen3Config fields (hidden_size, num_attention_heads, ...), "
+                f"got {type(data).__name__}")
+    return None
+
+
+def _yaml_load(text: str) -> dict[str, Any]:
+    import yaml
+
+    return yaml.safe_load(text)
+
+
+def command(args: argparse.Namespace, console: Console) -> int:
+    with signals_held():  # the imports (a Ctrl-C meanwhile is raised after them; see run.py)
+        from harness.author.draft import DraftError, draft_spec
+        from harness.load.setup import RunSetup, SetupError
+        from harness.load.spec import MAX_LAYERS
+        from harness.run.preflight import MAX_SIMULATED_WORLD, PreflightError, check, process_limit
+
+    err = stderr_console()
+    if args.output:
+        problem = file_problem(args.output)
+        if problem:
+            print_mark(err, False, f"-o {args.output}: {problem}")
+            return 1
+    if args.world_size > MAX_SIMULATED_WORLD:  # the calculator's tables grow with the world: refuse first
+        if args.backend in ("gloo", "nccl"):
+            print_mark(err, False, f"--world-size {args.world_size:,}: would start {args.world_size:,} processes "
+                                  f"on this machine, over its limit of {process_limit()}")
+        else:
+            print_mark(err, False, f"--world-size {args.world_size:,}: over the {MAX_SIMULATED_WORLD:,} ranks a spec "
+                                  "can simulate (the fake backend's set-up grows with the world size)")
+        return 1
+    if args.layers > MAX_LAYERS:  # a spec of more layers would not load
+        print_mark(err, False, f"--layers {args.layers:,}: over the {MAX_LAYERS:,} decoder layers a spec may build")
+        return 1
+    problem = _config_problem(args.config)
+    if problem:
+        print_mark(err, False, problem)
+        return 1
+
+    def draft(backend: str) -> str:
+        return draft_spec(args.config, args.world_size, layers=args.layers, dtype=args.dtype,
+                          batch_per_rank=args.batch_per_rank, seq_len=args.seq_len, backend=backend,
+                          output=args.output)
+
+    backend = args.backend or "auto"
+    try:
+        text = draft(backend)
+        data = _yaml_load(text)
+        try:  # would the pre-flight check run the drafted spec here?
+            if not args.no_preflight:
+                check(RunSetup.from_mapping(data["setup"]), data.get("backend", "auto"))
+        except PreflightError as exc:
+            if data.get("backend", "auto") == "fake" or backend != "auto":
+                print_mark(err, False, f"draft: the spec would be refused on this machine: {exc.reason}; "
+                                      "use --no-preflight to write it anyway")
+                return 1
+            text = draft("fake")
+            try:
+                check(RunSetup.from_mapping(_yaml_load(text)["setup"]), "fake")
+            except PreflightError as fake_exc:
+                print_mark(err, False, f"draft: the spec would be refused on this machine: {exc.reason}; "
+                                      f"simulated: {fake_exc.reason}; use --no-preflight to write it anyway")
+                return 1
+            err.print(Text(f"note: drafted for the fake backend (simulated ranks): on real ranks this machine "
+                           f"would refuse it: {exc.reason}"))
+    except DraftError as exc:  # already names --config and what was expected
+        print_mark(err, False, " ".join(str(exc).split()))
+        return 1
+    except (ValueError, TypeError, KeyError, SetupError) as exc:
+        print_mark(err, False, f"--config {args.config}: {' '.join(str(exc).split())}")
+        return 1
+    if args.output:
+        try:
+            write_atomically(args.output, text)
+        except OSError as exc:
+            print_mark(err, False, f"-o {args.output}: cannot write: {exc.strerror or exc}")
+            return 1
+        console.print(f"wrote {args.output}", highlight=False)
+    else:
+        sys.stdout.write(text)
+    return 0

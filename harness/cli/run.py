@@ -1,0 +1,249 @@
+"""``run SPEC...``: run each spec's setup on real ranks (or simulated ones) and check every entry.
+
+Exit 0 only when every entry holds, 1 when an entry fails, 2 when a spec cannot be checked at
+all (invalid, refused by the pre-flight check, its run failed, an output unusable). Output files
+(--json, --report, --junitxml) are written after the last spec, also when a Ctrl-C, SIGTERM or a
+harness error cut the run short: what finished before it is kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from harness.cli.console import print_mark, print_spec_error
+from harness.cli.output_flags import refuse_unusable_outputs
+from harness.cli.signals import files_written_whole, signals_held
+from harness.cli.spec_run import global_rank, progress, run_spec, timeout_problem
+from harness.cli.views import add_view_flags, plot_available, write_views
+from harness.contract.names import BACKENDS
+from harness.report.output import write_atomically, write_temporary
+
+__all__ = ["add_arguments", "argument_problem", "command", "save_results"]
+
+
+def add_arguments(sub: argparse._SubParsersAction) -> None:
+    run = sub.add_parser("run", help="run specs and check every entry")
+    run.add_argument("specs", nargs="+", type=Path)
+    run.add_argument("--backend", choices=BACKENDS, default=None,
+                     help="override each spec's backend (auto: nccl with one GPU per rank if enough GPUs, else gloo)")
+    run.add_argument("--timeout", type=float, default=None, help="seconds before a run is declared hung")
+    run.add_argument("--json", metavar="PATH", help="write results and observation documents as JSON")
+    run.add_argument("--failures-only", action="store_true", help="print only failing entries")
+    run.add_argument("--report", metavar="PATH",
+                     help="write a Markdown report: hosts and ranks, the environment with disagreements marked, the "
+                          "bandwidth table, the results")
+    add_view_flags(run)
+    run.add_argument("--junitxml", metavar="PATH",
+                     help="write JUnit XML: one test case per entry, named as pytest's --junitxml names the spec's "
+                          "items")
+    run.add_argument("--no-preflight", action="store_true",
+                     help="skip the check that this machine can hold the run (processes, memory per rank)")
+    run.add_argument("--repeat", type=int, metavar="N", default=None,
+                     help="run each spec N times; list every observed field that differed and report each entry "
+                          "that reads one as unstable (exit 3)")
+
+
+def argument_problem(args: argparse.Namespace) -> str | None:
+    """What argparse cannot check (the timeout's range, --repeat and the files it cannot write), as
+    its error text; None when all are fine."""
+    if args.repeat is not None:
+        if args.repeat < 2:
+            return f"--repeat must be at least 2, got {args.repeat}"
+        given = [f"--{n.replace('_', '-')}" for n in ("json", "report", "junitxml", "trace", "plot") if getattr(args, n)]
+        if given:
+            return f"--repeat compares runs and writes no files: drop {', '.join(given)}"
+    return timeout_problem(args)
+
+
+def command(args: argparse.Namespace, console: Console) -> int:
+    if args.repeat is not None:
+        return _command_repeated(args, console)
+    if refuse_unusable_outputs(console, args, ("json", "junitxml", "report"), ("trace", "plot")):
+        return 2
+    if args.plot and not plot_available(console):
+        return 2
+    # Imports with signals held (a Ctrl-C meanwhile is raised after them): one inside an import
+    # leaves modules half-imported and can end the process by SIGINT (status -2) after its line.
+    with signals_held():
+        from harness.load.spec import SpecError, load_spec
+        from harness.report import junit
+        from harness.report.markdown import SpecRun, cluster_report
+
+    runs: list[SpecRun] = []  # for --report
+    all_results: list[Any] = []
+    documents: dict[str, Any] = {}
+    finished: list[str] = []
+    cases: list[Any] = []
+    status, interrupted, failure, follower = 0, None, None, False
+    run_started = time.perf_counter()
+    try:
+        with signals_held():
+            from harness.judge.evaluate import FAILING, evaluate_spec
+            from harness.report.terminal import print_report, summary_line
+            from harness.run.preflight import PreflightError
+            from harness.run.runner import ObservationError, RunError
+
+        for path in args.specs:
+            try:
+                spec = load_spec(path)
+            except SpecError as exc:
+                print_spec_error(console, exc)
+                cases.append(junit.load_error_case(junit.spec_nodeid_path(path), exc))
+                status = 2
+                continue
+            started = time.perf_counter()
+            with progress(console, spec, args) as shown:
+                try:
+                    observation = run_spec(spec, args, shown.ranks)
+                except PreflightError as exc:
+                    print_mark(console, False, f"{path}: {exc}")
+                    status = 2
+                    continue
+                except (RunError, ObservationError) as exc:
+                    if getattr(exc, "rank", None) is not None or global_rank() == 0:  # a world's error: rank 0 says it
+                        print_mark(console, False, f"{path}: the run failed: {exc}")
+                    runs.append(SpecRun(str(path), spec.name, spec.title, error=str(exc),
+                                        seconds=time.perf_counter() - started))
+                    nodeid_path = junit.spec_nodeid_path(path)
+                    cases += [junit.run_error_case(nodeid_path, item.entry, exc) for item in spec.items]
+                    status = 2
+                    continue
+                if observation is None:  # a non-zero rank under torchrun: rank 0 reports
+                    follower = True
+                    continue
+                shown.checking(len(spec.items))
+                results = evaluate_spec(spec, observation)
+            env = observation["environment"]
+            cases += [junit.result_case(junit.spec_nodeid_path(path), r) for r in results]
+            print_report(results, console, title=f"{spec.name} — {spec.title}", only_failures=args.failures_only)
+            _print_bandwidth(observation, console)
+            drafted = sum(item.drafted for item in spec.items)
+            console.print(Text(
+                f"{spec.name}: {summary_line(results, drafted)}  (torch {env['torch_version']}, {env['backend']}, "
+                f"{env['world_size']} ranks, mesh {env['mesh_shape']} {env['mesh_dim_names']}, "
+                f"{time.perf_counter() - started:.1f} s)"))
+            if any(r.status in FAILING for r in results):
+                status = max(status, 1)
+            all_results.extend(results)
+            documents[str(path)] = observation
+            finished.append(str(path))
+            runs.append(SpecRun(str(path), spec.name, spec.title, observation, results,
+                                seconds=time.perf_counter() - started))
+            if not write_views(args, spec, observation, console):
+                status = max(status, 2)
+        if len(args.specs) > 1 and all_results:
+            console.print(Text(f"all specs: {summary_line(all_results)}"))
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the launcher has stopped the ranks
+        interrupted = exc
+    except Exception as exc:  # a harness bug: its traceback is shown, after the results are kept
+        failure = exc
+    # under torchrun only rank 0 writes files
+    with files_written_whole(bool(args.json or args.report or args.junitxml)):
+        if args.json and global_rank() == 0:
+            status = _write_payload(console, args, all_results, documents, finished, interrupted or failure, status)
+        if args.report and not follower and global_rank() == 0:
+            try:
+                write_atomically(args.report, cluster_report(runs))
+                console.print(Text(f"wrote {args.report}"))
+            except OSError as exc:
+                print_mark(console, False, f"--report {args.report}: cannot write ({exc.strerror or exc})")
+                status = max(status, 2)
+        if args.junitxml and not follower and global_rank() == 0:
+            text = junit.junit_xml(cases, duration_s=time.perf_counter() - run_started)
+            try:
+                write_atomically(args.junitxml, text)
+                console.print(Text(f"wrote {args.junitxml} ({len(cases)} test cases)"))
+            except OSError as exc:
+                print_mark(console, False, f"--junitxml {args.junitxml}: cannot write ({exc.strerror or exc})")
+                status = max(status, 2)
+    if interrupted is not None:
+        raise interrupted
+    if failure is not None:
+        raise failure
+    return status
+
+
+def _command_repeated(args: argparse.Namespace, console: Console) -> int:
+    """``run --repeat N``: each spec N times; every observed field that differed, and each entry
+    reading one as ``unstable`` (``harness.report.repeat``). 0 / 1 (an entry fails in every run) /
+    2 (a spec cannot be checked) / 3 (an entry is unstable, none fails)."""
+    with signals_held():
+        from harness.judge.evaluate import FAILING, evaluate_spec
+        from harness.load.spec import SpecError, load_spec
+        from harness.report import repeat
+        from harness.run.runner import ObservationError, RunError
+
+    status = 0
+    for path in args.specs:
+        try:
+            spec = load_spec(path)
+        except SpecError as exc:
+            print_spec_error(console, exc)
+            status = 2
+            continue
+        documents, results = [], []
+        try:
+            for _ in range(args.repeat):
+                with progress(console, spec, args) as shown:
+                    documents.append(run_spec(spec, args, shown.ranks))
+                results.append(evaluate_spec(spec, documents[-1]))
+        except (RunError, ObservationError) as exc:  # PreflightError is a RunError
+            print_mark(console, False, f"{path}: run {len(documents) + 1} of {args.repeat} failed: {exc}")
+            status = 2
+            continue
+        outcomes = repeat.repeated_outcomes(results)
+        lines = repeat.format_varying(repeat.varying_fields(documents)) + repeat.format_unstable(outcomes)
+        for line in [f"{spec.name}: {args.repeat} runs", *lines,
+                     f"{spec.name}: {repeat.summary_line(outcomes, args.repeat, FAILING)}"]:
+            console.print(Text(line))
+        status = max(status, repeat.exit_status(outcomes, FAILING), key=[0, repeat.UNSTABLE_EXIT, 1, 2].index)
+    return status
+
+
+def _print_bandwidth(observation: dict, console: Console) -> None:
+    """The nccl-tests table of the run's timed collectives (setup.bandwidth), if any."""
+    from harness.language.bandwidth import bandwidth_rows
+    from harness.report.bandwidth import table_lines
+
+    rows = bandwidth_rows(observation)
+    if rows:
+        console.print(Text("\n".join(table_lines(rows, world_size=observation["environment"]["world_size"]))))
+
+
+def _write_payload(console: Console, args: argparse.Namespace, results: list[Any], documents: dict[str, Any],
+                   finished: list[str], interrupted: BaseException | None, status: int) -> int:
+    from harness.report.terminal import result_to_json
+
+    version = None
+    if "torch" in sys.modules:
+        version = sys.modules["torch"].__version__
+    payload = {"torch_version": version, "results": [result_to_json(r) for r in results], "observations": documents}
+    if interrupted is not None:  # Ctrl-C, SIGTERM, or a harness error: what finished before it
+        payload["interrupted"] = True
+        payload["finished_specs"] = finished
+    if not save_results(console, args.json, payload):
+        status = max(status, 2)
+    return status
+
+
+def save_results(console: Console, target: str, payload: dict[str, Any]) -> bool:
+    """Write the --json payload to ``target``; if that fails now, keep it in a temporary file and
+    say where. True when written where asked."""
+    from harness.contract import strict_json  # RFC 8259: norm_type .inf is written "Infinity", read back as inf
+
+    text = strict_json.dumps(payload, indent=1, ensure_ascii=False)
+    try:
+        write_atomically(target, text)
+    except OSError as exc:
+        fallback = write_temporary(text, prefix="fsdp2-results-", suffix=".json")
+        print_mark(console, False, f"--json {target}: cannot write ({exc.strerror or exc}); results kept in {fallback}")
+        return False
+    console.print(Text(f"wrote {target}"))
+    return True

@@ -1,0 +1,56 @@
+"""One spec's run as ``run`` and ``render`` flags say: backend, timeout, pre-flight, --trace
+folder, and a progress line."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+__all__ = ["global_rank", "progress", "run_spec", "timeout_problem"]
+
+MAX_TIMEOUT_S = 86400
+"""Longest --timeout accepted (seconds: a day)."""
+
+
+def timeout_problem(args: argparse.Namespace) -> str | None:
+    """--timeout outside (0, :data:`MAX_TIMEOUT_S`] seconds, as argparse's error text; else None."""
+    if args.timeout is not None and not 0 < args.timeout <= MAX_TIMEOUT_S:
+        return f"--timeout must be a number of seconds above 0 and at most {MAX_TIMEOUT_S}, got {args.timeout}"
+    return None
+
+
+def global_rank() -> int:
+    """This process's rank under torchrun (RANK), 0 otherwise."""
+    from harness.run.launch.joined import joined_world
+
+    world = joined_world()
+    return world["rank"] if world else 0
+
+
+def progress(console: Console, spec: Any, args: argparse.Namespace) -> Any:
+    """A progress line for one spec's run (drawn only on a terminal, never under pytest); a
+    context manager whose ``ranks`` is the runner's ``on_progress``."""
+    from harness.report.progress import RunProgress
+
+    backend = args.backend or spec.backend
+    return RunProgress(console, f"{spec.name} ({spec.setup.world_size} ranks, {backend})", spec.setup.world_size)
+
+
+def run_spec(spec: Any, args: argparse.Namespace, on_progress: Any) -> dict | None:
+    """The observation document of ``spec``'s setup run as the flags say (None on a non-zero
+    rank under torchrun). --trace DIR: each rank's profiler trace in DIR/<spec>/ (an earlier
+    run's removed first). Raises PreflightError, RunError, ObservationError (harness.run)."""
+    from harness.run.runner import run_setup
+
+    trace_dir = None
+    if getattr(args, "trace", None):
+        folder = Path(args.trace) / spec.name
+        folder.mkdir(parents=True, exist_ok=True)
+        for stale in folder.glob("rank*.json"):  # an earlier run's ranks must not be merged in
+            stale.unlink()
+        trace_dir = str(folder)
+    return run_setup(spec.setup, backend=args.backend or spec.backend, timeout_s=args.timeout or spec.timeout_s,
+                     trace_dir=trace_dir, on_progress=on_progress, preflight=not getattr(args, "no_preflight", False))

@@ -1,0 +1,48 @@
+"""``validate SPEC...``: load and check specs without running anything (and without importing
+torch), one after another, for an editor or a pre-commit hook. Exit 0 when every spec is valid,
+1 when one is not (every error of every spec printed, in argument order)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+from harness.cli.console import print_mark
+from harness.cli.signals import signals_held
+
+__all__ = ["add_arguments", "argument_problem", "command", "validated"]
+
+
+def add_arguments(sub: argparse._SubParsersAction) -> None:
+    validate = sub.add_parser("validate", help="check specs without running")
+    validate.add_argument("specs", nargs="+", type=Path)
+
+
+def argument_problem(args: argparse.Namespace) -> str | None:
+    """Nothing beyond what argparse checks."""
+    return None
+
+
+def validated(path: Path) -> tuple[bool, str]:
+    """(valid, what to print for it: its entries and world size, or its SpecError's lines)."""
+    from harness.load.spec import SpecError, load_spec
+
+    try:
+        spec = load_spec(path)
+    except SpecError as exc:
+        return False, str(exc)
+    return True, f"{path}: {len(spec.items)} entries, world size {spec.setup.world_size}"
+
+
+def command(args: argparse.Namespace, console: Console) -> int:
+    with signals_held():  # the loader's imports (a Ctrl-C meanwhile is raised after them; see run.py)
+        import harness.load.spec  # noqa: F401
+    status = 0
+    for path in args.specs:
+        ok, text = validated(path)
+        for line in text.splitlines():
+            print_mark(console, ok, line)
+        status = status or int(not ok)
+    return status
