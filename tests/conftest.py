@@ -46,22 +46,24 @@ NO_RANKS_DIR = Path(no_ranks.__file__).resolve().parent
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
 def pytest_collection_modifyitems(config, items):
     """Every item under ``tests/integration/`` (real ranks) and ``tests/cli/`` (the command line in
-    subprocesses) is marked ``slow`` by its folder.
+    subprocesses) is marked ``slow`` by its folder, and so is every spec item (its setup runs on
+    real ranks).
 
     Then the longest items first, so that no worker starts a minute-long run while the others
     are done: what launches ranks (and the hang tests that wait out their timeouts), then the spec
     items (each spec's first item runs its setup), then the rest. The sort is stable: items keep
     their order within a group, so a module's items stay together behind its fixtures."""
     for item in items:
-        if any(folder in Path(item.path).parents for folder in SLOW_FOLDERS):
+        # a spec item is checked against its setup's run on real ranks (the plugin's ``spec`` marker)
+        if item.get_closest_marker("spec") or any(folder in Path(item.path).parents for folder in SLOW_FOLDERS):
             item.add_marker(pytest.mark.slow)
     items.sort(key=_longest_first)
 
 
 def _longest_first(item: pytest.Item) -> int:
-    if item.get_closest_marker("slow"):
-        return 0
-    return 1 if item.get_closest_marker("spec") else 2
+    if item.get_closest_marker("spec"):
+        return 1
+    return 0 if item.get_closest_marker("slow") else 2
 
 
 @pytest.fixture(autouse=True)
