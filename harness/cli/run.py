@@ -12,6 +12,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
@@ -62,6 +63,19 @@ def argument_problem(args: argparse.Namespace) -> str | None:
     return timeout_problem(args)
 
 
+@dataclass
+class _Runs:
+    """What the specs' runs leave for the summary and the output files."""
+
+    runs: list[Any] = field(default_factory=list)  # markdown.SpecRun per spec, for --report
+    results: list[Any] = field(default_factory=list)  # every entry's CheckResult, for --json
+    documents: dict[str, Any] = field(default_factory=dict)  # spec path -> observation, for --json
+    finished: list[str] = field(default_factory=list)  # spec paths whose run finished
+    cases: list[Any] = field(default_factory=list)  # JUnit test cases, for --junitxml
+    status: int = 0
+    follower: bool = False  # a non-zero rank under torchrun: rank 0 reports and writes
+
+
 def command(args: argparse.Namespace, console: Console) -> int:
     if args.repeat is not None:
         return _command_repeated(args, console)
@@ -69,105 +83,117 @@ def command(args: argparse.Namespace, console: Console) -> int:
         return 2
     if args.plot and not plot_available(console):
         return 2
-    # Imports with signals held (a Ctrl-C meanwhile is raised after them): one inside an import
-    # leaves modules half-imported and can end the process by SIGINT (status -2) after its line.
-    with signals_held():
-        from harness.load.spec import SpecError, load_spec
-        from harness.report import junit
-        from harness.report.markdown import SpecRun, cluster_report
-
-    runs: list[SpecRun] = []  # for --report
-    all_results: list[Any] = []
-    documents: dict[str, Any] = {}
-    finished: list[str] = []
-    cases: list[Any] = []
-    status, interrupted, failure, follower = 0, None, None, False
+    done, interrupted, failure = _Runs(), None, None
     run_started = time.perf_counter()
     try:
+        # Imports with signals held (a Ctrl-C meanwhile is raised after them): one inside an import
+        # leaves modules half-imported and can end the process by SIGINT (status -2) after its line.
         with signals_held():
-            from harness.judge.evaluate import FAILING, evaluate_spec
-            from harness.report.terminal import print_report, summary_line
-            from harness.run.preflight import PreflightError
-            from harness.run.runner import ObservationError, RunError
-
+            from harness.report.terminal import summary_line
         for path in args.specs:
-            try:
-                spec = load_spec(path)
-            except SpecError as exc:
-                print_spec_error(console, exc)
-                cases.append(junit.load_error_case(junit.spec_nodeid_path(path), exc))
-                status = 2
-                continue
-            started = time.perf_counter()
-            with progress(console, spec, args) as shown:
-                try:
-                    observation = run_spec(spec, args, shown.ranks)
-                except PreflightError as exc:
-                    print_mark(console, False, f"{path}: {exc}")
-                    status = 2
-                    continue
-                except (RunError, ObservationError) as exc:
-                    if getattr(exc, "rank", None) is not None or global_rank() == 0:  # a world's error: rank 0 says it
-                        print_mark(console, False, f"{path}: the run failed: {exc}")
-                    runs.append(SpecRun(str(path), spec.name, spec.title, error=str(exc),
-                                        seconds=time.perf_counter() - started))
-                    nodeid_path = junit.spec_nodeid_path(path)
-                    cases += [junit.run_error_case(nodeid_path, item.entry, exc) for item in spec.items]
-                    status = 2
-                    continue
-                if observation is None:  # a non-zero rank under torchrun: rank 0 reports
-                    follower = True
-                    continue
-                shown.checking(len(spec.items))
-                results = evaluate_spec(spec, observation)
-            env = observation["environment"]
-            cases += [junit.result_case(junit.spec_nodeid_path(path), r) for r in results]
-            print_report(results, console, title=f"{spec.name} — {spec.title}", only_failures=args.failures_only)
-            _print_bandwidth(observation, console)
-            drafted = sum(item.drafted for item in spec.items)
-            console.print(Text(
-                f"{spec.name}: {summary_line(results, drafted)}  (torch {env['torch_version']}, {env['backend']}, "
-                f"{env['world_size']} ranks, mesh {env['mesh_shape']} {env['mesh_dim_names']}, "
-                f"{time.perf_counter() - started:.1f} s)"))
-            if any(r.status in FAILING for r in results):
-                status = max(status, 1)
-            all_results.extend(results)
-            documents[str(path)] = observation
-            finished.append(str(path))
-            runs.append(SpecRun(str(path), spec.name, spec.title, observation, results,
-                                seconds=time.perf_counter() - started))
-            if not write_views(args, spec, observation, console):
-                status = max(status, 2)
-        if len(args.specs) > 1 and all_results:
-            console.print(Text(f"all specs: {summary_line(all_results)}"))
+            _run_one(path, args, console, done)
+        if len(args.specs) > 1 and done.results:
+            console.print(Text(f"all specs: {summary_line(done.results)}"))
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the launcher has stopped the ranks
         interrupted = exc
     except Exception as exc:  # a harness bug: its traceback is shown, after the results are kept
         failure = exc
-    # under torchrun only rank 0 writes files
-    with files_written_whole(bool(args.json or args.report or args.junitxml)):
-        if args.json and global_rank() == 0:
-            status = _write_payload(console, args, all_results, documents, finished, interrupted or failure, status)
-        if args.report and not follower and global_rank() == 0:
-            try:
-                write_atomically(args.report, cluster_report(runs))
-                console.print(Text(f"wrote {args.report}"))
-            except OSError as exc:
-                print_mark(console, False, f"--report {args.report}: cannot write ({exc.strerror or exc})")
-                status = max(status, 2)
-        if args.junitxml and not follower and global_rank() == 0:
-            text = junit.junit_xml(cases, duration_s=time.perf_counter() - run_started)
-            try:
-                write_atomically(args.junitxml, text)
-                console.print(Text(f"wrote {args.junitxml} ({len(cases)} test cases)"))
-            except OSError as exc:
-                print_mark(console, False, f"--junitxml {args.junitxml}: cannot write ({exc.strerror or exc})")
-                status = max(status, 2)
+    _write_outputs(args, console, done, interrupted or failure, time.perf_counter() - run_started)
     if interrupted is not None:
         raise interrupted
     if failure is not None:
         raise failure
-    return status
+    return done.status
+
+
+def _run_one(path: Path, args: argparse.Namespace, console: Console, done: _Runs) -> None:
+    """Load, run and check one spec, print its report, and add what it left to ``done``."""
+    with signals_held():
+        from harness.judge.evaluate import FAILING, evaluate_spec
+        from harness.load.spec import SpecError, load_spec
+        from harness.report import junit
+        from harness.report.markdown import SpecRun
+        from harness.report.terminal import print_report, summary_line
+        from harness.run.preflight import PreflightError
+        from harness.run.runner import ObservationError, RunError
+
+    nodeid_path = junit.spec_nodeid_path(path)
+    try:
+        spec = load_spec(path)
+    except SpecError as exc:
+        print_spec_error(console, exc)
+        done.cases.append(junit.load_error_case(nodeid_path, exc))
+        done.status = 2
+        return
+    started = time.perf_counter()
+    with progress(console, spec, args) as shown:
+        try:
+            observation = run_spec(spec, args, shown.ranks)
+        except PreflightError as exc:
+            print_mark(console, False, f"{path}: {exc}")
+            done.status = 2
+            return
+        except (RunError, ObservationError) as exc:
+            if getattr(exc, "rank", None) is not None or global_rank() == 0:  # a world's error: rank 0 says it
+                print_mark(console, False, f"{path}: the run failed: {exc}")
+            done.runs.append(SpecRun(str(path), spec.name, spec.title, error=str(exc),
+                                     seconds=time.perf_counter() - started))
+            done.cases += [junit.run_error_case(nodeid_path, item.entry, exc) for item in spec.items]
+            done.status = 2
+            return
+        if observation is None:  # a non-zero rank under torchrun: rank 0 reports
+            done.follower = True
+            return
+        shown.checking(len(spec.items))
+        results = evaluate_spec(spec, observation)
+    env = observation["environment"]
+    done.cases += [junit.result_case(nodeid_path, r) for r in results]
+    print_report(results, console, title=f"{spec.name} — {spec.title}", only_failures=args.failures_only)
+    _print_bandwidth(observation, console)
+    drafted = sum(item.drafted for item in spec.items)
+    console.print(Text(
+        f"{spec.name}: {summary_line(results, drafted)}  (torch {env['torch_version']}, {env['backend']}, "
+        f"{env['world_size']} ranks, mesh {env['mesh_shape']} {env['mesh_dim_names']}, "
+        f"{time.perf_counter() - started:.1f} s)"))
+    if any(r.status in FAILING for r in results):
+        done.status = max(done.status, 1)
+    done.results.extend(results)
+    done.documents[str(path)] = observation
+    done.finished.append(str(path))
+    done.runs.append(SpecRun(str(path), spec.name, spec.title, observation, results,
+                             seconds=time.perf_counter() - started))
+    if not write_views(args, spec, observation, console):
+        done.status = max(done.status, 2)
+
+
+def _write_outputs(args: argparse.Namespace, console: Console, done: _Runs, cut_short: BaseException | None,
+                   seconds: float) -> None:
+    """--json, --report and --junitxml, from what finished (also after a Ctrl-C, SIGTERM or a
+    harness error: ``cut_short``); under torchrun only rank 0 writes files."""
+    with signals_held():
+        from harness.report import junit
+        from harness.report.markdown import cluster_report
+
+    with files_written_whole(bool(args.json or args.report or args.junitxml)):
+        if args.json and global_rank() == 0:
+            done.status = _write_payload(console, args, done.results, done.documents, done.finished, cut_short,
+                                         done.status)
+        if args.report and not done.follower and global_rank() == 0:
+            _write_file(console, "--report", args.report, cluster_report(done.runs), done, f"wrote {args.report}")
+        if args.junitxml and not done.follower and global_rank() == 0:
+            _write_file(console, "--junitxml", args.junitxml, junit.junit_xml(done.cases, duration_s=seconds), done,
+                        f"wrote {args.junitxml} ({len(done.cases)} test cases)")
+
+
+def _write_file(console: Console, flag: str, target: str, text: str, done: _Runs, wrote: str) -> None:
+    """Write ``text`` to ``target`` whole and say ``wrote``; on failure one line and status 2."""
+    try:
+        write_atomically(target, text)
+    except OSError as exc:
+        print_mark(console, False, f"{flag} {target}: cannot write ({exc.strerror or exc})")
+        done.status = max(done.status, 2)
+        return
+    console.print(Text(wrote))
 
 
 def _command_repeated(args: argparse.Namespace, console: Console) -> int:
