@@ -1,9 +1,10 @@
 """Checks: pure functions of (spec entry, observation document) -> result.
 
-An entry (:class:`harness.language.entry.Entry`) names a check kind (:mod:`harness.language.kinds`: param, params_total, input, step,
-param_state, collectives, memory, numerics, state_dict), selectors that choose what to measure, and the
-fields it expects; every selected rank must meet every expectation. Nothing here launches
-ranks or touches torch: checks are testable on a hand-written observation.
+An entry (:class:`harness.language.entry.Entry`) names a check kind
+(:mod:`harness.language.kinds`: param, params_total, input, step, param_state, collectives,
+memory, numerics, state_dict, ...), selectors that choose what to measure, and the fields it
+expects; every selected rank must meet every expectation. Nothing here launches ranks or touches torch:
+checks are testable on a hand-written observation.
 """
 
 from __future__ import annotations
@@ -90,7 +91,9 @@ def check(entry: Entry, observation: Mapping[str, Any]) -> CheckResult:
         observed, failed = {}, []
         for rank, values in measured.items():
             if name not in values:
-                return CheckResult(entry, "error", message=f"rank {rank}: field {name!r} not observed; fields: {sorted(values)}")
+                return CheckResult(
+                    entry, "error", message=f"rank {rank}: field {name!r} not observed; fields: {sorted(values)}"
+                )
             if isinstance(values[name], NotMeasured):  # this run cannot measure it: not compared
                 observed[rank] = f"n/a: {values[name].reason}"
                 not_measured.append(values[name].reason)

@@ -2,8 +2,9 @@
 per-rank replicas give.
 
 Both runs of a case build the same weights (``init: meta`` fills each rank's shards with a full
-init's values; ``init: full`` builds the same full model) and inputs; the FSDP step is the same, so each rank's comparison must come out the
-same: the forward output and loss bit for bit (the same chunk through the same kernels), the
+init's values; ``init: full`` builds the same full model) and inputs; the FSDP step is the same,
+so each rank's comparison must come out the same: the forward output and loss bit for bit (the same chunk
+through the same kernels), the
 gradient rows to float32 rounding (rank 0 adds the chunks' gradients in rank order; the
 all-reduce sums them in gloo's order).
 """
@@ -19,8 +20,10 @@ MESHED = {"model": {"overrides": {"num_hidden_layers": 2}}, "mesh": {"shape": [4
 # bf16 compute from fp16 shards built on meta (rank 0 sums a cast copy's bf16 gradients in
 # float32), and a float32 model built in full (the replica is the model itself, its .grad the sum)
 CASES = [
-    ({**MESHED, "init": "meta", "fsdp": {"mixed_precision": {"param_dtype": "bfloat16", "reduce_dtype": "float32"}}},
-     "bfloat16"),
+    (
+        {**MESHED, "init": "meta", "fsdp": {"mixed_precision": {"param_dtype": "bfloat16", "reduce_dtype": "float32"}}},
+        "bfloat16",
+    ),
     ({**MESHED, "init": "full", "model": {**MESHED["model"], "dtype": "float32"}}, "float32"),
 ]
 

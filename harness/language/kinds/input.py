@@ -11,14 +11,19 @@ def measure(sel, obs):
     out = {}
     for r in rank_docs(obs, sel.get("rank", sel.get("ranks"))):
         output = r.get("output") or {}
-        out[r["rank"]] = {**r["input"], "output_shape": output.get("shape"), "output_dtype": output.get("dtype"),
-                          "loss_dtype": output.get("loss_dtype")}
+        out[r["rank"]] = {
+            **r["input"],
+            "output_shape": output.get("shape"),
+            "output_dtype": output.get("dtype"),
+            "loss_dtype": output.get("loss_dtype"),
+        }
     return out
 
 
 KIND = CheckKind(
     name="input",
-    doc="the model input each rank holds: shape, dtype, which samples of the global batch; the model's output and loss dtypes",
+    doc="the model input each rank holds: shape, dtype, which samples of the global batch; "
+    "the model's output and loss dtypes",
     selectors=(
         Selector("rank", "the rank whose input this is", check_ranks),
         RANKS,

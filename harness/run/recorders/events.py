@@ -16,8 +16,9 @@ Three kinds of profiler events, on one clock (the profiler's), read after the ru
    sharded, plain tensors when unsharded) right after FSDP's forward pre- and post-hooks, right
    after FSDP's pre-backward hook (a gradient hook on the unit's outputs, registered after
    FSDP's), right after the autograd node that runs the unit's post-backward
-   (``RegisterPostBackwardFunction``), and at the end of each of the loop's phases; when the state differs from the last look it emits an
-   instant profiler marker ``HARNESS::reshard layers.0``. The event's position is thus the first
+   (``RegisterPostBackwardFunction``), and at the end of each of the loop's phases; when the state
+   differs from the last look it emits an instant profiler marker ``HARNESS::reshard layers.0``. The event's
+   position is thus the first
    look after the change (FSDP reshards inside ``post_forward``, ``post_backward_reshard`` or the
    root's post-backward callback; the marker follows that label).
 3. ``HARNESS::phase <phase> <step_index> <microbatch>`` spans the loop opens around each phase:
@@ -189,7 +190,7 @@ def events_from_profiler(prof: Any) -> list[dict[str, Any]]:
             step = int(m["step"]) if int(m["step"]) >= 0 else None
             mb = int(m["mb"]) if int(m["mb"]) >= 0 else None
         if sp.name.startswith(MARK):
-            event, _, unit = sp.name[len(MARK):].partition(" ")
+            event, _, unit = sp.name[len(MARK) :].partition(" ")
             unit = "" if unit == "root" else unit
             source, state = "harness", None
         else:
@@ -197,9 +198,21 @@ def events_from_profiler(prof: Any) -> list[dict[str, Any]]:
             event, source = label.removeprefix("FSDP::"), "fsdp"
             state = TRAINING_STATES.get(label)
             if label in _DATA_LABELS:
-                hooks = [lab for lab in labels if lab is not sp and lab.contains(sp)
-                         and parse_fsdp_label(lab.name)[0] not in _DATA_LABELS]
+                hooks = [
+                    lab
+                    for lab in labels
+                    if lab is not sp and lab.contains(sp) and parse_fsdp_label(lab.name)[0] not in _DATA_LABELS
+                ]
                 state = TRAINING_STATES.get(parse_fsdp_label(hooks[-1].name)[0], "IDLE") if hooks else "IDLE"
-        out.append({"event": event, "unit": unit, "source": source, "training_state": state,
-                    "phase": phase, "step_index": step, "microbatch": mb})
+        out.append(
+            {
+                "event": event,
+                "unit": unit,
+                "source": source,
+                "training_state": state,
+                "phase": phase,
+                "step_index": step,
+                "microbatch": mb,
+            }
+        )
     return out

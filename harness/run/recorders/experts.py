@@ -55,8 +55,9 @@ def _held(param: Any, num_experts: int) -> tuple[list[int], int, int]:
         if isinstance(placement, Shard):
             dim = placement.dim
             if placement.dim == 0:
-                size, offset = Shard.local_shard_size_and_offset(size, mesh.size(mesh_dim),
-                                                                 mesh.get_local_rank(mesh_dim))
+                size, offset = Shard.local_shard_size_and_offset(
+                    size, mesh.size(mesh_dim), mesh.get_local_rank(mesh_dim)
+                )
                 start += int(offset)
     if param.to_local().numel() == 0 or size == 0:
         return [], start, dim
@@ -77,13 +78,21 @@ class ExpertRecorder:
             if all(isinstance(getattr(module, p, None), nn.Parameter) for p in FUSED_EXPERT_PARAMS):
                 self._experts.append((int(module.layer_idx), name, module))
         self.shards: list[dict[str, Any]] = []
-        for layer, name, module in self._experts:
+        for layer, _name, module in self._experts:
             for p in FUSED_EXPERT_PARAMS:
                 param = getattr(module, p)
                 held, _, dim = _held(param, module.num_experts)
-                self.shards.append({"layer": layer, "param": f"mlp.experts.{p}", "fqn": f"{name}.{p}",
-                                    "placements": [repr(pl) for pl in getattr(param, "placements", ())],
-                                    "shard_dim": dim, "num_experts": int(module.num_experts), "experts": held})
+                self.shards.append(
+                    {
+                        "layer": layer,
+                        "param": f"mlp.experts.{p}",
+                        "fqn": f"{name}.{p}",
+                        "placements": [repr(pl) for pl in getattr(param, "placements", ())],
+                        "shard_dim": dim,
+                        "num_experts": int(module.num_experts),
+                        "experts": held,
+                    }
+                )
         self.tokens: list[dict[str, Any]] = []
         self.zero_grad_rows: list[dict[str, Any]] = []
 
@@ -102,7 +111,7 @@ class ExpertRecorder:
     def after_backward(self, step_index: int | None, microbatch: int | None) -> None:
         """After a microbatch's backward: for each fused parameter with a sharded gradient, the
         held experts whose gradient rows (or slices, under Shard(d > 0)) are all zero."""
-        for layer, name, module in self._experts:
+        for layer, _name, module in self._experts:
             for p in FUSED_EXPERT_PARAMS:
                 grad = getattr(module, p).grad
                 if grad is None:  # no backward yet, or gradient sync off (the unsharded grad is FSDP's)
@@ -117,8 +126,16 @@ class ExpertRecorder:
                         rows = range(local.shape[0]) if held else range(0)
                         first = start if dim in (0, -1) else 0  # Shard(d > 0): local row e is expert e
                         zero = [first + i for i in rows if not bool(local[i].any())]
-                self.zero_grad_rows.append({"layer": layer, "param": f"mlp.experts.{p}", "step_index": step_index,
-                                            "microbatch": microbatch, "experts": held, "zero_rows": zero})
+                self.zero_grad_rows.append(
+                    {
+                        "layer": layer,
+                        "param": f"mlp.experts.{p}",
+                        "step_index": step_index,
+                        "microbatch": microbatch,
+                        "experts": held,
+                        "zero_rows": zero,
+                    }
+                )
 
     def piece(self) -> dict[str, Any]:
         """The rank entry's ``experts``."""
