@@ -30,6 +30,7 @@ from harness.language.kinds.docs import ENTRY_TITLE
 from harness.language.vocabulary import CheckKind, Context
 from harness.load.model_config import resolve_config_file
 from harness.load.schedule import schedule_problems
+from harness.load.hooks import resolve_hooks
 from harness.load.setup import RunSetup, SetupError
 from harness.load.timing import timing_dependent_errors
 from harness.load.yaml_safe import YamlFileError, load_file
@@ -257,6 +258,11 @@ def load_spec(path: str | Path) -> Spec:
             setup = RunSetup.from_mapping(valid)
         except SetupError as exc:
             for key_path, message in exc.errors:
+                errors.add(_undotted(key_path), message)
+        if setup is not None and setup.hooks is not None:  # the file and its names, nothing imported
+            hooks, problems = resolve_hooks(setup.hooks, path)
+            setup = dataclasses.replace(setup, hooks=hooks)
+            for key_path, message in problems:
                 errors.add(_undotted(key_path), message)
         config = _check_model_config(errors, valid.get("model", {}))
         if setup is not None:
@@ -586,7 +592,7 @@ def _table_items(errors: _Errors, lines: _Lines, t_index: int, table: Mapping[st
             errors.add(at(sub) if sub else key, message)
             ok = False
         expect = {}
-        for k in (k for k in merged if k in kind.field_index):
+        for k in (k for k in merged if k not in kind.selector_index and kind.field_named(k) is not None):
             blame = key if k in values else at(k)  # a figure of 'with' once, where it is written
             try:
                 expect[k] = parse_expectation(merged[k])
@@ -594,7 +600,7 @@ def _table_items(errors: _Errors, lines: _Lines, t_index: int, table: Mapping[st
                 errors.add(blame, str(exc))
                 ok = False
                 continue
-            problem = kind.field_index[k].type.problem(expect[k]) or _field_rule(kind, k, expect[k], context)
+            problem = kind.field_named(k).type.problem(expect[k]) or _field_rule(kind, k, expect[k], context)
             if problem:
                 errors.add(blame, f"{k}: {problem}")
                 ok = False
@@ -632,7 +638,7 @@ def _entry_problems(kind: CheckKind, values: Mapping[str, Any], context: Context
 
 
 def _field_rule(kind: CheckKind, name: str, expectation: Any, context: Context) -> str | None:
-    rule = kind.field_index[name].check
+    rule = kind.field_named(name).check
     if rule is None or expectation.form != "exact":
         return None
     return rule(expectation.value, context)

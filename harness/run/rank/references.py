@@ -40,6 +40,8 @@ def _replica(body: "RankBody", root: torch.nn.Module) -> torch.nn.Module:
     """The model itself under a full init, else a full model of its own; frozen as the setup says."""
     setup = body.setup
     replica = root if not body.plan.meta_init else build_model(setup, body.config, body.dtype, body.device, init=True)
+    if replica is not root:  # the spec's after_build hook already ran on root
+        body.hooks.call("after_build", model=replica)
     if setup.freeze.params:
         freeze_params(replica, setup.freeze.params)
     return replica
@@ -62,7 +64,8 @@ def _replica_references(body: "RankBody", root: torch.nn.Module, shard_units: li
             replica, body.steps, [b.to(body.device) for b in body.batches],
             loss_fn=body.loss_fn, make_optimizer=lambda ps: make_optimizer(setup, ps), world_size=world_size,
             rank=body.rank, shard_count=setup.mesh_shape[-1], shard_index=body.coords[-1],
-            compute_dtype=compute, reduce_dtype=reduce)
+            compute_dtype=compute, reduce_dtype=reduce,
+            on_step=lambda point, model, index: body.hooks.call(point, model=model, step_index=index))
     if replica is root and setup.freeze.after_fully_shard:
         for p in root.parameters():  # frozen again after fully_shard, as the setup says
             p.requires_grad_(True)

@@ -144,6 +144,7 @@ def schedule_reference(
     shard_index: int,
     compute_dtype: torch.dtype,
     reduce_dtype: torch.dtype,
+    on_step: Callable[[str, nn.Module, int], None] | None = None,
 ) -> ScheduleReference:
     """Run the plan on one full copy of ``model`` (see the module docstring); ``model`` is left as is.
 
@@ -153,6 +154,9 @@ def schedule_reference(
         batches: the global batches, by forward index ([W*B, ...] each).
         rank: this rank (whose chunk's output and loss are kept).
         shard_count, shard_index: size of the shard mesh dim and this rank's coordinate on it.
+        on_step: called as (hook point, the reference's model, step index) with "before_step"
+            before each step and "after_step" after its optimizer step: the spec's step hooks
+            (``setup.hooks``) act on the reference as on the sharded model.
     """
     master = copy.deepcopy(model)
     params = dict(master.named_parameters())
@@ -162,6 +166,8 @@ def schedule_reference(
     ref.rows_before = {fqn: shard_rows(p.detach(), shard_count, shard_index).clone() for fqn, p in params.items()}
     for step in plan:
         spec: ScheduleStep = step.step
+        if on_step is not None:
+            on_step("before_step", master, step.index)
         if step.index > 0 and spec.zero_grad is not False:
             optimizer.zero_grad(set_to_none=spec.zero_grad is True)
         pending: list[dict[str, torch.Tensor]] = [{} for _ in range(world_size)]  # per chunk, reduce dtype
@@ -216,6 +222,8 @@ def schedule_reference(
             ref.grad_norms[step.index] = float(norm)
         if spec.steps_optimizer:
             optimizer.step()
+        if on_step is not None:
+            on_step("after_step", master, step.index)
         ref.rows_after[step.index] = {fqn: shard_rows(p.detach(), shard_count, shard_index).clone()
                                       for fqn, p in params.items()}
     ref.grad_rows = {fqn: shard_rows(p.grad, shard_count, shard_index).clone() if p.grad is not None else None
