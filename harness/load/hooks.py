@@ -88,10 +88,10 @@ def resolve_hooks(hooks: HooksSetup, spec_path: str | Path) -> tuple[HooksSetup,
         tree = ast.parse(source, filename=str(file))
     except (SyntaxError, ValueError) as exc:
         line = getattr(exc, "lineno", None)
-        return hooks, [(where, f"hooks file {str(file)!r}{f' line {line}' if line else ''} is not valid Python: "
-                               f"{getattr(exc, 'msg', exc)}")]
+        at = f" line {line}" if line else ""
+        return hooks, [(where, f"hooks file {str(file)!r}{at} is not valid Python: {getattr(exc, 'msg', exc)}")]
     defined = _top_level_functions(tree)
-    problems = [(f"setup.hooks.{point}", f"{name!r} is not a top-level function of {hooks.file!r}; defined there: "
-                                         f"{sorted(defined)}")
+    problems = [(f"setup.hooks.{point}",
+                 f"{name!r} is not a top-level function of {hooks.file!r}; defined there: {sorted(defined)}")
                 for point, name in hooks.named().items() if name not in defined]
     return dataclasses.replace(hooks, file=str(file), digest=hashlib.sha256(source).hexdigest()), problems

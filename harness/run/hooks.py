@@ -13,7 +13,8 @@ import importlib.util
 import json
 import sys
 from types import ModuleType
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from harness.load.hooks import HOOK_POINTS, HooksSetup
 

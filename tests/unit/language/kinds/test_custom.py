@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from jsonschema import Draft202012Validator
 
 from harness.judge.checks import check
