@@ -1,4 +1,4 @@
-"""Hooks of specs/hooks_unfreeze_layer0.yaml: layers.0 frozen at build, unfrozen before step 1.
+"""Hooks of specs/hooks_unfreeze_layer0.yaml: layers.0 frozen at build, unfrozen by step 1's call.
 
 No setup key says "freeze before fully_shard, unfreeze between steps": setup.freeze is for the
 whole run. Called by the harness (harness/run/hooks.py) with keyword arguments.
@@ -14,10 +14,9 @@ def freeze_layer0(model, rank, world_size):
 
 
 def unfreeze_layer0(model, step_index, rank, world_size):
-    if step_index == 1:
-        for name, p in model.named_parameters():
-            if name.startswith(LAYER):
-                p.requires_grad_(True)
+    for name, p in model.named_parameters():
+        if name.startswith(LAYER):
+            p.requires_grad_(True)
 
 
 def grads_seen(model, step_index, rank, world_size):

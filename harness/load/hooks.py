@@ -18,6 +18,7 @@ import dataclasses
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from harness.load.declare import key
 
@@ -74,10 +75,12 @@ def _top_level_functions(tree: ast.Module) -> set[str]:
     return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
-def resolve_hooks(hooks: HooksSetup, spec_path: str | Path) -> tuple[HooksSetup, list[tuple[str, str]]]:
+def resolve_hooks(hooks: HooksSetup, spec_path: str | Path,
+                  calls: Sequence[tuple[str, str]] = ()) -> tuple[HooksSetup, list[tuple[str, str]]]:
     """``hooks`` with ``file`` made absolute and its digest set, and the problems found, as
     (key path, message): the file missing or not Python (a syntax error, with its line), a
-    named function not defined at its top level. Nothing is imported."""
+    named function not defined at its top level. ``calls``: (key path, function name) of the
+    schedule steps' ``call`` keys, checked alike. Nothing is imported."""
     file = (Path(spec_path).parent / hooks.file).resolve()
     where = "setup.hooks.file"
     try:
@@ -94,4 +97,6 @@ def resolve_hooks(hooks: HooksSetup, spec_path: str | Path) -> tuple[HooksSetup,
     problems = [(f"setup.hooks.{point}",
                  f"{name!r} is not a top-level function of {hooks.file!r}; defined there: {sorted(defined)}")
                 for point, name in hooks.named().items() if name not in defined]
+    problems += [(where_, f"{name!r} is not a top-level function of {hooks.file!r}; defined there: {sorted(defined)}")
+                 for where_, name in calls if name not in defined]
     return dataclasses.replace(hooks, file=str(file), digest=hashlib.sha256(source).hexdigest()), problems

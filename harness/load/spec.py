@@ -259,11 +259,18 @@ def load_spec(path: str | Path) -> Spec:
         except SetupError as exc:
             for key_path, message in exc.errors:
                 errors.add(_undotted(key_path), message)
+        calls = [(f"setup.schedule.steps[{i}].call", step.call) for i, step in
+                 enumerate(setup.schedule.steps if setup is not None and setup.schedule is not None else ())
+                 if step.call is not None]
         if setup is not None and setup.hooks is not None:  # the file and its names, nothing imported
-            hooks, problems = resolve_hooks(setup.hooks, path)
+            hooks, problems = resolve_hooks(setup.hooks, path, calls)
             setup = dataclasses.replace(setup, hooks=hooks)
             for key_path, message in problems:
                 errors.add(_undotted(key_path), message)
+        elif calls:
+            for key_path, name in calls:
+                errors.add(_undotted(key_path), f"calling {name!r} needs setup.hooks: {{file: <your hooks>.py}}, "
+                                                "the file that defines it")
         config = _check_model_config(errors, valid.get("model", {}))
         if setup is not None:
             try:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-from types import ModuleType
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 from harness.load.hooks import HOOK_POINTS, HooksSetup
@@ -48,7 +48,8 @@ class RunHooks:
         self.rank, self.world_size = rank, world_size
         self.file = hooks.file if hooks is not None else None
         self._names = hooks.named() if hooks is not None else {}
-        module = _import(hooks, rank) if self._names else None
+        self._module = _import(hooks, rank) if hooks is not None else None
+        module = self._module
         self._functions: dict[str, Callable[..., Any]] = {p: getattr(module, n) for p, n in self._names.items()}
         self.records: list[dict[str, Any]] = []  # the observation's rank.custom: {step_index, values}
 
@@ -71,6 +72,21 @@ class RunHooks:
         except Exception as exc:
             raise HookError(f"rank {self.rank}: hook setup.hooks.{point} ({self._names[point]} in {self.file}) "
                             f"raised {type(exc).__name__}: {exc}") from exc
+
+    def call_named(self, name: str, **kwargs: Any) -> Any:
+        """Call the file's function ``name`` (a schedule step's ``call``) with ``kwargs``, ``rank``
+        and ``world_size``.
+
+        Raises:
+            HookError: no hooks file, or the function raised.
+        """
+        if self._module is None:
+            raise HookError(f"rank {self.rank}: schedule step calls {name!r} but the setup has no setup.hooks.file")
+        try:
+            return getattr(self._module, name)(**kwargs, rank=self.rank, world_size=self.world_size)
+        except Exception as exc:
+            raise HookError(f"rank {self.rank}: schedule call {name} (in {self.file}) raised "
+                            f"{type(exc).__name__}: {exc}") from exc
 
     def loss(self) -> Callable[[Any, Any], Any] | None:
         """The ``loss`` hook as ``f(output, inputs)`` (errors as :meth:`call` says), or None."""

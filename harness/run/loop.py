@@ -77,6 +77,8 @@ def run_steps(
         instruments.begin_step(step.index)
         if hooks is not None:
             hooks.call("before_step", model=root, step_index=step.index)
+            if spec.call is not None:
+                hooks.call_named(spec.call, model=root, step_index=step.index)
         if step.index > 0 and spec.zero_grad is not False:
             with instruments.phase("zero_grad", step.index):
                 optimizer.zero_grad(set_to_none=spec.zero_grad is True)

@@ -253,7 +253,7 @@ SETUP_CASES = [
     ("clip_grad_norm", "    loss: sum", "    loss: mean_square", ["l2_equals_reference"]),  # loss: the L1 norm still exceeds 1
     ("adamw_three_steps", "- {zero_grad: zeros}", "- {zero_grad: true}", ["zeros_keeps_the_gradients"]),  # zero_grad
     ("adamw_three_steps", "- {repeat: 2}", "- {repeat: 3}", ["every_row_every_step", "zeros_keeps_the_gradients"]),  # repeat
-    ("hooks_unfreeze_layer0", "    before_step: unfreeze_layer0\n", "",  # setup.hooks.before_step: layers.0 stays frozen
+    ("hooks_unfreeze_layer0", "- {call: unfreeze_layer0}", "- {}",  # a schedule step's call: layers.0 stays frozen
      ["step1_layer0_trains", "unfrozen_step_reduces_all", "all_gradients_right"]),
 ]
 

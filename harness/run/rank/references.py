@@ -11,6 +11,7 @@ Each runs in phase ``replica``, after the model is built and before ``fully_shar
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -65,11 +66,19 @@ def _replica_references(body: "RankBody", root: torch.nn.Module, shard_units: li
             loss_fn=body.loss_fn, make_optimizer=lambda ps: make_optimizer(setup, ps), world_size=world_size,
             rank=body.rank, shard_count=setup.mesh_shape[-1], shard_index=body.coords[-1],
             compute_dtype=compute, reduce_dtype=reduce,
-            on_step=lambda point, model, index: body.hooks.call(point, model=model, step_index=index))
+            on_step=functools.partial(_step_hooks, body))
     if replica is root and setup.freeze.after_fully_shard:
         for p in root.parameters():  # frozen again after fully_shard, as the setup says
             p.requires_grad_(True)
     return reference, schedule_ref
+
+
+def _step_hooks(body: "RankBody", point: str, model: torch.nn.Module, step_index: int) -> None:
+    """The spec's step hooks (and, before a step, its schedule ``call``) on the reference's model."""
+    body.hooks.call(point, model=model, step_index=step_index)
+    call = next(s.step.call for s in body.steps if s.index == step_index)
+    if point == "before_step" and call is not None:
+        body.hooks.call_named(call, model=model, step_index=step_index)
 
 
 def _reference_from_rank_0(body: "RankBody", root: torch.nn.Module, shard_units: list[ShardUnit]) -> Any:

@@ -86,3 +86,26 @@ def test_validate_imports_neither_torch_nor_the_hooks_file(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=REPO,
                           timeout=120, check=False)
     assert proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+
+
+def schedule_with_call(hooks: str | None, name: str) -> str:
+    text = edit("  seed: 0\n", f"  seed: 0\n  schedule:\n    steps:\n      - {{}}\n      - {{call: {name}}}\n")
+    return edit("  seed: 0\n", f"  seed: 0\n  hooks: {hooks}\n", text) if hooks else text
+
+
+def test_a_schedule_call_names_a_function_of_the_hooks_file(tmp_path):
+    (tmp_path / "my_hooks.py").write_text(HOOKS)
+    spec = load_spec(write_spec(tmp_path, schedule_with_call("{file: my_hooks.py}", "freeze")))
+    assert [s.call for s in spec.setup.schedule.steps] == [None, "freeze"]
+    text = schedule_with_call("{file: my_hooks.py}", "thaw")
+    with pytest.raises(SpecError) as err:
+        load_spec(write_spec(tmp_path, text))
+    assert str(err.value).splitlines()[0].startswith(
+        f"{tmp_path / 'spec.yaml'}:{line_of(text, 'call: thaw')}: setup.schedule.steps[1].call: 'thaw' is not a "
+        "top-level function of 'my_hooks.py'")
+
+
+def test_a_schedule_call_without_a_hooks_file_is_refused(tmp_path):
+    text = schedule_with_call(None, "freeze")
+    with pytest.raises(SpecError, match=r"setup\.schedule\.steps\[1\]\.call: calling 'freeze' needs setup\.hooks"):
+        load_spec(write_spec(tmp_path, text))
