@@ -16,9 +16,9 @@ from __future__ import annotations
 import ast
 import dataclasses
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from harness.load.declare import key
 
@@ -57,9 +57,9 @@ class HooksSetup:
     after_step: str | None = _name("called as f(model, step_index, rank, world_size) after each step's optimizer "
                                    "step (the schedule's reference gets the same call)")
     before_microbatch: str | None = _name("called as f(model, step_index, microbatch, rank, world_size) before each "
-                                          "microbatch's forwards")
+                                          "microbatch's forwards (the schedule's reference gets the same call)")
     after_microbatch: str | None = _name("called as f(model, step_index, microbatch, rank, world_size) after each "
-                                         "microbatch's backward")
+                                         "microbatch's backward (the schedule's reference gets the same call)")
     loss: str | None = _name("the loss: f(output, inputs) -> scalar tensor, in place of the body's (the numerics "
                              "reference uses it too)")
     observe: str | None = _name("called as f(model, step_index, rank, world_size) after each step; returns a mapping "

@@ -73,9 +73,11 @@ def _replica_references(body: "RankBody", root: torch.nn.Module, shard_units: li
     return reference, schedule_ref
 
 
-def _step_hooks(body: "RankBody", point: str, model: torch.nn.Module, step_index: int) -> None:
-    """The spec's step hooks (and, before a step, its schedule ``call``) on the reference's model."""
-    body.hooks.call(point, model=model, step_index=step_index)
+def _step_hooks(body: "RankBody", point: str, model: torch.nn.Module, step_index: int,
+                microbatch: int | None = None) -> None:
+    """The spec's step and microbatch hooks (and, before a step, its schedule ``call``) on the reference's model."""
+    body.hooks.call(point, model=model, step_index=step_index,
+                    **({} if microbatch is None else {"microbatch": microbatch}))
     call = next(s.step.call for s in body.steps if s.index == step_index)
     if point == "before_step" and call is not None:
         body.hooks.call_named(call, model=model, step_index=step_index)
