@@ -29,6 +29,9 @@ def grads_seen(model, step_index, rank, world_size):
         "layer0_with_grad": sum(p.grad is not None for p in layer0),
         "layer1_with_grad": sum(p.grad is not None for p in layer1),
         "grad_dtype": str(layer1[0].grad.dtype).removeprefix("torch."),
-        "layer0_q_proj_grad_local_shape": (list(params["layers.0.self_attn.q_proj.weight"].grad.to_local().shape)
-                                           if params["layers.0.self_attn.q_proj.weight"].grad is not None else None),
+        "layer0_q_proj_grad_local_shape": (
+            list(params["layers.0.self_attn.q_proj.weight"].grad.to_local().shape)
+            if params["layers.0.self_attn.q_proj.weight"].grad is not None
+            else None
+        ),
     }

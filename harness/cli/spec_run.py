@@ -52,5 +52,11 @@ def run_spec(spec: Any, args: argparse.Namespace, on_progress: Any) -> dict | No
         for stale in folder.glob("rank*.json"):  # an earlier run's ranks must not be merged in
             stale.unlink()
         trace_dir = str(folder)
-    return run_setup(spec.setup, backend=args.backend or spec.backend, timeout_s=args.timeout or spec.timeout_s,
-                     trace_dir=trace_dir, on_progress=on_progress, preflight=not getattr(args, "no_preflight", False))
+    return run_setup(
+        spec.setup,
+        backend=args.backend or spec.backend,
+        timeout_s=args.timeout or spec.timeout_s,
+        trace_dir=trace_dir,
+        on_progress=on_progress,
+        preflight=not getattr(args, "no_preflight", False),
+    )

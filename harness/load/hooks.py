@@ -24,8 +24,16 @@ from harness.load.declare import key
 
 __all__ = ["HOOK_POINTS", "HooksSetup", "resolve_hooks"]
 
-HOOK_POINTS = ("after_build", "after_fully_shard", "before_step", "after_step", "before_microbatch",
-               "after_microbatch", "loss", "observe")
+HOOK_POINTS = (
+    "after_build",
+    "after_fully_shard",
+    "before_step",
+    "after_step",
+    "before_microbatch",
+    "after_microbatch",
+    "loss",
+    "observe",
+)
 """The hook keys, in the order a rank reaches them (``loss`` and ``observe`` per forward / step)."""
 
 _NAME = {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"}
@@ -48,22 +56,37 @@ class HooksSetup:
     """
 
     file: str = key(required=True, doc="the Python file of the hook functions, relative to the spec's folder")
-    after_build: str | None = _name("called as f(model, rank, world_size) after the model is built, before any "
-                                    "fully_shard call (the numerics replica gets the same call)")
-    after_fully_shard: str | None = _name("called as f(model, unit, module, rank, world_size) after each fully_shard "
-                                          "call (unit: its FQN, 'root' for the root)")
-    before_step: str | None = _name("called as f(model, step_index, rank, world_size) before each step (the "
-                                    "schedule's reference gets the same call)")
-    after_step: str | None = _name("called as f(model, step_index, rank, world_size) after each step's optimizer "
-                                   "step (the schedule's reference gets the same call)")
-    before_microbatch: str | None = _name("called as f(model, step_index, microbatch, rank, world_size) before each "
-                                          "microbatch's forwards (the schedule's reference gets the same call)")
-    after_microbatch: str | None = _name("called as f(model, step_index, microbatch, rank, world_size) after each "
-                                         "microbatch's backward (the schedule's reference gets the same call)")
-    loss: str | None = _name("the loss: f(output, inputs) -> scalar tensor, in place of the body's (the numerics "
-                             "reference uses it too)")
-    observe: str | None = _name("called as f(model, step_index, rank, world_size) after each step; returns a mapping "
-                                "of JSON values recorded as rank.custom and checked by check kind custom")
+    after_build: str | None = _name(
+        "called as f(model, rank, world_size) after the model is built, before any "
+        "fully_shard call (the numerics replica gets the same call)"
+    )
+    after_fully_shard: str | None = _name(
+        "called as f(model, unit, module, rank, world_size) after each fully_shard "
+        "call (unit: its FQN, 'root' for the root)"
+    )
+    before_step: str | None = _name(
+        "called as f(model, step_index, rank, world_size) before each step (the "
+        "schedule's reference gets the same call)"
+    )
+    after_step: str | None = _name(
+        "called as f(model, step_index, rank, world_size) after each step's optimizer "
+        "step (the schedule's reference gets the same call)"
+    )
+    before_microbatch: str | None = _name(
+        "called as f(model, step_index, microbatch, rank, world_size) before each "
+        "microbatch's forwards (the schedule's reference gets the same call)"
+    )
+    after_microbatch: str | None = _name(
+        "called as f(model, step_index, microbatch, rank, world_size) after each "
+        "microbatch's backward (the schedule's reference gets the same call)"
+    )
+    loss: str | None = _name(
+        "the loss: f(output, inputs) -> scalar tensor, in place of the body's (the numerics reference uses it too)"
+    )
+    observe: str | None = _name(
+        "called as f(model, step_index, rank, world_size) after each step; returns a mapping "
+        "of JSON values recorded as rank.custom and checked by check kind custom"
+    )
     digest: str = ""
 
     def named(self) -> dict[str, str]:
@@ -75,8 +98,9 @@ def _top_level_functions(tree: ast.Module) -> set[str]:
     return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
-def resolve_hooks(hooks: HooksSetup, spec_path: str | Path,
-                  calls: Sequence[tuple[str, str]] = ()) -> tuple[HooksSetup, list[tuple[str, str]]]:
+def resolve_hooks(
+    hooks: HooksSetup, spec_path: str | Path, calls: Sequence[tuple[str, str]] = ()
+) -> tuple[HooksSetup, list[tuple[str, str]]]:
     """``hooks`` with ``file`` made absolute and its digest set, and the problems found, as
     (key path, message): the file missing or not Python (a syntax error, with its line), a
     named function not defined at its top level. ``calls``: (key path, function name) of the
@@ -94,9 +118,17 @@ def resolve_hooks(hooks: HooksSetup, spec_path: str | Path,
         at = f" line {line}" if line else ""
         return hooks, [(where, f"hooks file {str(file)!r}{at} is not valid Python: {getattr(exc, 'msg', exc)}")]
     defined = _top_level_functions(tree)
-    problems = [(f"setup.hooks.{point}",
-                 f"{name!r} is not a top-level function of {hooks.file!r}; defined there: {sorted(defined)}")
-                for point, name in hooks.named().items() if name not in defined]
-    problems += [(where_, f"{name!r} is not a top-level function of {hooks.file!r}; defined there: {sorted(defined)}")
-                 for where_, name in calls if name not in defined]
+    problems = [
+        (
+            f"setup.hooks.{point}",
+            f"{name!r} is not a top-level function of {hooks.file!r}; defined there: {sorted(defined)}",
+        )
+        for point, name in hooks.named().items()
+        if name not in defined
+    ]
+    problems += [
+        (where_, f"{name!r} is not a top-level function of {hooks.file!r}; defined there: {sorted(defined)}")
+        for where_, name in calls
+        if name not in defined
+    ]
     return dataclasses.replace(hooks, file=str(file), digest=hashlib.sha256(source).hexdigest()), problems

@@ -70,8 +70,10 @@ class RunHooks:
         try:
             return function(**kwargs, rank=self.rank, world_size=self.world_size)
         except Exception as exc:
-            raise HookError(f"rank {self.rank}: hook setup.hooks.{point} ({self._names[point]} in {self.file}) "
-                            f"raised {type(exc).__name__}: {exc}") from exc
+            raise HookError(
+                f"rank {self.rank}: hook setup.hooks.{point} ({self._names[point]} in {self.file}) "
+                f"raised {type(exc).__name__}: {exc}"
+            ) from exc
 
     def call_named(self, name: str, **kwargs: Any) -> Any:
         """Call the file's function ``name`` (a schedule step's ``call``) with ``kwargs``, ``rank``
@@ -85,8 +87,9 @@ class RunHooks:
         try:
             return getattr(self._module, name)(**kwargs, rank=self.rank, world_size=self.world_size)
         except Exception as exc:
-            raise HookError(f"rank {self.rank}: schedule call {name} (in {self.file}) raised "
-                            f"{type(exc).__name__}: {exc}") from exc
+            raise HookError(
+                f"rank {self.rank}: schedule call {name} (in {self.file}) raised {type(exc).__name__}: {exc}"
+            ) from exc
 
     def loss(self) -> Callable[[Any, Any], Any] | None:
         """The ``loss`` hook as ``f(output, inputs)`` (errors as :meth:`call` says), or None."""
@@ -98,8 +101,10 @@ class RunHooks:
             try:
                 return function(output=output, inputs=inputs)
             except Exception as exc:
-                raise HookError(f"rank {self.rank}: hook setup.hooks.loss ({name} in {self.file}) raised "
-                                f"{type(exc).__name__}: {exc}") from exc
+                raise HookError(
+                    f"rank {self.rank}: hook setup.hooks.loss ({name} in {self.file}) raised "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
 
         return loss
 

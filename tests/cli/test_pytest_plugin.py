@@ -67,17 +67,25 @@ def in_repo_path(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
 
 
-@pytest.mark.parametrize("where, args", [
-    ("my_checks/walkthrough_check.yaml", ["my_checks/walkthrough_check.yaml"]),  # a file, anywhere
-    ("my_checks/walkthrough_check.yaml", ["my_checks"]),  # a folder not named specs
-    ("elsewhere/deep/walkthrough_check.yml", ["--fsdp2-specs", "elsewhere", "-k", "q_proj or k_proj"]),  # --fsdp2-specs
-])
+@pytest.mark.parametrize(
+    "where, args",
+    [
+        ("my_checks/walkthrough_check.yaml", ["my_checks/walkthrough_check.yaml"]),  # a file, anywhere
+        ("my_checks/walkthrough_check.yaml", ["my_checks"]),  # a folder not named specs
+        (
+            "elsewhere/deep/walkthrough_check.yml",
+            ["--fsdp2-specs", "elsewhere", "-k", "q_proj or k_proj"],
+        ),  # --fsdp2-specs
+    ],
+)
 def test_specs_are_collected_wherever_they_are(pytester, in_repo_path, where, args):
     path = pytester.path / where
     path.parent.mkdir(parents=True)
     path.write_text(TINY_FAKE, encoding="utf-8")
     (path.parent / "other.yaml").write_text("name: not a spec\n")  # no spec/tables keys: not collected
-    result = pytester.runpytest_subprocess(*args, "-p", "no:cacheprovider", "-W", "error::pytest.PytestUnknownMarkWarning")
+    result = pytester.runpytest_subprocess(
+        *args, "-p", "no:cacheprovider", "-W", "error::pytest.PytestUnknownMarkWarning"
+    )
     result.assert_outcomes(passed=2)
     result.stdout.no_fnmatch_line("*other.yaml*")
     result.stdout.no_fnmatch_line("*Unknown pytest.mark*")
@@ -108,10 +116,13 @@ OLD_NAMES = ("--specs", "--backend", "--run-timeout", "--no-preflight")
 
 def test_options_carry_the_fsdp2_prefix_and_the_old_names_are_gone(pytester, in_repo_path):
     """Unprefixed names (``--backend``) would clash with another plugin's in a user's repository."""
-    config = pytester.parseconfig("--fsdp2-specs", "a", "--fsdp2-backend", "fake", "--fsdp2-run-timeout", "5",
-                                  "--fsdp2-no-preflight")
-    assert [config.getoption(name) for name in ("--fsdp2-specs", "--fsdp2-backend", "--fsdp2-run-timeout",
-                                                "--fsdp2-no-preflight")] == [["a"], "fake", 5.0, True]
+    config = pytester.parseconfig(
+        "--fsdp2-specs", "a", "--fsdp2-backend", "fake", "--fsdp2-run-timeout", "5", "--fsdp2-no-preflight"
+    )
+    assert [
+        config.getoption(name)
+        for name in ("--fsdp2-specs", "--fsdp2-backend", "--fsdp2-run-timeout", "--fsdp2-no-preflight")
+    ] == [["a"], "fake", 5.0, True]
     for old in OLD_NAMES:
         with pytest.raises(pytest.UsageError, match="unrecognized arguments"):
             pytester.parseconfig(old, "x")

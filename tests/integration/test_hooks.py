@@ -30,9 +30,11 @@ tables:
 
 @pytest.mark.slow
 def test_a_raising_hook_fails_the_run_naming_rank_and_hook(tmp_path):
-    (tmp_path / "h.py").write_text("def check_unit(model, unit, module, rank, world_size):\n"
-                                   "    if rank == 1 and unit == 'layers.1':\n"
-                                   "        raise ValueError(f'refused {unit}')\n")
+    (tmp_path / "h.py").write_text(
+        "def check_unit(model, unit, module, rank, world_size):\n"
+        "    if rank == 1 and unit == 'layers.1':\n"
+        "        raise ValueError(f'refused {unit}')\n"
+    )
     spec = load_spec(write_spec(tmp_path, SPEC))
     with pytest.raises(RunError) as err:
         run_local(spec.setup, backend="gloo", timeout_s=120)

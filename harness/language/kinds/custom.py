@@ -17,9 +17,11 @@ def measure(sel, obs):
     for r in rank_docs(obs, sel.get("ranks")):
         chosen = [c for c in r.get("custom") or [] if position_matches(c, sel)]
         if not chosen:
-            raise CheckError(f"rank {r['rank']}: no custom observation recorded"
-                             f"{' at step ' + str(sel['step_index']) if 'step_index' in sel else ''} "
-                             f"(setup.hooks.observe names the function that returns one)")
+            raise CheckError(
+                f"rank {r['rank']}: no custom observation recorded"
+                f"{' at step ' + str(sel['step_index']) if 'step_index' in sel else ''} "
+                f"(setup.hooks.observe names the function that returns one)"
+            )
         names = {k for c in chosen for k in c["values"]}
         out[r["rank"]] = {k: common([c["values"].get(k) for c in chosen]) for k in sorted(names)}
     return out

@@ -21,8 +21,16 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-__all__ = ["SLOT_BYTES", "ProgressBoard", "RankProgress", "StoreProgress", "read_store", "diagnose", "describe",
-           "per_rank_lines"]
+__all__ = [
+    "SLOT_BYTES",
+    "ProgressBoard",
+    "RankProgress",
+    "StoreProgress",
+    "read_store",
+    "diagnose",
+    "describe",
+    "per_rank_lines",
+]
 
 SLOT_BYTES = 256
 """Bytes of one JSON record (entered or completed) in a rank's slot."""
@@ -41,7 +49,7 @@ class RankProgress:
     def _write(self, offset: int, record: Mapping[str, Any]) -> None:
         data = json.dumps(dict(record), separators=(",", ":")).encode()[: SLOT_BYTES - 1]
         start = self._base + offset
-        self._array[start:start + SLOT_BYTES] = data + b"\0" * (SLOT_BYTES - len(data))
+        self._array[start : start + SLOT_BYTES] = data + b"\0" * (SLOT_BYTES - len(data))
 
     def entered(self, record: Mapping[str, Any]) -> None:
         self._write(0, record)
@@ -73,7 +81,7 @@ class ProgressBoard:
             records = {}
             for i, key in enumerate(("entered", "completed")):
                 start = (rank * 2 + i) * SLOT_BYTES
-                text = raw[start:start + SLOT_BYTES].split(b"\0", 1)[0]
+                text = raw[start : start + SLOT_BYTES].split(b"\0", 1)[0]
                 try:
                     records[key] = json.loads(text) if text else None
                 except ValueError:  # caught mid-write
@@ -167,8 +175,11 @@ def diagnose(progress: Mapping[int, Mapping[str, Any]], phases: Mapping[int, str
     # that reports it completed saw its Work end in error (gloo marks a timed-out Work completed).
     members = _members(target.get("group"))
     blocked = [r for r in behind if members is None or r in members]
-    waiting = [r for r in progress if entered[r] == frontier
-               and (completed[r] < frontier or (blocked and (members is None or r in members)))]
+    waiting = [
+        r
+        for r in progress
+        if entered[r] == frontier and (completed[r] < frontier or (blocked and (members is None or r in members)))
+    ]
     if behind:
         head = f"{_ranks(behind)} never entered {describe(target)}"
         if waiting:
@@ -177,12 +188,16 @@ def diagnose(progress: Mapping[int, Mapping[str, Any]], phases: Mapping[int, str
     if waiting:
         return f"every rank entered {describe(target)} and {_ranks(waiting)} did not complete it (mismatched sizes or a stuck transport)"
     where = ", ".join(f"rank {r} in {phases[r]}" for r in sorted(progress) if r in phases)
-    return (f"every rank completed {describe(target)}, its last collective; they are stuck outside collectives"
-            + (f" ({where})" if where else ""))
+    return f"every rank completed {describe(target)}, its last collective; they are stuck outside collectives" + (
+        f" ({where})" if where else ""
+    )
 
 
 def per_rank_lines(progress: Mapping[int, Mapping[str, Any]], phases: Mapping[int, str] | None = None) -> list[str]:
     """One line per rank: its phase, last collective entered and last completed."""
     phases = phases or {}
-    return [f"rank {r}: {f'phase {phases[r]}; ' if r in phases else ''}last entered {describe(p.get('entered'))}; "
-            f"last completed {describe(p.get('completed'))}" for r, p in sorted(progress.items())]
+    return [
+        f"rank {r}: {f'phase {phases[r]}; ' if r in phases else ''}last entered {describe(p.get('entered'))}; "
+        f"last completed {describe(p.get('completed'))}"
+        for r, p in sorted(progress.items())
+    ]

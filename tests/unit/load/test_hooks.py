@@ -46,14 +46,20 @@ def test_the_digest_follows_the_file_so_a_cached_run_is_not_reused(tmp_path):
     assert load_spec(path).setup.cache_key() != before
 
 
-@pytest.mark.parametrize("hooks, key, message", [
-    ("{file: missing.py, after_build: freeze}", "setup.hooks.file", "cannot read hooks file"),
-    ("{file: my_hooks.py, after_build: unfreeze}", "setup.hooks.after_build",
-     "'unfreeze' is not a top-level function of 'my_hooks.py'; defined there: ['freeze', 'observe']"),
-    ("{file: my_hooks.py, before_stp: freeze}", "setup.hooks", "before_stp"),
-    ("{after_build: freeze}", "setup.hooks", "file"),
-    ("{file: my_hooks.py, loss: 'not a name'}", "setup.hooks.loss", "pattern"),
-])
+@pytest.mark.parametrize(
+    "hooks, key, message",
+    [
+        ("{file: missing.py, after_build: freeze}", "setup.hooks.file", "cannot read hooks file"),
+        (
+            "{file: my_hooks.py, after_build: unfreeze}",
+            "setup.hooks.after_build",
+            "'unfreeze' is not a top-level function of 'my_hooks.py'; defined there: ['freeze', 'observe']",
+        ),
+        ("{file: my_hooks.py, before_stp: freeze}", "setup.hooks", "before_stp"),
+        ("{after_build: freeze}", "setup.hooks", "file"),
+        ("{file: my_hooks.py, loss: 'not a name'}", "setup.hooks.loss", "pattern"),
+    ],
+)
 def test_a_bad_hooks_key_names_file_line_and_key(tmp_path, hooks, key, message):
     (tmp_path / "my_hooks.py").write_text(HOOKS)
     text = with_hooks(hooks)
@@ -78,13 +84,17 @@ def test_a_nested_function_is_not_a_hook(tmp_path):
 
 
 def test_validate_imports_neither_torch_nor_the_hooks_file(tmp_path):
-    (tmp_path / "my_hooks.py").write_text("raise SystemExit('imported!')\n\ndef freeze(model, rank, world_size):\n"
-                                          "    pass\n")
+    (tmp_path / "my_hooks.py").write_text(
+        "raise SystemExit('imported!')\n\ndef freeze(model, rank, world_size):\n    pass\n"
+    )
     path = write_spec(tmp_path, with_hooks("{file: my_hooks.py, after_build: freeze}"))
-    code = ("import sys; from harness.load.spec import load_spec; load_spec(sys.argv[1]); "
-            "assert 'torch' not in sys.modules, 'torch imported'; print('ok')")
-    proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=REPO,
-                          timeout=120, check=False)
+    code = (
+        "import sys; from harness.load.spec import load_spec; load_spec(sys.argv[1]); "
+        "assert 'torch' not in sys.modules, 'torch imported'; print('ok')"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=REPO, timeout=120, check=False
+    )
     assert proc.stdout.strip() == "ok", proc.stdout + proc.stderr
 
 
@@ -100,9 +110,14 @@ def test_a_schedule_call_names_a_function_of_the_hooks_file(tmp_path):
     text = schedule_with_call("{file: my_hooks.py}", "thaw")
     with pytest.raises(SpecError) as err:
         load_spec(write_spec(tmp_path, text))
-    assert str(err.value).splitlines()[0].startswith(
-        f"{tmp_path / 'spec.yaml'}:{line_of(text, 'call: thaw')}: setup.schedule.steps[1].call: 'thaw' is not a "
-        "top-level function of 'my_hooks.py'")
+    assert (
+        str(err.value)
+        .splitlines()[0]
+        .startswith(
+            f"{tmp_path / 'spec.yaml'}:{line_of(text, 'call: thaw')}: setup.schedule.steps[1].call: 'thaw' is not a "
+            "top-level function of 'my_hooks.py'"
+        )
+    )
 
 
 def test_a_schedule_call_without_a_hooks_file_is_refused(tmp_path):

@@ -49,8 +49,11 @@ def test_a_hook_is_called_with_keywords_and_the_rank(tmp_path):
 
 def test_a_hook_that_raises_names_point_function_file_and_rank(tmp_path):
     run = load_hooks(hooks(tmp_path, after_build="broken"), rank=2, world_size=4)
-    with pytest.raises(HookError, match=r"rank 2: hook setup\.hooks\.after_build \(broken in .*h\.py\) raised "
-                                        r"KeyError: 'layers\.9'"):
+    with pytest.raises(
+        HookError,
+        match=r"rank 2: hook setup\.hooks\.after_build \(broken in .*h\.py\) raised "
+        r"KeyError: 'layers\.9'",
+    ):
         run.call("after_build", model=None)
 
 
@@ -58,8 +61,10 @@ def test_observe_records_json_values_per_step(tmp_path):
     run = load_hooks(hooks(tmp_path, observe="values"), rank=1, world_size=2)
     run.observe(None, 0)
     run.observe(None, 1)
-    assert run.records == [{"step_index": 0, "values": {"step": 0, "rank": 1}},
-                           {"step_index": 1, "values": {"step": 1, "rank": 1}}]
+    assert run.records == [
+        {"step_index": 0, "values": {"step": 0, "rank": 1}},
+        {"step_index": 1, "values": {"step": 1, "rank": 1}},
+    ]
 
 
 def test_observe_refuses_what_is_not_json(tmp_path):

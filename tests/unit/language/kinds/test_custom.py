@@ -19,9 +19,13 @@ SCHEMA = json.loads((REPO / "harness" / "contract" / "observation.schema.json").
 def observation():
     obs = walkthrough_observation()
     for r in obs["ranks"]:
-        r["custom"] = [{"step_index": 0, "values": {"trainable": 0, "dtype": "float32", "norm": 1.25e6}},
-                       {"step_index": 1, "values": {"trainable": 11, "dtype": "float32", "norm": 2.0 + r["rank"],
-                                                    "shape": [32, 64]}}]
+        r["custom"] = [
+            {"step_index": 0, "values": {"trainable": 0, "dtype": "float32", "norm": 1.25e6}},
+            {
+                "step_index": 1,
+                "values": {"trainable": 11, "dtype": "float32", "norm": 2.0 + r["rank"], "shape": [32, 64]},
+            },
+        ]
     return obs
 
 
