@@ -141,6 +141,9 @@ MESSAGE = ValueType(
 TEXTS = ValueType(
     "texts", "a list of strings", _exact(lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v))
 )
+JSON = ValueType(
+    "json", "any JSON value (compared exactly), a rounded figure or a bound like '<= 1e-3' on a number", lambda e: True
+)
 INTS = ValueType("ints", "a list of integers", _exact(lambda v: isinstance(v, list) and all(_is_int(i) for i in v)))
 
 
@@ -200,6 +203,9 @@ class CheckKind:
         fields: the keys that can be expected.
         measure: see :data:`Measure`.
         rules: extra rules over the whole entry (a required selector, a combination).
+        open_fields: where a kind's field names are the run's own (the keys a custom
+            observation returns): every key that is not a selector is a field of this type;
+            None (every other kind): only ``fields``.
     """
 
     name: str
@@ -208,6 +214,7 @@ class CheckKind:
     fields: tuple[Field, ...]
     measure: Measure
     rules: tuple[EntryRule, ...] = ()
+    open_fields: ValueType | None = None
     selector_index: Mapping[str, Selector] = field(init=False, repr=False, compare=False)
     field_index: Mapping[str, Field] = field(init=False, repr=False, compare=False)
 
@@ -218,9 +225,17 @@ class CheckKind:
         if clash:
             raise ValueError(f"check kind {self.name!r}: {sorted(clash)} both selector and field")
 
+    def field_named(self, name: str) -> Field | None:
+        """The field ``name`` of this kind (with :attr:`open_fields`, any key not a selector), or None."""
+        if name in self.field_index:
+            return self.field_index[name]
+        if self.open_fields is not None and isinstance(name, str) and name not in self.selector_index:
+            return Field(name, self.open_fields, "a key of the run's own observation")
+        return None
+
     def unknown_key(self, key: Any) -> str | None:
         """Why ``key`` is neither a selector nor a field of this kind (None when it is one)."""
-        if key in self.selector_index or key in self.field_index:
+        if key in self.selector_index or self.field_named(key) is not None:
             return None
         return (
             f"{key!r} is not a selector or field of check kind {self.name!r}; "

@@ -7,6 +7,7 @@ body's loss on the output, ``loss.backward()``, ``optimizer.step()``.
 
 Each step of ``schedule.steps`` (one by default) is, in order:
 
+0. ``call``: the named function of ``setup.hooks.file`` (``harness.load.hooks``);
 1. ``zero_grad`` (not before the plan's first step): ``optimizer.zero_grad(set_to_none=True)``
    (``true``, the default), ``set_to_none=False`` (``zeros``) or nothing (``false``: gradients
    accumulate across steps);
@@ -84,6 +85,9 @@ class ScheduleStep:
         unshard: units (FQN, "" for the root) to ``unshard()`` before each microbatch's forwards.
         reshard: units to ``reshard()`` after each microbatch's forwards.
         repeat: how many times the step is run.
+        call: a top-level function of ``setup.hooks.file`` called as ``f(model, step_index, rank,
+            world_size)`` at the start of the step, after ``setup.hooks.before_step`` (the
+            schedule's reference makes the same call); None: none.
     """
 
     microbatches: int = key(1, doc="backward passes accumulated into the step's gradient", minimum=1)
@@ -127,6 +131,13 @@ class ScheduleStep:
         (), doc="units to FSDPModule.reshard() after each microbatch's forwards ('root' for the root)"
     )
     repeat: int = key(1, minimum=1, doc="run this step K times; step_index counts the repeats")
+    call: str | None = key(
+        None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        doc="a function of setup.hooks.file called as f(model, step_index, rank, world_size) at "
+        "the start of the step, after setup.hooks.before_step (the reference makes the same "
+        "call)",
+    )
 
     @property
     def backward(self) -> bool:

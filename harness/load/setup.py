@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 from harness.contract.names import BANDWIDTH_OPS
 from harness.load.declare import Problems, build, key
+from harness.load.hooks import HooksSetup
 from harness.load.schedule import Schedule
 from harness.load.units import (
     DTYPES,
@@ -402,6 +403,7 @@ class RunSetup:
             failing the run (not a spec key).
         schedule: the steps to run (``harness.load.schedule``); None: the walkthrough's one
             step (one forward, the body's loss, backward, optimizer step).
+        hooks: Python functions called at fixed points of the run (:class:`HooksSetup`); None: none.
     """
 
     model: ModelSetup = key(default_factory=ModelSetup, doc="which model to build")
@@ -468,6 +470,12 @@ class RunSetup:
         doc="the training schedule (harness/load/schedule.py): steps of "
         "microbatches of forwards, runtime calls, the loss; default: one step, "
         "one forward, backward, optimizer step",
+    )
+    hooks: HooksSetup | None = key(
+        None,
+        doc="extension points: functions of a Python file beside the spec called at "
+        "model build, after each fully_shard, around each step and microbatch, "
+        "as the loss and as a custom observation (harness/load/hooks.py)",
     )
 
     _KEY_GROUPS = {"mesh": "the DeviceMesh the units shard over (init_device_mesh)"}

@@ -28,6 +28,7 @@ from harness.language.expect import ExpectationError, parse_expectation
 from harness.language.kinds import REGISTRY
 from harness.language.kinds.docs import ENTRY_TITLE
 from harness.language.vocabulary import CheckKind, Context
+from harness.load.hooks import resolve_hooks
 from harness.load.model_config import resolve_config_file
 from harness.load.schedule import schedule_problems
 from harness.load.setup import RunSetup, SetupError
@@ -264,6 +265,22 @@ def load_spec(path: str | Path) -> Spec:
         except SetupError as exc:
             for key_path, message in exc.errors:
                 errors.add(_undotted(key_path), message)
+        calls = [
+            (f"setup.schedule.steps[{i}].call", step.call)
+            for i, step in enumerate(setup.schedule.steps if setup is not None and setup.schedule is not None else ())
+            if step.call is not None
+        ]
+        if setup is not None and setup.hooks is not None:  # the file and its names, nothing imported
+            hooks, problems = resolve_hooks(setup.hooks, path, calls)
+            setup = dataclasses.replace(setup, hooks=hooks)
+            for key_path, message in problems:
+                errors.add(_undotted(key_path), message)
+        elif calls:
+            for key_path, name in calls:
+                errors.add(
+                    _undotted(key_path),
+                    f"calling {name!r} needs setup.hooks: {{file: <your hooks>.py}}, the file that defines it",
+                )
         config = _check_model_config(errors, valid.get("model", {}))
         if setup is not None:
             try:
@@ -647,7 +664,7 @@ def _table_items(
             errors.add(at(sub) if sub else key, message)
             ok = False
         expect = {}
-        for k in (k for k in merged if k in kind.field_index):
+        for k in (k for k in merged if k not in kind.selector_index and kind.field_named(k) is not None):
             blame = key if k in values else at(k)  # a figure of 'with' once, where it is written
             try:
                 expect[k] = parse_expectation(merged[k])
@@ -655,7 +672,7 @@ def _table_items(
                 errors.add(blame, str(exc))
                 ok = False
                 continue
-            problem = kind.field_index[k].type.problem(expect[k]) or _field_rule(kind, k, expect[k], context)
+            problem = kind.field_named(k).type.problem(expect[k]) or _field_rule(kind, k, expect[k], context)
             if problem:
                 errors.add(blame, f"{k}: {problem}")
                 ok = False
@@ -702,7 +719,7 @@ def _entry_problems(
 
 
 def _field_rule(kind: CheckKind, name: str, expectation: Any, context: Context) -> str | None:
-    rule = kind.field_index[name].check
+    rule = kind.field_named(name).check
     if rule is None or expectation.form != "exact":
         return None
     return rule(expectation.value, context)

@@ -28,8 +28,10 @@ from typing import Callable, Sequence
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import _disable_current_modes
 
 import model as qwen3
+from harness.run.hooks import RunHooks
 from harness.run.instruments import Instruments
 from harness.run.plan import PlannedMicrobatch, PlannedStep, StepCapture
 from harness.run.recorders.phases import Phases
@@ -56,8 +58,12 @@ def run_steps(
     optimizer: torch.optim.Optimizer,
     phases: Phases,
     instruments: Instruments,
+    hooks: RunHooks | None = None,
 ) -> StepOutcome:
     """Run every planned step inside ``instruments.observing(...)``; the last forward's outcome.
+
+    ``hooks``: the spec's ``setup.hooks`` (before/after each step and microbatch; ``observe``
+    after each step, with no grad and outside the recorders' dispatch modes: its work is not the run's).
 
     Raises:
         ValueError: an empty plan, or ``loss_on`` names a step tensor the forward never emitted
@@ -69,12 +75,20 @@ def run_steps(
     for step in plan:
         spec = step.step
         instruments.begin_step(step.index)
+        if hooks is not None:
+            hooks.call("before_step", model=root, step_index=step.index)
+            if spec.call is not None:
+                hooks.call_named(spec.call, model=root, step_index=step.index)
         if step.index > 0 and spec.zero_grad is not False:
             with instruments.phase("zero_grad", step.index):
                 optimizer.zero_grad(set_to_none=spec.zero_grad is True)
             instruments.after_zero_grad(step.index)
         for mb in step.microbatches:
+            if hooks is not None:
+                hooks.call("before_microbatch", model=root, step_index=step.index, microbatch=mb.index)
             outcome = _run_microbatch(step, mb, root, loss_fn, instruments)
+            if hooks is not None:
+                hooks.call("after_microbatch", model=root, step_index=step.index, microbatch=mb.index)
         if spec.clip_grad_norm is not None:
             with instruments.phase("clip_grad_norm", step.index):
                 norm = torch.nn.utils.clip_grad_norm_(
@@ -85,6 +99,10 @@ def run_steps(
             with instruments.phase("optimizer", step.index):
                 optimizer.step()
             instruments.after_optimizer_step(step.index)
+        if hooks is not None:
+            hooks.call("after_step", model=root, step_index=step.index)
+            with torch.no_grad(), _disable_current_modes():
+                hooks.observe(root, step.index)
         instruments.end_step(step.index)
     return outcome
 

@@ -216,6 +216,7 @@ def apply_fsdp(
     backward_prefetch: Sequence[tuple[str, Sequence[str]]] = (),
     freeze: Sequence[str] = (),
     freeze_after: bool = False,
+    after_each: Callable[[ShardUnit, nn.Module], None] | None = None,
 ) -> list[Unit]:
     """Call ``fully_shard(modules, mesh=mesh, **unit.options())`` for each unit, in order.
 
@@ -236,6 +237,8 @@ def apply_fsdp(
         forward_prefetch, backward_prefetch: (unit name, unit names) pairs ("" is the root).
         freeze: parameter FQN patterns to make ``requires_grad=False``.
         freeze_after: freeze after every ``fully_shard`` (the DTensor parameters) instead of before.
+        after_each: called with (the unit, its first module) right after each ``fully_shard`` call
+            (the spec's ``setup.hooks.after_fully_shard``); a meta-built model is not yet materialized.
 
     Returns:
         The recorders' :class:`~harness.run.recorders.params.Unit` per unit, same order: its
@@ -250,7 +253,7 @@ def apply_fsdp(
     if freeze and not freeze_after:
         freeze_params(root, freeze)
     groups = [[root.get_submodule(p) for p in u.module_paths] for u in units]
-    _fully_shard_units(root, mesh, units, groups)
+    _fully_shard_units(root, mesh, units, groups, after_each)
     if materialize is not None:
         materialize(root)
     _set_unit_options(units, groups)
@@ -271,9 +274,14 @@ def apply_fsdp(
 
 
 def _fully_shard_units(
-    root: nn.Module, mesh: DeviceMesh, units: Sequence[ShardUnit], groups: list[list[nn.Module]]
+    root: nn.Module,
+    mesh: DeviceMesh,
+    units: Sequence[ShardUnit],
+    groups: list[list[nn.Module]],
+    after_each: Callable[[ShardUnit, nn.Module], None] | None = None,
 ) -> None:
-    """Activation checkpointing (where asked), then ``fully_shard`` of each unit's modules, in order."""
+    """Activation checkpointing (where asked), then ``fully_shard`` of each unit's modules, in order
+    (``after_each`` after each call)."""
     from torch.distributed._composable import checkpoint
 
     names = {id(p): fqn for fqn, p in root.named_parameters()}
@@ -285,6 +293,8 @@ def _fully_shard_units(
         if unit.shard_placement:
             kwargs["shard_placement_fn"] = _placement_fn(unit.shard_placement, names)
         fully_shard(modules if len(modules) > 1 else modules[0], mesh=mesh, **kwargs)
+        if after_each is not None:
+            after_each(unit, modules[0])
 
 
 def _set_unit_options(units: Sequence[ShardUnit], groups: list[list[nn.Module]]) -> None:

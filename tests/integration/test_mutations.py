@@ -9,8 +9,10 @@ report must show the new expectation, the observed value and the document sectio
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -515,10 +517,25 @@ CASES = [
         "layer1_absent_in_mb0",
         "expected 1",
     ),  # step's microbatch
+    # custom: a value the spec's own observe hook returned
+    (
+        "hooks_unfreeze_layer0",
+        "[step1_layer0_trains, 1, 11, 11, 11, float32, [32, 64]]",
+        "[step1_layer0_trains, 1, 11, 11, 11, float32, [64, 64]]",
+        "step1_layer0_trains",
+        "[64, 64]",
+    ),
 ]
 
 
 CASES += MOE_CASES  # tests/support/mutation_cases_moe.py
+
+
+def _copy_hooks_file(spec: Path, folder: Path) -> None:
+    """A spec's hooks file (``setup.hooks.file``, beside it) goes with its mutated copy."""
+    hooks = spec.with_suffix(".py")
+    if hooks.exists():
+        shutil.copy(hooks, folder / hooks.name)
 
 
 def test_every_spec_has_a_mutation_case():
@@ -535,6 +552,7 @@ def test_one_changed_figure_fails_exactly_that_entry(
     assert text.count(old) == 1, f"the text to change must occur once in {original.name}"
     mutated = tmp_path / original.name
     mutated.write_text(text.replace(old, new), encoding="utf-8")
+    _copy_hooks_file(original, tmp_path)
 
     spec = load_spec(original)
     observation = spec_observation(spec)
@@ -636,6 +654,12 @@ SETUP_CASES = [
         "- {repeat: 3}",
         ["every_row_every_step", "zeros_keeps_the_gradients"],
     ),  # repeat
+    (
+        "hooks_unfreeze_layer0",
+        "- {call: unfreeze_layer0}",
+        "- {}",  # a schedule step's call: layers.0 stays frozen
+        ["step1_layer0_trains", "unfrozen_step_reduces_all", "all_gradients_right"],
+    ),
 ]
 
 
@@ -649,6 +673,7 @@ def test_one_changed_setup_key_fails_exactly_its_entries(spec_name, old, new, fa
     assert text.count(old) == 1, f"the text to change must occur once in {original.name}"
     mutated = tmp_path / original.name
     mutated.write_text(text.replace(old, new), encoding="utf-8")
+    _copy_hooks_file(original, tmp_path)
     spec = load_spec(mutated)
     failing = [r for r in evaluate_spec(spec, spec_observation(spec)) if r.status in FAILING]
     assert [r.entry.id for r in failing] == failing_ids, "\n".join(r.explain() for r in failing)

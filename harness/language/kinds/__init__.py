@@ -9,6 +9,7 @@ from __future__ import annotations
 from harness.language.kinds import (
     bandwidth,
     collectives,
+    custom,
     environment,
     events,
     expect_error,
@@ -47,6 +48,7 @@ REGISTRY: dict[str, CheckKind] = {
         reduce_op,
         expect_error,
         experts,
+        custom,
     )
 }
 """Check kind name -> definition, in the order the README lists them."""

@@ -37,6 +37,8 @@ def _entry_schema(kind: CheckKind, *, meta: bool) -> dict[str, Any]:
         "additionalProperties": False,
         "properties": props,
     }
+    if kind.open_fields is not None:  # the run names the fields: any other key is one
+        schema["additionalProperties"] = {"description": f"{kind.open_fields.name}: {kind.open_fields.doc}"}
     if meta:
         schema["properties"] = {**{k: {"$ref": f"#/$defs/meta_keys/properties/{k}"} for k in META_KEYS}, **props}
     return schema
@@ -81,7 +83,7 @@ def readme_table() -> str:
     rows = [README_BEGIN, "", "| kind | what it checks | selects by | fields |", "|---|---|---|---|"]
     for name, kind in REGISTRY.items():
         selectors = ", ".join(f"`{s.name}`" for s in kind.selectors)
-        fields = ", ".join(f"`{f.name}`" for f in kind.fields)
+        fields = ", ".join(f"`{f.name}`" for f in kind.fields) or f"any key ({kind.open_fields.name})"
         rows.append(f"| `{name}` | {kind.doc} | {selectors} | {fields} |")
     rows += ["", README_END]
     return "\n".join(rows)

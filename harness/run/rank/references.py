@@ -11,6 +11,7 @@ Each runs in phase ``replica``, after the model is built and before ``fully_shar
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -40,6 +41,8 @@ def _replica(body: "RankBody", root: torch.nn.Module) -> torch.nn.Module:
     """The model itself under a full init, else a full model of its own; frozen as the setup says."""
     setup = body.setup
     replica = root if not body.plan.meta_init else build_model(setup, body.config, body.dtype, body.device, init=True)
+    if replica is not root:  # the spec's after_build hook already ran on root
+        body.hooks.call("after_build", model=replica)
     if setup.freeze.params:
         freeze_params(replica, setup.freeze.params)
     return replica
@@ -78,11 +81,24 @@ def _replica_references(body: "RankBody", root: torch.nn.Module, shard_units: li
             shard_index=body.coords[-1],
             compute_dtype=compute,
             reduce_dtype=reduce,
+            on_step=functools.partial(_step_hooks, body),
         )
     if replica is root and setup.freeze.after_fully_shard:
         for p in root.parameters():  # frozen again after fully_shard, as the setup says
             p.requires_grad_(True)
     return reference, schedule_ref
+
+
+def _step_hooks(
+    body: "RankBody", point: str, model: torch.nn.Module, step_index: int, microbatch: int | None = None
+) -> None:
+    """The spec's step and microbatch hooks (and, before a step, its schedule ``call``) on the reference's model."""
+    body.hooks.call(
+        point, model=model, step_index=step_index, **({} if microbatch is None else {"microbatch": microbatch})
+    )
+    call = next(s.step.call for s in body.steps if s.index == step_index)
+    if point == "before_step" and call is not None:
+        body.hooks.call_named(call, model=model, step_index=step_index)
 
 
 def _reference_from_rank_0(body: "RankBody", root: torch.nn.Module, shard_units: list[ShardUnit]) -> Any:

@@ -40,6 +40,7 @@ import model as qwen3
 from harness.load.setup import RunSetup
 from harness.run.aux_loss import with_router_aux_loss
 from harness.run.build import make_inputs, make_loss, make_optimizer, torch_dtype
+from harness.run.hooks import load_hooks
 from harness.run.instruments import Instruments
 from harness.run.loop import StepOutcome, run_steps
 from harness.run.parallelize import (
@@ -167,10 +168,11 @@ class RankBody:
         self.group_dims = group_dims(setup, self.mesh)
         self.coords = [int(c) for c in self.mesh.get_coordinate()]
         schedule = setup.schedule
-        self.loss_fn = with_router_aux_loss(  # a MoE config's output_router_logits (harness/run/aux_loss.py)
-            make_loss(setup.model.body) if schedule is None else loss_function(schedule.loss_for(setup.model.body)),
-            self.config,
+        self.hooks = load_hooks(setup.hooks, rank, self.world_size)  # the spec's own functions (setup.hooks)
+        base_loss = self.hooks.loss() or (
+            make_loss(setup.model.body) if schedule is None else loss_function(schedule.loss_for(setup.model.body))
         )
+        self.loss_fn = with_router_aux_loss(base_loss, self.config)  # a MoE config's output_router_logits
         self.got: dict[str, Any] = {}
         self.inputs: Any = None
         self.batches: list[torch.Tensor] | None = None
@@ -211,6 +213,7 @@ class RankBody:
         with contextlib.ExitStack() as stack:
             with phases.phase("setup"):
                 root = strategy.build(self)
+                self.hooks.call("after_build", model=root)
             shard_units = units_from_setup(setup, root)
             references = numerics_references(self, root, shard_units)
             instruments = self.got["instruments"] = Instruments(
@@ -227,6 +230,9 @@ class RankBody:
                     backward_prefetch=setup.fsdp.backward_prefetch,
                     freeze=setup.freeze.params,
                     freeze_after=setup.freeze.after_fully_shard,
+                    after_each=lambda unit, module: self.hooks.call(
+                        "after_fully_shard", model=root, unit=unit.path or "root", module=module
+                    ),
                 )
             strategy.after_sharding(self, stack, instruments, root)
             with phases.phase("setup"):
@@ -234,7 +240,7 @@ class RankBody:
                 sharded = list(root.named_parameters())
             updates = ParamUpdates(root, setup.mesh_shape[-1], self.coords[-1]) if self.plan.param_updates else None
             with instruments.observing(root, optimizer, units, inputs=(self.inputs.tensor,), updates=updates):
-                outcome = run_steps(self.steps, root, self.loss_fn, optimizer, phases, instruments)
+                outcome = run_steps(self.steps, root, self.loss_fn, optimizer, phases, instruments, self.hooks)
         return Trained(root, shard_units, units, optimizer, sharded, instruments, references, updates, outcome)
 
     def observe(self, trained: Trained, trace_dir: str | None) -> tuple[dict[str, Any], Any]:
@@ -287,6 +293,8 @@ class RankBody:
         entry["timings_s"] = {**self.phases.timings_s, "observe": observe_s, "total": time.perf_counter() - t_start}
         if self.setup.record_errors:
             entry["error"] = None
+        if self.hooks.has("observe"):
+            entry["custom"] = self.hooks.records
         if any(u.after is not None and u.after.compile for u in trained.shard_units):
             entry["compile"] = compile_counts()
         fsdp_units = [{**u.describe(), "state": unit_state(u)} for u in trained.units]

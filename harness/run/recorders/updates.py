@@ -146,6 +146,7 @@ def schedule_reference(
     shard_index: int,
     compute_dtype: torch.dtype,
     reduce_dtype: torch.dtype,
+    on_step: Callable[..., None] | None = None,
 ) -> ScheduleReference:
     """Run the plan on one full copy of ``model`` (see the module docstring); ``model`` is left as is.
 
@@ -155,6 +156,11 @@ def schedule_reference(
         batches: the global batches, by forward index ([W*B, ...] each).
         rank: this rank (whose chunk's output and loss are kept).
         shard_count, shard_index: size of the shard mesh dim and this rank's coordinate on it.
+        on_step: called as (hook point, the reference's model, step index[, microbatch]) with
+            "before_step" before each step, "before_microbatch" / "after_microbatch" around each
+            microbatch (on the master copy: the microbatch's replica is copied after) and
+            "after_step" after its optimizer step: the spec's hooks (``setup.hooks``) act on the
+            reference as on the sharded model.
     """
     master = copy.deepcopy(model)
     params = dict(master.named_parameters())
@@ -164,11 +170,15 @@ def schedule_reference(
     ref.rows_before = {fqn: shard_rows(p.detach(), shard_count, shard_index).clone() for fqn, p in params.items()}
     for step in plan:
         spec: ScheduleStep = step.step
+        if on_step is not None:
+            on_step("before_step", master, step.index)
         if step.index > 0 and spec.zero_grad is not False:
             optimizer.zero_grad(set_to_none=spec.zero_grad is True)
         pending: list[dict[str, torch.Tensor]] = [{} for _ in range(world_size)]  # per chunk, reduce dtype
         n_mb = len(step.microbatches)
         for mb in step.microbatches:
+            if on_step is not None:
+                on_step("before_microbatch", master, step.index, mb.index)
             replica = copy.deepcopy(master).to(compute_dtype)  # FSDP gathers the current weights each microbatch
             for p in replica.parameters():
                 p.grad = None
@@ -212,6 +222,8 @@ def schedule_reference(
                     p.grad = reduced if p.grad is None else p.grad + reduced
                 pending = [{} for _ in range(world_size)]
             del replica
+            if on_step is not None:
+                on_step("after_microbatch", master, step.index, mb.index)
         if spec.clip_grad_norm is not None:
             norm = torch.nn.utils.clip_grad_norm_(
                 master.parameters(), spec.clip_grad_norm.max_norm, norm_type=spec.clip_grad_norm.norm_type
@@ -219,6 +231,8 @@ def schedule_reference(
             ref.grad_norms[step.index] = float(norm)
         if spec.steps_optimizer:
             optimizer.step()
+        if on_step is not None:
+            on_step("after_step", master, step.index)
         ref.rows_after[step.index] = {
             fqn: shard_rows(p.detach(), shard_count, shard_index).clone() for fqn, p in params.items()
         }
