@@ -95,40 +95,67 @@ def _yaml_load(text: str) -> dict[str, Any]:
 
 def command(args: argparse.Namespace, console: Console) -> int:
     with signals_held():  # the imports (a Ctrl-C meanwhile is raised after them; see run.py)
-        from harness.author.draft import DraftError, draft_spec
-        from harness.load.setup import RunSetup, SetupError
-        from harness.load.spec import MAX_LAYERS
-        from harness.run.preflight import MAX_SIMULATED_WORLD, PreflightError, check, process_limit
+        from harness.author.draft import DraftError
+        from harness.load.setup import SetupError
 
     err = stderr_console()
-    if args.output:
-        problem = file_problem(args.output)
-        if problem:
-            print_mark(err, False, f"-o {args.output}: {problem}")
-            return 1
-    if args.world_size > MAX_SIMULATED_WORLD:  # the calculator's tables grow with the world: refuse first
-        if args.backend in ("gloo", "nccl"):
-            print_mark(
-                err,
-                False,
-                f"--world-size {args.world_size:,}: would start {args.world_size:,} processes "
-                f"on this machine, over its limit of {process_limit()}",
-            )
-        else:
-            print_mark(
-                err,
-                False,
-                f"--world-size {args.world_size:,}: over the {MAX_SIMULATED_WORLD:,} ranks a spec "
-                "can simulate (the fake backend's set-up grows with the world size)",
-            )
-        return 1
-    if args.layers > MAX_LAYERS:  # a spec of more layers would not load
-        print_mark(err, False, f"--layers {args.layers:,}: over the {MAX_LAYERS:,} decoder layers a spec may build")
-        return 1
-    problem = _config_problem(args.config)
+    problem = _input_problem(args)
     if problem:
         print_mark(err, False, problem)
         return 1
+    try:
+        text = _drafted_for_this_machine(args, err)
+    except DraftError as exc:  # already names --config and what was expected
+        print_mark(err, False, " ".join(str(exc).split()))
+        return 1
+    except (ValueError, TypeError, KeyError, SetupError) as exc:
+        print_mark(err, False, f"--config {args.config}: {' '.join(str(exc).split())}")
+        return 1
+    if text is None:
+        return 1
+    if args.output:
+        try:
+            write_atomically(args.output, text)
+        except OSError as exc:
+            print_mark(err, False, f"-o {args.output}: cannot write: {exc.strerror or exc}")
+            return 1
+        console.print(f"wrote {args.output}", highlight=False)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _input_problem(args: argparse.Namespace) -> str | None:
+    """Why the output path, world size, layer count or config cannot make a spec; None when they can."""
+    from harness.load.spec import MAX_LAYERS
+    from harness.run.preflight import MAX_SIMULATED_WORLD, process_limit
+
+    if args.output:
+        problem = file_problem(args.output)
+        if problem:
+            return f"-o {args.output}: {problem}"
+    if args.world_size > MAX_SIMULATED_WORLD:  # the calculator's tables grow with the world: refuse first
+        if args.backend in ("gloo", "nccl"):
+            return (
+                f"--world-size {args.world_size:,}: would start {args.world_size:,} processes "
+                f"on this machine, over its limit of {process_limit()}"
+            )
+        return (
+            f"--world-size {args.world_size:,}: over the {MAX_SIMULATED_WORLD:,} ranks a spec "
+            "can simulate (the fake backend's set-up grows with the world size)"
+        )
+    if args.layers > MAX_LAYERS:  # a spec of more layers would not load
+        return f"--layers {args.layers:,}: over the {MAX_LAYERS:,} decoder layers a spec may build"
+    return _config_problem(args.config)
+
+
+def _drafted_for_this_machine(args: argparse.Namespace, err: Console) -> str | None:
+    """The drafted spec's YAML text, for the fake backend when this machine would refuse the real
+    ranks of an ``auto`` draft (with a note); None when even that would be refused (said on ``err``).
+    Raises DraftError, SetupError, ValueError, TypeError, KeyError for a config that cannot be drafted."""
+    from harness.author.draft import draft_spec
+    from harness.load.setup import RunSetup
+    from harness.run.preflight import PreflightError, check
 
     def draft(backend: str) -> str:
         return draft_spec(
@@ -143,51 +170,37 @@ def command(args: argparse.Namespace, console: Console) -> int:
         )
 
     backend = args.backend or "auto"
+    text = draft(backend)
+    data = _yaml_load(text)
+    try:  # would the pre-flight check run the drafted spec here?
+        if not args.no_preflight:
+            check(RunSetup.from_mapping(data["setup"]), data.get("backend", "auto"))
+        return text
+    except PreflightError as exc:
+        refused = exc
+    if data.get("backend", "auto") == "fake" or backend != "auto":
+        print_mark(
+            err,
+            False,
+            f"draft: the spec would be refused on this machine: {refused.reason}; "
+            "use --no-preflight to write it anyway",
+        )
+        return None
+    text = draft("fake")
     try:
-        text = draft(backend)
-        data = _yaml_load(text)
-        try:  # would the pre-flight check run the drafted spec here?
-            if not args.no_preflight:
-                check(RunSetup.from_mapping(data["setup"]), data.get("backend", "auto"))
-        except PreflightError as exc:
-            if data.get("backend", "auto") == "fake" or backend != "auto":
-                print_mark(
-                    err,
-                    False,
-                    f"draft: the spec would be refused on this machine: {exc.reason}; "
-                    "use --no-preflight to write it anyway",
-                )
-                return 1
-            text = draft("fake")
-            try:
-                check(RunSetup.from_mapping(_yaml_load(text)["setup"]), "fake")
-            except PreflightError as fake_exc:
-                print_mark(
-                    err,
-                    False,
-                    f"draft: the spec would be refused on this machine: {exc.reason}; "
-                    f"simulated: {fake_exc.reason}; use --no-preflight to write it anyway",
-                )
-                return 1
-            err.print(
-                Text(
-                    f"note: drafted for the fake backend (simulated ranks): on real ranks this machine "
-                    f"would refuse it: {exc.reason}"
-                )
-            )
-    except DraftError as exc:  # already names --config and what was expected
-        print_mark(err, False, " ".join(str(exc).split()))
-        return 1
-    except (ValueError, TypeError, KeyError, SetupError) as exc:
-        print_mark(err, False, f"--config {args.config}: {' '.join(str(exc).split())}")
-        return 1
-    if args.output:
-        try:
-            write_atomically(args.output, text)
-        except OSError as exc:
-            print_mark(err, False, f"-o {args.output}: cannot write: {exc.strerror or exc}")
-            return 1
-        console.print(f"wrote {args.output}", highlight=False)
-    else:
-        sys.stdout.write(text)
-    return 0
+        check(RunSetup.from_mapping(_yaml_load(text)["setup"]), "fake")
+    except PreflightError as fake_exc:
+        print_mark(
+            err,
+            False,
+            f"draft: the spec would be refused on this machine: {refused.reason}; "
+            f"simulated: {fake_exc.reason}; use --no-preflight to write it anyway",
+        )
+        return None
+    err.print(
+        Text(
+            f"note: drafted for the fake backend (simulated ranks): on real ranks this machine "
+            f"would refuse it: {refused.reason}"
+        )
+    )
+    return text
