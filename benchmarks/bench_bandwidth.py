@@ -73,8 +73,10 @@ def baseline() -> dict[str, float]:
         mp.spawn(_baseline_rank, args=(port, out), nprocs=WORLD, join=True)
         per_rank = json.loads(Path(out).read_text())
     s_bytes = NUMEL * 2
-    return {op: s_bytes / (statistics.fmean(r[op] for r in per_rank)) / 1e9 * (WORLD - 1) / WORLD
-            for op in ("all_gather", "reduce_scatter")}
+    return {
+        op: s_bytes / (statistics.fmean(r[op] for r in per_rank)) / 1e9 * (WORLD - 1) / WORLD
+        for op in ("all_gather", "reduce_scatter")
+    }
 
 
 def harness() -> tuple[dict[tuple[str, str], float], float]:
@@ -85,9 +87,24 @@ def harness() -> tuple[dict[tuple[str, str], float], float]:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "run.json")
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "harness", "run", "specs/cluster_bandwidth.yaml", "--backend", "gloo",
-                        "--json", out], cwd=REPO, check=True, capture_output=True, timeout=900,
-                       env={**os.environ, "PYTHONPATH": str(REPO)})
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "harness",
+                "run",
+                "specs/cluster_bandwidth.yaml",
+                "--backend",
+                "gloo",
+                "--json",
+                out,
+            ],
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+            timeout=900,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
         seconds = time.perf_counter() - t0
         obs = json.loads(Path(out).read_text())["observations"]["specs/cluster_bandwidth.yaml"]
     return {(r.op, r.name): r.busbw for r in bandwidth_rows(obs)}, seconds
@@ -103,9 +120,16 @@ def main() -> None:
         runs.append(figures)
         walls.append(seconds)
         bases.append(baseline())
-        print(f"run {len(runs)}: harness {seconds:.1f} s, busbw " + ", ".join(f"{op} {name} {v:.3f}" for (op, name), v
-              in figures.items()) + "; plain " + ", ".join(f"{op} {v:.3f}" for op, v in bases[-1].items()), flush=True)
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {args.repeats} runs; medians; GB/s = 10^9 B/s")
+        print(
+            f"run {len(runs)}: harness {seconds:.1f} s, busbw "
+            + ", ".join(f"{op} {name} {v:.3f}" for (op, name), v in figures.items())
+            + "; plain "
+            + ", ".join(f"{op} {v:.3f}" for op, v in bases[-1].items()),
+            flush=True,
+        )
+    print(
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {args.repeats} runs; medians; GB/s = 10^9 B/s"
+    )
     print(f"{'op':<15} {'row':<18} {'harness busbw':>14} {'plain busbw':>12}")
     for key in runs[0]:
         plain = statistics.median(b[key[0]] for b in bases) if key[1] == "walkthrough_layer" else None

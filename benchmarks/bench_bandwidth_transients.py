@@ -54,13 +54,19 @@ class Outputs(TorchDispatchMode):
         return out
 
 
-VIEWS = {torch.ops.aten.slice.Tensor, torch.ops.aten.view.default, torch.ops.aten.alias.default,
-         torch.ops.aten.select.int, torch.ops.aten._unsafe_view.default}
+VIEWS = {
+    torch.ops.aten.slice.Tensor,
+    torch.ops.aten.view.default,
+    torch.ops.aten.alias.default,
+    torch.ops.aten.select.int,
+    torch.ops.aten._unsafe_view.default,
+}
 
 
 def baseline_module() -> types.ModuleType:
-    source = subprocess.run(["git", "show", f"{BASELINE}:harness/run/bandwidth.py"], cwd=REPO, capture_output=True,
-                            text=True, check=True).stdout
+    source = subprocess.run(
+        ["git", "show", f"{BASELINE}:harness/run/bandwidth.py"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
     module = types.ModuleType("bandwidth_baseline")
     sys.modules[module.__name__] = module  # dataclasses look their module up
     exec(compile(source, "bandwidth_baseline.py", "exec"), module.__dict__)  # noqa: S102 - the repo's own history

@@ -39,16 +39,24 @@ class _Passthrough(TorchDispatchMode):
 
 
 def _rank(rank: int, world: int, init_file: str, mode: str) -> None:
-    import model as qwen3
     from torch._dynamo.utils import counters
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
+    import model as qwen3
+
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=world)
     mesh = init_device_mesh("cpu", (world,))
-    config = qwen3.get_config("walkthrough", num_hidden_layers=2, hidden_size=64, intermediate_size=128,
-                              num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+    config = qwen3.get_config(
+        "walkthrough",
+        num_hidden_layers=2,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+    )
     stack = qwen3.init_weights(qwen3.Qwen3DecoderStack(config), generator=torch.Generator().manual_seed(0))
     for layer in stack.layers:
         fully_shard(layer, mesh=mesh)
@@ -63,9 +71,11 @@ def _rank(rank: int, world: int, init_file: str, mode: str) -> None:
             stack(x).float().pow(2).mean().backward()
         times.append(time.perf_counter() - start)
     if rank == 0:
-        print(f"mode={mode} ranks={world}: first step {times[0]:.1f} s, second {times[1]:.2f} s; "
-              f"dynamo graphs {counters['stats'].get('unique_graphs', 0)}, "
-              f"graph breaks {sum(counters['graph_break'].values())}")
+        print(
+            f"mode={mode} ranks={world}: first step {times[0]:.1f} s, second {times[1]:.2f} s; "
+            f"dynamo graphs {counters['stats'].get('unique_graphs', 0)}, "
+            f"graph breaks {sum(counters['graph_break'].values())}"
+        )
     dist.destroy_process_group()
 
 

@@ -53,8 +53,9 @@ def cold(tree: str, world: int, layers: int) -> dict:
     env = dict(os.environ, PYTHONPATH=tree)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(world), str(layers)], cwd=tree, env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(world), str(layers)], cwd=tree, env=env, capture_output=True, text=True
+    )
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
@@ -85,8 +86,11 @@ def main() -> None:
             for name, tree in trees.items():
                 r = cold(tree, world, args.layers)
                 runs.setdefault((name, world), []).append(r)
-                print(f"round {i + 1}: {name:8s} {world:6d} ranks: wall {r['wall']:6.2f} s, cpu {r['cpu']:6.2f} s "
-                      f"(load {load()})", flush=True)
+                print(
+                    f"round {i + 1}: {name:8s} {world:6d} ranks: wall {r['wall']:6.2f} s, cpu {r['cpu']:6.2f} s "
+                    f"(load {load()})",
+                    flush=True,
+                )
     print(f"load average after: {load()}")
     print(f"\nmedians of {args.repeat} cold processes, one Qwen3-32B layer x {args.layers}, rank 0 simulated:")
     for world in worlds:
@@ -95,10 +99,14 @@ def main() -> None:
             wall = statistics.median(r["wall"] for r in rs)
             cpu = statistics.median(r["cpu"] for r in rs)
             t = {k: statistics.median(r["timings"][k] for r in rs) for k in rs[0]["timings"]}
-            phases = ", ".join(f"{k} {t[k]:.2f}" for k in ("setup", "forward", "backward", "optimizer", "observe") if k in t)
+            phases = ", ".join(
+                f"{k} {t[k]:.2f}" for k in ("setup", "forward", "backward", "optimizer", "observe") if k in t
+            )
             target = f" (target <= {TARGETS_S[world]:g} s)" if world in TARGETS_S else ""
-            print(f"{name:8s} {world:6d} ranks: wall {wall:6.2f} s{target}, cpu {cpu:6.2f} s; rank step {t['total']:.2f} s "
-                  f"({phases}); {rs[0]['collectives']} collectives, all-gather out {rs[0]['all_gather_numel_out']:,} elements")
+            print(
+                f"{name:8s} {world:6d} ranks: wall {wall:6.2f} s{target}, cpu {cpu:6.2f} s; rank step {t['total']:.2f} s "
+                f"({phases}); {rs[0]['collectives']} collectives, all-gather out {rs[0]['all_gather_numel_out']:,} elements"
+            )
 
 
 if __name__ == "__main__":

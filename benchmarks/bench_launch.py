@@ -66,28 +66,35 @@ def main() -> None:
         harness.append(timed([sys.executable, "-c", HARNESS]))
         plain.append(timed([sys.executable, script]))
         plain1.append(timed([sys.executable, script], OMP_NUM_THREADS="1"))
-        print(f"round {i + 1}: harness CLI {cli[-1]:.2f} s, harness run only {harness[-1]:.2f} s, "
-              f"plain {plain[-1]:.2f} s, plain 1 thread {plain1[-1]:.2f} s", flush=True)
+        print(
+            f"round {i + 1}: harness CLI {cli[-1]:.2f} s, harness run only {harness[-1]:.2f} s, "
+            f"plain {plain[-1]:.2f} s, plain 1 thread {plain1[-1]:.2f} s",
+            flush=True,
+        )
     c, h = statistics.median(cli), statistics.median(harness)
     p, p1 = statistics.median(plain), statistics.median(plain1)
     print(f"harness CLI, whole command (113 entries checked, report):     median {c:.2f} s, min {min(cli):.2f} s")
     print(f"harness run only (walkthrough, 4 gloo ranks, all recorders):  median {h:.2f} s, min {min(harness):.2f} s")
     print(f"plain mp.spawn script (same step, nothing recorded):          median {p:.2f} s, min {min(plain):.2f} s")
     print(f"plain mp.spawn script, OMP_NUM_THREADS=1:                     median {p1:.2f} s, min {min(plain1):.2f} s")
-    print(f"ratio harness CLI/plain (medians): {c / p:.2f} (issue 12: target <= 0.35); run only/plain: {h / p:.2f}; "
-          f"CLI/plain 1 thread: {c / p1:.2f}")
+    print(
+        f"ratio harness CLI/plain (medians): {c / p:.2f} (issue 12: target <= 0.35); run only/plain: {h / p:.2f}; "
+        f"CLI/plain 1 thread: {c / p1:.2f}"
+    )
 
 
 def paired(other: str, repeat: int) -> None:
     """The harness run only, ``other`` and this checkout alternately (which goes first alternates too)."""
     times: dict[str, list[float]] = {other: [], ROOT: []}
     for i in range(repeat):
-        for root in ((other, ROOT) if i % 2 == 0 else (ROOT, other)):
+        for root in (other, ROOT) if i % 2 == 0 else (ROOT, other):
             times[root].append(timed([sys.executable, "-c", HARNESS], root))
         print(f"round {i + 1}: {other} {times[other][-1]:.2f} s, this checkout {times[ROOT][-1]:.2f} s", flush=True)
     for root, label in ((other, "against"), (ROOT, "this checkout")):
-        print(f"harness run only, {label} ({root}): median {statistics.median(times[root]):.2f} s, "
-              f"min {min(times[root]):.2f} s")
+        print(
+            f"harness run only, {label} ({root}): median {statistics.median(times[root]):.2f} s, "
+            f"min {min(times[root]):.2f} s"
+        )
 
 
 if __name__ == "__main__":

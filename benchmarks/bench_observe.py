@@ -15,6 +15,7 @@ was a test's assertion until timings moved out of the tests; it is a figure to r
 """
 
 from __future__ import annotations
+
 import sys
 from pathlib import Path
 
@@ -107,8 +108,10 @@ def main() -> None:
     print(f"layer forward, observation off: {r['forward_off_us']:.1f} us")
     print(f"layer forward, no-op observer:  {r['forward_noop_us']:.1f} us")
     verdict = "within" if r["off_fraction"] < TARGET_FRACTION else "OVER"
-    print(f"cost of observation-off: {100 * r['off_fraction']:.3f}% of a layer forward "
-          f"({verdict} the {100 * TARGET_FRACTION:g}% target)")
+    print(
+        f"cost of observation-off: {100 * r['off_fraction']:.3f}% of a layer forward "
+        f"({verdict} the {100 * TARGET_FRACTION:g}% target)"
+    )
 
 
 if __name__ == "__main__":

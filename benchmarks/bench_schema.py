@@ -57,8 +57,10 @@ def main() -> None:
     for name, results in runs.items():
         build = statistics.median(r["build_ms"] for r in results)
         validate = statistics.median(r["validate_ms"] for r in results)
-        print(f"{name:5} {roots[name]}: build {build:.1f} ms, validate {results[0]['specs']} specs {validate:.1f} ms, "
-              f"total {build + validate:.1f} ms (median of {args.repeat}; {results[0]['errors']} schema errors)")
+        print(
+            f"{name:5} {roots[name]}: build {build:.1f} ms, validate {results[0]['specs']} specs {validate:.1f} ms, "
+            f"total {build + validate:.1f} ms (median of {args.repeat}; {results[0]['errors']} schema errors)"
+        )
 
 
 if __name__ == "__main__":

@@ -29,11 +29,24 @@ ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
 def spec_text(setup: dict, name: str) -> str:
-    return yaml.safe_dump({
-        "spec": name, "title": name, "document": "benchmark", "backend": "gloo", "setup": setup,
-        "tables": [{"section": "每个 rank 上的参数分片", "check": "params_total",
-                    "entries": [{"id": "layer", "layer": 0, "numel": 37024}]}],
-    }, allow_unicode=True, sort_keys=False)
+    return yaml.safe_dump(
+        {
+            "spec": name,
+            "title": name,
+            "document": "benchmark",
+            "backend": "gloo",
+            "setup": setup,
+            "tables": [
+                {
+                    "section": "每个 rank 上的参数分片",
+                    "check": "params_total",
+                    "entries": [{"id": "layer", "layer": 0, "numel": 37024}],
+                }
+            ],
+        },
+        allow_unicode=True,
+        sort_keys=False,
+    )
 
 
 def timed(cmd: list[str]) -> float:
@@ -62,10 +75,12 @@ def main() -> None:
         phase = [r["timings_s"].get("state_dict", 0.0) for r in observation["ranks"]]
     w = statistics.median(p[0] for p in pairs)
     b = statistics.median(p[1] for p in pairs)
-    print(f"cold harness run, 3 gloo ranks: with round trip + reload on 2: median {w:.1f} s; "
-          f"without state_dict: {b:.1f} s; difference {w - b:.1f} s over {args.repeat} pairs; "
-          f"ranks' state_dict phase in one more run: {', '.join(f'{t:.2f}' for t in phase)} s; "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(
+        f"cold harness run, 3 gloo ranks: with round trip + reload on 2: median {w:.1f} s; "
+        f"without state_dict: {b:.1f} s; difference {w - b:.1f} s over {args.repeat} pairs; "
+        f"ranks' state_dict phase in one more run: {', '.join(f'{t:.2f}' for t in phase)} s; "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
 
 
 if __name__ == "__main__":

@@ -48,8 +48,9 @@ def _pytest(args: list[str]) -> list[str]:
 
 def item_count(args: list[str]) -> int:
     """Items ``pytest ARGS`` would run (after ``-m`` deselection)."""
-    proc = subprocess.run(_pytest(["--collect-only", "-q", *args]), cwd=ROOT, env=_env(), capture_output=True,
-                          text=True, check=False)
+    proc = subprocess.run(
+        _pytest(["--collect-only", "-q", *args]), cwd=ROOT, env=_env(), capture_output=True, text=True, check=False
+    )
     last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     match = re.match(r"(\d+)(?:/\d+)? tests? collected", last)
     if not match:
@@ -60,8 +61,9 @@ def item_count(args: list[str]) -> int:
 def timed(args: list[str], workers: str) -> tuple[float, str]:
     """Seconds ``pytest -n WORKERS ARGS`` took, and its summary line (it must pass)."""
     start = time.perf_counter()
-    proc = subprocess.run(_pytest(["-n", workers, "-q", *args]), cwd=ROOT, env=_env(), capture_output=True,
-                          text=True, check=False)
+    proc = subprocess.run(
+        _pytest(["-n", workers, "-q", *args]), cwd=ROOT, env=_env(), capture_output=True, text=True, check=False
+    )
     elapsed = time.perf_counter() - start
     summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr.strip()[-200:]
     if proc.returncode != 0:
@@ -89,8 +91,10 @@ def main() -> None:
     print(f"\ncores: {os.cpu_count()}, workers: -n {args.workers}, repeats: {args.repeat}")
     for name in names:
         print(f"{name:5}: {median[name]:7.1f} s median over {len(times[name])}, {counts[name]} items")
-    print(f"ratio suite / specs: {median['suite'] / median['specs']:.2f} (target <= 3; specs target <= 90 s"
-          + ("; fast target <= 30 s)" if args.fast else ")"))
+    print(
+        f"ratio suite / specs: {median['suite'] / median['specs']:.2f} (target <= 3; specs target <= 90 s"
+        + ("; fast target <= 30 s)" if args.fast else ")")
+    )
 
 
 if __name__ == "__main__":

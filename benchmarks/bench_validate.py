@@ -56,14 +56,26 @@ def main() -> None:
     v, v_cpu = (statistics.median(p[0][i] for p in pairs) for i in (0, 1))
     b, b_cpu = (statistics.median(p[1][i] for p in pairs) for i in (0, 1))
     torch_loaded = subprocess.run(
-        [sys.executable, "-c", "import runpy, sys; sys.argv = ['harness', 'validate', *sys.argv[1:]]\n"
-         "try:\n    runpy.run_module('harness', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-         "print('torch' in sys.modules)", *specs], cwd=ROOT, env=ENV, capture_output=True, text=True).stdout.split()[-1]
+        [
+            sys.executable,
+            "-c",
+            "import runpy, sys; sys.argv = ['harness', 'validate', *sys.argv[1:]]\n"
+            "try:\n    runpy.run_module('harness', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+            "print('torch' in sys.modules)",
+            *specs,
+        ],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+    ).stdout.split()[-1]
     load = os.getloadavg()[0]
-    print(f"{sys.executable}: validate {len(specs)} specs (one process, serial): median {v:.3f} s wall, {v_cpu:.3f} s "
-          f"CPU over {args.repeat} cold runs (baseline python + yaml + jsonschema: {b:.3f} s wall, {b_cpu:.3f} s CPU; "
-          f"harness's own share {v - b:.3f} s wall); load average {load:.1f} on {os.cpu_count()} CPUs; "
-          f"torch imported: {torch_loaded}")
+    print(
+        f"{sys.executable}: validate {len(specs)} specs (one process, serial): median {v:.3f} s wall, {v_cpu:.3f} s "
+        f"CPU over {args.repeat} cold runs (baseline python + yaml + jsonschema: {b:.3f} s wall, {b_cpu:.3f} s CPU; "
+        f"harness's own share {v - b:.3f} s wall); load average {load:.1f} on {os.cpu_count()} CPUs; "
+        f"torch imported: {torch_loaded}"
+    )
 
 
 if __name__ == "__main__":

@@ -46,11 +46,29 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-views-") as tmp:
         out = Path(tmp)
         for i in range(args.repeats):
-            times["run"].append(_timed(py + ["run", args.spec, "--failures-only", "--json", str(out / "run.json")], env))
-            times["run + views"].append(_timed(py + ["run", args.spec, "--failures-only", "--trace", str(out / f"t{i}"),
-                                                     "--plot", str(out / f"p{i}"), "--junitxml", str(out / "j.xml")], env))
-            times["render --from-json"].append(_timed(py + ["render", args.spec, "--from-json", str(out / "run.json"),
-                                                            "--out", str(out / "md")], env))
+            times["run"].append(
+                _timed(py + ["run", args.spec, "--failures-only", "--json", str(out / "run.json")], env)
+            )
+            times["run + views"].append(
+                _timed(
+                    py
+                    + [
+                        "run",
+                        args.spec,
+                        "--failures-only",
+                        "--trace",
+                        str(out / f"t{i}"),
+                        "--plot",
+                        str(out / f"p{i}"),
+                        "--junitxml",
+                        str(out / "j.xml"),
+                    ],
+                    env,
+                )
+            )
+            times["render --from-json"].append(
+                _timed(py + ["render", args.spec, "--from-json", str(out / "run.json"), "--out", str(out / "md")], env)
+            )
             print(f"repeat {i + 1}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in times.items()), flush=True)
     print(f"{args.spec}, {args.repeats} interleaved repeats, cold commands, medians:")
     for name, values in times.items():

@@ -37,7 +37,7 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=10)
     args = parser.parse_args()
     rows = function_lengths(Path(args.root) / args.package)
-    for lines, name in rows[:args.top]:
+    for lines, name in rows[: args.top]:
         print(f"{lines:5d}  {name}")
     print(f"{len(rows)} functions; {sum(1 for n, _ in rows if n > 60)} over 60 lines")
 

@@ -42,8 +42,9 @@ from harness.report.compare import flatten_observation
 def _run(tree: Path, spec: str, out: Path, timeout: float) -> int:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     cmd = [sys.executable, "-m", "harness", "run", str(Path(spec).resolve()), "--json", str(out), "--no-preflight"]
-    proc = subprocess.run(cmd, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(
+        cmd, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=timeout
+    )
     if proc.returncode not in (0, 1):
         print(f"  {out.name}: exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}", flush=True)
     return proc.returncode
@@ -56,9 +57,12 @@ def _observations(path: Path) -> dict[str, dict]:
 def _torch_values(path: Path) -> dict[tuple, int]:
     """The reference's first run: (rank, module, state, occurrence, schema category) -> bytes."""
     run = json.loads(path.read_text(encoding="utf-8"))["runs"][0]
-    return {(r["rank"], m["module"], m["state"], m["occurrence"],
-             MEMORY_CATEGORIES.get(c, c.lower().replace(" ", "_"))): v
-            for r in run["ranks"] for m in r["memory"] for c, v in m["bytes"].items()}
+    return {
+        (r["rank"], m["module"], m["state"], m["occurrence"], MEMORY_CATEGORIES.get(c, c.lower().replace(" ", "_"))): v
+        for r in run["ranks"]
+        for m in r["memory"]
+        for c, v in m["bytes"].items()
+    }
 
 
 def against_torch(folder: Path, reference: Path) -> list[int]:
@@ -67,8 +71,11 @@ def against_torch(folder: Path, reference: Path) -> list[int]:
     counts = []
     for path in sorted((folder / "qwen3_walkthrough").glob("run_*.json"), key=lambda p: int(p.stem.split("_")[1])):
         flat = flatten_observation(next(iter(_observations(path).values())))
-        ours = {(k.rank, k.selector[0], k.selector[1], k.selector[4], k.field): v for k, v in flat.items()
-                if k.part == "memory"}
+        ours = {
+            (k.rank, k.selector[0], k.selector[1], k.selector[4], k.field): v
+            for k, v in flat.items()
+            if k.part == "memory"
+        }
         counts.append(sum(ours.get(k) != v for k, v in torch_values.items()))
     return counts
 
@@ -100,8 +107,11 @@ def analyze(folder: Path) -> dict[str, dict]:
             for i, v in enumerate(values):
                 per_run[i] += v != common
         out[spec_dir.name] = {
-            "runs": len(flats), "memory_values": len(memory_keys), "memory_varying": len(varying_memory),
-            "memory_differing_per_run": per_run, "other_values": len(other_keys),
+            "runs": len(flats),
+            "memory_values": len(memory_keys),
+            "memory_varying": len(varying_memory),
+            "memory_differing_per_run": per_run,
+            "other_values": len(other_keys),
             "other_varying": len(varying_other),
             "examples": [" ".join(map(str, k)) for k in sorted(varying_memory + varying_other, key=str)[:5]],
         }
@@ -113,8 +123,12 @@ def main() -> int:
     parser.add_argument("specs", nargs="*")
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--out", type=Path, help="folder for the --json files (one subfolder per spec)")
-    parser.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[1],
-                        help="the checkout whose harness runs (PYTHONPATH); default: this one")
+    parser.add_argument(
+        "--tree",
+        type=Path,
+        default=Path(__file__).resolve().parents[1],
+        help="the checkout whose harness runs (PYTHONPATH); default: this one",
+    )
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--analyze", type=Path, help="only count, from a folder an earlier run wrote")
     parser.add_argument("--torch-reference", type=Path, help="torch_memory_reference.py's output, for the walkthrough")
@@ -131,15 +145,19 @@ def main() -> int:
                 _run(args.tree.resolve(), spec, spec_dir / f"run_{i}.json", args.timeout)
             print(f"{Path(spec).stem}: {args.runs} runs in {time.perf_counter() - t0:.0f} s", flush=True)
     for spec, c in analyze(folder).items():
-        print(f"{spec}: {c['memory_varying']} of {c['memory_values']} memory values vary over {c['runs']} runs "
-              f"(per run, differing from the most common: {c['memory_differing_per_run']}); "
-              f"{c['other_varying']} of {c['other_values']} other values vary")
+        print(
+            f"{spec}: {c['memory_varying']} of {c['memory_values']} memory values vary over {c['runs']} runs "
+            f"(per run, differing from the most common: {c['memory_differing_per_run']}); "
+            f"{c['other_varying']} of {c['other_values']} other values vary"
+        )
         for example in c["examples"]:
             print(f"    {example}")
     if args.torch_reference and (folder / "qwen3_walkthrough").is_dir():
         counts = against_torch(folder, args.torch_reference)
-        print(f"qwen3_walkthrough against plain torch: memory values differing per run {counts} "
-              f"(of {len(_torch_values(args.torch_reference))})")
+        print(
+            f"qwen3_walkthrough against plain torch: memory values differing per run {counts} "
+            f"(of {len(_torch_values(args.torch_reference))})"
+        )
     return 0
 
 

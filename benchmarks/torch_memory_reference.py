@@ -48,9 +48,10 @@ def _bytes(snapshot) -> dict[str, int]:
 
 
 def _rank(rank: int, port: int, folder: str) -> None:
-    import model as qwen3
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed.fsdp import fully_shard
+
+    import model as qwen3
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -59,9 +60,10 @@ def _rank(rank: int, port: int, folder: str) -> None:
         config = qwen3.get_config("walkthrough", num_hidden_layers=2)
         root = qwen3.Qwen3DecoderStack(config, device=torch.device("cpu"), dtype=torch.float16)
         qwen3.init_weights(root, generator=torch.Generator().manual_seed(SEED))
-        batch = torch.randn(WORLD_SIZE * B, L, config.hidden_size,
-                            generator=torch.Generator().manual_seed(SEED + 1)).to(torch.float16)
-        x = batch[rank * B:(rank + 1) * B].clone()
+        batch = torch.randn(
+            WORLD_SIZE * B, L, config.hidden_size, generator=torch.Generator().manual_seed(SEED + 1)
+        ).to(torch.float16)
+        x = batch[rank * B : (rank + 1) * B].clone()
         del batch
         for layer in root.layers:
             fully_shard(layer, reshard_after_forward=True)
@@ -85,8 +87,14 @@ def _rank(rank: int, port: int, folder: str) -> None:
                 continue
             for state, snaps in stats.snapshots.items():
                 for i, snap in enumerate(snaps):
-                    memory.append({"module": fqn, "state": str(getattr(state, "value", state)), "occurrence": i,
-                                   "bytes": _bytes(snap)})
+                    memory.append(
+                        {
+                            "module": fqn,
+                            "state": str(getattr(state, "value", state)),
+                            "occurrence": i,
+                            "bytes": _bytes(snap),
+                        }
+                    )
         for state, snap in whole + [("Peak", tracker.get_tracker_snapshot("peak"))]:
             memory.append({"module": "", "state": state, "occurrence": 0, "bytes": _bytes(snap)})
         Path(folder, f"rank{rank}.json").write_text(json.dumps({"rank": rank, "memory": memory}))

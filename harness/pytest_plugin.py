@@ -22,12 +22,12 @@ from pathlib import Path
 import pytest
 
 from harness.contract.names import BACKENDS
-from harness.run.cache import CachedRunError, cached_run, gpu_lock_path, one_at_a_time, run_key
 from harness.judge.checks import CheckResult
-from harness.report.junit import table_slug
 from harness.judge.evaluate import FAILING, evaluate_item
 from harness.load.backend_choice import chosen_backend, kept_backend_note
 from harness.load.spec import Spec, SpecError, SpecItem, load_spec
+from harness.report.junit import table_slug
+from harness.run.cache import CachedRunError, cached_run, gpu_lock_path, one_at_a_time, run_key
 from harness.run.gpus import visible_gpu_count
 
 _SNIFF_BYTES = 65536
@@ -36,18 +36,40 @@ _SPEC_KEYS = (re.compile(rb"^spec\s*:", re.M), re.compile(rb"^tables\s*:", re.M)
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fsdp2", "FSDP2 conformance specs")
-    group.addoption("--fsdp2-specs", action="append", default=[], metavar="PATH",
-                    help="a spec file or a folder of specs to collect (repeatable), besides pytest's own paths")
-    group.addoption("--fsdp2-backend", default=None, choices=BACKENDS,
-                    help="process-group backend for the specs whose backend is auto (default: auto: nccl with one "
-                         "GPU per rank when enough GPUs are visible, gloo otherwise); a spec pinned to another "
-                         "keeps it unless --fsdp2-force-backend")
-    group.addoption("--fsdp2-force-backend", action="store_true", default=False,
-                    help="apply --fsdp2-backend also to specs pinned to a backend (the pin is part of what they check)")
-    group.addoption("--fsdp2-run-timeout", type=float, default=None, metavar="SECONDS",
-                    help="seconds before a spec's run is declared hung (default: the spec's timeout_s, else 300)")
-    group.addoption("--fsdp2-no-preflight", action="store_true", default=False,
-                    help="skip the check that this machine can hold each spec's run (processes, memory per rank)")
+    group.addoption(
+        "--fsdp2-specs",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a spec file or a folder of specs to collect (repeatable), besides pytest's own paths",
+    )
+    group.addoption(
+        "--fsdp2-backend",
+        default=None,
+        choices=BACKENDS,
+        help="process-group backend for the specs whose backend is auto (default: auto: nccl with one "
+        "GPU per rank when enough GPUs are visible, gloo otherwise); a spec pinned to another "
+        "keeps it unless --fsdp2-force-backend",
+    )
+    group.addoption(
+        "--fsdp2-force-backend",
+        action="store_true",
+        default=False,
+        help="apply --fsdp2-backend also to specs pinned to a backend (the pin is part of what they check)",
+    )
+    group.addoption(
+        "--fsdp2-run-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="seconds before a spec's run is declared hung (default: the spec's timeout_s, else 300)",
+    )
+    group.addoption(
+        "--fsdp2-no-preflight",
+        action="store_true",
+        default=False,
+        help="skip the check that this machine can hold each spec's run (processes, memory per rank)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -58,8 +80,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collect_file(parent: pytest.Collector, file_path: Path):
-    if file_path.suffix in (".yaml", ".yml") and (_named_on_command_line(parent.config, file_path)
-                                                  or "specs" in file_path.parent.parts or _looks_like_spec(file_path)):
+    if file_path.suffix in (".yaml", ".yml") and (
+        _named_on_command_line(parent.config, file_path)
+        or "specs" in file_path.parent.parts
+        or _looks_like_spec(file_path)
+    ):
         return SpecFile.from_parent(parent, path=file_path)
     return None
 
@@ -89,8 +114,13 @@ class SpecFile(pytest.File):
         except SpecError as exc:
             yield SpecLoadError.from_parent(self, name="load", error=exc)
             return
-        note = kept_backend_note(spec.name, spec.backend, self.config.getoption("--fsdp2-backend"),
-                                 self.config.getoption("--fsdp2-force-backend"), force_flag="--fsdp2-force-backend")
+        note = kept_backend_note(
+            spec.name,
+            spec.backend,
+            self.config.getoption("--fsdp2-backend"),
+            self.config.getoption("--fsdp2-force-backend"),
+            force_flag="--fsdp2-force-backend",
+        )
         if note:  # pytest's warnings summary shows it once, also from xdist workers
             self.warn(pytest.PytestWarning(note))
         tables: dict[str, list[SpecItem]] = {}
@@ -184,8 +214,9 @@ def observation_of(config: pytest.Config, spec: Spec, setup=None, backend: str |
     from harness.run.runner import run_setup
 
     setup = setup or spec.setup
-    backend = backend or chosen_backend(spec.backend, config.getoption("--fsdp2-backend"),
-                                        config.getoption("--fsdp2-force-backend"))
+    backend = backend or chosen_backend(
+        spec.backend, config.getoption("--fsdp2-backend"), config.getoption("--fsdp2-force-backend")
+    )
     gpus = _gpu_count() if backend in ("auto", "nccl") else 0
     if backend == "nccl" and gpus < setup.world_size:
         pytest.skip(f"needs {setup.world_size} GPUs for nccl (one per rank); {gpus} visible")
@@ -194,12 +225,17 @@ def observation_of(config: pytest.Config, spec: Spec, setup=None, backend: str |
     key = run_key(setup, backend, torch.__version__)
 
     def run():
-        return run_setup(setup, backend=backend, timeout_s=timeout_s,
-                         preflight=not config.getoption("--fsdp2-no-preflight"))
+        return run_setup(
+            setup, backend=backend, timeout_s=timeout_s, preflight=not config.getoption("--fsdp2-no-preflight")
+        )
 
     cache_dir = _shared_cache_dir(config)
     if backend == "nccl" or (backend == "auto" and gpus >= setup.world_size):
         lock_timeout_s *= int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))  # queued behind the others' runs
-        run = functools.partial(one_at_a_time, gpu_lock_path(cache_dir, os.environ.get("CUDA_VISIBLE_DEVICES")),
-                                run, lock_timeout_s=lock_timeout_s)
+        run = functools.partial(
+            one_at_a_time,
+            gpu_lock_path(cache_dir, os.environ.get("CUDA_VISIBLE_DEVICES")),
+            run,
+            lock_timeout_s=lock_timeout_s,
+        )
     return cached_run(cache_dir, key, run, lock_timeout_s=lock_timeout_s)

@@ -15,24 +15,59 @@
 - ``model.observe``: :func:`observe_steps`, reporting those steps from inside any model.
 """
 
-from .config import (HUB_IDS, IGNORED_FIELDS, KNOWN_CONFIGS, KNOWN_MOE_CONFIGS, MOE_HUB_IDS, Qwen3Config,
-                     Qwen3MoeConfig, get_config, get_moe_config, layer_param_counts, model_param_counts,
-                     read_config_file)
+from .config import (
+    HUB_IDS,
+    IGNORED_FIELDS,
+    KNOWN_CONFIGS,
+    KNOWN_MOE_CONFIGS,
+    MOE_HUB_IDS,
+    Qwen3Config,
+    Qwen3MoeConfig,
+    get_config,
+    get_moe_config,
+    layer_param_counts,
+    model_param_counts,
+    read_config_file,
+)
 from .names import LAYER_PARAM_NAMES_DOCUMENT, LAYER_PARAM_NAMES_REGISTRATION, MOE_LAYER_PARAM_NAMES_REGISTRATION
-from .steps import (ALL_STEPS_BY_NAME, MOE_LAYER_STEP_NAMES, MOE_STEP_NAMES, MOE_STEPS, STEP_NAMES, STEPS,
-                    STEPS_BY_NAME, Step, resolve_shape)
+from .steps import (
+    ALL_STEPS_BY_NAME,
+    MOE_LAYER_STEP_NAMES,
+    MOE_STEP_NAMES,
+    MOE_STEPS,
+    STEP_NAMES,
+    STEPS,
+    STEPS_BY_NAME,
+    Step,
+    resolve_shape,
+)
 
 # The modules need torch (a second or two to import); the config, names and steps do not, and
 # spec validation uses only those. So the torch side is imported on first use (PEP 562).
 _LAZY = {
-    "StepCallback": "observe", "StepRecord": "observe", "StepRecorder": "observe", "observe_steps": "observe",
-    "Qwen3Attention": "qwen3", "Qwen3DecoderLayer": "qwen3", "Qwen3DecoderStack": "qwen3",
-    "Qwen3ForCausalLM": "qwen3", "Qwen3MLP": "qwen3", "Qwen3Model": "qwen3", "Qwen3RMSNorm": "qwen3",
-    "Qwen3RotaryEmbedding": "qwen3", "init_weights": "qwen3",
-    "Qwen3MoeExperts": "qwen3_moe", "Qwen3MoeTopKRouter": "qwen3_moe", "Qwen3MoeSparseMoeBlock": "qwen3_moe",
-    "Qwen3MoeDecoderLayer": "qwen3_moe", "Qwen3MoeDecoderStack": "qwen3_moe", "Qwen3MoeModel": "qwen3_moe",
-    "Qwen3MoeForCausalLM": "qwen3_moe", "Qwen3MoeCausalLMOutput": "qwen3_moe",
-    "load_balancing_loss_func": "qwen3_moe", "causal_lm_loss": "qwen3_moe",
+    "StepCallback": "observe",
+    "StepRecord": "observe",
+    "StepRecorder": "observe",
+    "observe_steps": "observe",
+    "Qwen3Attention": "qwen3",
+    "Qwen3DecoderLayer": "qwen3",
+    "Qwen3DecoderStack": "qwen3",
+    "Qwen3ForCausalLM": "qwen3",
+    "Qwen3MLP": "qwen3",
+    "Qwen3Model": "qwen3",
+    "Qwen3RMSNorm": "qwen3",
+    "Qwen3RotaryEmbedding": "qwen3",
+    "init_weights": "qwen3",
+    "Qwen3MoeExperts": "qwen3_moe",
+    "Qwen3MoeTopKRouter": "qwen3_moe",
+    "Qwen3MoeSparseMoeBlock": "qwen3_moe",
+    "Qwen3MoeDecoderLayer": "qwen3_moe",
+    "Qwen3MoeDecoderStack": "qwen3_moe",
+    "Qwen3MoeModel": "qwen3_moe",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+    "Qwen3MoeCausalLMOutput": "qwen3_moe",
+    "load_balancing_loss_func": "qwen3_moe",
+    "causal_lm_loss": "qwen3_moe",
 }
 
 

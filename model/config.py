@@ -123,20 +123,16 @@ class Qwen3Config:
             )
         if self.head_dim % 2 != 0:
             raise ValueError(
-                f"Qwen3Config.head_dim must be even for RoPE (it rotates pairs of dims), "
-                f"got {self.head_dim}"
+                f"Qwen3Config.head_dim must be even for RoPE (it rotates pairs of dims), got {self.head_dim}"
             )
         if self.hidden_act != "silu":
-            raise ValueError(
-                f"Qwen3Config.hidden_act must be 'silu' (Qwen3's SwiGLU), got {self.hidden_act!r}"
-            )
+            raise ValueError(f"Qwen3Config.hidden_act must be 'silu' (Qwen3's SwiGLU), got {self.hidden_act!r}")
         for name in ("tie_word_embeddings", "attention_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"Qwen3Config.{name} must be a bool, got {getattr(self, name)!r}")
         if self.attention_bias:
             raise ValueError(
-                "Qwen3Config.attention_bias=True is not supported: Qwen3 and the walkthrough "
-                "have no q/k/v/o biases"
+                "Qwen3Config.attention_bias=True is not supported: Qwen3 and the walkthrough have no q/k/v/o biases"
             )
         if self.attention_dropout != 0.0:
             raise ValueError(
@@ -196,8 +192,11 @@ def step_symbols(dims: Any, batch: int, seq_len: int) -> dict[str, int]:
         "d_h": dims.head_dim,
         "d_ffn": dims.intermediate_size,
         # MoE dims (a Qwen3MoeConfig): E experts, top-k, d_moe = moe_intermediate_size
-        **({"E": dims.num_experts, "k": dims.num_experts_per_tok, "d_moe": dims.moe_intermediate_size}
-           if getattr(dims, "num_experts", None) is not None else {}),
+        **(
+            {"E": dims.num_experts, "k": dims.num_experts_per_tok, "d_moe": dims.moe_intermediate_size}
+            if getattr(dims, "num_experts", None) is not None
+            else {}
+        ),
     }
 
 
@@ -406,7 +405,6 @@ HUB_IDS: dict[str, str] = {f"Qwen/{name}": name for name in KNOWN_CONFIGS if nam
 downloaded: the values are the ones here."""
 
 
-
 def _released_moe(hidden: int, layers: int, ffn: int, heads: int, moe_ffn: int) -> Qwen3MoeConfig:
     """A released Qwen3 MoE model: values shared by the published config.json of both."""
     return Qwen3MoeConfig(
@@ -488,8 +486,10 @@ def get_moe_config(name_or_mapping: str | Mapping[str, Any] | Qwen3MoeConfig, **
     """
     unknown = sorted(k for k in overrides if k not in _MOE_FIELDS)
     if unknown:
-        raise ValueError(f"unknown Qwen3MoeConfig field(s) in overrides: {', '.join(map(repr, unknown))}; "
-                         f"known fields: {', '.join(_MOE_FIELDS)}")
+        raise ValueError(
+            f"unknown Qwen3MoeConfig field(s) in overrides: {', '.join(map(repr, unknown))}; "
+            f"known fields: {', '.join(_MOE_FIELDS)}"
+        )
     if isinstance(name_or_mapping, Qwen3MoeConfig):
         base = name_or_mapping
     elif isinstance(name_or_mapping, str):
@@ -503,8 +503,10 @@ def get_moe_config(name_or_mapping: str | Mapping[str, Any] | Qwen3MoeConfig, **
     elif isinstance(name_or_mapping, Mapping):
         unknown = sorted(k for k in name_or_mapping if k not in _MOE_FIELDS)
         if unknown:
-            raise ValueError(f"unknown Qwen3MoeConfig field(s) in mapping: {', '.join(map(repr, unknown))}; "
-                             f"known fields: {', '.join(_MOE_FIELDS)}")
+            raise ValueError(
+                f"unknown Qwen3MoeConfig field(s) in mapping: {', '.join(map(repr, unknown))}; "
+                f"known fields: {', '.join(_MOE_FIELDS)}"
+            )
         fields = {**name_or_mapping, **overrides}
         missing = [k for k in _MOE_REQUIRED if k not in fields]
         if missing:
@@ -563,9 +565,11 @@ def get_config(name_or_mapping: str | Mapping[str, Any] | Qwen3Config, **overrid
         ValueError: unknown name (lists the known names), unknown field (names it), a missing
             required field (names it), or an invalid value (names the field).
     """
-    if isinstance(name_or_mapping, Qwen3MoeConfig) or (
-            isinstance(name_or_mapping, str) and known_moe_config_name(name_or_mapping) is not None) or (
-            isinstance(name_or_mapping, Mapping) and _names_moe_fields(name_or_mapping)):
+    if (
+        isinstance(name_or_mapping, Qwen3MoeConfig)
+        or (isinstance(name_or_mapping, str) and known_moe_config_name(name_or_mapping) is not None)
+        or (isinstance(name_or_mapping, Mapping) and _names_moe_fields(name_or_mapping))
+    ):
         return get_moe_config(name_or_mapping, **overrides)
     _check_fields(overrides, "overrides")
     if isinstance(name_or_mapping, Qwen3Config):
@@ -628,8 +632,16 @@ Besides these and ``Qwen3Config``'s own fields, :func:`from_transformers` reads 
 ``torch_dtype`` / ``dtype``, ``rope_theta``, ``rope_scaling``, ``rope_parameters``,
 ``use_sliding_window`` and ``layer_types``; any other field is refused by name."""
 
-_READ_FIELDS = ("model_type", "torch_dtype", "dtype", "rope_theta", "rope_scaling", "rope_parameters",
-                "use_sliding_window", "layer_types")
+_READ_FIELDS = (
+    "model_type",
+    "torch_dtype",
+    "dtype",
+    "rope_theta",
+    "rope_scaling",
+    "rope_parameters",
+    "use_sliding_window",
+    "layer_types",
+)
 
 # transformers' Qwen3Config defaults where they differ from this Qwen3Config's (which are the
 # released models'): a config.json that names its model_type means transformers' defaults.
@@ -686,16 +698,20 @@ def from_transformers(fields: Mapping[str, Any], *, moe: bool = True) -> ConfigF
     if not isinstance(fields, Mapping):
         raise ValueError(f"expected a mapping of config fields, got {type(fields).__name__}")
     model_type = fields.get("model_type")
-    is_moe = moe and (model_type == "qwen3_moe" or (
-        model_type is None and ("num_experts" in fields or "num_local_experts" in fields)))
+    is_moe = moe and (
+        model_type == "qwen3_moe" or (model_type is None and ("num_experts" in fields or "num_local_experts" in fields))
+    )
     if is_moe:
         known, required, name = _MOE_FIELDS, _MOE_REQUIRED, "Qwen3MoeConfig"
     else:
         known, required, name = _FIELDS, _REQUIRED, "Qwen3Config"
     if model_type is not None and model_type != "qwen3" and not is_moe:
-        modelled = ("model/qwen3.py and model/qwen3_moe.py implement the Qwen3 dense and MoE decoders "
-                    "(model_type 'qwen3' and 'qwen3_moe') only" if moe else
-                    "model/qwen3.py implements the dense Qwen3 decoder (model_type 'qwen3') only")
+        modelled = (
+            "model/qwen3.py and model/qwen3_moe.py implement the Qwen3 dense and MoE decoders "
+            "(model_type 'qwen3' and 'qwen3_moe') only"
+            if moe
+            else "model/qwen3.py implements the dense Qwen3 decoder (model_type 'qwen3') only"
+        )
         raise ValueError(
             f"model_type {model_type!r} is not modelled: {modelled}, and another architecture has other "
             f"parameters and numbers"
@@ -737,7 +753,9 @@ def from_transformers(fields: Mapping[str, Any], *, moe: bool = True) -> ConfigF
             )
         extra = sorted(k for k in rope if k not in ("rope_type", "type", "rope_theta"))
         if extra:
-            raise ValueError(f"{key}: {', '.join(map(repr, extra))} not modelled: the default RoPE takes only rope_theta")
+            raise ValueError(
+                f"{key}: {', '.join(map(repr, extra))} not modelled: the default RoPE takes only rope_theta"
+            )
         if "rope_theta" in rope:
             if rope_theta is not None and rope["rope_theta"] != rope_theta:
                 raise ValueError(f"{key}.rope_theta {rope['rope_theta']!r} and rope_theta {rope_theta!r} disagree")
@@ -748,7 +766,9 @@ def from_transformers(fields: Mapping[str, Any], *, moe: bool = True) -> ConfigF
 
     kwargs = {k: fields[k] for k in known if k in fields and k != "rope_theta"}
     if rope_theta is not None:
-        kwargs["rope_theta"] = float(rope_theta) if isinstance(rope_theta, int) and not isinstance(rope_theta, bool) else rope_theta
+        kwargs["rope_theta"] = (
+            float(rope_theta) if isinstance(rope_theta, int) and not isinstance(rope_theta, bool) else rope_theta
+        )
     if model_type is not None:
         for key, value in _TRANSFORMERS_DEFAULTS.items():
             kwargs.setdefault(key, value)
@@ -759,13 +779,17 @@ def from_transformers(fields: Mapping[str, Any], *, moe: bool = True) -> ConfigF
         raise ValueError(f"missing field(s): {', '.join(missing)}")
     ignored = tuple(k for k in fields if k in IGNORED_FIELDS)
     config = (Qwen3MoeConfig if is_moe else Qwen3Config)(**kwargs)
-    return ConfigFile(config, next(iter(dtypes.values()), None), ignored,
-                      dtype_field=" / ".join(dtypes) or None)
+    return ConfigFile(config, next(iter(dtypes.values()), None), ignored, dtype_field=" / ".join(dtypes) or None)
 
 
 # transformers' Qwen3MoeConfig defaults (5.x) where a file may omit a MoE switch.
-_MOE_TRANSFORMERS_DEFAULTS = {"norm_topk_prob": False, "decoder_sparse_step": 1, "mlp_only_layers": (),
-                              "router_aux_loss_coef": 0.001, "output_router_logits": False}
+_MOE_TRANSFORMERS_DEFAULTS = {
+    "norm_topk_prob": False,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": (),
+    "router_aux_loss_coef": 0.001,
+    "output_router_logits": False,
+}
 
 
 def _read_moe_fields(fields: Mapping[str, Any], kwargs: dict[str, Any], from_transformers_file: bool) -> None:
@@ -773,8 +797,10 @@ def _read_moe_fields(fields: Mapping[str, Any], kwargs: dict[str, Any], from_tra
     head_dim transformers derives when the file has none, transformers' defaults."""
     names = [k for k in ("num_experts", "num_local_experts") if fields.get(k) is not None]
     if len(names) == 2 and fields["num_experts"] != fields["num_local_experts"]:
-        raise ValueError(f"num_experts {fields['num_experts']!r} and num_local_experts "
-                         f"{fields['num_local_experts']!r} disagree (transformers: the same field)")
+        raise ValueError(
+            f"num_experts {fields['num_experts']!r} and num_local_experts "
+            f"{fields['num_local_experts']!r} disagree (transformers: the same field)"
+        )
     if names:
         kwargs["num_experts"] = fields[names[0]]
     if fields.get("mlp_only_layers", ()) is None:
@@ -784,8 +810,12 @@ def _read_moe_fields(fields: Mapping[str, Any], kwargs: dict[str, Any], from_tra
             kwargs.setdefault(key, value)
         # transformers' Qwen3MoeConfig has no head_dim field; its attention uses
         # getattr(config, "head_dim", hidden_size // num_attention_heads).
-        if "head_dim" not in kwargs and isinstance(kwargs.get("hidden_size"), int) \
-                and isinstance(kwargs.get("num_attention_heads"), int) and kwargs["num_attention_heads"] > 0:
+        if (
+            "head_dim" not in kwargs
+            and isinstance(kwargs.get("hidden_size"), int)
+            and isinstance(kwargs.get("num_attention_heads"), int)
+            and kwargs["num_attention_heads"] > 0
+        ):
             kwargs["head_dim"] = kwargs["hidden_size"] // kwargs["num_attention_heads"]
 
 

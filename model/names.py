@@ -44,8 +44,9 @@ LAYER_PARAM_NAMES_DOCUMENT: tuple[str, ...] = (
 )
 
 
-def param_fqns(body: str, num_layers: int, *, tie_word_embeddings: bool = True,
-               sparse_layers: Collection[int] = ()) -> tuple[str, ...]:
+def param_fqns(
+    body: str, num_layers: int, *, tie_word_embeddings: bool = True, sparse_layers: Collection[int] = ()
+) -> tuple[str, ...]:
     """Every parameter FQN of a model in ``named_parameters()`` order (a tied weight once).
 
     ``body`` "decoder_layers" (model.qwen3.Qwen3DecoderStack): ``layers.{i}.<name>``;
@@ -56,8 +57,11 @@ def param_fqns(body: str, num_layers: int, *, tie_word_embeddings: bool = True,
     """
     prefix = "layers" if body == "decoder_layers" else "model.layers"
     sparse = frozenset(sparse_layers)
-    layers = tuple(f"{prefix}.{i}.{name}" for i in range(num_layers)
-                   for name in (MOE_LAYER_PARAM_NAMES_REGISTRATION if i in sparse else LAYER_PARAM_NAMES_REGISTRATION))
+    layers = tuple(
+        f"{prefix}.{i}.{name}"
+        for i in range(num_layers)
+        for name in (MOE_LAYER_PARAM_NAMES_REGISTRATION if i in sparse else LAYER_PARAM_NAMES_REGISTRATION)
+    )
     if body == "decoder_layers":
         return layers
     head = () if tie_word_embeddings else ("lm_head.weight",)
@@ -66,10 +70,20 @@ def param_fqns(body: str, num_layers: int, *, tie_word_embeddings: bool = True,
 
 # Qwen3DecoderLayer.named_modules() below the layer (relative paths), registration order.
 LAYER_MODULE_NAMES: tuple[str, ...] = (
-    "self_attn", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-    "self_attn.q_norm", "self_attn.k_norm",
-    "mlp", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "mlp.act_fn",
-    "input_layernorm", "post_attention_layernorm",
+    "self_attn",
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "self_attn.q_norm",
+    "self_attn.k_norm",
+    "mlp",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+    "mlp.act_fn",
+    "input_layernorm",
+    "post_attention_layernorm",
 )
 
 
@@ -108,7 +122,12 @@ MOE_LAYER_PARAM_NAMES_REGISTRATION: tuple[str, ...] = (
 
 # Module paths below a sparse layer, registration order (the dense layer's with its MLP's replaced).
 MOE_LAYER_MODULE_NAMES: tuple[str, ...] = (
-    *LAYER_MODULE_NAMES[:7], "mlp", "mlp.experts", "mlp.experts.act_fn", "mlp.gate", *LAYER_MODULE_NAMES[12:],
+    *LAYER_MODULE_NAMES[:7],
+    "mlp",
+    "mlp.experts",
+    "mlp.experts.act_fn",
+    "mlp.gate",
+    *LAYER_MODULE_NAMES[12:],
 )
 
 # The document's order (forward order of use) for a sparse layer: the router scores the tokens

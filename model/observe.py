@@ -76,8 +76,7 @@ def observe_steps(module: nn.Module, callback: StepCallback) -> Iterator[None]:
     targets = [m for m in module.modules() if isinstance(m, StepObservable)]
     if not targets:
         raise ValueError(
-            f"observe_steps: {type(module).__name__} contains no Qwen3 decoder layer, "
-            f"attention or MLP to observe"
+            f"observe_steps: {type(module).__name__} contains no Qwen3 decoder layer, attention or MLP to observe"
         )
     absent = object()
     saved = [(m, m.__dict__.get("_step_observer", absent)) for m in targets]

@@ -418,7 +418,10 @@ def _rope_tables(config: Qwen3Config, hidden_states: torch.Tensor) -> tuple[torc
 
 
 def _run_layers(
-    layers: nn.ModuleList, rotary_emb: Qwen3RotaryEmbedding, hidden_states: torch.Tensor, position_ids,
+    layers: nn.ModuleList,
+    rotary_emb: Qwen3RotaryEmbedding,
+    hidden_states: torch.Tensor,
+    position_ids,
     skip_layers: Collection[int | tuple[int, str]] = (),
 ) -> torch.Tensor:
     """Run the decoder layers on (B, L, d) with cos/sin computed once (as transformers does).
@@ -434,8 +437,9 @@ def _run_layers(
     for i, layer in enumerate(layers):
         if i in skip_layers:
             continue
-        blocks = tuple(block for entry in skip_layers if isinstance(entry, tuple) and entry[0] == i
-                       for block in entry[1:])
+        blocks = tuple(
+            block for entry in skip_layers if isinstance(entry, tuple) and entry[0] == i for block in entry[1:]
+        )
         if blocks:
             hidden_states = layer(hidden_states, position_embeddings, skip=blocks)  # (B, L, d)
         else:
@@ -466,8 +470,12 @@ class Qwen3DecoderStack(nn.Module):
         )
         self.rotary_emb = Qwen3RotaryEmbedding(config, **factory)
 
-    def forward(self, hidden_states: torch.Tensor, position_ids: torch.Tensor | None = None,
-                skip_layers: Collection[int | tuple[int, str]] = ()) -> torch.Tensor:
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        skip_layers: Collection[int | tuple[int, str]] = (),
+    ) -> torch.Tensor:
         return _run_layers(self.layers, self.rotary_emb, hidden_states, position_ids, skip_layers)
 
 
@@ -495,8 +503,12 @@ class Qwen3Model(nn.Module):
         self.norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps, **factory)
         self.rotary_emb = Qwen3RotaryEmbedding(config, **factory)
 
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
-                skip_layers: Collection[int | tuple[int, str]] = ()) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        skip_layers: Collection[int | tuple[int, str]] = (),
+    ) -> torch.Tensor:
         hidden_states = self.embed_tokens(input_ids)  # (B, L, d)
         hidden_states = _run_layers(self.layers, self.rotary_emb, hidden_states, position_ids, skip_layers)  # (B, L, d)
         return self.norm(hidden_states)  # (B, L, d)
@@ -531,8 +543,12 @@ class Qwen3ForCausalLM(nn.Module):
         if self.config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
-                skip_layers: Collection[int | tuple[int, str]] = ()) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        skip_layers: Collection[int | tuple[int, str]] = (),
+    ) -> torch.Tensor:
         hidden_states = self.model(input_ids, position_ids, skip_layers)  # (B, L, d)
         return self.lm_head(hidden_states)  # (B, L, V)
 
@@ -563,8 +579,9 @@ def _normal_(weight: torch.Tensor, std: float, generator: torch.Generator | None
 
 
 @torch.no_grad()
-def init_weights(module: nn.Module, std: float | None = None, generator: torch.Generator | None = None,
-                 fill=None) -> nn.Module:
+def init_weights(
+    module: nn.Module, std: float | None = None, generator: torch.Generator | None = None, fill=None
+) -> nn.Module:
     """transformers' Qwen3 initialization, deterministic given a ``torch.Generator``.
 
     Source: transformers ``PreTrainedModel._init_weights``: Linear and Embedding weights

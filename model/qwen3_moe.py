@@ -138,8 +138,9 @@ class Qwen3MoeExperts(StepObservable, nn.Module):
         gate, up = F.linear(x, self.gate_up_proj[e]).chunk(2, dim=-1)  # (n, d_moe) each
         return F.linear(self.act_fn(gate) * up, self.down_proj[e])  # (n, d)
 
-    def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
-                top_k_weights: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
+    ) -> torch.Tensor:
         obs = self._step_observer
         T, d = hidden_states.shape
         k = top_k_index.shape[-1]
@@ -325,9 +326,14 @@ class Qwen3MoeForCausalLM(Qwen3ForCausalLM):
 
     model_class = Qwen3MoeModel
 
-    def forward_moe(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
-                    labels: torch.Tensor | None = None, output_router_logits: bool | None = None,
-                    skip_layers=()) -> Qwen3MoeCausalLMOutput:
+    def forward_moe(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_router_logits: bool | None = None,
+        skip_layers=(),
+    ) -> Qwen3MoeCausalLMOutput:
         """transformers' ``Qwen3MoeForCausalLM.forward`` (no attention mask, no cache).
 
         ``output_router_logits`` None means ``config.output_router_logits``. The router logits
@@ -340,6 +346,7 @@ class Qwen3MoeForCausalLM(Qwen3ForCausalLM):
             output_router_logits = self.config.output_router_logits
         router_logits: list[torch.Tensor] = []
         if output_router_logits:
+
             def keep(layer_idx: int, name: str, tensor: torch.Tensor) -> None:
                 if name == "step9.router_logits":
                     router_logits.append(tensor)
@@ -351,14 +358,17 @@ class Qwen3MoeForCausalLM(Qwen3ForCausalLM):
         loss = causal_lm_loss(logits, labels, self.config.vocab_size) if labels is not None else None
         aux_loss = None
         if output_router_logits:
-            aux_loss = load_balancing_loss_func(tuple(router_logits), self.config.num_experts,
-                                                self.config.num_experts_per_tok)
+            aux_loss = load_balancing_loss_func(
+                tuple(router_logits), self.config.num_experts, self.config.num_experts_per_tok
+            )
             if loss is not None:
                 loss = loss + self.config.router_aux_loss_coef * aux_loss.to(loss.device)
         return Qwen3MoeCausalLMOutput(logits, tuple(router_logits) if output_router_logits else None, aux_loss, loss)
 
 
-def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, vocab_size: int, ignore_index: int = -100) -> torch.Tensor:
+def causal_lm_loss(
+    logits: torch.Tensor, labels: torch.Tensor, vocab_size: int, ignore_index: int = -100
+) -> torch.Tensor:
     """transformers' ``ForCausalLMLoss`` (no ``num_items_in_batch``): the mean cross entropy, in
     float32, of logits (B, L, V) at position p against labels (B, L) at p + 1 (the last
     position has none: ``ignore_index``)."""

@@ -46,7 +46,9 @@ class Step:
 STEPS: tuple[Step, ...] = (
     Step("step1.x_norm", 1, ("B", "L", "d"), "input_layernorm keeps the shape, x_norm is [2, 8, 512]"),
     Step("step2.q", 2, ("B", "L", "h_q*d_h"), "x_norm projected by q_proj (h_q × d_h = 512 outputs): [2, 8, 512]"),
-    Step("step2.k", 2, ("B", "L", "h_kv*d_h"), "k_proj has h_kv × d_h = 256 outputs, half of q's under GQA: [2, 8, 256]"),
+    Step(
+        "step2.k", 2, ("B", "L", "h_kv*d_h"), "k_proj has h_kv × d_h = 256 outputs, half of q's under GQA: [2, 8, 256]"
+    ),
     Step("step2.v", 2, ("B", "L", "h_kv*d_h"), "v_proj, like k: [2, 8, 256]"),
     Step("step2.q_heads", 2, ("B", "L", "h_q", "d_h"), "q split into heads, (B, L, h_q, d_h) = [2, 8, 8, 64]"),
     Step("step2.k_heads", 2, ("B", "L", "h_kv", "d_h"), "k split into heads, (B, L, h_kv, d_h) = [2, 8, 4, 64]"),
@@ -55,7 +57,12 @@ STEPS: tuple[Step, ...] = (
     Step("step3.k_normed", 3, ("B", "L", "h_kv", "d_h"), "k_norm likewise for k: [2, 8, 4, 64]"),
     Step("step4.q_rope", 4, ("B", "L", "h_q", "d_h"), "RoPE rotates q along head_dim; same shape, [2, 8, 8, 64]"),
     Step("step4.k_rope", 4, ("B", "L", "h_kv", "d_h"), "RoPE on k; same shape, [2, 8, 4, 64]"),
-    Step("step5.k_repeated", 5, ("B", "L", "h_q", "d_h"), "GQA repeats each KV head twice (repeat_interleave on dim 2), k [2, 8, 4, 64] → [2, 8, 8, 64]"),
+    Step(
+        "step5.k_repeated",
+        5,
+        ("B", "L", "h_q", "d_h"),
+        "GQA repeats each KV head twice (repeat_interleave on dim 2), k [2, 8, 4, 64] → [2, 8, 8, 64]",
+    ),
     Step("step5.v_repeated", 5, ("B", "L", "h_q", "d_h"), "the same repeat for v, [2, 8, 4, 64] → [2, 8, 8, 64]"),
     Step("step5.attn_out", 5, ("B", "L", "h_q", "d_h"), "attention output per head, [2, 8, 8, 64]"),
     Step("step5.attn_flat", 5, ("B", "L", "h_q*d_h"), "heads merged back, [2, 8, 8, 64] → [2, 8, 512]"),
@@ -79,11 +86,28 @@ STEPS_BY_NAME: Mapping[str, Step] = {s.name: s for s in STEPS}
 # the router sees T = B*L rows. Kept apart from STEPS: a dense layer never emits these.
 MOE_STEPS: tuple[Step, ...] = (
     Step("step9.router_logits", 9, ("B*L", "E"), "the router (mlp.gate) scores every token for every expert: [B*L, E]"),
-    Step("step9.topk_weights", 9, ("B*L", "k"), "softmax in float32, the k largest, renormalised if norm_topk_prob, in the router's dtype: [B*L, k]"),
+    Step(
+        "step9.topk_weights",
+        9,
+        ("B*L", "k"),
+        "softmax in float32, the k largest, renormalised if norm_topk_prob, in the router's dtype: [B*L, k]",
+    ),
     Step("step9.topk_indices", 9, ("B*L", "k"), "the experts each token is routed to, by descending weight: [B*L, k]"),
-    Step("step9.tokens_per_expert", 9, ("E",), "how many (token, slot) pairs each expert receives, summing to B*L*k: [E]"),
-    Step("step9.expert_outputs", 9, ("B*L", "k", "d"), "expert topk_indices[t, j]'s SwiGLU output on token t, unweighted: [B*L, k, d]"),
-    Step("step9.moe_out", 9, ("B", "L", "d"), "the experts' outputs weighted by topk_weights and summed per token: [B, L, d]"),
+    Step(
+        "step9.tokens_per_expert", 9, ("E",), "how many (token, slot) pairs each expert receives, summing to B*L*k: [E]"
+    ),
+    Step(
+        "step9.expert_outputs",
+        9,
+        ("B*L", "k", "d"),
+        "expert topk_indices[t, j]'s SwiGLU output on token t, unweighted: [B*L, k, d]",
+    ),
+    Step(
+        "step9.moe_out",
+        9,
+        ("B", "L", "d"),
+        "the experts' outputs weighted by topk_weights and summed per token: [B, L, d]",
+    ),
 )
 MOE_STEP_NAMES: tuple[str, ...] = tuple(s.name for s in MOE_STEPS)
 

@@ -50,16 +50,23 @@ def test_the_harness_launching_ranks_in_a_subprocess_is_refused(tmp_path):
     """``harness run`` on real gloo ranks, started by a test that is not marked slow: the subprocess
     imports the guard as its ``sitecustomize`` and refuses the first rank of the forkserver."""
     spec = write_spec(tmp_path, TINY.replace("tables:", "backend: gloo\ntables:"))
-    proc = subprocess.run([sys.executable, "-m", "harness", "run", str(spec)], cwd=REPO, env=harness_env(),
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "run", str(spec)],
+        cwd=REPO,
+        env=harness_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode != 0, proc.stdout + proc.stderr
     assert "fsdp2-rank-0" in _refusals_then_forgive(), proc.stdout + proc.stderr
 
 
 def test_a_process_that_is_not_a_rank_still_starts():
     """The guard refuses ranks, not subprocesses: the CLI, pytester and fan-out tests start Pythons."""
-    proc = subprocess.run([sys.executable, "-c", "print('ok')"], env=harness_env(), capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", "print('ok')"], env=harness_env(), capture_output=True, text=True, timeout=60
+    )
     assert proc.stdout == "ok\n" and _refusals_then_forgive() == ""
 
 
@@ -67,10 +74,16 @@ def test_a_process_that_is_not_a_rank_still_starts():
 def test_the_suite_collects_the_same_items_under_importlib():
     """The tests import their shared code as ``tests.support``, never as a top-level module, so
     ``--import-mode=importlib`` collects exactly what the default mode collects."""
+
     def collected(*args: str) -> list[str]:
-        proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                               *args, "tests"], cwd=REPO, env=harness_env(), capture_output=True, text=True,
-                              timeout=600)
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args, "tests"],
+            cwd=REPO,
+            env=harness_env(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return [line for line in proc.stdout.splitlines() if "::" in line]
 
@@ -81,8 +94,24 @@ def test_the_suite_collects_the_same_items_under_importlib():
 
 @pytest.mark.slow  # a subprocess collection of tests/integration (seconds), no rank
 def test_every_integration_item_is_slow():
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                           "-m", "not slow", "tests/integration"], cwd=REPO, env=harness_env(),
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "not slow",
+            "tests/integration",
+        ],
+        cwd=REPO,
+        env=harness_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("no tests collected (") and "deselected" in last, proc.stdout[-3000:]

@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from harness.contract import calculator as calc
-from model.config import ConfigFile, KNOWN_CONFIGS, Qwen3Config, known_config_name, read_config_file
+from model.config import KNOWN_CONFIGS, ConfigFile, Qwen3Config, known_config_name, read_config_file
 from model.steps import ALL_STEPS_BY_NAME, MOE_LAYER_STEP_NAMES, STEPS, resolve_shape
 
 REAL_RANKS_LIMIT = 8
@@ -51,8 +51,10 @@ def _read_config(config: str) -> tuple[str | None, Qwen3Config, ConfigFile | Non
     if name is not None:
         return name, KNOWN_CONFIGS[name], None
     if not Path(config).exists():
-        raise DraftError(f"--config: {config!r} is neither a known config ({', '.join(KNOWN_CONFIGS)}, "
-                         f"or their hub ids Qwen/<name>) nor a file")
+        raise DraftError(
+            f"--config: {config!r} is neither a known config ({', '.join(KNOWN_CONFIGS)}, "
+            f"or their hub ids Qwen/<name>) nor a file"
+        )
     try:
         read = read_config_file(config)
     except ValueError as exc:
@@ -72,9 +74,17 @@ def _config_reference(path: str, output: str | Path | None) -> str:
     return Path(os.path.relpath(Path(path).resolve(), Path(output).resolve().parent)).as_posix()
 
 
-def draft(config: str, world_size: int, *, layers: int = 2, dtype: str | None = None,
-          batch_per_rank: int = 1, seq_len: int = 16, backend: str = "auto",
-          output: str | Path | None = None) -> tuple[list[str], dict[str, Any]]:
+def draft(
+    config: str,
+    world_size: int,
+    *,
+    layers: int = 2,
+    dtype: str | None = None,
+    batch_per_rank: int = 1,
+    seq_len: int = 16,
+    backend: str = "auto",
+    output: str | Path | None = None,
+) -> tuple[list[str], dict[str, Any]]:
     """The drafted spec as (comment header lines, spec mapping).
 
     Args:
@@ -102,8 +112,9 @@ def draft(config: str, world_size: int, *, layers: int = 2, dtype: str | None = 
         else:
             dtype, dtype_source = DEFAULT_DTYPE, "the draft's default (the released Qwen3 checkpoints' torch_dtype)"
     if dtype not in DTYPES:
-        raise DraftError(f"dtype {dtype!r} (from {dtype_source}) is not one the harness runs "
-                         f"({', '.join(DTYPES)}); pass --dtype")
+        raise DraftError(
+            f"dtype {dtype!r} (from {dtype_source}) is not one the harness runs ({', '.join(DTYPES)}); pass --dtype"
+        )
 
     dims = calc.Dims(**{**calc.to_dims(cfg).__dict__, "num_hidden_layers": layers})
     if backend == "auto" and world_size > REAL_RANKS_LIMIT:
@@ -128,15 +139,21 @@ def draft(config: str, world_size: int, *, layers: int = 2, dtype: str | None = 
     ]
     description = f"{label}: {layers} of its decoder layers as FSDP2 units on {world_size} ranks, drafted."
     if read is not None:
-        header.append(f"Model config: {read.path} (transformers config.json); accepted and ignored: "
-                      f"{', '.join(read.ignored) or 'nothing'}.")
+        header.append(
+            f"Model config: {read.path} (transformers config.json); accepted and ignored: "
+            f"{', '.join(read.ignored) or 'nothing'}."
+        )
     if dtype_source != "--dtype":
         header.append(f"model dtype {dtype}: {dtype_source}.")
         description += f" The model dtype {dtype} is {dtype_source}."
 
     setup: dict[str, Any] = {
-        "model": {"config": setup_config, "overrides": {"num_hidden_layers": layers}, "body": "decoder_layers",
-                  "dtype": dtype},
+        "model": {
+            "config": setup_config,
+            "overrides": {"num_hidden_layers": layers},
+            "body": "decoder_layers",
+            "dtype": dtype,
+        },
         "mesh": {"shape": [world_size], "dim_names": list(layer.mesh_dim_names)},
         "batch_per_rank": batch_per_rank,
         "seq_len": seq_len,
@@ -159,37 +176,82 @@ def draft(config: str, world_size: int, *, layers: int = 2, dtype: str | None = 
     return header, spec
 
 
-def _tables(layer: calc.UnitTables, model: calc.ModelTables, symbols: dict[str, int], observe: list[int],
-            dtype: str, layers: int) -> list[dict[str, Any]]:
+def _tables(
+    layer: calc.UnitTables,
+    model: calc.ModelTables,
+    symbols: dict[str, int],
+    observe: list[int],
+    dtype: str,
+    layers: int,
+) -> list[dict[str, Any]]:
     first = observe[:1]
     tables: list[dict[str, Any]] = [
-        {"section": "参数列表（单层）", "title": "parameter list", "check": "param",
-         "with": {"layer": 0, "ranks": first},
-         "entries": [{**p.row(), **_DRAFTED} for p in layer.params]},
-        {"section": "参数列表（单层）", "title": "layer totals", "check": "params_total",
-         "with": {"layer": 0, "ranks": first},
-         "entries": [
-             {"id": "layer_numel", **{k: v for k, v in layer.params_total().items() if k != "bytes"}, **_DRAFTED},
-             {"id": "layer_bytes", "says": f"{layer.full_storage_bytes / calc.MB:.2f} MB per layer in {dtype}",
-              "bytes": layer.params_total()["bytes"], **_DRAFTED},
-         ]},
-        {"section": "每个 rank 上的参数分片", "title": "shard per rank", "check": "param",
-         "with": {"layer": 0}, "entries": _shard_rows(layer, observe)},
-        {"section": "每个 rank 上的参数分片", "title": "shard totals", "check": "params_total",
-         "with": {"layer": 0},
-         "entries": [{"id": f"rank{r}", "ranks": [r], **layer.params_total(r), **_DRAFTED} for r in observe]},
-        {"section": "Forward 逐算子 Walkthrough", "title": "forward step shapes", "check": "step",
-         "with": {"layer": "all", "dtype": dtype},
-         "entries": [{"step": s.name, "shape": resolve_shape(s, symbols), **_INDEX_DTYPES.get(s.name, {}), **_DRAFTED}
-                     for s in _layer_steps(layer)]},
+        {
+            "section": "参数列表（单层）",
+            "title": "parameter list",
+            "check": "param",
+            "with": {"layer": 0, "ranks": first},
+            "entries": [{**p.row(), **_DRAFTED} for p in layer.params],
+        },
+        {
+            "section": "参数列表（单层）",
+            "title": "layer totals",
+            "check": "params_total",
+            "with": {"layer": 0, "ranks": first},
+            "entries": [
+                {"id": "layer_numel", **{k: v for k, v in layer.params_total().items() if k != "bytes"}, **_DRAFTED},
+                {
+                    "id": "layer_bytes",
+                    "says": f"{layer.full_storage_bytes / calc.MB:.2f} MB per layer in {dtype}",
+                    "bytes": layer.params_total()["bytes"],
+                    **_DRAFTED,
+                },
+            ],
+        },
+        {
+            "section": "每个 rank 上的参数分片",
+            "title": "shard per rank",
+            "check": "param",
+            "with": {"layer": 0},
+            "entries": _shard_rows(layer, observe),
+        },
+        {
+            "section": "每个 rank 上的参数分片",
+            "title": "shard totals",
+            "check": "params_total",
+            "with": {"layer": 0},
+            "entries": [{"id": f"rank{r}", "ranks": [r], **layer.params_total(r), **_DRAFTED} for r in observe],
+        },
+        {
+            "section": "Forward 逐算子 Walkthrough",
+            "title": "forward step shapes",
+            "check": "step",
+            "with": {"layer": "all", "dtype": dtype},
+            "entries": [
+                {"step": s.name, "shape": resolve_shape(s, symbols), **_INDEX_DTYPES.get(s.name, {}), **_DRAFTED}
+                for s in _layer_steps(layer)
+            ],
+        },
         *_collective_tables(layer, model, layers),
-        {"section": "Step 11：Post-Forward Hook → Reshard", "title": "parameter state", "check": "param_state",
-         "with": {"layer": 0},
-         "entries": [
-             {"id": "after_step0", "point": "pre_forward", **layer.param_state("pre_forward", 0), **_DRAFTED},
-             *({"id": f"after_step11_rank{r}", "ranks": [r], "point": "post_forward",
-                **layer.param_state("post_forward", r), **_DRAFTED} for r in observe),
-         ]},
+        {
+            "section": "Step 11：Post-Forward Hook → Reshard",
+            "title": "parameter state",
+            "check": "param_state",
+            "with": {"layer": 0},
+            "entries": [
+                {"id": "after_step0", "point": "pre_forward", **layer.param_state("pre_forward", 0), **_DRAFTED},
+                *(
+                    {
+                        "id": f"after_step11_rank{r}",
+                        "ranks": [r],
+                        "point": "post_forward",
+                        **layer.param_state("post_forward", r),
+                        **_DRAFTED,
+                    }
+                    for r in observe
+                ),
+            ],
+        },
     ]
     return tables
 
@@ -215,9 +277,15 @@ def _shard_rows(layer: calc.UnitTables, observe: list[int]) -> list[dict[str, An
             by_shape.setdefault(p.local_shapes[r], []).append(r)
         for ranks in by_shape.values():
             row = p.row(ranks[0])
-            entry = {"id": p.name if len(by_shape) == 1 else f"{p.name}.rank{ranks[0]}", "param": p.name,
-                     "ranks": ranks, "local_shape": row["local_shape"], "local_numel": row["local_numel"],
-                     "placements": [p.placement], **_DRAFTED}
+            entry = {
+                "id": p.name if len(by_shape) == 1 else f"{p.name}.rank{ranks[0]}",
+                "param": p.name,
+                "ranks": ranks,
+                "local_shape": row["local_shape"],
+                "local_numel": row["local_numel"],
+                "placements": [p.placement],
+                **_DRAFTED,
+            }
             out.append(entry)
     return out
 
@@ -225,9 +293,15 @@ def _shard_rows(layer: calc.UnitTables, observe: list[int]) -> list[dict[str, An
 def _collective_tables(layer: calc.UnitTables, model: calc.ModelTables, layers: int) -> list[dict[str, Any]]:
     by = {(c.phase, c.op): c for c in layer.collectives}
     if not by:  # a one-rank shard group issues no collective (torch FSDPParamGroup.unshard)
-        return [{"section": "单层单步通信量汇总", "title": "per layer per step", "check": "collectives",
-                 "note": "one rank: FSDP2 copies the shard in place and issues no all-gather or reduce-scatter",
-                 "entries": [{"id": "no_collective", "select": {}, "count": 0, **_DRAFTED}]}]
+        return [
+            {
+                "section": "单层单步通信量汇总",
+                "title": "per layer per step",
+                "check": "collectives",
+                "note": "one rank: FSDP2 copies the shard in place and issues no all-gather or reduce-scatter",
+                "entries": [{"id": "no_collective", "select": {}, "count": 0, **_DRAFTED}],
+            }
+        ]
 
     def entry(id_: str, c: calc.Collective, keep: tuple[str, ...] | None = None) -> dict[str, Any]:
         fields = c.fields()
@@ -237,11 +311,17 @@ def _collective_tables(layer: calc.UnitTables, model: calc.ModelTables, layers: 
         return {"id": id_, "select": select, "count": 1, **fields, **_DRAFTED}
 
     ag_f, ag_b, rs = by["forward", "all_gather"], by.get(("backward", "all_gather")), by["backward", "reduce_scatter"]
-    gather = {"section": "Step 0：Pre-Forward Hook → All-Gather 层参数", "title": "all-gather",
-              "check": "collectives", "entries": [entry("forward_all_gather", ag_f)]}
+    gather = {
+        "section": "Step 0：Pre-Forward Hook → All-Gather 层参数",
+        "title": "all-gather",
+        "check": "collectives",
+        "entries": [entry("forward_all_gather", ag_f)],
+    }
     if layer.padding_numel:
-        gather["note"] = (f"padded: the layer holds {layer.numel:,} elements; the all-gather carries "
-                          f"{layer.padded_numel:,} ({layer.padding_numel:,} padding)")
+        gather["note"] = (
+            f"padded: the layer holds {layer.numel:,} elements; the all-gather carries "
+            f"{layer.padded_numel:,} ({layer.padding_numel:,} padding)"
+        )
     backward = [entry("backward_reduce_scatter", rs, ("dtype", "numel_in", "numel_out", "ring_bytes"))]
     if ag_b is not None:
         backward.insert(0, entry("backward_all_gather", ag_b, ("numel_out", "ring_bytes")))
@@ -249,12 +329,21 @@ def _collective_tables(layer: calc.UnitTables, model: calc.ModelTables, layers: 
     return [
         gather,
         {"section": "Backward 简述", "title": "backward", "check": "collectives", "entries": backward},
-        {"section": "单层单步通信量汇总", "title": "per layer per step", "check": "collectives",
-         "entries": [
-             {"id": "layer_step_total", "select": {"layer": 0}, **layer.step_total(), **_DRAFTED},
-             {"id": "model_step_total", "says": f"N_L × per-layer total, N_L = {layers}", "select": {},
-              **model.step_total(), **_DRAFTED},
-         ]},
+        {
+            "section": "单层单步通信量汇总",
+            "title": "per layer per step",
+            "check": "collectives",
+            "entries": [
+                {"id": "layer_step_total", "select": {"layer": 0}, **layer.step_total(), **_DRAFTED},
+                {
+                    "id": "model_step_total",
+                    "says": f"N_L × per-layer total, N_L = {layers}",
+                    "select": {},
+                    **model.step_total(),
+                    **_DRAFTED,
+                },
+            ],
+        },
     ]
 
 

@@ -30,8 +30,13 @@ def argument_problem(args: argparse.Namespace) -> str | None:
 
 def command(args: argparse.Namespace, console: Console) -> int:
     with signals_held():
-        from harness.report.compare import (CompareError, compare_documents, format_differences, read_documents,
-                                            summary_line)
+        from harness.report.compare import (
+            CompareError,
+            compare_documents,
+            format_differences,
+            read_documents,
+            summary_line,
+        )
 
     try:
         a, b = read_documents(args.a), read_documents(args.b)

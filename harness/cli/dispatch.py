@@ -34,8 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default ``sys.argv[1:]``) and run the command; its exit status (see above).
     Raises SystemExit (status 2) for a bad option, as argparse does. Callers use
     :func:`harness.cli.main`, which imports this module with signals held."""
-    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m harness", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for module in COMMANDS.values():
         module.add_arguments(sub)

@@ -23,19 +23,29 @@ __all__ = ["add_arguments", "argument_problem", "command"]
 
 def add_arguments(sub: argparse._SubParsersAction) -> None:
     draft = sub.add_parser("draft", help="draft a spec for a config from the closed-form calculator")
-    draft.add_argument("--config", required=True,
-                       help="a known config name (e.g. Qwen3-14B), its hub id (Qwen/Qwen3-14B), or a transformers "
-                            "config.json (nothing is downloaded)")
+    draft.add_argument(
+        "--config",
+        required=True,
+        help="a known config name (e.g. Qwen3-14B), its hub id (Qwen/Qwen3-14B), or a transformers "
+        "config.json (nothing is downloaded)",
+    )
     draft.add_argument("--world-size", type=int, required=True)
     draft.add_argument("--layers", type=int, default=2, help="decoder layers to run (default 2)")
-    draft.add_argument("--dtype", default=None, choices=("float16", "bfloat16", "float32"),
-                       help="parameter dtype (default: the config file's torch_dtype or dtype, else bfloat16)")
+    draft.add_argument(
+        "--dtype",
+        default=None,
+        choices=("float16", "bfloat16", "float32"),
+        help="parameter dtype (default: the config file's torch_dtype or dtype, else bfloat16)",
+    )
     draft.add_argument("--batch-per-rank", type=int, default=1)
     draft.add_argument("--seq-len", type=int, default=16)
     draft.add_argument("--backend", choices=BACKENDS, default=None)
     draft.add_argument("-o", "--output", help="write the spec here instead of stdout")
-    draft.add_argument("--no-preflight", action="store_true",
-                       help="write the spec even if this machine's pre-flight check would refuse to run it")
+    draft.add_argument(
+        "--no-preflight",
+        action="store_true",
+        help="write the spec even if this machine's pre-flight check would refuse to run it",
+    )
 
 
 def argument_problem(args: argparse.Namespace) -> str | None:
@@ -70,8 +80,10 @@ def _config_problem(config: str) -> str | None:
     except YamlFileError as exc:
         return str(exc).replace("a spec may be", "a config file may be")
     if not isinstance(data, dict):
-        return (f"{path}: expected a mapping of Qwen3Config fields (hidden_size, num_attention_heads, ...), "
-                f"got {type(data).__name__}")
+        return (
+            f"{path}: expected a mapping of Qwen3Config fields (hidden_size, num_attention_heads, ...), "
+            f"got {type(data).__name__}"
+        )
     return None
 
 
@@ -96,11 +108,19 @@ def command(args: argparse.Namespace, console: Console) -> int:
             return 1
     if args.world_size > MAX_SIMULATED_WORLD:  # the calculator's tables grow with the world: refuse first
         if args.backend in ("gloo", "nccl"):
-            print_mark(err, False, f"--world-size {args.world_size:,}: would start {args.world_size:,} processes "
-                                  f"on this machine, over its limit of {process_limit()}")
+            print_mark(
+                err,
+                False,
+                f"--world-size {args.world_size:,}: would start {args.world_size:,} processes "
+                f"on this machine, over its limit of {process_limit()}",
+            )
         else:
-            print_mark(err, False, f"--world-size {args.world_size:,}: over the {MAX_SIMULATED_WORLD:,} ranks a spec "
-                                  "can simulate (the fake backend's set-up grows with the world size)")
+            print_mark(
+                err,
+                False,
+                f"--world-size {args.world_size:,}: over the {MAX_SIMULATED_WORLD:,} ranks a spec "
+                "can simulate (the fake backend's set-up grows with the world size)",
+            )
         return 1
     if args.layers > MAX_LAYERS:  # a spec of more layers would not load
         print_mark(err, False, f"--layers {args.layers:,}: over the {MAX_LAYERS:,} decoder layers a spec may build")
@@ -111,9 +131,16 @@ def command(args: argparse.Namespace, console: Console) -> int:
         return 1
 
     def draft(backend: str) -> str:
-        return draft_spec(args.config, args.world_size, layers=args.layers, dtype=args.dtype,
-                          batch_per_rank=args.batch_per_rank, seq_len=args.seq_len, backend=backend,
-                          output=args.output)
+        return draft_spec(
+            args.config,
+            args.world_size,
+            layers=args.layers,
+            dtype=args.dtype,
+            batch_per_rank=args.batch_per_rank,
+            seq_len=args.seq_len,
+            backend=backend,
+            output=args.output,
+        )
 
     backend = args.backend or "auto"
     try:
@@ -124,18 +151,30 @@ def command(args: argparse.Namespace, console: Console) -> int:
                 check(RunSetup.from_mapping(data["setup"]), data.get("backend", "auto"))
         except PreflightError as exc:
             if data.get("backend", "auto") == "fake" or backend != "auto":
-                print_mark(err, False, f"draft: the spec would be refused on this machine: {exc.reason}; "
-                                      "use --no-preflight to write it anyway")
+                print_mark(
+                    err,
+                    False,
+                    f"draft: the spec would be refused on this machine: {exc.reason}; "
+                    "use --no-preflight to write it anyway",
+                )
                 return 1
             text = draft("fake")
             try:
                 check(RunSetup.from_mapping(_yaml_load(text)["setup"]), "fake")
             except PreflightError as fake_exc:
-                print_mark(err, False, f"draft: the spec would be refused on this machine: {exc.reason}; "
-                                      f"simulated: {fake_exc.reason}; use --no-preflight to write it anyway")
+                print_mark(
+                    err,
+                    False,
+                    f"draft: the spec would be refused on this machine: {exc.reason}; "
+                    f"simulated: {fake_exc.reason}; use --no-preflight to write it anyway",
+                )
                 return 1
-            err.print(Text(f"note: drafted for the fake backend (simulated ranks): on real ranks this machine "
-                           f"would refuse it: {exc.reason}"))
+            err.print(
+                Text(
+                    f"note: drafted for the fake backend (simulated ranks): on real ranks this machine "
+                    f"would refuse it: {exc.reason}"
+                )
+            )
     except DraftError as exc:  # already names --config and what was expected
         print_mark(err, False, " ".join(str(exc).split()))
         return 1

@@ -12,8 +12,9 @@ from harness.report.output import file_problem, folder_problem
 __all__ = ["refuse_unusable_outputs"]
 
 
-def refuse_unusable_outputs(console: Console, args: argparse.Namespace, files: tuple[str, ...] = (),
-                            folders: tuple[str, ...] = ()) -> bool:
+def refuse_unusable_outputs(
+    console: Console, args: argparse.Namespace, files: tuple[str, ...] = (), folders: tuple[str, ...] = ()
+) -> bool:
     """Check the flags ``files`` (file paths) and ``folders`` (folder paths, made if missing) of
     ``args``, e.g. ``("json",)``; print one line for the first unusable one (``--json PATH: why``)
     and return True, else False."""

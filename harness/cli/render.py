@@ -26,14 +26,21 @@ def add_arguments(sub: argparse._SubParsersAction) -> None:
     render = sub.add_parser("render", help="write the document's tables, regenerated from a run, as Markdown")
     render.add_argument("spec", type=Path)
     render.add_argument("--out", metavar="DIR", help="write DIR/<spec>.md (default: Markdown on stdout)")
-    render.add_argument("--from-json", metavar="OBS.json",
-                        help="read the observation from a 'run --json' file instead of running")
-    render.add_argument("--backend", choices=BACKENDS, default=None,
-                        help="the backend, if the spec's is auto; a spec pinned to another keeps it unless "
-                             "--force-backend")
-    render.add_argument("--force-backend", action="store_true",
-                        help="apply --backend also to specs pinned to a backend (by default a spec whose backend is "
-                             "not auto keeps it: the pin is part of what it checks)")
+    render.add_argument(
+        "--from-json", metavar="OBS.json", help="read the observation from a 'run --json' file instead of running"
+    )
+    render.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=None,
+        help="the backend, if the spec's is auto; a spec pinned to another keeps it unless --force-backend",
+    )
+    render.add_argument(
+        "--force-backend",
+        action="store_true",
+        help="apply --backend also to specs pinned to a backend (by default a spec whose backend is "
+        "not auto keeps it: the pin is part of what it checks)",
+    )
     render.add_argument("--timeout", type=float, default=None, help="seconds before a run is declared hung")
     add_view_flags(render)
 

@@ -38,27 +38,47 @@ __all__ = ["add_arguments", "argument_problem", "command", "save_results"]
 def add_arguments(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("run", help="run specs and check every entry")
     run.add_argument("specs", nargs="+", type=Path)
-    run.add_argument("--backend", choices=BACKENDS, default=None,
-                     help="backend for specs whose backend is auto (auto: nccl with one GPU per rank if enough GPUs, "
-                          "else gloo); a spec pinned to another keeps it unless --force-backend")
-    run.add_argument("--force-backend", action="store_true",
-                     help="apply --backend also to specs pinned to a backend (by default a spec whose backend is "
-                          "not auto keeps it: the pin is part of what it checks)")
+    run.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=None,
+        help="backend for specs whose backend is auto (auto: nccl with one GPU per rank if enough GPUs, "
+        "else gloo); a spec pinned to another keeps it unless --force-backend",
+    )
+    run.add_argument(
+        "--force-backend",
+        action="store_true",
+        help="apply --backend also to specs pinned to a backend (by default a spec whose backend is "
+        "not auto keeps it: the pin is part of what it checks)",
+    )
     run.add_argument("--timeout", type=float, default=None, help="seconds before a run is declared hung")
     run.add_argument("--json", metavar="PATH", help="write results and observation documents as JSON")
     run.add_argument("--failures-only", action="store_true", help="print only failing entries")
-    run.add_argument("--report", metavar="PATH",
-                     help="write a Markdown report: hosts and ranks, the environment with disagreements marked, the "
-                          "bandwidth table, the results")
+    run.add_argument(
+        "--report",
+        metavar="PATH",
+        help="write a Markdown report: hosts and ranks, the environment with disagreements marked, the "
+        "bandwidth table, the results",
+    )
     add_view_flags(run)
-    run.add_argument("--junitxml", metavar="PATH",
-                     help="write JUnit XML: one test case per entry, named as pytest's --junitxml names the spec's "
-                          "items")
-    run.add_argument("--no-preflight", action="store_true",
-                     help="skip the check that this machine can hold the run (processes, memory per rank)")
-    run.add_argument("--repeat", type=int, metavar="N", default=None,
-                     help="run each spec N times; list every observed field that differed and report each entry "
-                          "that reads one as unstable (exit 3)")
+    run.add_argument(
+        "--junitxml",
+        metavar="PATH",
+        help="write JUnit XML: one test case per entry, named as pytest's --junitxml names the spec's items",
+    )
+    run.add_argument(
+        "--no-preflight",
+        action="store_true",
+        help="skip the check that this machine can hold the run (processes, memory per rank)",
+    )
+    run.add_argument(
+        "--repeat",
+        type=int,
+        metavar="N",
+        default=None,
+        help="run each spec N times; list every observed field that differed and report each entry "
+        "that reads one as unstable (exit 3)",
+    )
 
 
 def argument_problem(args: argparse.Namespace) -> str | None:
@@ -67,7 +87,9 @@ def argument_problem(args: argparse.Namespace) -> str | None:
     if args.repeat is not None:
         if args.repeat < 2:
             return f"--repeat must be at least 2, got {args.repeat}"
-        given = [f"--{n.replace('_', '-')}" for n in ("json", "report", "junitxml", "trace", "plot") if getattr(args, n)]
+        given = [
+            f"--{n.replace('_', '-')}" for n in ("json", "report", "junitxml", "trace", "plot") if getattr(args, n)
+        ]
         if given:
             return f"--repeat compares runs and writes no files: drop {', '.join(given)}"
     return force_backend_problem(args) or timeout_problem(args)
@@ -121,8 +143,9 @@ def command(args: argparse.Namespace, console: Console) -> int:
                 except (RunError, ObservationError) as exc:
                     if getattr(exc, "rank", None) is not None or global_rank() == 0:  # a world's error: rank 0 says it
                         print_mark(console, False, f"{path}: the run failed: {exc}")
-                    runs.append(SpecRun(str(path), spec.name, spec.title, error=str(exc),
-                                        seconds=time.perf_counter() - started))
+                    runs.append(
+                        SpecRun(str(path), spec.name, spec.title, error=str(exc), seconds=time.perf_counter() - started)
+                    )
                     nodeid_path = junit.spec_nodeid_path(path)
                     cases += [junit.run_error_case(nodeid_path, item.entry, exc) for item in spec.items]
                     status = 2
@@ -137,17 +160,21 @@ def command(args: argparse.Namespace, console: Console) -> int:
             print_report(results, console, title=f"{spec.name} — {spec.title}", only_failures=args.failures_only)
             _print_bandwidth(observation, console)
             drafted = sum(item.drafted for item in spec.items)
-            console.print(Text(
-                f"{spec.name}: {summary_line(results, drafted)}  (torch {env['torch_version']}, {env['backend']}, "
-                f"{env['world_size']} ranks, mesh {env['mesh_shape']} {env['mesh_dim_names']}, "
-                f"{time.perf_counter() - started:.1f} s)"))
+            console.print(
+                Text(
+                    f"{spec.name}: {summary_line(results, drafted)}  (torch {env['torch_version']}, {env['backend']}, "
+                    f"{env['world_size']} ranks, mesh {env['mesh_shape']} {env['mesh_dim_names']}, "
+                    f"{time.perf_counter() - started:.1f} s)"
+                )
+            )
             if any(r.status in FAILING for r in results):
                 status = max(status, 1)
             all_results.extend(results)
             documents[str(path)] = observation
             finished.append(str(path))
-            runs.append(SpecRun(str(path), spec.name, spec.title, observation, results,
-                                seconds=time.perf_counter() - started))
+            runs.append(
+                SpecRun(str(path), spec.name, spec.title, observation, results, seconds=time.perf_counter() - started)
+            )
             if not write_views(args, spec, observation, console):
                 status = max(status, 2)
         if len(args.specs) > 1 and all_results:
@@ -213,8 +240,11 @@ def _command_repeated(args: argparse.Namespace, console: Console) -> int:
             continue
         outcomes = repeat.repeated_outcomes(results)
         lines = repeat.format_varying(repeat.varying_fields(documents)) + repeat.format_unstable(outcomes)
-        for line in [f"{spec.name}: {args.repeat} runs", *lines,
-                     f"{spec.name}: {repeat.summary_line(outcomes, args.repeat, FAILING)}"]:
+        for line in [
+            f"{spec.name}: {args.repeat} runs",
+            *lines,
+            f"{spec.name}: {repeat.summary_line(outcomes, args.repeat, FAILING)}",
+        ]:
             console.print(Text(line))
         status = max(status, repeat.exit_status(outcomes, FAILING), key=[0, repeat.UNSTABLE_EXIT, 1, 2].index)
     return status
@@ -230,8 +260,15 @@ def _print_bandwidth(observation: dict, console: Console) -> None:
         console.print(Text("\n".join(table_lines(rows, world_size=observation["environment"]["world_size"]))))
 
 
-def _write_payload(console: Console, args: argparse.Namespace, results: list[Any], documents: dict[str, Any],
-                   finished: list[str], interrupted: BaseException | None, status: int) -> int:
+def _write_payload(
+    console: Console,
+    args: argparse.Namespace,
+    results: list[Any],
+    documents: dict[str, Any],
+    finished: list[str],
+    interrupted: BaseException | None,
+    status: int,
+) -> int:
     from harness.report.terminal import result_to_json
 
     version = None

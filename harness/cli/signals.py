@@ -15,8 +15,14 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["Terminated", "signals_held", "interrupts_raised", "status_of_interrupt", "files_written_whole",
-           "as_program"]
+__all__ = [
+    "Terminated",
+    "signals_held",
+    "interrupts_raised",
+    "status_of_interrupt",
+    "files_written_whole",
+    "as_program",
+]
 
 
 class Terminated(KeyboardInterrupt):

@@ -10,7 +10,15 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-__all__ = ["backend_of", "force_backend_problem", "global_rank", "note_kept_backend", "progress", "run_spec", "timeout_problem"]
+__all__ = [
+    "backend_of",
+    "force_backend_problem",
+    "global_rank",
+    "note_kept_backend",
+    "progress",
+    "run_spec",
+    "timeout_problem",
+]
 
 MAX_TIMEOUT_S = 86400
 """Longest --timeout accepted (seconds: a day)."""
@@ -76,5 +84,11 @@ def run_spec(spec: Any, args: argparse.Namespace, on_progress: Any) -> dict | No
         for stale in folder.glob("rank*.json"):  # an earlier run's ranks must not be merged in
             stale.unlink()
         trace_dir = str(folder)
-    return run_setup(spec.setup, backend=backend_of(spec, args), timeout_s=args.timeout or spec.timeout_s,
-                     trace_dir=trace_dir, on_progress=on_progress, preflight=not getattr(args, "no_preflight", False))
+    return run_setup(
+        spec.setup,
+        backend=backend_of(spec, args),
+        timeout_s=args.timeout or spec.timeout_s,
+        trace_dir=trace_dir,
+        on_progress=on_progress,
+        preflight=not getattr(args, "no_preflight", False),
+    )

@@ -17,12 +17,18 @@ __all__ = ["add_view_flags", "plot_available", "write_views"]
 
 
 def add_view_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--trace", metavar="DIR",
-                        help="write each rank's torch.profiler Chrome trace (DIR/<spec>/rank<r>.json) and all ranks "
-                             "merged on one timeline, one process per rank (DIR/<spec>.json; Perfetto opens it)")
-    parser.add_argument("--plot", metavar="DIR",
-                        help="draw each rank's FSDPMemTracker memory through the step (DIR/<spec>_memory_rank<r>.png "
-                             "and .svg; needs matplotlib: pip install .[plot])")
+    parser.add_argument(
+        "--trace",
+        metavar="DIR",
+        help="write each rank's torch.profiler Chrome trace (DIR/<spec>/rank<r>.json) and all ranks "
+        "merged on one timeline, one process per rank (DIR/<spec>.json; Perfetto opens it)",
+    )
+    parser.add_argument(
+        "--plot",
+        metavar="DIR",
+        help="draw each rank's FSDPMemTracker memory through the step (DIR/<spec>_memory_rank<r>.png "
+        "and .svg; needs matplotlib: pip install .[plot])",
+    )
 
 
 def plot_available(console: Console) -> bool:
@@ -62,13 +68,21 @@ def _write_views_unchecked(args: argparse.Namespace, spec: Any, observation: dic
         merged = write_merged(folder, out)
         write_merged(folder, Path(args.trace) / f"{spec.name}.fsdp.json", compact=True)
         ranks = merged["otherData"]["ranks"]
-        console.print(Text(f"wrote {out}: the profiler traces of ranks {ranks} on one timeline, one process per rank "
-                           f"(open in ui.perfetto.dev); {spec.name}.fsdp.json keeps FSDP labels and collectives only; "
-                           f"per rank: {folder}/rank<r>.json"))
+        console.print(
+            Text(
+                f"wrote {out}: the profiler traces of ranks {ranks} on one timeline, one process per rank "
+                f"(open in ui.perfetto.dev); {spec.name}.fsdp.json keeps FSDP labels and collectives only; "
+                f"per rank: {folder}/rank<r>.json"
+            )
+        )
     if getattr(args, "plot", None):
         from harness.report.plot import plot_memory
 
         Path(args.plot).mkdir(parents=True, exist_ok=True)
         files = plot_memory(observation, args.plot, spec.name)
-        console.print(Text(f"wrote {len(files)} memory timelines: {', '.join(str(f) for f in files[:2])}"
-                           f"{' ...' if len(files) > 2 else ''}"))
+        console.print(
+            Text(
+                f"wrote {len(files)} memory timelines: {', '.join(str(f) for f in files[:2])}"
+                f"{' ...' if len(files) > 2 else ''}"
+            )
+        )

@@ -48,8 +48,12 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from model.config import KNOWN_CONFIGS  # torch-free, as model.names
 from model.config import step_symbols as _step_symbols
-from model.names import (LAYER_PARAM_NAMES_DOCUMENT, LAYER_PARAM_NAMES_REGISTRATION, MOE_LAYER_PARAM_NAMES_DOCUMENT,
-                         MOE_LAYER_PARAM_NAMES_REGISTRATION)
+from model.names import (
+    LAYER_PARAM_NAMES_DOCUMENT,
+    LAYER_PARAM_NAMES_REGISTRATION,
+    MOE_LAYER_PARAM_NAMES_DOCUMENT,
+    MOE_LAYER_PARAM_NAMES_REGISTRATION,
+)
 
 MB = 10**6
 """The document's megabyte: 10**6 bytes."""
@@ -139,8 +143,11 @@ class Dims:
     def is_moe_layer(self, layer_idx: int) -> bool:
         """Whether decoder layer ``layer_idx`` is sparse: as ``model.Qwen3MoeConfig.is_moe_layer``
         (transformers ``Qwen3MoeDecoderLayer``); never for a dense model."""
-        return bool(self.num_experts) and layer_idx not in self.mlp_only_layers and (
-            (layer_idx + 1) % self.decoder_sparse_step == 0)
+        return (
+            bool(self.num_experts)
+            and layer_idx not in self.mlp_only_layers
+            and ((layer_idx + 1) % self.decoder_sparse_step == 0)
+        )
 
 
 def to_dims(dims: Any) -> Dims:
@@ -188,8 +195,14 @@ def to_dims(dims: Any) -> Dims:
         decoder_sparse_step=get("decoder_sparse_step", 1),
         mlp_only_layers=tuple(get("mlp_only_layers", ())),
     )
-    fields = ["hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
-              "num_hidden_layers"]
+    fields = [
+        "hidden_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "intermediate_size",
+        "num_hidden_layers",
+    ]
     if out.num_experts is not None:  # a MoE model: its own dims are needed too
         fields += ["num_experts", "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step"]
     for field in fields:
@@ -275,11 +288,13 @@ def layer_params(dims: Any, order: str = "registration", layer_idx: int = 0) -> 
     if not d.is_moe_layer(layer_idx):
         return [_spec(name, shapes[name]) for name in _ORDERS[order]]
     E, d_moe = d.num_experts, d.moe_intermediate_size
-    shapes.update({
-        "mlp.experts.gate_up_proj": (E, 2 * d_moe, d.hidden_size),
-        "mlp.experts.down_proj": (E, d.hidden_size, d_moe),
-        "mlp.gate.weight": (E, d.hidden_size),
-    })
+    shapes.update(
+        {
+            "mlp.experts.gate_up_proj": (E, 2 * d_moe, d.hidden_size),
+            "mlp.experts.down_proj": (E, d.hidden_size, d_moe),
+            "mlp.gate.weight": (E, d.hidden_size),
+        }
+    )
     return [_spec(name, shapes[name]) for name in _MOE_ORDERS[order]]
 
 
@@ -455,9 +470,15 @@ class Collective:
     def fields(self) -> dict[str, Any]:
         """This collective as a spec's ``collectives`` fields: op, dtype, numel_in, numel_out,
         buffer_bytes, ring_bytes (an int when whole), group_size, and mesh_dim unless None."""
-        out = {"op": self.op, "dtype": self.dtype, "numel_in": self.numel_in, "numel_out": self.numel_out,
-               "buffer_bytes": self.buffer_bytes, "ring_bytes": _whole(self.ring_bytes),
-               "group_size": self.group_size}
+        out = {
+            "op": self.op,
+            "dtype": self.dtype,
+            "numel_in": self.numel_in,
+            "numel_out": self.numel_out,
+            "buffer_bytes": self.buffer_bytes,
+            "ring_bytes": _whole(self.ring_bytes),
+            "group_size": self.group_size,
+        }
         if self.mesh_dim is not None:
             out["mesh_dim"] = self.mesh_dim
         return out
@@ -471,12 +492,14 @@ class Collective:
         return self.algbw(seconds) * self.busbw_factor
 
 
-def _collective(op: str, phase: str, mesh_dim: str | None, n: int, dtype: str,
-                numel_in: int, numel_out: int) -> Collective:
+def _collective(
+    op: str, phase: str, mesh_dim: str | None, n: int, dtype: str, numel_in: int, numel_out: int
+) -> Collective:
     size_numel = {"all_gather": numel_out, "reduce_scatter": numel_in, "all_reduce": numel_in}[op]
     size = size_numel * DTYPE_BYTES[dtype]
-    return Collective(op, phase, mesh_dim, n, dtype, numel_in, numel_out, size,
-                      ring_bytes(op, size, n), busbw_factor(op, n))
+    return Collective(
+        op, phase, mesh_dim, n, dtype, numel_in, numel_out, size, ring_bytes(op, size, n), busbw_factor(op, n)
+    )
 
 
 def _whole(value: int | float) -> int | float:
@@ -796,30 +819,33 @@ def unit_tables(
             raise ValueError(f"{p.name}: Shard dim {dim!r} is invalid for {len(p.shape)}D tensor: {list(p.shape)}")
         rows = p.shape[dim]
         if dim > 0 and rows % shard != 0:  # torch FSDPParam._init_sharded_param refuses it
-            raise ValueError(f"{p.name}: FSDP does not support uneven sharding on dim {dim}: "
-                             f"{list(p.shape)} (world size: {shard})")
-        rest = _numel(p.shape[:dim]) * _numel(p.shape[dim + 1:])
+            raise ValueError(
+                f"{p.name}: FSDP does not support uneven sharding on dim {dim}: {list(p.shape)} (world size: {shard})"
+            )
+        rest = _numel(p.shape[:dim]) * _numel(p.shape[dim + 1 :])
         c = chunk_size(rows, shard)
         per_rank = chunk_rows(rows, shard)
         padded = c * rest
 
         def cut(n: int, shape: tuple[int, ...] = tuple(p.shape), dim: int = dim) -> tuple[int, ...]:
-            return (*shape[:dim], n, *shape[dim + 1:])
+            return (*shape[:dim], n, *shape[dim + 1 :])
 
-        rows_out.append(ParamShard(
-            name=p.name,
-            full_shape=tuple(p.shape),
-            numel=p.numel,
-            chunk_rows=c,
-            padded_shard_shape=cut(c),
-            padded_shard_numel=padded,
-            local_shapes=tuple(cut(n) for n in per_rank),
-            local_numels=tuple(n * rest for n in per_rank),
-            row_ranges=tuple(row_range(rows, shard, r) for r in range(shard)),
-            padding_numel=shard * padded - p.numel,
-            input_offset=offset,
-            shard_dim=dim,
-        ))
+        rows_out.append(
+            ParamShard(
+                name=p.name,
+                full_shape=tuple(p.shape),
+                numel=p.numel,
+                chunk_rows=c,
+                padded_shard_shape=cut(c),
+                padded_shard_numel=padded,
+                local_shapes=tuple(cut(n) for n in per_rank),
+                local_numels=tuple(n * rest for n in per_rank),
+                row_ranges=tuple(row_range(rows, shard, r) for r in range(shard)),
+                padding_numel=shard * padded - p.numel,
+                input_offset=offset,
+                shard_dim=dim,
+            )
+        )
         offset += padded
 
     numel = sum(p.numel for p in rows_out)
@@ -831,18 +857,26 @@ def unit_tables(
     # A shard group of one rank issues no all-gather and no reduce-scatter: torch
     # FSDPParamGroup.unshard returns early "if world_size == 1" and copies the shard in place.
     if rows_out and shard > 1:
-        collectives.append(_collective("all_gather", "forward", shard_dim, shard, gather,
-                                       padded_shard_numel, padded_numel))
+        collectives.append(
+            _collective("all_gather", "forward", shard_dim, shard, gather, padded_shard_numel, padded_numel)
+        )
         if post_forward is not None:
             # reshard_after_forward=<int>: a new group of k ranks, no dim of the mesh
             dim = shard_dim if post_forward == shard else None
-            collectives.append(_collective("all_gather", "backward", dim, post_forward, gather,
-                                           padded_numel // post_forward, padded_numel))
-        collectives.append(_collective("reduce_scatter", "backward", shard_dim, shard, reduce,
-                                       padded_numel, padded_shard_numel))
+            collectives.append(
+                _collective(
+                    "all_gather", "backward", dim, post_forward, gather, padded_numel // post_forward, padded_numel
+                )
+            )
+        collectives.append(
+            _collective("reduce_scatter", "backward", shard_dim, shard, reduce, padded_numel, padded_shard_numel)
+        )
     if rows_out and replicate > 1:  # HSDP: the shard-sized gradient, across replicas
-        collectives.append(_collective("all_reduce", "backward", replicate_dim, replicate,
-                                       reduce, padded_shard_numel, padded_shard_numel))
+        collectives.append(
+            _collective(
+                "all_reduce", "backward", replicate_dim, replicate, reduce, padded_shard_numel, padded_shard_numel
+            )
+        )
     step = sum(c.ring_bytes for c in collectives)
     if isinstance(step, float) and step.is_integer():
         step = int(step)
@@ -903,10 +937,17 @@ def layer_tables(
         FSDP2 uses "registration"); ``layer_idx`` picks the layer (dense or sparse) of a MoE
         model.
     """
-    return unit_tables(layer_params(dims, order, layer_idx), world_size, mesh_shape=mesh_shape,
-                       storage_dtype=storage_dtype, gather_dtype=gather_dtype,
-                       reduce_dtype=reduce_dtype, reshard_after_forward=reshard_after_forward,
-                       mesh_dim_names=mesh_dim_names, shard_dims=shard_dims)
+    return unit_tables(
+        layer_params(dims, order, layer_idx),
+        world_size,
+        mesh_shape=mesh_shape,
+        storage_dtype=storage_dtype,
+        gather_dtype=gather_dtype,
+        reduce_dtype=reduce_dtype,
+        reshard_after_forward=reshard_after_forward,
+        mesh_dim_names=mesh_dim_names,
+        shard_dims=shard_dims,
+    )
 
 
 def root_tables(
@@ -926,10 +967,16 @@ def root_tables(
     leaves the root unresharded after forward (torch ``FSDPState._lazy_init``: "For the
     root, do not reshard after forward"), so its backward all-gather does not happen.
     """
-    return unit_tables(root_params(dims), world_size, mesh_shape=mesh_shape,
-                       storage_dtype=storage_dtype, gather_dtype=gather_dtype,
-                       reduce_dtype=reduce_dtype, reshard_after_forward=reshard_after_forward,
-                       mesh_dim_names=mesh_dim_names)
+    return unit_tables(
+        root_params(dims),
+        world_size,
+        mesh_shape=mesh_shape,
+        storage_dtype=storage_dtype,
+        gather_dtype=gather_dtype,
+        reduce_dtype=reduce_dtype,
+        reshard_after_forward=reshard_after_forward,
+        mesh_dim_names=mesh_dim_names,
+    )
 
 
 @dataclass(frozen=True)
@@ -990,30 +1037,43 @@ def model_tables(
     ``mlp_only_layers``) sums each layer's own tables; ``layer`` is then layer 0's.
     """
     d = to_dims(dims)
-    common = dict(mesh_shape=mesh_shape, storage_dtype=storage_dtype, gather_dtype=gather_dtype,
-                  reduce_dtype=reduce_dtype, mesh_dim_names=mesh_dim_names)
-    layer = layer_tables(d, world_size, reshard_after_forward=reshard_after_forward,
-                         order=order, shard_dims=shard_dims, **common)
+    common = dict(
+        mesh_shape=mesh_shape,
+        storage_dtype=storage_dtype,
+        gather_dtype=gather_dtype,
+        reduce_dtype=reduce_dtype,
+        mesh_dim_names=mesh_dim_names,
+    )
+    layer = layer_tables(
+        d, world_size, reshard_after_forward=reshard_after_forward, order=order, shard_dims=shard_dims, **common
+    )
     kinds = {d.is_moe_layer(i) for i in range(d.num_hidden_layers)}
     layers = [layer] * d.num_hidden_layers
     if len(kinds) > 1:
         dense_dims = {k: v for k, v in (shard_dims or {}).items() if not k.startswith(("mlp.experts.", "mlp.gate."))}
-        layers = [layer_tables(d, world_size, reshard_after_forward=reshard_after_forward, order=order,
-                               layer_idx=i, shard_dims=shard_dims if d.is_moe_layer(i) else dense_dims, **common)
-                  for i in range(d.num_hidden_layers)]
+        layers = [
+            layer_tables(
+                d,
+                world_size,
+                reshard_after_forward=reshard_after_forward,
+                order=order,
+                layer_idx=i,
+                shard_dims=shard_dims if d.is_moe_layer(i) else dense_dims,
+                **common,
+            )
+            for i in range(d.num_hidden_layers)
+        ]
     if body == "decoder_layers":
         root = None
     elif body == "causal_lm":
-        root = root_tables(d, world_size, reshard_after_forward=root_reshard_after_forward,
-                           **common)
+        root = root_tables(d, world_size, reshard_after_forward=root_reshard_after_forward, **common)
     else:
         raise ValueError(f"body must be 'decoder_layers' or 'causal_lm', got {body!r}")
     step = sum(t.total_ring_bytes for t in layers) + (root.total_ring_bytes if root else 0)
     if isinstance(step, float) and step.is_integer():
         step = int(step)
     sharded = tuple(
-        sum(t.local_bytes[r] for t in layers) + (root.local_bytes[r] if root else 0)
-        for r in range(layer.shard_size)
+        sum(t.local_bytes[r] for t in layers) + (root.local_bytes[r] if root else 0) for r in range(layer.shard_size)
     )
     return ModelTables(d.num_hidden_layers, layer, root, step, sharded)
 

@@ -12,13 +12,29 @@ BACKENDS: tuple[str, ...] = ("auto", "gloo", "nccl", "fake")
 rank when enough are visible, else gloo on CPU; ``fake`` is torch's fake process group in one
 process (nothing is moved)."""
 
-PHASES: tuple[str, ...] = ("setup", "zero_grad", "unshard", "forward", "reshard", "backward", "clip_grad_norm",
-                           "optimizer")
+PHASES: tuple[str, ...] = (
+    "setup",
+    "zero_grad",
+    "unshard",
+    "forward",
+    "reshard",
+    "backward",
+    "clip_grad_norm",
+    "optimizer",
+)
 """Phases of a rank's step, in order (recorders.phases; the schedule's runtime calls have their own:
 ``zero_grad``, ``unshard``, ``reshard``, ``clip_grad_norm``); a collective records the phase it ran in."""
 
-RANK_PHASES: tuple[str, ...] = ("starting", "init_process_group", PHASES[0], "replica", *PHASES[1:], "state_dict",
-                                "bandwidth", "done")
+RANK_PHASES: tuple[str, ...] = (
+    "starting",
+    "init_process_group",
+    PHASES[0],
+    "replica",
+    *PHASES[1:],
+    "state_dict",
+    "bandwidth",
+    "done",
+)
 """Every phase a rank process is in, in order: the one table the launcher reports (its shared-memory
 codes are indices into it), the progress line shows and the rank's timings name.
 
@@ -29,7 +45,7 @@ codes are indices into it), the progress line shows and the rank's timings name.
   bandwidth sweep), then ``done``.
 """
 
-BODY_PHASES: tuple[str, ...] = RANK_PHASES[RANK_PHASES.index(PHASES[0]):RANK_PHASES.index("done")]
+BODY_PHASES: tuple[str, ...] = RANK_PHASES[RANK_PHASES.index(PHASES[0]) : RANK_PHASES.index("done")]
 """The phases the rank body enters (recorders.phases.Phases); an error names one as the phase it left."""
 
 
@@ -45,8 +61,17 @@ def rank_phase_code(name: str) -> int:
     except ValueError:
         raise ValueError(f"phase {name!r} is not in harness.contract.names.RANK_PHASES {RANK_PHASES}") from None
 
+
 COLLECTIVE_OPS: tuple[str, ...] = (
-    "all_gather", "reduce_scatter", "all_reduce", "broadcast", "all_to_all", "barrier", "send", "recv", "other",
+    "all_gather",
+    "reduce_scatter",
+    "all_reduce",
+    "broadcast",
+    "all_to_all",
+    "barrier",
+    "send",
+    "recv",
+    "other",
 )
 """Logical collective ops a record's ``op`` takes (recorders.collectives maps c10d ops to these)."""
 
@@ -75,9 +100,16 @@ category names (bytes per category in a memory snapshot)."""
 # (torch 2.13) that the tracker records without activation checkpointing (not "Pre-Forward AC");
 # the plain mem_tracker._ModState names like "Pre-Forward" are not FSDPMemTracker's.
 MEMORY_UNIT_STATES: tuple[str, ...] = (
-    "Before Pre-Forward", "After Pre-Forward", "Before Post-Forward", "After Post-Forward",
-    "Before Pre-Backward", "After Pre-Backward", "Before Post-Backward", "After Post-Backward",
-    "Peak Forward", "Peak Backward",  # _FSDPModState.PEAK_FW, PEAK_BW
+    "Before Pre-Forward",
+    "After Pre-Forward",
+    "Before Post-Forward",
+    "After Post-Forward",
+    "Before Pre-Backward",
+    "After Pre-Backward",
+    "Before Post-Backward",
+    "After Post-Backward",
+    "Peak Forward",
+    "Peak Backward",  # _FSDPModState.PEAK_FW, PEAK_BW
 )
 """States at which FSDPMemTracker snapshots a unit that owns parameters."""
 
@@ -98,10 +130,25 @@ UNIT_ROLES: tuple[str, ...] = ("layer", "root", "module")
 other module or group of modules (``setup.fsdp.units``)."""
 
 EVENT_NAMES: tuple[str, ...] = (
-    "root_pre_forward", "inputs_to_device", "cast_forward_inputs", "cast_forward_outputs", "pre_forward",
-    "all_gather", "all_gather_copy_out", "post_forward", "forward_prefetch", "pre_backward", "backward_prefetch",
-    "post_backward", "post_backward_accumulate", "post_backward_reshard", "post_backward_rs_wait",
-    "post_backward_reduce", "root_post_backward_callback", "reshard", "unshard",
+    "root_pre_forward",
+    "inputs_to_device",
+    "cast_forward_inputs",
+    "cast_forward_outputs",
+    "pre_forward",
+    "all_gather",
+    "all_gather_copy_out",
+    "post_forward",
+    "forward_prefetch",
+    "pre_backward",
+    "backward_prefetch",
+    "post_backward",
+    "post_backward_accumulate",
+    "post_backward_reshard",
+    "post_backward_rs_wait",
+    "post_backward_reduce",
+    "root_post_backward_callback",
+    "reshard",
+    "unshard",
 )
 """Events recorders.events writes: FSDP's profiler labels without ``FSDP::`` (torch 2.13
 ``_fsdp_param_group.py``, ``_fsdp_state.py``), and ``reshard``/``unshard``, the shard-state

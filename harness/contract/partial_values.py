@@ -15,7 +15,10 @@ from typing import Any, Callable, Mapping, Sequence
 __all__ = ["REDUCTIONS", "fill_partial_norms"]
 
 REDUCTIONS: dict[str, Callable[[list[float]], float]] = {
-    "sum": sum, "avg": lambda v: sum(v) / len(v), "max": max, "min": min,
+    "sum": sum,
+    "avg": lambda v: sum(v) / len(v),
+    "max": max,
+    "min": min,
 }
 """DTensor's ``Partial`` reduce ops (``Partial(sum)``, ``Partial(avg)``, ``Partial(max)``,
 ``Partial(min)``) as functions of the local values."""
@@ -23,8 +26,9 @@ REDUCTIONS: dict[str, Callable[[list[float]], float]] = {
 _PARTIAL = re.compile(r"^Partial\((?P<op>\w+)\)$")
 
 
-def _full(values: dict[tuple[int, ...], float], placements: Sequence[str],
-          mesh_shape: Sequence[int]) -> dict[tuple[int, ...], float] | None:
+def _full(
+    values: dict[tuple[int, ...], float], placements: Sequence[str], mesh_shape: Sequence[int]
+) -> dict[tuple[int, ...], float] | None:
     """Reduce ``values`` (coords -> local value) along each Partial mesh dim; None when a value
     or a rank is missing or the op is unknown."""
     for dim, placement in enumerate(placements):
@@ -36,7 +40,7 @@ def _full(values: dict[tuple[int, ...], float], placements: Sequence[str],
             return None
         reduced = {}
         for coords in values:
-            peers = [coords[:dim] + (k,) + coords[dim + 1:] for k in range(mesh_shape[dim])]
+            peers = [coords[:dim] + (k,) + coords[dim + 1 :] for k in range(mesh_shape[dim])]
             if any(p not in values for p in peers):
                 return None
             reduced[coords] = reduce([values[p] for p in peers])

@@ -90,7 +90,9 @@ def check(entry: Entry, observation: Mapping[str, Any]) -> CheckResult:
         observed, failed = {}, []
         for rank, values in measured.items():
             if name not in values:
-                return CheckResult(entry, "error", message=f"rank {rank}: field {name!r} not observed; fields: {sorted(values)}")
+                return CheckResult(
+                    entry, "error", message=f"rank {rank}: field {name!r} not observed; fields: {sorted(values)}"
+                )
             if isinstance(values[name], NotMeasured):  # this run cannot measure it: not compared
                 observed[rank] = f"n/a: {values[name].reason}"
                 not_measured.append(values[name].reason)

@@ -30,8 +30,11 @@ def evaluate_item(item: "SpecItem", observation: Mapping[str, Any]) -> CheckResu
         return CheckResult(item.entry, "skip", message="a simulated run (fake backend) saves no checkpoint")
     wanted = _explicit_ranks(item.entry.selectors)
     if env["simulated"] and wanted and not set(wanted) & set(env["observed_ranks"]):
-        return CheckResult(item.entry, "skip",
-                           message=f"rank(s) {wanted} not simulated; setup.observe_ranks chose {env['observed_ranks']}")
+        return CheckResult(
+            item.entry,
+            "skip",
+            message=f"rank(s) {wanted} not simulated; setup.observe_ranks chose {env['observed_ranks']}",
+        )
     result = check(item.entry, observation)
     if item.deviation:
         link = f" ({item.deviation['link']})" if item.deviation.get("link") else ""

@@ -82,7 +82,15 @@ class BandwidthRow:
 
 
 def _key(row: Mapping[str, Any]) -> tuple:
-    return (row["name"], row["source"], row["op"], row["dtype"], row["size_bytes"], row["group_size"], row.get("mesh_dim"))
+    return (
+        row["name"],
+        row["source"],
+        row["op"],
+        row["dtype"],
+        row["size_bytes"],
+        row["group_size"],
+        row.get("mesh_dim"),
+    )
 
 
 def bandwidth_rows(obs: Mapping[str, Any]) -> list[BandwidthRow]:
@@ -101,13 +109,27 @@ def bandwidth_rows(obs: Mapping[str, Any]) -> list[BandwidthRow]:
         times = {rank: row["time_s"] * 1e6 for rank, row in timed}
         time_us = sum(times.values()) / len(times)
         algbw = first["size_bytes"] / (time_us * 1e-6) / 1e9 if time_us > 0 else float("inf")
-        out.append(BandwidthRow(
-            name=first["name"], source=first["source"], op=first["op"], dtype=first["dtype"],
-            size_bytes=first["size_bytes"], count=first["count"], requested_bytes=first["requested_bytes"],
-            group_size=first["group_size"], mesh_dim=first.get("mesh_dim"), occurrences=first.get("occurrences"),
-            time_us=time_us, algbw=algbw, busbw=algbw * bus_factor(first["op"], first["group_size"]),
-            wrong=sum(row["wrong"] for _, row in timed), times_us=times,
-            wrong_by_rank={rank: row["wrong"] for rank, row in timed}, timer=first["timer"],
-            warmup=first["warmup"], iterations=first["iterations"],
-        ))
+        out.append(
+            BandwidthRow(
+                name=first["name"],
+                source=first["source"],
+                op=first["op"],
+                dtype=first["dtype"],
+                size_bytes=first["size_bytes"],
+                count=first["count"],
+                requested_bytes=first["requested_bytes"],
+                group_size=first["group_size"],
+                mesh_dim=first.get("mesh_dim"),
+                occurrences=first.get("occurrences"),
+                time_us=time_us,
+                algbw=algbw,
+                busbw=algbw * bus_factor(first["op"], first["group_size"]),
+                wrong=sum(row["wrong"] for _, row in timed),
+                times_us=times,
+                wrong_by_rank={rank: row["wrong"] for rank, row in timed},
+                timer=first["timer"],
+                warmup=first["warmup"],
+                iterations=first["iterations"],
+            )
+        )
     return out

@@ -37,8 +37,17 @@ class Entry:
     line: int = 0
 
 
-def make_entry(kind: str, values: Mapping[str, Any], *, id: str, says: str = "", section: str = "",
-               table: str = "", spec: str = "", line: int = 0) -> Entry:
+def make_entry(
+    kind: str,
+    values: Mapping[str, Any],
+    *,
+    id: str,
+    says: str = "",
+    section: str = "",
+    table: str = "",
+    spec: str = "",
+    line: int = 0,
+) -> Entry:
     """Split an entry's mapping into selectors and expected fields (parsed once, here).
 
     Raises:
@@ -57,5 +66,14 @@ def make_entry(kind: str, values: Mapping[str, Any], *, id: str, says: str = "",
             expect[key] = parse_expectation(value)
     if not expect:
         raise ValueError(f"no expected field; fields of {kind!r}: {sorted(definition.field_index)}")
-    return Entry(id=id, check=kind, selectors=selectors, expect=expect, says=says, section=section,
-                 table=table, spec=spec, line=line)
+    return Entry(
+        id=id,
+        check=kind,
+        selectors=selectors,
+        expect=expect,
+        says=says,
+        section=section,
+        table=table,
+        spec=spec,
+        line=line,
+    )

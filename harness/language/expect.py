@@ -27,9 +27,16 @@ from typing import Any, Callable
 
 UNIT_SCALE: dict[str, float] = {
     "": 1.0,
-    "K": 1e3, "M": 1e6, "G": 1e9,
-    "B": 1.0, "KB": 1e3, "MB": 1e6, "GB": 1e9,
-    "KiB": 2.0**10, "MiB": 2.0**20, "GiB": 2.0**30,
+    "K": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "B": 1.0,
+    "KB": 1e3,
+    "MB": 1e6,
+    "GB": 1e9,
+    "KiB": 2.0**10,
+    "MiB": 2.0**20,
+    "GiB": 2.0**30,
 }
 BYTE_UNITS = frozenset({"B", "KB", "MB", "GB", "KiB", "MiB", "GiB"})
 """Units of a rounded size in bytes."""
@@ -43,7 +50,11 @@ _ROUNDED = re.compile(
 _BOUND = re.compile(r"^\s*(?P<op><=|>=|==|<|>)\s*(?P<num>[-+]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*$")
 _LOOKS_NUMERIC = re.compile(r"^\s*[≈~<>=]|^\s*\d")
 _OPS: dict[str, Callable[[float, float], bool]] = {
-    "<=": operator.le, ">=": operator.ge, "==": operator.eq, "<": operator.lt, ">": operator.gt,
+    "<=": operator.le,
+    ">=": operator.ge,
+    "==": operator.eq,
+    "<": operator.lt,
+    ">": operator.gt,
 }
 
 
@@ -92,11 +103,18 @@ class Expectation:
         if self.form == "bound":
             return f"{self.op} {_show(self.value)}"
         scale = UNIT_SCALE[self.unit]
-        return f"{self.raw} (= {_show(self.value / scale)} {self.unit} ± {_show(self.tolerance / scale)} {self.unit})".replace("  ", " ")
+        return f"{self.raw} (= {_show(self.value / scale)} {self.unit} ± {_show(self.tolerance / scale)} {self.unit})".replace(
+            "  ", " "
+        )
 
     def show_observed(self, observed: Any) -> str:
         """Observed value in the expectation's units, e.g. ``4,720,896 B = 4.7209 MB``."""
-        if self.form == "rounded" and isinstance(observed, (int, float)) and not isinstance(observed, bool) and self.unit:
+        if (
+            self.form == "rounded"
+            and isinstance(observed, (int, float))
+            and not isinstance(observed, bool)
+            and self.unit
+        ):
             base = "B" if self.unit in BYTE_UNITS else ""
             scaled = observed / UNIT_SCALE[self.unit]
             return f"{_show(observed)}{' ' + base if base else ''} = {scaled:.4g} {self.unit}"
@@ -159,7 +177,9 @@ def _show(value: Any) -> str:
             return f"{value:.3e}"
         return f"{value:.6g}"
     if isinstance(value, (list, tuple)):  # a shape or a list: [2, 8, 1024], no separators
-        return "[" + ", ".join(str(v) if isinstance(v, int) and not isinstance(v, bool) else _show(v) for v in value) + "]"
+        return (
+            "[" + ", ".join(str(v) if isinstance(v, int) and not isinstance(v, bool) else _show(v) for v in value) + "]"
+        )
     return str(value)
 
 

@@ -154,8 +154,18 @@ def ring_bytes(collective: Mapping[str, Any]) -> int | float:
     return s
 
 
-COLLECTIVE_MATCH_KEYS = ("phase", "op", "dtype", "mesh_dim", "fsdp_label", "hook", "group_size", "reduce_op",
-                         "step_index", "microbatch")
+COLLECTIVE_MATCH_KEYS = (
+    "phase",
+    "op",
+    "dtype",
+    "mesh_dim",
+    "fsdp_label",
+    "hook",
+    "group_size",
+    "reduce_op",
+    "step_index",
+    "microbatch",
+)
 """Record fields a collectives ``select`` may filter on directly (a value or a list of values)."""
 
 
@@ -167,6 +177,7 @@ def select_collectives(obs: Mapping[str, Any], rank_doc: Mapping[str, Any], sele
     layer (int, list or 'all'), unit (name, 'root', null for none, or list), role ('layer' | 'root'),
     and ``not`` (a mapping of the same keys, excluded).
     """
+
     def matches(c, sel) -> bool:
         for key in COLLECTIVE_MATCH_KEYS:
             if key in sel:

@@ -19,8 +19,18 @@ from typing import Any, Callable, Mapping, Sequence
 from harness.language.expect import BYTE_UNITS, COUNT_UNITS, Expectation
 
 DTYPE_NAMES: tuple[str, ...] = (
-    "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2",
-    "int64", "int32", "int16", "int8", "uint8", "bool",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "int64",
+    "int32",
+    "int16",
+    "int8",
+    "uint8",
+    "bool",
 )
 """torch dtype names an observation can hold (``str(dtype)`` without ``torch.``)."""
 
@@ -99,21 +109,38 @@ def _exact(rule: Callable[[Any], bool]) -> Callable[[Expectation], bool]:
     return lambda e: e.form == "exact" and rule(e.value)
 
 
-COUNT = ValueType("count", "a count: an integer >= 0, a rounded figure like '≈590K' or a bound like '>= 1'",
-                  _figure(frozenset(COUNT_UNITS), lambda v: _is_int(v) and v >= 0))
-BYTES = ValueType("bytes", "a size in bytes: an integer >= 0, a rounded figure like '4.72 MB' (MB = 10^6 B) "
-                  "or a bound like '<= 1e6'", _figure(frozenset(BYTE_UNITS), lambda v: _is_int(v) and v >= 0))
-NUMBER = ValueType("number", "a number, a rounded figure or a bound like '<= 1e-3'",
-                   _figure(frozenset(COUNT_UNITS) | frozenset(BYTE_UNITS), _is_number))
-SHAPE = ValueType("shape", "a shape: a list of integers >= 0, e.g. [128, 512]",
-                  _exact(lambda v: isinstance(v, list) and all(_is_int(d) and d >= 0 for d in v)))
+COUNT = ValueType(
+    "count",
+    "a count: an integer >= 0, a rounded figure like '≈590K' or a bound like '>= 1'",
+    _figure(frozenset(COUNT_UNITS), lambda v: _is_int(v) and v >= 0),
+)
+BYTES = ValueType(
+    "bytes",
+    "a size in bytes: an integer >= 0, a rounded figure like '4.72 MB' (MB = 10^6 B) or a bound like '<= 1e6'",
+    _figure(frozenset(BYTE_UNITS), lambda v: _is_int(v) and v >= 0),
+)
+NUMBER = ValueType(
+    "number",
+    "a number, a rounded figure or a bound like '<= 1e-3'",
+    _figure(frozenset(COUNT_UNITS) | frozenset(BYTE_UNITS), _is_number),
+)
+SHAPE = ValueType(
+    "shape",
+    "a shape: a list of integers >= 0, e.g. [128, 512]",
+    _exact(lambda v: isinstance(v, list) and all(_is_int(d) and d >= 0 for d in v)),
+)
 DTYPE = ValueType("dtype", f"a dtype name, one of {list(DTYPE_NAMES)}", _exact(lambda v: v in DTYPE_NAMES))
 BOOL = ValueType("bool", "true or false", _exact(lambda v: isinstance(v, bool)))
 TEXT = ValueType("text", "a string", _exact(lambda v: isinstance(v, str)))
 OPTIONAL_TEXT = ValueType("text", "a string or null", _exact(lambda v: v is None or isinstance(v, str)))
-MESSAGE = ValueType("message", "a string (exact), {matches: REGEX} (found by re.search) or null",
-                    lambda e: e.form == "pattern" or (e.form == "exact" and (e.value is None or isinstance(e.value, str))))
-TEXTS = ValueType("texts", "a list of strings", _exact(lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v)))
+MESSAGE = ValueType(
+    "message",
+    "a string (exact), {matches: REGEX} (found by re.search) or null",
+    lambda e: e.form == "pattern" or (e.form == "exact" and (e.value is None or isinstance(e.value, str))),
+)
+TEXTS = ValueType(
+    "texts", "a list of strings", _exact(lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v))
+)
 INTS = ValueType("ints", "a list of integers", _exact(lambda v: isinstance(v, list) and all(_is_int(i) for i in v)))
 
 
@@ -195,5 +222,7 @@ class CheckKind:
         """Why ``key`` is neither a selector nor a field of this kind (None when it is one)."""
         if key in self.selector_index or key in self.field_index:
             return None
-        return (f"{key!r} is not a selector or field of check kind {self.name!r}; "
-                f"selectors: {sorted(self.selector_index)}; fields: {sorted(self.field_index)}")
+        return (
+            f"{key!r} is not a selector or field of check kind {self.name!r}; "
+            f"selectors: {sorted(self.selector_index)}; fields: {sorted(self.field_index)}"
+        )

@@ -23,11 +23,14 @@ def chosen_backend(pinned: str, requested: str | None, force: bool = False) -> s
     return pinned
 
 
-def kept_backend_note(name: str, pinned: str, requested: str | None, force: bool = False,
-                      force_flag: str = "--force-backend") -> str | None:
+def kept_backend_note(
+    name: str, pinned: str, requested: str | None, force: bool = False, force_flag: str = "--force-backend"
+) -> str | None:
     """One line saying that spec ``name`` kept its pinned backend instead of ``requested`` (and the
     flag that would force it), or None when the requested backend applies (or none was asked)."""
     if requested in (None, pinned) or chosen_backend(pinned, requested, force) != pinned:
         return None
-    return (f"note: {name} keeps its backend {pinned} (pinned in the spec), not {requested}; "
-            f"{force_flag} runs it on {requested}")
+    return (
+        f"note: {name} keeps its backend {pinned} (pinned in the spec), not {requested}; "
+        f"{force_flag} runs it on {requested}"
+    )

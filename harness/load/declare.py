@@ -64,15 +64,31 @@ class Key:
     spread: tuple[type, tuple[str, ...]] | None = None
 
 
-def key(default: Any = MISSING, *, doc: str, default_factory: Any = MISSING, null: bool = False,
-        at: str | None = None, parse: Callable[[Any], Any] | None = None, required: bool = False,
-        whole: Callable[[], dict[str, Any]] | None = None, spread: tuple[type, tuple[str, ...]] | None = None,
-        **schema: Any) -> Any:
+def key(
+    default: Any = MISSING,
+    *,
+    doc: str,
+    default_factory: Any = MISSING,
+    null: bool = False,
+    at: str | None = None,
+    parse: Callable[[Any], Any] | None = None,
+    required: bool = False,
+    whole: Callable[[], dict[str, Any]] | None = None,
+    spread: tuple[type, tuple[str, ...]] | None = None,
+    **schema: Any,
+) -> Any:
     """A dataclass field declaring one spec key (see :class:`Key`); ``schema`` keywords are JSON
     Schema's (``minimum=1``, ``enum=[...]``, ``items={...}``)."""
-    declared = Key(doc=doc, schema=json.loads(json.dumps(schema)),  # tuples as JSON arrays
-                   whole=whole, null=null, at=tuple(at.split(".")) if at else None, parse=parse, required=required,
-                   spread=spread)
+    declared = Key(
+        doc=doc,
+        schema=json.loads(json.dumps(schema)),  # tuples as JSON arrays
+        whole=whole,
+        null=null,
+        at=tuple(at.split(".")) if at else None,
+        parse=parse,
+        required=required,
+        spread=spread,
+    )
     return field(default=default, default_factory=default_factory, metadata={_META: declared})
 
 
@@ -178,14 +194,19 @@ def object_schema(cls: type) -> dict[str, Any]:
         *head, name = _path(f, declared)
         target = props
         for part in head:
-            group = target.setdefault(part, {"type": "object", "additionalProperties": False,
-                                             "description": groups[part], "properties": {}})
+            group = target.setdefault(
+                part, {"type": "object", "additionalProperties": False, "description": groups[part], "properties": {}}
+            )
             target = group["properties"]
         target[name] = value_schema(f, declared, tp)
         if not head and (declared.required or f.default is MISSING and f.default_factory is MISSING):
             required.append(name)
-    schema: dict[str, Any] = {"type": "object", "additionalProperties": False,
-                              "description": _class_doc(cls), "properties": props}
+    schema: dict[str, Any] = {
+        "type": "object",
+        "additionalProperties": False,
+        "description": _class_doc(cls),
+        "properties": props,
+    }
     if required:
         schema["required"] = required
     schema.update(getattr(cls, "_SCHEMA_EXTRA", {}))
@@ -251,8 +272,11 @@ def build(cls: type, given: Mapping[str, Any], where: str = "setup") -> tuple[An
         if declared.spread is not None:
             other, left_out = declared.spread
             names = {g.name for g, _, _ in _declared(other)} - set(left_out)
-            kwargs[f.name] = tuple((k, declared.parse(v) if declared.parse else v)  # in the order written
-                                   for k, v in given.items() if k in names)
+            kwargs[f.name] = tuple(
+                (k, declared.parse(v) if declared.parse else v)  # in the order written
+                for k, v in given.items()
+                if k in names
+            )
             continue
         value: Any = given
         for part in _path(f, declared):

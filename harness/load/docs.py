@@ -38,8 +38,9 @@ def generated_schema(current: Mapping[str, Any]) -> dict[str, Any]:
 def _type_text(schema: Mapping[str, Any]) -> str:
     """A key's schema in words: ``integer ≥ 1``, ``one of `sgd`, `adamw```, ``list of string``."""
     if "enum" in schema:
-        return "one of " + ", ".join(f"`{json.dumps(v)}`" if not isinstance(v, str) else f"`{v}`"
-                                     for v in schema["enum"])
+        return "one of " + ", ".join(
+            f"`{json.dumps(v)}`" if not isinstance(v, str) else f"`{v}`" for v in schema["enum"]
+        )
     if "if" in schema:  # an FSDP unit entry, or its modules
         then = schema["then"]
         return "string, list of strings" + (" or mapping" if then.get("type") == "object" else "")
@@ -53,14 +54,21 @@ def _type_text(schema: Mapping[str, Any]) -> str:
             values = schema.get("additionalProperties")
             words.append(f"mapping of string to {_type_text(values)}" if isinstance(values, Mapping) else "mapping")
         else:
-            words.append({"boolean": "boolean", "integer": "integer", "number": "number", "string": "string",
-                          "null": "null"}[t])
+            words.append(
+                {"boolean": "boolean", "integer": "integer", "number": "number", "string": "string", "null": "null"}[t]
+            )
     text = " or ".join(words)
-    bounds = [f"{sign} {schema[k]}" for k, sign in (("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤"))
-              if k in schema]
+    bounds = [
+        f"{sign} {schema[k]}"
+        for k, sign in (("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤"))
+        if k in schema
+    ]
     if "minItems" in schema or "maxItems" in schema:
-        bounds.append(f"{schema.get('minItems', 0)}–{schema['maxItems']} items" if "maxItems" in schema
-                      else f"at least {schema['minItems']}")
+        bounds.append(
+            f"{schema.get('minItems', 0)}–{schema['maxItems']} items"
+            if "maxItems" in schema
+            else f"at least {schema['minItems']}"
+        )
     if schema.get("uniqueItems"):
         bounds.append("distinct")
     return text + (f" ({', '.join(bounds)})" if bounds else "")
@@ -91,13 +99,14 @@ def readme_with_tables(readme: str) -> str:
     start, end = readme.find(SETUP_BEGIN), readme.find(SETUP_END)
     if start < 0 or end < 0:
         raise ValueError(f"README.md lacks the markers {SETUP_BEGIN!r} ... {SETUP_END!r}")
-    return readme[:start] + readme_setup_table() + readme[end + len(SETUP_END):]
+    return readme[:start] + readme_setup_table() + readme[end + len(SETUP_END) :]
 
 
 def write() -> None:
     """Rewrite the generated parts of the shipped schema and README."""
-    SCHEMA_PATH.write_text(dump_schema(generated_schema(json.loads(SCHEMA_PATH.read_text(encoding="utf-8")))),
-                           encoding="utf-8")
+    SCHEMA_PATH.write_text(
+        dump_schema(generated_schema(json.loads(SCHEMA_PATH.read_text(encoding="utf-8")))), encoding="utf-8"
+    )
     README_PATH.write_text(readme_with_tables(README_PATH.read_text(encoding="utf-8")), encoding="utf-8")
 
 

@@ -28,7 +28,9 @@ def looks_like_a_path(config: str) -> bool:
     return "/" in config or "\\" in config or config.endswith((".json", ".yaml", ".yml"))
 
 
-def resolve_config_file(setup: Mapping[str, Any], spec_path: str | Path) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+def resolve_config_file(
+    setup: Mapping[str, Any], spec_path: str | Path
+) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """The ``setup:`` mapping with a config file read in, and the problems found.
 
     Args:
@@ -60,8 +62,13 @@ def resolve_config_file(setup: Mapping[str, Any], spec_path: str | Path) -> tupl
     if "dtype" not in model and read.dtype is not None:
         if read.dtype not in DTYPES:
             del setup["model"]
-            return setup, [(CONFIG_KEY, f"config file {read.path}: dtype {read.dtype!r} is not one the harness "
-                                        f"runs ({', '.join(DTYPES)}); set setup.model.dtype")]
+            return setup, [
+                (
+                    CONFIG_KEY,
+                    f"config file {read.path}: dtype {read.dtype!r} is not one the harness "
+                    f"runs ({', '.join(DTYPES)}); set setup.model.dtype",
+                )
+            ]
         model["dtype"] = read.dtype
     setup["model"] = model
     return setup, []

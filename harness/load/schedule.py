@@ -60,8 +60,7 @@ ZERO_GRAD: tuple[Any, ...] = (True, False, "zeros")
 class ClipGradNorm:
     """``torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type)``'s arguments."""
 
-    max_norm: float = key(doc="the largest total norm kept; larger gradients are scaled down to it",
-                          exclusiveMinimum=0)
+    max_norm: float = key(doc="the largest total norm kept; larger gradients are scaled down to it", exclusiveMinimum=0)
     norm_type: float = key(2.0, doc="the p of the p-norm", exclusiveMinimum=0)
 
 
@@ -88,30 +87,45 @@ class ScheduleStep:
     """
 
     microbatches: int = key(1, doc="backward passes accumulated into the step's gradient", minimum=1)
-    gradient_sync: str = key("last", enum=list(GRADIENT_SYNC),
-                             doc="last: set_requires_gradient_sync(False) on all microbatches but the last; every: "
-                                 "reduce-scatter after every microbatch")
-    forwards: int = key(1, minimum=1, doc="forwards per microbatch, each on its own inputs, before one backward of "
-                                          "their mean loss")
+    gradient_sync: str = key(
+        "last",
+        enum=list(GRADIENT_SYNC),
+        doc="last: set_requires_gradient_sync(False) on all microbatches but the last; every: "
+        "reduce-scatter after every microbatch",
+    )
+    forwards: int = key(
+        1, minimum=1, doc="forwards per microbatch, each on its own inputs, before one backward of their mean loss"
+    )
     forward_only: bool = key(False, doc="no backward and no optimizer step")
     no_grad: bool = key(False, doc="forwards under torch.no_grad(); implies forward_only")
-    loss_on: str | None = key(None, doc="take the loss on a named step tensor instead of the output: '<decoder layer "
-                                        "path>:<step name of model/steps.py>', e.g. 'layers.1:step9.gate'")
+    loss_on: str | None = key(
+        None,
+        doc="take the loss on a named step tensor instead of the output: '<decoder layer "
+        "path>:<step name of model/steps.py>', e.g. 'layers.1:step9.gate'",
+    )
     used_only_in: Mapping[str, tuple[int, ...]] = key(
-        default_factory=dict, additionalProperties={"items": {"minimum": 0}},
+        default_factory=dict,
+        additionalProperties={"items": {"minimum": 0}},
         doc="decoder layer path (layers.1) or one of its blocks (layers.1.mlp: post_attention_layernorm + MLP; "
-            "layers.1.self_attn: input_layernorm + attention) -> the microbatches it runs in; in the others it is "
-            "skipped (its input passes on unchanged)")
-    clip_grad_norm: ClipGradNorm | None = key(None, doc="torch.nn.utils.clip_grad_norm_ over the model's parameters "
-                                                        "before the optimizer step")
+        "layers.1.self_attn: input_layernorm + attention) -> the microbatches it runs in; in the others it is "
+        "skipped (its input passes on unchanged)",
+    )
+    clip_grad_norm: ClipGradNorm | None = key(
+        None, doc="torch.nn.utils.clip_grad_norm_ over the model's parameters before the optimizer step"
+    )
     optimizer_step: bool = key(True, doc="call optimizer.step()")
-    zero_grad: bool | str = key(True, enum=list(ZERO_GRAD),
-                                doc="before this step (not the first): true optimizer.zero_grad(set_to_none=True), "
-                                    "zeros (set_to_none=False), false (gradients accumulate across steps)")
-    unshard: tuple[str, ...] = key((), doc="units to FSDPModule.unshard() before each microbatch's forwards ('root' "
-                                           "for the root)")
-    reshard: tuple[str, ...] = key((), doc="units to FSDPModule.reshard() after each microbatch's forwards ('root' "
-                                           "for the root)")
+    zero_grad: bool | str = key(
+        True,
+        enum=list(ZERO_GRAD),
+        doc="before this step (not the first): true optimizer.zero_grad(set_to_none=True), "
+        "zeros (set_to_none=False), false (gradients accumulate across steps)",
+    )
+    unshard: tuple[str, ...] = key(
+        (), doc="units to FSDPModule.unshard() before each microbatch's forwards ('root' for the root)"
+    )
+    reshard: tuple[str, ...] = key(
+        (), doc="units to FSDPModule.reshard() after each microbatch's forwards ('root' for the root)"
+    )
     repeat: int = key(1, minimum=1, doc="run this step K times; step_index counts the repeats")
 
     @property
@@ -134,24 +148,35 @@ class ScheduleStep:
         """What the schema cannot see in one step, as (key path, expected) pairs."""
         problems: Problems = []
         if self.no_grad and "forward_only" in given and not self.forward_only:
-            problems.append((f"{where}.forward_only", "no_grad: true runs no backward; expected forward_only "
-                                                      "true or left out"))
+            problems.append(
+                (f"{where}.forward_only", "no_grad: true runs no backward; expected forward_only true or left out")
+            )
         if not self.backward and self.clip_grad_norm is not None:
-            problems.append((f"{where}.clip_grad_norm", "a forward-only step has no gradients to clip; "
-                                                        "expected no clip_grad_norm"))
+            problems.append(
+                (f"{where}.clip_grad_norm", "a forward-only step has no gradients to clip; expected no clip_grad_norm")
+            )
         for path, mbs in self.used_only_in.items():
             outside = [m for m in mbs if not 0 <= m < self.microbatches]
             if outside:
-                problems.append((f"{where}.used_only_in.{path}",
-                                 f"microbatch(es) {outside} do not exist: the step has {self.microbatches} "
-                                 f"microbatch{'es' if self.microbatches != 1 else ''} "
-                                 f"(0-{self.microbatches - 1})"))
+                problems.append(
+                    (
+                        f"{where}.used_only_in.{path}",
+                        f"microbatch(es) {outside} do not exist: the step has {self.microbatches} "
+                        f"microbatch{'es' if self.microbatches != 1 else ''} "
+                        f"(0-{self.microbatches - 1})",
+                    )
+                )
         if self.loss_on is not None:
             _, name = self.loss_target()
             if ":" not in self.loss_on or name not in STEP_NAMES:
-                problems.append((f"{where}.loss_on", f"expected '<decoder layer path>:<step name>' like "
-                                                     f"'layers.1:step9.gate', steps: {list(STEP_NAMES)}; "
-                                                     f"got {self.loss_on!r}"))
+                problems.append(
+                    (
+                        f"{where}.loss_on",
+                        f"expected '<decoder layer path>:<step name>' like "
+                        f"'layers.1:step9.gate', steps: {list(STEP_NAMES)}; "
+                        f"got {self.loss_on!r}",
+                    )
+                )
         return problems
 
 
@@ -160,13 +185,18 @@ class Schedule:
     """The training schedule (harness/load/schedule.py): steps of microbatches of forwards, runtime
     calls, the loss; default: one step, one forward, backward, optimizer step."""
 
-    steps: tuple[ScheduleStep, ...] = key((ScheduleStep(),), minItems=1,
-                                          doc="the optimizer steps in order (default: one step with every key at "
-                                              "its default)")
-    loss: str | None = key(None, enum=list(LOSSES),
-                           doc="the loss of each forward: mean of squares, sum (of the output or the loss_on tensor, "
-                               "in float32), or cross-entropy of next-token logits (causal_lm); default: mean_square "
-                               "for decoder_layers, cross_entropy for causal_lm")
+    steps: tuple[ScheduleStep, ...] = key(
+        (ScheduleStep(),),
+        minItems=1,
+        doc="the optimizer steps in order (default: one step with every key at its default)",
+    )
+    loss: str | None = key(
+        None,
+        enum=list(LOSSES),
+        doc="the loss of each forward: mean of squares, sum (of the output or the loss_on tensor, "
+        "in float32), or cross-entropy of next-token logits (causal_lm); default: mean_square "
+        "for decoder_layers, cross_entropy for causal_lm",
+    )
 
     def expanded(self) -> list[ScheduleStep]:
         """The steps as run: each written step ``repeat`` times; position = ``step_index``."""
@@ -186,7 +216,9 @@ class Schedule:
         return build(cls, data, "setup.schedule")
 
 
-def schedule_problems(schedule: Schedule, *, body: str, num_layers: int, unit_names: Sequence[str]) -> list[tuple[str, str]]:
+def schedule_problems(
+    schedule: Schedule, *, body: str, num_layers: int, unit_names: Sequence[str]
+) -> list[tuple[str, str]]:
     """What a schedule names that the model of the setup does not have, as (key path, expected).
 
     ``unit_names``: the setup's FSDP unit FQNs ("" for the root, written 'root' in specs).
@@ -197,8 +229,12 @@ def schedule_problems(schedule: Schedule, *, body: str, num_layers: int, unit_na
     out: list[tuple[str, str]] = []
     loss = schedule.loss_for(body)
     if loss == "cross_entropy" and body != "causal_lm":
-        out.append(("setup.schedule.loss", "cross_entropy needs the causal LM's logits (model.body: causal_lm); "
-                                           "expected mean_square or sum"))
+        out.append(
+            (
+                "setup.schedule.loss",
+                "cross_entropy needs the causal LM's logits (model.body: causal_lm); expected mean_square or sum",
+            )
+        )
     for i, step in enumerate(schedule.steps):
         where = f"setup.schedule.steps[{i}]"
         target = step.loss_target()
@@ -206,13 +242,22 @@ def schedule_problems(schedule: Schedule, *, body: str, num_layers: int, unit_na
             if target[0] not in layers:
                 out.append((f"{where}.loss_on", f"no decoder layer {target[0]!r}; layers: {layers}"))
             if loss == "cross_entropy":
-                out.append((f"{where}.loss_on", "cross_entropy is taken on logits; a step tensor takes "
-                                                "schedule.loss mean_square or sum"))
+                out.append(
+                    (
+                        f"{where}.loss_on",
+                        "cross_entropy is taken on logits; a step tensor takes schedule.loss mean_square or sum",
+                    )
+                )
         blocks = [f"{layer}.{block}" for layer in layers for block in ("self_attn", "mlp")]
         for path in step.used_only_in:
             if path not in layers and path not in blocks:
-                out.append((f"{where}.used_only_in.{path}", f"no decoder layer or block {path!r}; a layer ({layers}) "
-                                                            f"or its self_attn / mlp block, e.g. {blocks[-1]!r}"))
+                out.append(
+                    (
+                        f"{where}.used_only_in.{path}",
+                        f"no decoder layer or block {path!r}; a layer ({layers}) "
+                        f"or its self_attn / mlp block, e.g. {blocks[-1]!r}",
+                    )
+                )
         for call in ("unshard", "reshard"):
             for j, name in enumerate(getattr(step, call)):
                 if name not in shown_units:

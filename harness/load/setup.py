@@ -18,8 +18,18 @@ from typing import Any, Mapping
 from harness.contract.names import BANDWIDTH_OPS
 from harness.load.declare import Problems, build, key
 from harness.load.schedule import Schedule
-from harness.load.units import (DTYPES, MixedPrecision, OffloadSetup, UnitOptions, UnitPlan, UnitSpec, freeze,
-                                resolve_units, unit_entry_schema, unit_spec_from_yaml)
+from harness.load.units import (
+    DTYPES,
+    MixedPrecision,
+    OffloadSetup,
+    UnitOptions,
+    UnitPlan,
+    UnitSpec,
+    freeze,
+    resolve_units,
+    unit_entry_schema,
+    unit_spec_from_yaml,
+)
 from model.names import module_paths
 
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adamw")
@@ -60,17 +70,26 @@ class ModelSetup:
     """
 
     config: str | Mapping[str, Any] = key(
-        "walkthrough", doc="a name in model.KNOWN_CONFIGS (walkthrough, Qwen3-0.6B, Qwen3-1.7B, Qwen3-4B, Qwen3-8B, "
+        "walkthrough",
+        doc="a name in model.KNOWN_CONFIGS (walkthrough, Qwen3-0.6B, Qwen3-1.7B, Qwen3-4B, Qwen3-8B, "
         "Qwen3-14B, Qwen3-32B) or its hub id (Qwen/Qwen3-8B), a mapping of Qwen3Config fields, or the path of a "
-        "transformers config.json relative to the spec file (its dtype, or torch_dtype, is the default model.dtype)")
-    overrides: Mapping[str, Any] = key(default_factory=dict, doc="Qwen3Config fields replacing the named config's, "
-                                                                 "e.g. num_hidden_layers")
-    body: str = key("decoder_layers", enum=list(BODIES),
-                    doc="decoder_layers: N_L decoder layers, input hidden_states [B, L, d] (the document's focus); "
-                        "causal_lm: embed_tokens + layers + norm + lm_head, input token ids [B, L]")
-    dtype: str = key("float16", enum=list(DTYPES),
-                     doc="dtype the model's parameters are built in, before fully_shard (the document: float16); "
-                         "not MixedPrecisionPolicy's param_dtype")
+        "transformers config.json relative to the spec file (its dtype, or torch_dtype, is the default model.dtype)",
+    )
+    overrides: Mapping[str, Any] = key(
+        default_factory=dict, doc="Qwen3Config fields replacing the named config's, e.g. num_hidden_layers"
+    )
+    body: str = key(
+        "decoder_layers",
+        enum=list(BODIES),
+        doc="decoder_layers: N_L decoder layers, input hidden_states [B, L, d] (the document's focus); "
+        "causal_lm: embed_tokens + layers + norm + lm_head, input token ids [B, L]",
+    )
+    dtype: str = key(
+        "float16",
+        enum=list(DTYPES),
+        doc="dtype the model's parameters are built in, before fully_shard (the document: float16); "
+        "not MixedPrecisionPolicy's param_dtype",
+    )
 
 
 def _prefetch(value: Mapping[str, Any]) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -106,35 +125,57 @@ class FSDPSetup:
     """
 
     reshard_after_forward: bool | int | None = key(
-        True, null=True, doc="for every unit but the root, unless the unit sets its own; null: torch's default")
+        True, null=True, doc="for every unit but the root, unless the unit sets its own; null: torch's default"
+    )
     root_reshard_after_forward: bool | int | None = key(
-        None, null=True, doc="for the root unit; null: the argument is not passed, so torch's own default for the "
-        "root applies (the root is not resharded after forward), as in the document's fully_shard(model, mesh=mesh)")
-    mixed_precision: MixedPrecision | None = key(None, null=True, doc="every unit's MixedPrecisionPolicy unless the "
-                                                                      "unit sets mp_policy; null: none")
+        None,
+        null=True,
+        doc="for the root unit; null: the argument is not passed, so torch's own default for the "
+        "root applies (the root is not resharded after forward), as in the document's fully_shard(model, mesh=mesh)",
+    )
+    mixed_precision: MixedPrecision | None = key(
+        None, null=True, doc="every unit's MixedPrecisionPolicy unless the unit sets mp_policy; null: none"
+    )
     offload_policy: OffloadSetup | None = key(
-        None, null=True, doc="every unit's CPUOffloadPolicy unless the unit sets one: sharded parameters, gradients "
-        "and optimizer states on the CPU; null: no offload")
+        None,
+        null=True,
+        doc="every unit's CPUOffloadPolicy unless the unit sets one: sharded parameters, gradients "
+        "and optimizer states on the CPU; null: no offload",
+    )
     defaults: tuple[tuple[str, Any], ...] = key(
-        (), parse=freeze, spread=(UnitOptions, ("reshard_after_forward", "mp_policy", "offload_policy")),
-        doc="the other unit options, written at fsdp level: every unit's defaults")
+        (),
+        parse=freeze,
+        spread=(UnitOptions, ("reshard_after_forward", "mp_policy", "offload_policy")),
+        doc="the other unit options, written at fsdp level: every unit's defaults",
+    )
     units: tuple[UnitSpec, ...] | None = key(
-        None, parse=lambda units: tuple(unit_spec_from_yaml(u) for u in units),
+        None,
+        parse=lambda units: tuple(unit_spec_from_yaml(u) for u in units),
         whole=lambda: {"type": "array", "items": unit_entry_schema(), "minItems": 1},
         doc="the fully_shard calls in order, children before parents; the root is always the last call (default: one "
-            "unit per decoder layer, then the root). A unit's name is torch's: its module's FQN, or its modules' FQNs "
-            "joined by ', '")
+        "unit per decoder layer, then the root). A unit's name is torch's: its module's FQN, or its modules' FQNs "
+        "joined by ', '",
+    )
     forward_prefetch: tuple[tuple[str, tuple[str, ...]], ...] = key(
-        (), parse=_prefetch, whole=_prefetch_schema,
-        doc="set_modules_to_forward_prefetch: unit -> units it prefetches in forward")
+        (),
+        parse=_prefetch,
+        whole=_prefetch_schema,
+        doc="set_modules_to_forward_prefetch: unit -> units it prefetches in forward",
+    )
     backward_prefetch: tuple[tuple[str, tuple[str, ...]], ...] = key(
-        (), parse=_prefetch, whole=_prefetch_schema,
-        doc="set_modules_to_backward_prefetch: unit -> units it prefetches in backward")
+        (),
+        parse=_prefetch,
+        whole=_prefetch_schema,
+        doc="set_modules_to_backward_prefetch: unit -> units it prefetches in backward",
+    )
 
     def unit_defaults(self) -> dict[str, Any]:
         """Every unit option's value at ``fsdp`` level (:data:`harness.load.units.UNIT_OPTION_KEYS`)."""
-        out: dict[str, Any] = {"reshard_after_forward": self.reshard_after_forward,
-                               "mp_policy": self.mixed_precision, "offload_policy": self.offload_policy}
+        out: dict[str, Any] = {
+            "reshard_after_forward": self.reshard_after_forward,
+            "mp_policy": self.mixed_precision,
+            "offload_policy": self.offload_policy,
+        }
         out.update(dict(self.defaults))
         return out
 
@@ -150,10 +191,13 @@ class FreezeSetup:
             after every ``fully_shard``.
     """
 
-    params: tuple[str, ...] = key((), required=True, minItems=1,
-                                  doc="FQN patterns (relative to the root; * one component, ** several)")
-    after_fully_shard: bool = key(False, doc="false: freeze the built model before fully_shard; true: freeze the "
-                                             "sharded DTensor parameters after it")
+    params: tuple[str, ...] = key(
+        (), required=True, minItems=1, doc="FQN patterns (relative to the root; * one component, ** several)"
+    )
+    after_fully_shard: bool = key(
+        False,
+        doc="false: freeze the built model before fully_shard; true: freeze the sharded DTensor parameters after it",
+    )
 
 
 @dataclass(frozen=True)
@@ -175,10 +219,15 @@ class BandwidthSize:
         numel: or S as an element count.
     """
 
-    name: str = key(pattern=r"^[A-Za-z0-9_.\-]+$",
-                    doc="the size's name in reports and in bandwidth entries (size:); 'step' is reserved")
-    layer_of: str | None = key(None, doc="a known config (walkthrough, Qwen3-8B, Qwen3-32B, ...): S is one of its "
-                                         "decoder layers, the FSDP unit, padded as FSDP2 pads it for the group size")
+    name: str = key(
+        pattern=r"^[A-Za-z0-9_.\-]+$",
+        doc="the size's name in reports and in bandwidth entries (size:); 'step' is reserved",
+    )
+    layer_of: str | None = key(
+        None,
+        doc="a known config (walkthrough, Qwen3-8B, Qwen3-32B, ...): S is one of its "
+        "decoder layers, the FSDP unit, padded as FSDP2 pads it for the group size",
+    )
     numel: int | None = key(None, minimum=1, doc="S as an element count")
 
     _SCHEMA_EXTRA = {"oneOf": [{"required": ["layer_of"]}, {"required": ["numel"]}]}
@@ -204,20 +253,31 @@ class BandwidthSetup:
     """
 
     ops: tuple[str, ...] = key(
-        ("all_gather", "reduce_scatter"), minItems=1, uniqueItems=True, items={"enum": list(BANDWIDTH_OPS)},
+        ("all_gather", "reduce_scatter"),
+        minItems=1,
+        uniqueItems=True,
+        items={"enum": list(BANDWIDTH_OPS)},
         doc="collectives to sweep: all_gather (dist.all_gather_into_tensor), reduce_scatter "
-            "(dist.reduce_scatter_tensor, sum), all_reduce (dist.all_reduce, sum)")
-    sizes: tuple[BandwidthSize, ...] = key((), doc="the sweep's sizes S (nccl-tests' size: the all-gather output, the "
-                                                   "reduce-scatter input), in order")
-    dtype: str | None = key(None, enum=list(DTYPES), doc="the sweep's dtype; default: the step's all-gather dtype "
-                                                         "(mixed_precision.param_dtype, else model.dtype)")
+        "(dist.reduce_scatter_tensor, sum), all_reduce (dist.all_reduce, sum)",
+    )
+    sizes: tuple[BandwidthSize, ...] = key(
+        (), doc="the sweep's sizes S (nccl-tests' size: the all-gather output, the reduce-scatter input), in order"
+    )
+    dtype: str | None = key(
+        None,
+        enum=list(DTYPES),
+        doc="the sweep's dtype; default: the step's all-gather dtype (mixed_precision.param_dtype, else model.dtype)",
+    )
     warmup: int = key(2, minimum=0, doc="untimed operations per row before the timed ones")
     iterations: int = key(5, minimum=1, doc="timed operations per row; the row's time is their mean")
-    cpu_max_bytes: int | None = key(None, null=True, minimum=1,
-                                    doc="on CPU ranks (gloo): a larger S runs at this many bytes instead, and the "
-                                        "report says so; GPUs ignore it (null: no cap)")
-    step: bool = key(True, doc="also time each distinct collective the step issued, replayed on its own after the "
-                               "step")
+    cpu_max_bytes: int | None = key(
+        None,
+        null=True,
+        minimum=1,
+        doc="on CPU ranks (gloo): a larger S runs at this many bytes instead, and the "
+        "report says so; GPUs ignore it (null: no cap)",
+    )
+    step: bool = key(True, doc="also time each distinct collective the step issued, replayed on its own after the step")
 
     def _rules(self, given: Mapping[str, Any], where: str) -> Problems:
         """A size name used twice or named ``step``, a ``layer_of`` that is not a known config."""
@@ -228,13 +288,22 @@ class BandwidthSetup:
         for i, size in enumerate(self.sizes):
             at = f"{where}.sizes[{i}]"
             if size.name == "step" or size.name in seen:
-                problems.append((f"{at}.name", f"size name {size.name!r} "
-                                 + ("is reserved for the step's own collectives" if size.name == "step"
-                                    else f"is used by sizes[{seen[size.name]}]; each name once")))
+                problems.append(
+                    (
+                        f"{at}.name",
+                        f"size name {size.name!r} "
+                        + (
+                            "is reserved for the step's own collectives"
+                            if size.name == "step"
+                            else f"is used by sizes[{seen[size.name]}]; each name once"
+                        ),
+                    )
+                )
             seen.setdefault(size.name, i)
             if size.layer_of is not None and known_config_name(size.layer_of) is None:
-                problems.append((f"{at}.layer_of", f"expected a known config, one of {list(KNOWN_CONFIGS)}, "
-                                 f"got {size.layer_of!r}"))
+                problems.append(
+                    (f"{at}.layer_of", f"expected a known config, one of {list(KNOWN_CONFIGS)}, got {size.layer_of!r}")
+                )
         return problems
 
     @classmethod
@@ -271,17 +340,23 @@ class StateDictSetup:
 
     round_trip: bool = key(False, doc="save and load on the run's own world (false: no checkpoint)")
     reload_world_sizes: tuple[int, ...] = key(
-        (), items={"minimum": 1},
+        (),
+        items={"minimum": 1},
         doc="also load the checkpoint in a second launch of each of these world sizes (1-D mesh named as the run's "
-            "shard dim); needs round_trip: true, sizes other than the run's; local launches only (not under "
-            "torchrun)")
+        "shard dim); needs round_trip: true, sizes other than the run's; local launches only (not under "
+        "torchrun)",
+    )
 
     def _rules(self, given: Mapping[str, Any], where: str) -> Problems:
         sizes = list(self.reload_world_sizes)
         problems: Problems = []
         if sizes and not self.round_trip:
-            problems.append((f"{where}.reload_world_sizes",
-                             f"reloading on world sizes {sizes} needs the round trip: add round_trip: true"))
+            problems.append(
+                (
+                    f"{where}.reload_world_sizes",
+                    f"reloading on world sizes {sizes} needs the round trip: add round_trip: true",
+                )
+            )
         if len(set(sizes)) != len(sizes):
             problems.append((f"{where}.reload_world_sizes", f"expected distinct world sizes, got {sizes}"))
         return problems
@@ -330,45 +405,70 @@ class RunSetup:
     """
 
     model: ModelSetup = key(default_factory=ModelSetup, doc="which model to build")
-    mesh_shape: tuple[int, ...] = key((4,), at="mesh.shape", items={"minimum": 1}, minItems=1, maxItems=2,
-                                      doc="the DeviceMesh's shape: [4] for the document, [2, 2] for HSDP "
-                                          "(replicate, shard)")
-    mesh_dim_names: tuple[str, ...] = key(("dp",), at="mesh.dim_names", minItems=1, maxItems=2,
-                                          doc="one name per mesh dim ([dp_replicate, dp_shard] for HSDP); the "
-                                              "default is for a 1-D mesh")
+    mesh_shape: tuple[int, ...] = key(
+        (4,),
+        at="mesh.shape",
+        items={"minimum": 1},
+        minItems=1,
+        maxItems=2,
+        doc="the DeviceMesh's shape: [4] for the document, [2, 2] for HSDP (replicate, shard)",
+    )
+    mesh_dim_names: tuple[str, ...] = key(
+        ("dp",),
+        at="mesh.dim_names",
+        minItems=1,
+        maxItems=2,
+        doc="one name per mesh dim ([dp_replicate, dp_shard] for HSDP); the default is for a 1-D mesh",
+    )
     batch_per_rank: int = key(2, minimum=1, doc="B, samples per data-parallel rank")
     seq_len: int = key(8, minimum=1, doc="L, tokens per sample")
     fsdp: FSDPSetup = key(default_factory=FSDPSetup, doc="how fully_shard is applied")
     optimizer: OptimizerSetup = key(default_factory=OptimizerSetup, doc="the optimizer stepped after backward")
     seed: int = key(0, minimum=0, maximum=2**32 - 1, doc="seeds the weights and the global batch (0 to 2^32 - 1)")
-    observe_ranks: tuple[int, ...] | None = key(None, items={"minimum": 0},
-                                                doc="simulated runs: which global ranks to record (default: every "
-                                                    "rank up to 8 ranks, else [0])")
-    numerics: bool = key(True, doc="compare with a non-sharded replica (off for models too big to hold unsharded on "
-                                   "every rank)")
+    observe_ranks: tuple[int, ...] | None = key(
+        None,
+        items={"minimum": 0},
+        doc="simulated runs: which global ranks to record (default: every rank up to 8 ranks, else [0])",
+    )
+    numerics: bool = key(
+        True, doc="compare with a non-sharded replica (off for models too big to hold unsharded on every rank)"
+    )
     numerics_reference: str = key(
-        "each_rank", enum=["each_rank", "rank_0"],
+        "each_rank",
+        enum=["each_rank", "rank_0"],
         doc="where the numerics replica runs: each_rank (every rank holds the full model) or rank_0 (rank 0 alone "
-            "runs every rank's inputs and hands each rank its gradient rows through a shared folder: one full model "
-            "in memory; the default step only)")
-    bandwidth: BandwidthSetup | None = key(None, doc="collectives timed after the step, in nccl-tests' terms (algbw, "
-                                                     "busbw, #wrong); the bandwidth check kind reads them "
-                                                     "(harness/run/bandwidth.py)")
-    state_dict: StateDictSetup = key(default_factory=StateDictSetup,
-                                     doc=" ".join(StateDictSetup.__doc__.split("\n\n")[0].split()))
+        "runs every rank's inputs and hands each rank its gradient rows through a shared folder: one full model "
+        "in memory; the default step only)",
+    )
+    bandwidth: BandwidthSetup | None = key(
+        None,
+        doc="collectives timed after the step, in nccl-tests' terms (algbw, "
+        "busbw, #wrong); the bandwidth check kind reads them "
+        "(harness/run/bandwidth.py)",
+    )
+    state_dict: StateDictSetup = key(
+        default_factory=StateDictSetup, doc=" ".join(StateDictSetup.__doc__.split("\n\n")[0].split())
+    )
     init: str | None = key(
-        None, enum=["full", "meta"],
+        None,
+        enum=["full", "meta"],
         doc="full: build on the device, init, then fully_shard; meta: build on meta, fully_shard, to_empty, then each "
-            "rank fills its shards with exactly the full init's values (same seed) and recomputes RoPE's inv_freq. "
-            "Default: full with numerics on, else each rank draws its own shards")
+        "rank fills its shards with exactly the full init's values (same seed) and recomputes RoPE's inv_freq. "
+        "Default: full with numerics on, else each rank draws its own shards",
+    )
     track_memory: bool = key(
-        True, doc="run FSDPMemTracker over the step. It re-registers FSDP's forward hooks per module, which changes "
-        "what a unit of several modules does (torch 2.13): turn it off to observe such a unit as torch runs it")
+        True,
+        doc="run FSDPMemTracker over the step. It re-registers FSDP's forward hooks per module, which changes "
+        "what a unit of several modules does (torch 2.13): turn it off to observe such a unit as torch runs it",
+    )
     freeze: FreezeSetup = key(default_factory=FreezeSetup, doc="parameters made requires_grad=False")
     record_errors: bool = False
-    schedule: Schedule | None = key(None, doc="the training schedule (harness/load/schedule.py): steps of "
-                                              "microbatches of forwards, runtime calls, the loss; default: one step, "
-                                              "one forward, backward, optimizer step")
+    schedule: Schedule | None = key(
+        None,
+        doc="the training schedule (harness/load/schedule.py): steps of "
+        "microbatches of forwards, runtime calls, the loss; default: one step, "
+        "one forward, backward, optimizer step",
+    )
 
     _KEY_GROUPS = {"mesh": "the DeviceMesh the units shard over (init_device_mesh)"}
 
@@ -394,19 +494,29 @@ class RunSetup:
             SetupError: a unit pattern matches no module, a module is in two units, a prefetch
                 names no unit, or a parameter pattern matches no parameter.
         """
-        plans, problems = resolve_units(self.fsdp.units, self.fsdp.unit_defaults(),
-                                        self.fsdp.root_reshard_after_forward,
-                                        module_paths(self.model.body, num_layers), self.layer_prefix)
+        plans, problems = resolve_units(
+            self.fsdp.units,
+            self.fsdp.unit_defaults(),
+            self.fsdp.root_reshard_after_forward,
+            module_paths(self.model.body, num_layers),
+            self.layer_prefix,
+        )
         if param_fqns is not None:
             problems += _param_pattern_problems(self, plans, param_fqns)
         names = [p.name for p in plans]
-        for prefetch, pairs in (("forward_prefetch", self.fsdp.forward_prefetch),
-                                ("backward_prefetch", self.fsdp.backward_prefetch)):
+        for prefetch, pairs in (
+            ("forward_prefetch", self.fsdp.forward_prefetch),
+            ("backward_prefetch", self.fsdp.backward_prefetch),
+        ):
             for unit, targets in pairs:
                 for name in (unit, *targets):
                     if _unit_key(name) not in names:
-                        problems.append((f"setup.fsdp.{prefetch}", f"no FSDP unit named {name!r}; units: "
-                                                                   f"{['root' if n == '' else n for n in names]}"))
+                        problems.append(
+                            (
+                                f"setup.fsdp.{prefetch}",
+                                f"no FSDP unit named {name!r}; units: {['root' if n == '' else n for n in names]}",
+                            )
+                        )
         if problems:
             raise SetupError(*problems[0], errors=problems)
         return plans
@@ -454,23 +564,39 @@ class RunSetup:
         shape, names = list(self.mesh_shape), list(self.mesh_dim_names)
         if len(names) != len(shape):
             written = "dim_names" in given.get("mesh", {})
-            problems.append((f"{where}.mesh.dim_names",
-                             f"expected {len(shape)} name{'s' if len(shape) != 1 else ''} for shape {shape}, "
-                             + (f"got {names}" if written else f"got none (the default {names} is for a 1-D mesh)")))
+            problems.append(
+                (
+                    f"{where}.mesh.dim_names",
+                    f"expected {len(shape)} name{'s' if len(shape) != 1 else ''} for shape {shape}, "
+                    + (f"got {names}" if written else f"got none (the default {names} is for a 1-D mesh)"),
+                )
+            )
         world = self.world_size
         outside = [r for r in (self.observe_ranks or ()) if not 0 <= r < world]
         if outside:
-            problems.append((f"{where}.observe_ranks",
-                             f"rank(s) {outside} outside the world: world size {world} (mesh shape {shape}), "
-                             f"ranks 0-{world - 1}"))
+            problems.append(
+                (
+                    f"{where}.observe_ranks",
+                    f"rank(s) {outside} outside the world: world size {world} (mesh shape {shape}), "
+                    f"ranks 0-{world - 1}",
+                )
+            )
         if world in self.state_dict.reload_world_sizes:
-            problems.append((f"{where}.state_dict.reload_world_sizes",
-                             f"world size {world} is the run's own (the round trip loads there already); "
-                             f"expected other world sizes, got {list(self.state_dict.reload_world_sizes)}"))
+            problems.append(
+                (
+                    f"{where}.state_dict.reload_world_sizes",
+                    f"world size {world} is the run's own (the round trip loads there already); "
+                    f"expected other world sizes, got {list(self.state_dict.reload_world_sizes)}",
+                )
+            )
         if self.numerics_reference != "each_rank" and given.get("schedule"):
-            problems.append((f"{where}.numerics_reference",
-                             "rank_0 computes the reference of the default step only; with setup.schedule "
-                             "expected each_rank (or leave it out)"))
+            problems.append(
+                (
+                    f"{where}.numerics_reference",
+                    "rank_0 computes the reference of the default step only; with setup.schedule "
+                    "expected each_rank (or leave it out)",
+                )
+            )
         return problems
 
 
@@ -484,16 +610,20 @@ def _param_pattern_problems(setup: RunSetup, plans: list[UnitPlan], fqns: tuple[
     from harness.load.units import match_params
 
     def hint(pattern: str) -> str:
-        return (f"{pattern!r} matches no parameter; parameters look like {list(fqns[:3])} "
-                "('*' is one component, '**' several)")
+        return (
+            f"{pattern!r} matches no parameter; parameters look like {list(fqns[:3])} "
+            "('*' is one component, '**' several)"
+        )
 
     out = []
     seen = set()
     for plan in plans:
         for pattern, _ in plan.options.shard_placement:
-            where = (f"setup.fsdp.units[{plan.entry}].shard_placement"
-                     if plan.entry is not None and "shard_placement" in dict(setup.fsdp.units[plan.entry].given)
-                     else "setup.fsdp.shard_placement")
+            where = (
+                f"setup.fsdp.units[{plan.entry}].shard_placement"
+                if plan.entry is not None and "shard_placement" in dict(setup.fsdp.units[plan.entry].given)
+                else "setup.fsdp.shard_placement"
+            )
             if (where, pattern) not in seen and not match_params(pattern, fqns):
                 seen.add((where, pattern))
                 out.append((where, hint(pattern)))

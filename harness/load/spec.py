@@ -46,8 +46,9 @@ class SpecError(ValueError):
     (line, key path, message).
     """
 
-    def __init__(self, path: str | Path, line: int, key_path: str, message: str,
-                 errors: list[tuple[int, str, str]] | None = None):
+    def __init__(
+        self, path: str | Path, line: int, key_path: str, message: str, errors: list[tuple[int, str, str]] | None = None
+    ):
         self.path = str(path)
         self.errors = list(errors) if errors else [(line, key_path, message)]
         self.line, self.key_path, self.message = self.errors[0]
@@ -70,7 +71,7 @@ MAX_ERRORS_SHOWN = 50
 def _cut(line: str) -> str:
     if len(line) <= MAX_LINE:
         return line
-    return f"{line[:MAX_LINE - 40]} ... ({len(line) - MAX_LINE + 40:,} more characters)"
+    return f"{line[: MAX_LINE - 40]} ... ({len(line) - MAX_LINE + 40:,} more characters)"
 
 
 class _Errors:
@@ -180,8 +181,13 @@ def _index_lines(root: yaml.Node) -> tuple[dict[tuple, int], list[tuple[tuple, s
             for key, value in node.value:
                 key_path, line = path + (key.value,), key.start_mark.line + 1
                 if key.value in seen:
-                    duplicates.append((key_path, f"duplicate key {key.value!r} (first at line {seen[key.value]}); "
-                                                 "each key once per mapping", line))
+                    duplicates.append(
+                        (
+                            key_path,
+                            f"duplicate key {key.value!r} (first at line {seen[key.value]}); each key once per mapping",
+                            line,
+                        )
+                    )
                 else:
                     seen[key.value] = line
                 stack.append((value, key_path))
@@ -267,9 +273,12 @@ def load_spec(path: str | Path) -> Spec:
                     errors.add(_undotted(key_path), message)
                 context = Context(world_size=setup.world_size, mesh_dim_names=tuple(setup.mesh_dim_names))
             if setup.schedule is not None and config is not None and context.unit_names is not None:
-                for key_path, message in schedule_problems(setup.schedule, body=setup.model.body,
-                                                           num_layers=config.num_hidden_layers,
-                                                           unit_names=context.unit_names):
+                for key_path, message in schedule_problems(
+                    setup.schedule,
+                    body=setup.model.body,
+                    num_layers=config.num_hidden_layers,
+                    unit_names=context.unit_names,
+                ):
                     errors.add(_undotted(key_path), message)
 
     spec_range = data.get("torch", "")
@@ -293,9 +302,17 @@ def load_spec(path: str | Path) -> Spec:
     if any(item.entry.check == "expect_error" for item in items):
         # the run records what a rank raises (harness/language/kinds/expect_error.py) instead of failing
         setup = dataclasses.replace(setup, record_errors=True)
-    return Spec(path=path, name=data["spec"], title=data["title"], document=data["document"], setup=setup,
-                backend=data.get("backend", "auto"), timeout_s=float(data.get("timeout_s", 300)), raw=data,
-                items=items)
+    return Spec(
+        path=path,
+        name=data["spec"],
+        title=data["title"],
+        document=data["document"],
+        setup=setup,
+        backend=data.get("backend", "auto"),
+        timeout_s=float(data.get("timeout_s", 300)),
+        raw=data,
+        items=items,
+    )
 
 
 _FINITE_KEYS = (("timeout_s",), ("setup", "optimizer", "lr"))
@@ -326,24 +343,42 @@ def _context(setup: RunSetup, config: Any) -> Context:
     sizes = ()
     if setup.bandwidth is not None:
         sizes = tuple(s.name for s in setup.bandwidth.sizes) + (("step",) if setup.bandwidth.step else ())
-    loads = ((setup.world_size, *setup.state_dict.reload_world_sizes) if setup.state_dict.round_trip else ())
+    loads = (setup.world_size, *setup.state_dict.reload_world_sizes) if setup.state_dict.round_trip else ()
     if config is None:
-        return Context(world_size=setup.world_size, mesh_dim_names=tuple(setup.mesh_dim_names), bandwidth_sizes=sizes,
-                       state_dict_loads=loads)
+        return Context(
+            world_size=setup.world_size,
+            mesh_dim_names=tuple(setup.mesh_dim_names),
+            bandwidth_sizes=sizes,
+            state_dict_loads=loads,
+        )
     n = config.num_hidden_layers
-    fqns = param_fqns(setup.model.body, n, tie_word_embeddings=config.tie_word_embeddings,
-                      sparse_layers=getattr(config, "moe_layers", ()))
+    fqns = param_fqns(
+        setup.model.body,
+        n,
+        tie_word_embeddings=config.tie_word_embeddings,
+        sparse_layers=getattr(config, "moe_layers", ()),
+    )
     plans = setup.unit_plan(n, fqns)
-    if config.tie_word_embeddings and setup.model.body == "causal_lm" and (
-            _owning_unit(plans, "model.embed_tokens") != _owning_unit(plans, "lm_head")):
+    if (
+        config.tie_word_embeddings
+        and setup.model.body == "causal_lm"
+        and (_owning_unit(plans, "model.embed_tokens") != _owning_unit(plans, "lm_head"))
+    ):
         # The first of the two units' fully_shard replaces its module's weight by a DTensor; the
         # other module keeps the original Parameter, so the tie is broken and lm_head.weight is
         # a parameter of its own (specs/tied_embeddings_split_units.yaml).
         fqns = fqns + ("lm_head.weight",)
     microbatches = setup.schedule.microbatches() if setup.schedule is not None else (1,)
-    return Context(world_size=setup.world_size, mesh_dim_names=tuple(setup.mesh_dim_names), num_layers=n,
-                   unit_names=tuple(p.name for p in plans), param_fqns=fqns,
-                   bandwidth_sizes=sizes, state_dict_loads=loads, microbatches=microbatches)
+    return Context(
+        world_size=setup.world_size,
+        mesh_dim_names=tuple(setup.mesh_dim_names),
+        num_layers=n,
+        unit_names=tuple(p.name for p in plans),
+        param_fqns=fqns,
+        bandwidth_sizes=sizes,
+        state_dict_loads=loads,
+        microbatches=microbatches,
+    )
 
 
 def _owning_unit(plans: Any, module: str) -> str:
@@ -372,8 +407,11 @@ def _check_model_config(errors: _Errors, model: Mapping[str, Any]) -> Any:
     config = _build_model_config(errors, model)
     if config is not None and config.num_hidden_layers > MAX_LAYERS:
         key = "overrides" if "num_hidden_layers" in (model.get("overrides") or {}) else "config"
-        errors.add(("setup", "model", key), f"num_hidden_layers {config.num_hidden_layers:,} is over the "
-                                            f"{MAX_LAYERS:,} decoder layers a spec may build")
+        errors.add(
+            ("setup", "model", key),
+            f"num_hidden_layers {config.num_hidden_layers:,} is over the "
+            f"{MAX_LAYERS:,} decoder layers a spec may build",
+        )
         return None
     return config
 
@@ -413,9 +451,15 @@ def _schema_errors(data: Any) -> list[tuple[tuple, str]]:
             allowed = err.schema.get("properties", {})
             kind = _entry_kind(err.schema)
             for extra in (k for k in err.instance if k not in allowed):  # point at each unexpected key
-                out.append((key + (extra,), kind.unknown_key(extra) if kind else
-                            f"Additional properties are not allowed ({extra!r} was unexpected); "
-                            f"allowed keys: {sorted(allowed)}"))
+                out.append(
+                    (
+                        key + (extra,),
+                        kind.unknown_key(extra)
+                        if kind
+                        else f"Additional properties are not allowed ({extra!r} was unexpected); "
+                        f"allowed keys: {sorted(allowed)}",
+                    )
+                )
         else:
             out.append((key, _schema_message(err)))
     return out
@@ -500,8 +544,16 @@ def _unknown_key(kind: CheckKind, key: Any, *, meta_ok: bool) -> str | None:
     return kind.unknown_key(key)
 
 
-def _table_items(errors: _Errors, lines: _Lines, t_index: int, table: Mapping[str, Any], spec_range: str,
-                 seen_ids: dict[tuple[str, str], int], context: Context, skip: set[int]) -> list[SpecItem]:
+def _table_items(
+    errors: _Errors,
+    lines: _Lines,
+    t_index: int,
+    table: Mapping[str, Any],
+    spec_range: str,
+    seen_ids: dict[tuple[str, str], int],
+    context: Context,
+    skip: set[int],
+) -> list[SpecItem]:
     """Expand one table, adding every error to ``errors``; ``seen_ids`` maps (table title, entry id)
     to its line across the spec, since tables sharing a title share a pytest collector and ids
     must stay unique there. ``skip``: rows or entries the schema rejected."""
@@ -548,8 +600,11 @@ def _table_items(errors: _Errors, lines: _Lines, t_index: int, table: Mapping[st
             if e_index in skip:
                 continue
             if not isinstance(entry, Mapping):
-                errors.add(key, f"expected a mapping of selectors and fields of check kind {kind.name!r} "
-                                f"(selectors: {sorted(kind.selector_index)}), got {entry!r}")
+                errors.add(
+                    key,
+                    f"expected a mapping of selectors and fields of check kind {kind.name!r} "
+                    f"(selectors: {sorted(kind.selector_index)}), got {entry!r}",
+                )
                 continue
             values, unknown = {}, False
             for k, v in entry.items():
@@ -575,8 +630,11 @@ def _table_items(errors: _Errors, lines: _Lines, t_index: int, table: Mapping[st
             errors.add(at("id"), f"an id is a string of letters, digits, '_', '.' or '-', got {entry_id!r}")
             ok = False
         elif (title, entry_id) in seen_ids:
-            errors.add(key, f"duplicate entry id {entry_id!r} in table {title!r} (first at line {seen_ids[title, entry_id]}); "
-                            "give one an 'id' or its table another 'title'")
+            errors.add(
+                key,
+                f"duplicate entry id {entry_id!r} in table {title!r} (first at line {seen_ids[title, entry_id]}); "
+                "give one an 'id' or its table another 'title'",
+            )
             ok = False
         else:
             seen_ids[title, entry_id] = lines(key)
@@ -603,16 +661,25 @@ def _table_items(errors: _Errors, lines: _Lines, t_index: int, table: Mapping[st
         if not expect:
             errors.add(key, f"no expected field; fields of {kind.name!r}: {sorted(kind.field_index)}")
             continue
-        entry = Entry(id=entry_id, check=kind.name, selectors={k: v for k, v in merged.items() if k in kind.selector_index},
-                      expect=expect, says=meta.get("says", ""), section=table["section"], table=title,
-                      spec=str(errors.path), line=lines(key))
+        entry = Entry(
+            id=entry_id,
+            check=kind.name,
+            selectors={k: v for k, v in merged.items() if k in kind.selector_index},
+            expect=expect,
+            says=meta.get("says", ""),
+            section=table["section"],
+            table=title,
+            spec=str(errors.path),
+            line=lines(key),
+        )
         ranges = [r for r in (spec_range, table.get("torch", ""), meta.get("torch", "")) if r]
         items.append(SpecItem(entry, ",".join(ranges), meta.get("deviation"), bool(meta.get("drafted"))))
     return items
 
 
-def _entry_problems(kind: CheckKind, values: Mapping[str, Any], context: Context,
-                    some_dropped: bool) -> list[tuple[str | None, str]]:
+def _entry_problems(
+    kind: CheckKind, values: Mapping[str, Any], context: Context, some_dropped: bool
+) -> list[tuple[str | None, str]]:
     """What the schema cannot say about one entry: (the key to blame, None for the entry; message).
 
     Each selector's rule (a layer, unit, step, state or rank the setup can never produce is an

@@ -36,7 +36,10 @@ def timing_dependent_errors(entry: Any, backend: str) -> list[str]:
     if entry.check != "memory" or backend == "fake":
         return []
     note = timing_dependent()
-    return [f"entry {entry.id!r}: {field!r} depends on thread timing on a real backend (gloo's reduce-scatter copy "
-            f"counts as temp while a thread holds it); not checkable: simulate it (backend: fake) or drop it; "
-            f"see observation.schema.json, memory: x-timing-dependent"
-            for field in entry.expect if field in note["categories"]]
+    return [
+        f"entry {entry.id!r}: {field!r} depends on thread timing on a real backend (gloo's reduce-scatter copy "
+        f"counts as temp while a thread holds it); not checkable: simulate it (backend: fake) or drop it; "
+        f"see observation.schema.json, memory: x-timing-dependent"
+        for field in entry.expect
+        if field in note["categories"]
+    ]

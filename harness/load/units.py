@@ -36,9 +36,20 @@ from harness.contract.calculator import DTYPE_BYTES
 from harness.load.declare import convert_key, key, object_schema
 
 __all__ = [
-    "MixedPrecision", "OffloadSetup", "UnitOptions", "UnitSpec", "UnitPlan", "UNIT_OPTION_KEYS",
-    "unit_spec_from_yaml", "unit_entry_schema", "freeze", "resolve_units", "match_modules", "match_params",
-    "unit_label", "DTYPES",
+    "MixedPrecision",
+    "OffloadSetup",
+    "UnitOptions",
+    "UnitSpec",
+    "UnitPlan",
+    "UNIT_OPTION_KEYS",
+    "unit_spec_from_yaml",
+    "unit_entry_schema",
+    "freeze",
+    "resolve_units",
+    "match_modules",
+    "match_params",
+    "unit_label",
+    "DTYPES",
 ]
 
 DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)
@@ -50,10 +61,12 @@ class MixedPrecision:
     """``torch.distributed.fsdp.MixedPrecisionPolicy`` fields, as dtype names (None: keep)."""
 
     param_dtype: str | None = key(None, doc="the dtype parameters are all-gathered in (default: as built)", enum=DTYPES)
-    reduce_dtype: str | None = key(None, doc="the dtype gradients are reduce-scattered in (default: param_dtype)",
-                                   enum=DTYPES)
-    output_dtype: str | None = key(None, enum=DTYPES,
-                                   doc="the dtype of the module's forward outputs (default: not cast)")
+    reduce_dtype: str | None = key(
+        None, doc="the dtype gradients are reduce-scattered in (default: param_dtype)", enum=DTYPES
+    )
+    output_dtype: str | None = key(
+        None, enum=DTYPES, doc="the dtype of the module's forward outputs (default: not cast)"
+    )
     cast_forward_inputs: bool = key(True, doc="cast the forward inputs to param_dtype")
 
 
@@ -95,33 +108,53 @@ class UnitOptions:
     """
 
     reshard_after_forward: bool | int | None = key(
-        True, null=True, doc="fully_shard(reshard_after_forward=): true, false, an int (a group of that size after "
+        True,
+        null=True,
+        doc="fully_shard(reshard_after_forward=): true, false, an int (a group of that size after "
         "forward), or null: not passed, torch's default (true, except the root, which torch leaves unsharded after "
-        "forward)")
-    mp_policy: MixedPrecision | None = key(None, null=True, doc="this unit's MixedPrecisionPolicy; null: none "
-                                                                "(no casting)")
+        "forward)",
+    )
+    mp_policy: MixedPrecision | None = key(
+        None, null=True, doc="this unit's MixedPrecisionPolicy; null: none (no casting)"
+    )
     offload_policy: OffloadSetup | None = key(
-        None, null=True, doc="this unit's CPUOffloadPolicy: sharded parameters, gradients and optimizer states on "
-        "the CPU; null: no offload")
+        None,
+        null=True,
+        doc="this unit's CPUOffloadPolicy: sharded parameters, gradients and optimizer states on "
+        "the CPU; null: no offload",
+    )
     shard_placement: tuple[tuple[str, int], ...] = key(
-        (), parse=_shard_placement,
+        (),
+        parse=_shard_placement,
         whole=lambda: {"type": ["object", "null"], "additionalProperties": {"type": "integer", "minimum": 0}},
         doc="shard_placement_fn: parameter FQN pattern (relative to the root; * one component, ** several) -> the "
-        "dim it is sharded on, Shard(dim); other parameters Shard(0)")
+        "dim it is sharded on, Shard(dim); other parameters Shard(0)",
+    )
     gradient_divide_factor: float | None = key(
-        None, null=True, exclusiveMinimum=0,
+        None,
+        null=True,
+        exclusiveMinimum=0,
         doc="set_gradient_divide_factor(f) after fully_shard: gradients become sum/f; null: not called (FSDP "
         "divides by the data-parallel size). On gloo a factor other than the shard-group size needs "
-        "force_sum_reduction_for_comms (gloo refuses ReduceOp.PREMUL_SUM)")
+        "force_sum_reduction_for_comms (gloo refuses ReduceOp.PREMUL_SUM)",
+    )
     force_sum_reduction_for_comms: bool = key(
-        False, doc="set_force_sum_reduction_for_comms(true): reduce with ReduceOp.SUM and divide before/after")
+        False, doc="set_force_sum_reduction_for_comms(true): reduce with ReduceOp.SUM and divide before/after"
+    )
     reshard_after_backward: bool | None = key(
-        None, null=True, doc="set_reshard_after_backward(v, recurse=False) after fully_shard; null: not called")
+        None, null=True, doc="set_reshard_after_backward(v, recurse=False) after fully_shard; null: not called"
+    )
     set_reshard_after_forward: bool | None = key(
-        None, null=True, doc="set_reshard_after_forward(v, recurse=False) after every fully_shard, before the step "
-        "(a change at runtime); null: not called")
-    checkpoint: bool = key(False, doc="activation checkpointing (torch.distributed._composable.checkpoint) on each "
-                                      "module of the unit, applied before fully_shard")
+        None,
+        null=True,
+        doc="set_reshard_after_forward(v, recurse=False) after every fully_shard, before the step "
+        "(a change at runtime); null: not called",
+    )
+    checkpoint: bool = key(
+        False,
+        doc="activation checkpointing (torch.distributed._composable.checkpoint) on each "
+        "module of the unit, applied before fully_shard",
+    )
     compile: bool = key(False, doc="module.compile() on each module of the unit after fully_shard (slow on CPU)")
 
 
@@ -131,8 +164,11 @@ UNIT_OPTION_KEYS: tuple[str, ...] = tuple(f.name for f in fields(UnitOptions))
 
 def _string_or_list(description: str | None = None) -> dict[str, Any]:
     """A module path, or a non-empty list of them (a number or other value is refused as not a string)."""
-    schema: dict[str, Any] = {"if": {"type": "array"}, "then": {"type": "array", "items": {"type": "string"},
-                                                                "minItems": 1}, "else": {"type": "string"}}
+    schema: dict[str, Any] = {
+        "if": {"type": "array"},
+        "then": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        "else": {"type": "string"},
+    }
     return {"description": description, **schema} if description else schema
 
 
@@ -140,16 +176,24 @@ def unit_entry_schema() -> dict[str, Any]:
     """The JSON Schema of one ``setup.fsdp.units`` entry: a path or glob, a list, or a mapping of
     ``modules`` and the unit's options (:class:`UnitOptions`' keys)."""
     # an option a unit leaves out takes the fsdp mapping's value, not the dataclass default
-    options = {name: {k: v for k, v in option.items() if k != "default"}
-               for name, option in object_schema(UnitOptions)["properties"].items()}
-    modules = _string_or_list("a module path or glob (* one path component): one unit per match; or a list of them: "
-                              "ONE unit of every module named; 'root' (last entry only): the root unit's options")
+    options = {
+        name: {k: v for k, v in option.items() if k != "default"}
+        for name, option in object_schema(UnitOptions)["properties"].items()
+    }
+    modules = _string_or_list(
+        "a module path or glob (* one path component): one unit per match; or a list of them: "
+        "ONE unit of every module named; 'root' (last entry only): the root unit's options"
+    )
     return {
         "description": "one entry of setup.fsdp.units: a path or glob (one unit per matching module), a list (one "
-                       "unit of all the modules it names), or a mapping {modules, options}",
+        "unit of all the modules it names), or a mapping {modules, options}",
         "if": {"type": "object"},
-        "then": {"type": "object", "additionalProperties": False, "required": ["modules"],
-                 "properties": {"modules": modules, **options}},
+        "then": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["modules"],
+            "properties": {"modules": modules, **options},
+        },
         "else": _string_or_list(),
     }
 
@@ -285,8 +329,13 @@ def resolve_units(
         where = f"setup.fsdp.units[{i}]"
         if spec.is_root:
             if i != len(specs) - 1:
-                problems.append((f"{where}.modules", f"'root' must be the last unit (the root's fully_shard is the last "
-                                                     f"call, after its children); it is entry {i} of {len(specs)}"))
+                problems.append(
+                    (
+                        f"{where}.modules",
+                        f"'root' must be the last unit (the root's fully_shard is the last "
+                        f"call, after its children); it is entry {i} of {len(specs)}",
+                    )
+                )
             root_spec = spec
             continue
         given = dict(spec.given)
@@ -302,7 +351,9 @@ def resolve_units(
                 problems.append((key, f"{pattern!r} matches no module of the model; {_near(pattern, module_paths)}"))
             for hit in hits:
                 if hit in owner:
-                    problems.append((key, f"module {hit!r} is already in units[{owner[hit]}]; a module belongs to one unit"))
+                    problems.append(
+                        (key, f"module {hit!r} is already in units[{owner[hit]}]; a module belongs to one unit")
+                    )
                 elif hit not in found:
                     found.append(hit)
         for hit in found:
@@ -314,13 +365,27 @@ def resolve_units(
             if not paths:
                 continue
             layer = _layer_index(paths[0], layer_prefix) if len(paths) == 1 else None
-            plans.append(UnitPlan(tuple(paths), unit_label(paths), "layer" if layer is not None else "module", layer,
-                                  options, i if written else None))
+            plans.append(
+                UnitPlan(
+                    tuple(paths),
+                    unit_label(paths),
+                    "layer" if layer is not None else "module",
+                    layer,
+                    options,
+                    i if written else None,
+                )
+            )
     root_given = dict(root_spec.given) if root_spec is not None else {}
-    root_options = {**base, "reshard_after_forward": root_reshard_after_forward,
-                    **{k: _option(k, v) for k, v in root_given.items()}}
-    plans.append(UnitPlan(("",), "", "root", None, UnitOptions(**root_options),
-                          len(specs) - 1 if root_spec is not None else None))
+    root_options = {
+        **base,
+        "reshard_after_forward": root_reshard_after_forward,
+        **{k: _option(k, v) for k, v in root_given.items()},
+    }
+    plans.append(
+        UnitPlan(
+            ("",), "", "root", None, UnitOptions(**root_options), len(specs) - 1 if root_spec is not None else None
+        )
+    )
     return plans, problems
 
 

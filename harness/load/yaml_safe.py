@@ -88,15 +88,18 @@ def read_text(path: str | Path, *, max_bytes: int = MAX_BYTES) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise YamlFileError(path, line, f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
+        raise YamlFileError(
+            path, line, f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+        ) from None
 
 
 def _line(mark: Any) -> int:
     return mark.line + 1 if mark is not None else 0
 
 
-def check_bounds(text: str, path: str | Path = "<text>", *, max_depth: int = MAX_DEPTH,
-                 max_alias_nodes: int = MAX_ALIAS_NODES) -> None:
+def check_bounds(
+    text: str, path: str | Path = "<text>", *, max_depth: int = MAX_DEPTH, max_alias_nodes: int = MAX_ALIAS_NODES
+) -> None:
     """Refuse, before composing, what would make walking the loaded data unbounded.
 
     One iterative pass over ``yaml.parse`` events. Each open collection is a frame holding
@@ -118,8 +121,11 @@ def check_bounds(text: str, path: str | Path = "<text>", *, max_depth: int = MAX
             if isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent, yaml.CollectionStartEvent)):
                 if frames and frames[-1][2] and frames[-1][3] % 2 == 0 and not isinstance(event, yaml.ScalarEvent):
                     if not isinstance(event, yaml.AliasEvent) or event.anchor in collections:
-                        raise YamlFileError(path, _line(event.start_mark),
-                                            "a mapping key must be a plain value, not a sequence or mapping")
+                        raise YamlFileError(
+                            path,
+                            _line(event.start_mark),
+                            "a mapping key must be a plain value, not a sequence or mapping",
+                        )
                 if frames:
                     frames[-1][3] += 1
             if isinstance(event, yaml.ScalarEvent):
@@ -133,11 +139,16 @@ def check_bounds(text: str, path: str | Path = "<text>", *, max_depth: int = MAX
                     expanded += 1
             elif isinstance(event, yaml.AliasEvent):
                 if any(f[0] == event.anchor for f in frames):
-                    raise YamlFileError(path, _line(event.start_mark),
-                                        f"recursive alias *{event.anchor} (it refers to a node that contains it)")
+                    raise YamlFileError(
+                        path,
+                        _line(event.start_mark),
+                        f"recursive alias *{event.anchor} (it refers to a node that contains it)",
+                    )
                 size = sizes.get(event.anchor)
                 if size is None:
-                    raise YamlFileError(path, _line(event.start_mark), f"alias *{event.anchor} names no anchor before it")
+                    raise YamlFileError(
+                        path, _line(event.start_mark), f"alias *{event.anchor} names no anchor before it"
+                    )
                 if frames:
                     frames[-1][1] += size
                 else:
@@ -146,8 +157,11 @@ def check_bounds(text: str, path: str | Path = "<text>", *, max_depth: int = MAX
                 written += 1
                 frames.append([event.anchor, 1, isinstance(event, yaml.MappingStartEvent), 0])
                 if len(frames) > max_depth:
-                    raise YamlFileError(path, _line(event.start_mark),
-                                        f"nested deeper than {max_depth} levels of sequences and mappings")
+                    raise YamlFileError(
+                        path,
+                        _line(event.start_mark),
+                        f"nested deeper than {max_depth} levels of sequences and mappings",
+                    )
             elif isinstance(event, yaml.CollectionEndEvent):
                 anchor, size, _, _ = frames.pop()
                 if anchor is not None:
@@ -161,9 +175,12 @@ def check_bounds(text: str, path: str | Path = "<text>", *, max_depth: int = MAX
                 continue
             current = expanded + sum(f[1] for f in frames)
             if current - written > max_alias_nodes:
-                raise YamlFileError(path, _line(event.start_mark),
-                                    f"aliases expand to over {max_alias_nodes:,} nodes more than the file writes out "
-                                    "(an alias bomb?); write the values out or use fewer aliases")
+                raise YamlFileError(
+                    path,
+                    _line(event.start_mark),
+                    f"aliases expand to over {max_alias_nodes:,} nodes more than the file writes out "
+                    "(an alias bomb?); write the values out or use fewer aliases",
+                )
     except yaml.YAMLError as exc:
         raise _yaml_error(path, exc) from None
 
@@ -183,13 +200,15 @@ def _check_tree(root: yaml.Node, path: str | Path, *, max_depth: int = MAX_DEPTH
         if isinstance(node, yaml.ScalarNode):
             continue
         if depth + 1 > max_depth:
-            raise YamlFileError(path, _line(node.start_mark),
-                                f"nested deeper than {max_depth} levels of sequences and mappings")
+            raise YamlFileError(
+                path, _line(node.start_mark), f"nested deeper than {max_depth} levels of sequences and mappings"
+            )
         if isinstance(node, yaml.MappingNode):
             for key, value in node.value:
                 if not isinstance(key, yaml.ScalarNode):
-                    raise YamlFileError(path, _line(key.start_mark),
-                                        "a mapping key must be a plain value, not a sequence or mapping")
+                    raise YamlFileError(
+                        path, _line(key.start_mark), "a mapping key must be a plain value, not a sequence or mapping"
+                    )
                 stack.append((value, depth + 1))
         else:
             stack.extend((child, depth + 1) for child in node.value)
@@ -199,14 +218,16 @@ def _yaml_error(path: str | Path, exc: yaml.YAMLError, text: str = "") -> YamlFi
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     problem = getattr(exc, "problem", None) or str(exc)
     context = getattr(exc, "context", None)
-    if context and str(problem).startswith("but "):  # "expected a single document in the stream" + "but found another document"
+    if context and str(problem).startswith(
+        "but "
+    ):  # "expected a single document in the stream" + "but found another document"
         problem = f"{context} {problem}"
     if isinstance(exc, yaml.reader.ReaderError):  # a control character; the position is a character offset
         char = exc.character if isinstance(exc.character, int) else ord(exc.character[:1] or "\0")
         problem = f"character U+{char:04X} at character offset {exc.position} is not allowed in YAML text"
     problem = " ".join(str(problem).split())
     if problem.startswith("found undefined alias") and mark is not None:  # said as check_bounds says it
-        name = re.match(r"\*([^\s,\[\]{}]*)", text[mark.index:])
+        name = re.match(r"\*([^\s,\[\]{}]*)", text[mark.index :])
         return YamlFileError(path, _line(mark), f"alias *{name.group(1) if name else '?'} names no anchor before it")
     if "maximum nesting depth" in problem:  # libyaml's own limit (1000 levels) struck before ours
         return YamlFileError(path, _line(mark), f"nested deeper than {MAX_DEPTH} levels of sequences and mappings")

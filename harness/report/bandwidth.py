@@ -16,8 +16,16 @@ from harness.language.bandwidth import BandwidthRow
 
 __all__ = ["nccl_type", "redop", "table_lines", "markdown_table"]
 
-_NCCL_TYPES = {"float16": "half", "float32": "float", "float64": "double", "bfloat16": "bfloat16",
-               "int8": "int8", "uint8": "uint8", "int32": "int32", "int64": "int64"}
+_NCCL_TYPES = {
+    "float16": "half",
+    "float32": "float",
+    "float64": "double",
+    "bfloat16": "bfloat16",
+    "int8": "int8",
+    "uint8": "uint8",
+    "int32": "int32",
+    "int64": "int64",
+}
 
 
 def nccl_type(dtype: str) -> str:
@@ -51,16 +59,22 @@ def table_lines(rows: Sequence[BandwidthRow], *, world_size: int, timer: str | N
         f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>5}  {'(us)':>9}  {'(GB/s)':>7}  {'(GB/s)':>7}  {'':>6}",
     ]
     for r in rows:
-        lines.append(f"{r.size_bytes:>12}  {r.count:>12}  {nccl_type(r.dtype):>8}  {redop(r.op):>6}  {-1:>5}  "
-                     f"{r.time_us:>9.1f}  {r.algbw:>7.2f}  {r.busbw:>7.2f}  {r.wrong:>6}  {r.op:<14}  {_note(r)}")
+        lines.append(
+            f"{r.size_bytes:>12}  {r.count:>12}  {nccl_type(r.dtype):>8}  {redop(r.op):>6}  {-1:>5}  "
+            f"{r.time_us:>9.1f}  {r.algbw:>7.2f}  {r.busbw:>7.2f}  {r.wrong:>6}  {r.op:<14}  {_note(r)}"
+        )
     return lines
 
 
 def markdown_table(rows: Sequence[BandwidthRow]) -> list[str]:
     """The same columns as a Markdown table."""
-    out = ["| size (B) | count (elements) | type | redop | root | time (us) | algbw (GB/s) | busbw (GB/s) | #wrong | op | name |",
-           "|---:|---:|---|---|---:|---:|---:|---:|---:|---|---|"]
+    out = [
+        "| size (B) | count (elements) | type | redop | root | time (us) | algbw (GB/s) | busbw (GB/s) | #wrong | op | name |",
+        "|---:|---:|---|---|---:|---:|---:|---:|---:|---|---|",
+    ]
     for r in rows:
-        out.append(f"| {r.size_bytes:,} | {r.count:,} | {nccl_type(r.dtype)} | {redop(r.op)} | -1 | {r.time_us:.1f} | "
-                   f"{r.algbw:.2f} | {r.busbw:.2f} | {r.wrong} | {r.op} | {_note(r)} |")
+        out.append(
+            f"| {r.size_bytes:,} | {r.count:,} | {nccl_type(r.dtype)} | {redop(r.op)} | -1 | {r.time_us:.1f} | "
+            f"{r.algbw:.2f} | {r.busbw:.2f} | {r.wrong} | {r.op} | {_note(r)} |"
+        )
     return out

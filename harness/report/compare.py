@@ -22,18 +22,40 @@ from typing import Any, Iterable, Mapping, NamedTuple
 
 from harness.contract import strict_json
 
-__all__ = ["VOLATILE_FIELDS", "KINDS", "Key", "Difference", "CompareError", "flatten_observation", "compare_documents",
-           "read_documents", "format_differences", "summary_line", "selector_text"]
+__all__ = [
+    "VOLATILE_FIELDS",
+    "KINDS",
+    "Key",
+    "Difference",
+    "CompareError",
+    "flatten_observation",
+    "compare_documents",
+    "read_documents",
+    "format_differences",
+    "summary_line",
+    "selector_text",
+]
 
 VOLATILE_FIELDS = frozenset({"timings_s", "time_s", "pid"})
 """Fields that differ in every run and are never compared: the phases' wall times
 (``timings_s``), a timed collective's ``time_s`` (``bandwidth``), a rank's process id."""
 
 KINDS: dict[str, str] = {
-    "memory": "memory", "collectives": "collectives", "params": "param", "param_states": "param_state",
-    "steps": "step", "events": "events", "grad_norms": "grad_norm", "param_updates": "param_update",
-    "numerics": "numerics", "input": "input", "output": "input", "environment": "environment",
-    "state_dict": "state_dict", "bandwidth": "bandwidth", "error": "expect_error",
+    "memory": "memory",
+    "collectives": "collectives",
+    "params": "param",
+    "param_states": "param_state",
+    "steps": "step",
+    "events": "events",
+    "grad_norms": "grad_norm",
+    "param_updates": "param_update",
+    "numerics": "numerics",
+    "input": "input",
+    "output": "input",
+    "environment": "environment",
+    "state_dict": "state_dict",
+    "bandwidth": "bandwidth",
+    "error": "expect_error",
 }
 """A rank entry's part -> the check kind that reads it (parts not listed keep their own name)."""
 
@@ -207,5 +229,7 @@ def summary_line(differences: list[Difference], specs: int) -> str:
     if not differences:
         return f"compare: the observations of {specs} spec{'s' if specs != 1 else ''} are the same (timings ignored)"
     touched = len({d.spec for d in differences})
-    return (f"compare: {len(differences)} observed value{'s' if len(differences) != 1 else ''} differ in {touched} of "
-            f"{specs} spec{'s' if specs != 1 else ''} (timings ignored)")
+    return (
+        f"compare: {len(differences)} observed value{'s' if len(differences) != 1 else ''} differ in {touched} of "
+        f"{specs} spec{'s' if specs != 1 else ''} (timings ignored)"
+    )

@@ -57,12 +57,12 @@ def mb(n_bytes: int | float) -> str:
 
 
 def mb_exact(n_bytes: int | float) -> str:
-    """"4.72 MB (4,720,896 B)": the rounded figure with the exact byte count beside."""
+    """ "4.72 MB (4,720,896 B)": the rounded figure with the exact byte count beside."""
     return f"{mb(n_bytes)} ({thousands(n_bytes)} B)"
 
 
 def count_exact(n: int) -> str:
-    """"≈2.36M (2,360,448)"; below 1000 just the count."""
+    """ "≈2.36M (2,360,448)"; below 1000 just the count."""
     return str(n) if abs(n) < 1000 else f"{approx_count(n)} ({thousands(n)})"
 
 
@@ -72,7 +72,7 @@ def shape(dims: Iterable[int]) -> str:
 
 
 def ranks_text(ranks: Iterable[int]) -> str:
-    """"0-3", "0, 2, 5-7": sorted ranks with runs collapsed."""
+    """ "0-3", "0, 2, 5-7": sorted ranks with runs collapsed."""
     ranks = sorted(set(ranks))
     parts, i = [], 0
     while i < len(ranks):
@@ -85,6 +85,6 @@ def ranks_text(ranks: Iterable[int]) -> str:
 
 
 def fraction(numerator: int, denominator: int) -> str:
-    """"3/4" (reduced)."""
+    """ "3/4" (reduced)."""
     f = Fraction(numerator, denominator)
     return f"{f.numerator}/{f.denominator}"

@@ -34,8 +34,17 @@ from typing import Iterable
 from harness.judge.checks import CheckResult
 from harness.language.entry import Entry
 
-__all__ = ["Case", "table_slug", "spec_nodeid_path", "nodeid", "result_case", "load_error_case",
-           "run_error_case", "junit_xml", "shorten_message"]
+__all__ = [
+    "Case",
+    "table_slug",
+    "spec_nodeid_path",
+    "nodeid",
+    "result_case",
+    "load_error_case",
+    "run_error_case",
+    "junit_xml",
+    "shorten_message",
+]
 
 MESSAGE_BUDGET = 500  # pytest 9's MESSAGE_ATTR_BUDGET for the message attribute
 _ILLEGAL_XML = re.compile("[^\u0009\u000a\u000d\u0020-\u007e\u0080-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -95,8 +104,10 @@ def load_error_case(spec_path: str, error: Exception) -> Case:
 
 def run_error_case(spec_path: str, entry: Entry, error: Exception) -> Case:
     """An entry whose spec's run failed: the text pytest's item shows for it."""
-    text = (f"{entry.spec}:{entry.line}: [{entry.table}] {entry.id}\n  the run of this spec's setup failed:\n"
-            f"{type(error).__name__}: {error}")
+    text = (
+        f"{entry.spec}:{entry.line}: [{entry.table}] {entry.id}\n  the run of this spec's setup failed:\n"
+        f"{type(error).__name__}: {error}"
+    )
     return Case(nodeid(spec_path, entry), "failure", text, text)
 
 
@@ -126,7 +137,9 @@ def shorten_message(msg: str, budget: int = MESSAGE_BUDGET) -> str:
 
 
 def _escape(text: str) -> str:
-    return _ILLEGAL_XML.sub(lambda m: f"#x{ord(m.group()):02X}" if ord(m.group()) <= 0xFF else f"#x{ord(m.group()):04X}", text)
+    return _ILLEGAL_XML.sub(
+        lambda m: f"#x{ord(m.group()):02X}" if ord(m.group()) <= 0xFF else f"#x{ord(m.group()):04X}", text
+    )
 
 
 def _names(node: str) -> tuple[str, str]:
@@ -135,15 +148,25 @@ def _names(node: str) -> tuple[str, str]:
     return ".".join(parts[:-1]), parts[-1]
 
 
-def junit_xml(cases: Iterable[Case], *, duration_s: float = 0.0, suite_name: str = "harness",
-              timestamp: datetime | None = None) -> str:
+def junit_xml(
+    cases: Iterable[Case], *, duration_s: float = 0.0, suite_name: str = "harness", timestamp: datetime | None = None
+) -> str:
     """The JUnit XML document (``<testsuites><testsuite>...``) for ``cases``, as text."""
     cases = list(cases)
     stamp = (timestamp or datetime.now(timezone.utc)).astimezone().isoformat()
     failures = sum(c.outcome == "failure" for c in cases)
     skipped = sum(c.outcome in ("skip", "xfail") for c in cases)
-    suite = ET.Element("testsuite", name=suite_name, errors="0", failures=str(failures), skipped=str(skipped),
-                       tests=str(len(cases)), time=f"{duration_s:.3f}", timestamp=stamp, hostname=platform.node())
+    suite = ET.Element(
+        "testsuite",
+        name=suite_name,
+        errors="0",
+        failures=str(failures),
+        skipped=str(skipped),
+        tests=str(len(cases)),
+        time=f"{duration_s:.3f}",
+        timestamp=stamp,
+        hostname=platform.node(),
+    )
     for c in cases:
         classname, name = _names(c.nodeid)
         case = ET.SubElement(suite, "testcase", classname=classname, name=name, time=f"{c.time_s:.3f}")

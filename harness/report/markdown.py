@@ -13,9 +13,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from harness.language.bandwidth import bandwidth_rows
 from harness.judge.checks import CheckResult
 from harness.judge.evaluate import FAILING, counts
+from harness.language.bandwidth import bandwidth_rows
 from harness.language.observed import ranks_text
 from harness.report.bandwidth import markdown_table
 
@@ -25,9 +25,16 @@ DIFFERS = "⚠"
 """Marks an environment value that differs from the one most ranks have."""
 
 _ENV_COLUMNS = (
-    ("host", "host"), ("node", "node_rank"), ("local rank", "local_rank"), ("device", "device_name"),
-    ("device id", None), ("torch", "torch_version"), ("backend", "backend"), ("CUDA", "cuda_version"),
-    ("NCCL", "nccl_version"), ("variables", None),
+    ("host", "host"),
+    ("node", "node_rank"),
+    ("local rank", "local_rank"),
+    ("device", "device_name"),
+    ("device id", None),
+    ("torch", "torch_version"),
+    ("backend", "backend"),
+    ("CUDA", "cuda_version"),
+    ("NCCL", "nccl_version"),
+    ("variables", None),
 )
 # Columns compared across ranks (a rank's own host, node, local rank and device id differ by design).
 _AGREEING = {"device", "torch", "backend", "CUDA", "NCCL", "variables"}
@@ -69,8 +76,11 @@ def _hosts_section(envs: Mapping[int, Mapping[str, Any]]) -> list[str]:
         nodes = sorted({envs[r]["node_rank"] for r in ranks})
         local = [envs[r]["local_rank"] for r in ranks]
         devices = Counter(envs[r]["device_name"] for r in ranks)
-        out.append(f"| {host} | {', '.join(map(str, nodes))} | {ranks_text(ranks)} | {', '.join(map(str, local))} | "
-                   + "; ".join(f"{n} × {d}" for d, n in devices.items()) + " |")
+        out.append(
+            f"| {host} | {', '.join(map(str, nodes))} | {ranks_text(ranks)} | {', '.join(map(str, local))} | "
+            + "; ".join(f"{n} × {d}" for d, n in devices.items())
+            + " |"
+        )
     return out + [""]
 
 
@@ -82,23 +92,32 @@ def _environment_section(envs: Mapping[int, Mapping[str, Any]]) -> list[str]:
         majority[column] = tally.most_common(1)[0][0]
     differing = sorted({c for r in cells for c in _AGREEING if cells[r][c] != majority[c]})
     out = ["### Environment", ""]
-    out.append(f"{DIFFERS} marks a value that differs from the one most ranks have"
-               + (f"; ranks differ in: {', '.join(differing)}." if differing else "; every rank agrees."))
+    out.append(
+        f"{DIFFERS} marks a value that differs from the one most ranks have"
+        + (f"; ranks differ in: {', '.join(differing)}." if differing else "; every rank agrees.")
+    )
     out += ["", "| rank | " + " | ".join(c for c, _ in _ENV_COLUMNS) + " |", "|---:|" + "---|" * len(_ENV_COLUMNS)]
     for rank in sorted(cells):
         row = []
         for column, _ in _ENV_COLUMNS:
             text = _escape(cells[rank][column])
-            row.append(f"**{text}** {DIFFERS}" if column in _AGREEING and cells[rank][column] != majority[column] else text)
+            row.append(
+                f"**{text}** {DIFFERS}" if column in _AGREEING and cells[rank][column] != majority[column] else text
+            )
         out.append(f"| {rank} | " + " | ".join(row) + " |")
     return out + [""]
 
 
 def _results_section(results: Sequence[CheckResult]) -> list[str]:
     tally = counts(list(results))
-    out = ["### Spec results", "",
-           ", ".join(f"{n} {status}" for status, n in tally.items() if n or status in ("pass", "fail")) + "", "",
-           "| | table | entry | status |", "|---|---|---|---|"]
+    out = [
+        "### Spec results",
+        "",
+        ", ".join(f"{n} {status}" for status, n in tally.items() if n or status in ("pass", "fail")) + "",
+        "",
+        "| | table | entry | status |",
+        "|---|---|---|---|",
+    ]
     for r in results:
         mark = "✗" if r.status in FAILING else ("✓" if r.status in ("pass", "xfail") else "–")
         out.append(f"| {mark} | {_escape(r.entry.table or r.entry.section)} | {_escape(r.entry.id)} | {r.status} |")
@@ -112,23 +131,35 @@ def _results_section(results: Sequence[CheckResult]) -> list[str]:
 
 
 def _spec_section(run: SpecRun) -> list[str]:
-    out = [f"## {run.name} — {run.title}", "", f"Spec: `{run.path}`" + (f", {run.seconds:.1f} s" if run.seconds else ""), ""]
+    out = [
+        f"## {run.name} — {run.title}",
+        "",
+        f"Spec: `{run.path}`" + (f", {run.seconds:.1f} s" if run.seconds else ""),
+        "",
+    ]
     if run.error:
         return out + ["The run failed:", "", "```", run.error, "```", ""]
     obs = run.observation or {}
     env = obs.get("environment", {})
-    out += [f"torch {env.get('torch_version')}, backend {env.get('backend')}, {env.get('world_size')} ranks, "
-            f"mesh {env.get('mesh_shape')} {env.get('mesh_dim_names')}, launcher {env.get('launcher')}", ""]
+    out += [
+        f"torch {env.get('torch_version')}, backend {env.get('backend')}, {env.get('world_size')} ranks, "
+        f"mesh {env.get('mesh_shape')} {env.get('mesh_dim_names')}, launcher {env.get('launcher')}",
+        "",
+    ]
     envs = {r["rank"]: r["environment"] for r in obs.get("ranks", []) if r.get("environment")}
     if envs:
         out += _hosts_section(envs) + _environment_section(envs)
     rows = bandwidth_rows(obs) if obs else []
     if rows:
         first = rows[0]
-        out += ["### Bandwidth", "",
-                f"nccl-tests' columns, out of place; time is the mean over ranks of {first.iterations} timed operations "
-                f"after {first.warmup} warm-up ({first.timer}); algbw = S / time, busbw = algbw × (n−1)/n for "
-                "all-gather and reduce-scatter, × 2(n−1)/n for all-reduce; GB/s = 10^9 B/s.", ""]
+        out += [
+            "### Bandwidth",
+            "",
+            f"nccl-tests' columns, out of place; time is the mean over ranks of {first.iterations} timed operations "
+            f"after {first.warmup} warm-up ({first.timer}); algbw = S / time, busbw = algbw × (n−1)/n for "
+            "all-gather and reduce-scatter, × 2(n−1)/n for all-reduce; GB/s = 10^9 B/s.",
+            "",
+        ]
         out += markdown_table(rows) + [""]
     return out + _results_section(run.results)
 

@@ -47,20 +47,25 @@ def read_observation(path: str | Path, spec_path: str | Path, setup: Mapping[str
     except json.JSONDecodeError as exc:
         raise ObservationFileError(f"{path}:{exc.lineno}: not JSON: {exc.msg}") from None
     if not isinstance(doc, dict):
-        raise ObservationFileError(f"{path}: expected a JSON object written by 'harness run --json', got {type(doc).__name__}")
+        raise ObservationFileError(
+            f"{path}: expected a JSON object written by 'harness run --json', got {type(doc).__name__}"
+        )
     if doc.get("format") == FORMAT:
         found = doc
     else:
         observations = doc.get("observations")
         if not isinstance(observations, dict) or not observations:
-            raise ObservationFileError(f"{path}: observations: expected a mapping of spec path -> observation document "
-                                       f"(as 'harness run --json' writes), found none")
+            raise ObservationFileError(
+                f"{path}: observations: expected a mapping of spec path -> observation document "
+                f"(as 'harness run --json' writes), found none"
+            )
         keys = [k for k in observations if _same_file(k, spec_path)]
         if not keys and setup is not None:
             keys = [k for k, v in observations.items() if isinstance(v, dict) and v.get("setup") == dict(setup)]
         if len(keys) != 1:
-            raise ObservationFileError(f"{path}: observations: no single entry for {spec_path}; it holds "
-                                       f"{', '.join(sorted(observations))}")
+            raise ObservationFileError(
+                f"{path}: observations: no single entry for {spec_path}; it holds {', '.join(sorted(observations))}"
+            )
         found = observations[keys[0]]
     try:
         validate_observation(found)

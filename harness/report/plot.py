@@ -38,12 +38,21 @@ __all__ = ["Timeline", "memory_timeline", "plot_memory", "PlotUnavailable", "CAT
 
 #: Tracker categories drawn, in legend order.
 CATEGORIES = ("sharded_param", "unsharded_param", "sharded_grad", "unsharded_grad", "optstate", "activation")
-INSTALL_HINT = "matplotlib is not installed: --plot needs it (pip install 'fsdp2-conformance[plot]' or pip install matplotlib)"
+INSTALL_HINT = (
+    "matplotlib is not installed: --plot needs it (pip install 'fsdp2-conformance[plot]' or pip install matplotlib)"
+)
 
 _FORWARD = ("Before Pre-Forward", "After Pre-Forward", "Before Post-Forward", "After Post-Forward")
 _BACKWARD = ("Before Pre-Backward", "After Pre-Backward", "Before Post-Backward", "After Post-Backward")
-_SHORT = {"Before": "before", "After": "after", "Pre-Forward": "pre-fwd", "Post-Forward": "post-fwd",
-          "Pre-Backward": "pre-bwd", "Post-Backward": "post-bwd", "Optimizer Step": "optimizer step"}
+_SHORT = {
+    "Before": "before",
+    "After": "after",
+    "Pre-Forward": "pre-fwd",
+    "Post-Forward": "post-fwd",
+    "Pre-Backward": "pre-bwd",
+    "Post-Backward": "post-bwd",
+    "Optimizer Step": "optimizer step",
+}
 
 
 class PlotUnavailable(RuntimeError):
@@ -73,7 +82,11 @@ class Timeline:
         out = []
         for unit, state in self.points:
             words = [_SHORT.get(w, w) for w in state.split(" ", 1)]
-            out.append(f"{unit or 'root'} {' '.join(words)}" if unit or state != "After Optimizer Step" else "after optimizer step")
+            out.append(
+                f"{unit or 'root'} {' '.join(words)}"
+                if unit or state != "After Optimizer Step"
+                else "after optimizer step"
+            )
         return out
 
 
@@ -150,13 +163,16 @@ def _pyplot() -> Any:
         if isinstance(exc, ModuleNotFoundError) and exc.name == "matplotlib":
             raise PlotUnavailable(INSTALL_HINT) from None
         first = (str(exc).strip().splitlines() or [""])[0]
-        raise PlotUnavailable(f"matplotlib is installed but cannot be imported ({type(exc).__name__}: {first}): "
-                              "--plot needs it (pip install --force-reinstall matplotlib)") from None
+        raise PlotUnavailable(
+            f"matplotlib is installed but cannot be imported ({type(exc).__name__}: {first}): "
+            "--plot needs it (pip install --force-reinstall matplotlib)"
+        ) from None
     return plt
 
 
-def plot_memory(observation: Mapping[str, Any], out_dir: str | Path, stem: str,
-                ranks: Sequence[int] | None = None) -> list[Path]:
+def plot_memory(
+    observation: Mapping[str, Any], out_dir: str | Path, stem: str, ranks: Sequence[int] | None = None
+) -> list[Path]:
     """Draw each rank's :class:`Timeline` to ``out_dir/<stem>_memory_rank<r>.png`` and ``.svg``.
 
     Args:
@@ -183,32 +199,72 @@ def plot_memory(observation: Mapping[str, Any], out_dir: str | Path, stem: str,
         fig, ax = plt.subplots(figsize=(12, 5.2), dpi=100)
         for unit, phase, a, b in tl.spans:
             ax.axvspan(a - 0.4, b + 0.4, color="#4c72b0" if phase == "forward" else "#dd8452", alpha=0.10, lw=0)
-            ax.text((a + b) / 2, 1.0, f"{unit}\n{phase}", transform=ax.get_xaxis_transform(), ha="center",
-                    va="bottom", fontsize=8, color="#444444")
-        styles = {"sharded_param": ("#2ca02c", 2.5), "unsharded_param": ("#d62728", 2.5), "sharded_grad": ("#9467bd", 1.6),
-                  "unsharded_grad": ("#e377c2", 1.6), "optstate": ("#8c564b", 1.6), "activation": ("#7f7f7f", 1.4)}
+            ax.text(
+                (a + b) / 2,
+                1.0,
+                f"{unit}\n{phase}",
+                transform=ax.get_xaxis_transform(),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+                color="#444444",
+            )
+        styles = {
+            "sharded_param": ("#2ca02c", 2.5),
+            "unsharded_param": ("#d62728", 2.5),
+            "sharded_grad": ("#9467bd", 1.6),
+            "unsharded_grad": ("#e377c2", 1.6),
+            "optstate": ("#8c564b", 1.6),
+            "activation": ("#7f7f7f", 1.4),
+        }
         for c in CATEGORIES:
             values = tl.series[c]
             if not any(values):
                 continue
             color, width = styles[c]
-            ax.plot(x, [v / MB for v in values], marker="o", markersize=3.5, lw=width, color=color,
-                    label=f"{c} (whole rank; max {mb(max(values))})")
+            ax.plot(
+                x,
+                [v / MB for v in values],
+                marker="o",
+                markersize=3.5,
+                lw=width,
+                color=color,
+                label=f"{c} (whole rank; max {mb(max(values))})",
+            )
         # Each unit's own shards, stacked: together they make the tracker's sharded_param.
         lower = 0.0
         for i, (unit, nbytes) in enumerate(tl.unit_shards.items()):
             upper = lower + nbytes / MB
-            ax.fill_between(x, lower, upper, color=("#98df8a", "#c7e9c0")[i % 2], alpha=0.55, lw=0,
-                            label=f"{unit or 'root'}: its own shards ({mb(nbytes)})")
+            ax.fill_between(
+                x,
+                lower,
+                upper,
+                color=("#98df8a", "#c7e9c0")[i % 2],
+                alpha=0.55,
+                lw=0,
+                label=f"{unit or 'root'}: its own shards ({mb(nbytes)})",
+            )
             if len(tl.unit_shards) <= 4:
-                ax.text(x[0], (lower + upper) / 2, f" {unit or 'root'} shards {mb(nbytes)}", va="center", fontsize=8,
-                        color="#1b5e20")
+                ax.text(
+                    x[0],
+                    (lower + upper) / 2,
+                    f" {unit or 'root'} shards {mb(nbytes)}",
+                    va="center",
+                    fontsize=8,
+                    color="#1b5e20",
+                )
             lower = upper
         peak = max(tl.series["unsharded_param"])
         if peak:
             at = tl.series["unsharded_param"].index(peak)
-            ax.annotate(f"unsharded {mb(peak)}", (at, peak / MB), xytext=(4, 6), textcoords="offset points",
-                        fontsize=8, color="#d62728")
+            ax.annotate(
+                f"unsharded {mb(peak)}",
+                (at, peak / MB),
+                xytext=(4, 6),
+                textcoords="offset points",
+                fontsize=8,
+                color="#d62728",
+            )
         ax.set_xticks(x)
         ax.set_xticklabels(tl.labels(), rotation=60, ha="right", fontsize=7.5)
         ax.set_ylabel("MB (10^6 bytes)")
@@ -217,8 +273,12 @@ def plot_memory(observation: Mapping[str, Any], out_dir: str | Path, stem: str,
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         setup = observation["setup"]
-        ax.set_title(f"rank {rank} of {env['world_size']}: FSDPMemTracker bytes through one step "
-                     f"({setup['model']['dtype']}, torch {env['torch_version']}, {env['backend']})", fontsize=10, pad=26)
+        ax.set_title(
+            f"rank {rank} of {env['world_size']}: FSDPMemTracker bytes through one step "
+            f"({setup['model']['dtype']}, torch {env['torch_version']}, {env['backend']})",
+            fontsize=10,
+            pad=26,
+        )
         fig.tight_layout()
         for ext in ("png", "svg"):
             path = out_dir / f"{stem}_memory_rank{rank}.{ext}"

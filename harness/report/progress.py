@@ -21,9 +21,14 @@ from harness.contract.names import RANK_PHASES, rank_phase_code
 __all__ = ["RunProgress", "STAGES", "stage_of", "progress_enabled"]
 
 # How a user reads the rank phases that are not named after the step's own operations.
-_READ_AS = {"starting": "launching ranks", "init_process_group": "launching ranks",
-            "setup": "building the model and fully_shard", "replica": "replica for numerics",
-            "state_dict": "state-dict round trip", "bandwidth": "timing collectives"}
+_READ_AS = {
+    "starting": "launching ranks",
+    "init_process_group": "launching ranks",
+    "setup": "building the model and fully_shard",
+    "replica": "replica for numerics",
+    "state_dict": "state-dict round trip",
+    "bandwidth": "timing collectives",
+}
 
 #: What a user reads for each rank phase (``harness.contract.names.RANK_PHASES``), in order.
 STAGES = tuple(dict.fromkeys(_READ_AS.get(p, p) for p in RANK_PHASES))
@@ -58,17 +63,28 @@ class RunProgress:
     def __init__(self, console: Console, label: str, world_size: int, *, enabled: bool | None = None) -> None:
         self.label, self.world_size = label, max(1, world_size)
         self.enabled = progress_enabled(console) if enabled is None else enabled
-        self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                                  TextColumn("{task.fields[ranks]}"), TimeElapsedColumn(),
-                                  console=console, transient=True) if self.enabled else None
+        self._progress = (
+            Progress(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.fields[ranks]}"),
+                TimeElapsedColumn(),
+                console=console,
+                transient=True,
+            )
+            if self.enabled
+            else None
+        )
         self._task: Any = None
         self.last: dict[int, str] = {}
 
     def __enter__(self) -> "RunProgress":
         if self._progress is not None:
             self._progress.start()
-            self._task = self._progress.add_task(f"{self.label}: {STAGES[0]}",
-                                                 total=self.world_size * (len(STAGES) - 1), ranks="")
+            self._task = self._progress.add_task(
+                f"{self.label}: {STAGES[0]}", total=self.world_size * (len(STAGES) - 1), ranks=""
+            )
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -84,13 +100,18 @@ class RunProgress:
         slowest = min(stages.values())
         behind = sorted(r for r, s in stages.items() if s == slowest)
         who = f"rank {behind[0]}" if len(behind) == 1 else f"{len(behind)} ranks"
-        self._progress.update(self._task, description=f"{self.label}: {STAGES[slowest]}",
-                              total=len(stages) * (len(STAGES) - 1), completed=sum(stages.values()),
-                              ranks=f"{who} in {STAGES[slowest]}")
+        self._progress.update(
+            self._task,
+            description=f"{self.label}: {STAGES[slowest]}",
+            total=len(stages) * (len(STAGES) - 1),
+            completed=sum(stages.values()),
+            ranks=f"{who} in {STAGES[slowest]}",
+        )
 
     def checking(self, entries: int) -> None:
         """The run is over; the entries are being checked."""
         if self._progress is not None:
             total = self._progress.tasks[0].total
-            self._progress.update(self._task, description=f"{self.label}: checking {entries} entries",
-                                  completed=total, ranks="")
+            self._progress.update(
+                self._task, description=f"{self.label}: checking {entries} entries", completed=total, ranks=""
+            )

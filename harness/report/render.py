@@ -49,9 +49,17 @@ SECTIONS = {
 # A decoder layer's parameters in the order its forward uses them (the document's order);
 # names not listed keep their observed order after these.
 _FORWARD_ORDER = (
-    "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-    "self_attn.q_norm.weight", "self_attn.k_norm.weight", "self_attn.o_proj.weight",
-    "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+    "input_layernorm.weight",
+    "self_attn.q_proj.weight",
+    "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight",
+    "self_attn.q_norm.weight",
+    "self_attn.k_norm.weight",
+    "self_attn.o_proj.weight",
+    "post_attention_layernorm.weight",
+    "mlp.gate_proj.weight",
+    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
 )
 
 # What each step of a layer's forward computes (model/steps.py numbers the tensors).
@@ -78,6 +86,7 @@ _STEP_PHASES = ("forward", "backward", "optimizer")
 
 
 # --- small Markdown helpers ---------------------------------------------------------------
+
 
 def _cell(value: Any) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
@@ -114,12 +123,13 @@ def _per_rank(obs: Mapping[str, Any], build: Callable[[Mapping[str, Any]], list[
 
 # --- reading the observation --------------------------------------------------------------
 
+
 def _layer_units(obs: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [u for u in obs["fsdp_units"] if u["role"] == "layer"]
 
 
 def _rel(fqn: str, unit: str) -> str:
-    return fqn[len(unit) + 1:] if unit and fqn.startswith(unit + ".") else fqn
+    return fqn[len(unit) + 1 :] if unit and fqn.startswith(unit + ".") else fqn
 
 
 def _unit_params(rank_doc: Mapping[str, Any], unit: str) -> list[Mapping[str, Any]]:
@@ -145,7 +155,7 @@ def _hook(c: Mapping[str, Any]) -> str | None:
 
 
 def _sent_formula(c: Mapping[str, Any]) -> str:
-    """"3/4 × 4.72 MB" for one collective of buffer S on N ranks (ring model)."""
+    """ "3/4 × 4.72 MB" for one collective of buffer S on N ranks (ring model)."""
     n, s = c["group_size"], c["buffer_bytes"]
     if c["op"] in ("all_gather", "reduce_scatter"):
         return f"{fraction(n - 1, n)} × {mb(s)}"
@@ -155,7 +165,7 @@ def _sent_formula(c: Mapping[str, Any]) -> str:
 
 
 def _share(part: int, whole: int) -> str:
-    """"1/4" when the fraction is a simple one (denominator up to 64), else "33.4%"."""
+    """ "1/4" when the fraction is a simple one (denominator up to 64), else "33.4%"."""
     from fractions import Fraction
 
     f = Fraction(part, whole)
@@ -168,7 +178,15 @@ def _comm(colls: Sequence[Mapping[str, Any]]) -> str:
         return "none"
     groups: dict[tuple, list[Mapping[str, Any]]] = {}
     for c in colls:
-        key = (c["op"], c.get("mesh_dim"), c["group_size"], c["dtype"], c["numel_in"], c["numel_out"], c["buffer_bytes"])
+        key = (
+            c["op"],
+            c.get("mesh_dim"),
+            c["group_size"],
+            c["dtype"],
+            c["numel_in"],
+            c["numel_out"],
+            c["buffer_bytes"],
+        )
         groups.setdefault(key, []).append(c)
     parts = []
     for (op, mesh_dim, n, dtype, numel_in, numel_out, _), cs in groups.items():
@@ -193,6 +211,7 @@ def _config(obs: Mapping[str, Any]) -> Any | None:
 
 
 # --- the sections -------------------------------------------------------------------------
+
 
 def _intro(spec: Any, obs: Mapping[str, Any]) -> list[str]:
     env, setup = obs["environment"], obs["setup"]
@@ -220,7 +239,9 @@ def _section_config(obs: Mapping[str, Any]) -> list[str]:
     h_q, h_kv = config.num_attention_heads, config.num_key_value_heads
     gqa = f" (GQA {h_q // h_kv}:1)" if h_kv and h_q % h_kv == 0 and h_q != h_kv else ""
     mesh = env["mesh_shape"]
-    world = f"{env['world_size']}" + (f" (mesh {shape(mesh)}: {' × '.join(env['mesh_dim_names'])})" if len(mesh) > 1 else "")
+    world = f"{env['world_size']}" + (
+        f" (mesh {shape(mesh)}: {' × '.join(env['mesh_dim_names'])})" if len(mesh) > 1 else ""
+    )
     rows = [
         ("hidden_size", "d", config.hidden_size),
         ("num_attention_heads", "h_q", h_q),
@@ -252,8 +273,10 @@ def _section_params(obs: Mapping[str, Any]) -> list[str]:
     lines = _heading(f"Parameters of one layer (`{unit}`)", "params") + _table(("name", "shape", "elements"), rows)
     lines += ["", f"In {', '.join(dtypes)} the layer's parameters take {mb_exact(nbytes)}."]
     if len(layers) > 1:
-        lines.append(f"Every layer unit is built the same way: {', '.join(f'`{n}`' for n in same)} hold "
-                     f"{len(layers[0]['params'])} parameters each.")
+        lines.append(
+            f"Every layer unit is built the same way: {', '.join(f'`{n}`' for n in same)} hold "
+            f"{len(layers[0]['params'])} parameters each."
+        )
     return lines
 
 
@@ -268,19 +291,26 @@ def _section_shards(obs: Mapping[str, Any]) -> list[str]:
 
     def build(rank_doc: Mapping[str, Any]) -> list[str]:
         params = _unit_params(rank_doc, unit)
-        rows = [(_rel(p["fqn"], unit), shape(p["full_shape"]), shape(p["local_shape"]), thousands(p["local_numel"]))
-                for p in params]
+        rows = [
+            (_rel(p["fqn"], unit), shape(p["full_shape"]), shape(p["local_shape"]), thousands(p["local_numel"]))
+            for p in params
+        ]
         local = sum(p["local_numel"] for p in params)
         local_bytes = sum(p["local_numel"] * p["element_size"] for p in params)
         full_bytes = sum(p["numel"] * p["element_size"] for p in params)
         rows.append(("**total per rank**", "", "", count_exact(local)))
         share = f"{_share(local_bytes, full_bytes)} of the layer's {mb(full_bytes)}" if full_bytes else "no bytes"
         return _table(("name", "full shape", "shard on this rank", "elements on this rank"), rows) + [
-            "", f"This rank's shards of the layer take {mb_exact(local_bytes)}: {share}."]
+            "",
+            f"This rank's shards of the layer take {mb_exact(local_bytes)}: {share}.",
+        ]
 
     lines = _heading(f"Shards on each rank (`{unit}`)", "shards")
-    lines += [f"Every parameter is a DTensor with placements {', '.join(placements)} on mesh dim "
-              f"{', '.join(mesh_dims) or '-'}.", ""]
+    lines += [
+        f"Every parameter is a DTensor with placements {', '.join(placements)} on mesh dim "
+        f"{', '.join(mesh_dims) or '-'}.",
+        "",
+    ]
     return lines + _per_rank(obs, build)
 
 
@@ -290,9 +320,12 @@ def _section_inputs(obs: Mapping[str, Any]) -> list[str]:
     rows = [(r["rank"], shape(r["input"]["shape"]), ", ".join(str(s) for s in r["input"]["samples"])) for r in ranks]
     setup, env = obs["setup"], obs["environment"]
     lines = _heading("Inputs on each rank", "inputs")
-    lines += [f"Global batch {env['world_size'] * setup['batch_per_rank']} = {env['world_size']} ranks × "
-              f"{setup['batch_per_rank']} samples; the samples column is observed (the rank's input rows matched "
-              f"against the global batch).", ""]
+    lines += [
+        f"Global batch {env['world_size'] * setup['batch_per_rank']} = {env['world_size']} ranks × "
+        f"{setup['batch_per_rank']} samples; the samples column is observed (the rank's input rows matched "
+        f"against the global batch).",
+        "",
+    ]
     lines += _table(("rank", f"{name} held", "samples of the global batch"), rows)
     return lines
 
@@ -342,7 +375,9 @@ def _section_forward(obs: Mapping[str, Any]) -> list[str]:
             by_step.setdefault(STEPS_BY_NAME[s["name"]].step, []).append(f"{tensor} {shape(s['shape'])}")
         inp = rank_doc["input"]
         # The first layer's input is the step's input only for a bare stack of layers.
-        held = f"; input {inp['name']} {shape(inp['shape'])}" if obs["setup"]["model"]["body"] == "decoder_layers" else ""
+        held = (
+            f"; input {inp['name']} {shape(inp['shape'])}" if obs["setup"]["model"]["body"] == "decoder_layers" else ""
+        )
         rows = [(0, "pre-forward hook: all-gather the layer", f"{_state_text(before, placements)}{held}", _comm(pre))]
         inside_text = "none" if not inside else "see the row below"
         for step in range(1, 11):
@@ -352,8 +387,11 @@ def _section_forward(obs: Mapping[str, Any]) -> list[str]:
         rows.append((11, "post-forward hook: reshard", _state_text(after, placements), _comm(post)))
         out = _table(("step", "what", "tensors on this rank", "communication"), rows)
         if before is not None and after is not None:
-            out += ["", f"Parameter memory of the layer on this rank: {mb_exact(before['bytes'])} after Step 0, "
-                        f"{mb_exact(after['bytes'])} after Step 11."]
+            out += [
+                "",
+                f"Parameter memory of the layer on this rank: {mb_exact(before['bytes'])} after Step 0, "
+                f"{mb_exact(after['bytes'])} after Step 11.",
+            ]
         return out
 
     lines = _heading(f"Forward, step by step (`{unit}`)", "forward")
@@ -364,7 +402,9 @@ def _section_between(obs: Mapping[str, Any]) -> list[str]:
     layer_names = {u["name"] for u in _layer_units(obs)}
 
     def build(rank_doc: Mapping[str, Any]) -> list[str]:
-        outside = [c for c in _step_collectives(rank_doc) if c["phase"] == "forward" and c.get("unit") not in layer_names]
+        outside = [
+            c for c in _step_collectives(rank_doc) if c["phase"] == "forward" and c.get("unit") not in layer_names
+        ]
         return [f"Forward collectives outside every layer unit's hooks: {_comm(outside)}."]
 
     if not layer_names:
@@ -388,8 +428,14 @@ def _section_backward(obs: Mapping[str, Any]) -> list[str]:
         prefetched = [c for c in gather if _hook(c) == "backward_prefetch"]
         by = ""
         if prefetched:
-            issuers = sorted({lbl.split("(", 1)[1].rstrip(")") for c in prefetched for lbl in c.get("fsdp_labels", [])
-                              if lbl.startswith("FSDP::pre_backward (")})
+            issuers = sorted(
+                {
+                    lbl.split("(", 1)[1].rstrip(")")
+                    for c in prefetched
+                    for lbl in c.get("fsdp_labels", [])
+                    if lbl.startswith("FSDP::pre_backward (")
+                }
+            )
             by = f" (issued early by backward prefetch, in the pre-backward of {', '.join(f'`{u}`' for u in issuers)})"
         rows = [
             ("0", "pre-backward hook: all-gather the layer" + by, _comm(gather)),
@@ -426,8 +472,11 @@ def _section_summary(obs: Mapping[str, Any]) -> list[str]:
         rows.append(("**one layer, one step**", "", f"{mb_exact(layer_total)}"))
         step_total = sum(ring_bytes(c) for c in colls)
         out = _table(("phase", "operation", f"sent per rank ({dtypes})"), rows)
-        out += ["", f"For N_L = {n_layers} layers: {n_layers} × {mb(layer_total)} ≈ {mb_exact(n_layers * layer_total)} "
-                    f"per rank; all collectives of the step on this rank send {mb_exact(step_total)}."]
+        out += [
+            "",
+            f"For N_L = {n_layers} layers: {n_layers} × {mb(layer_total)} ≈ {mb_exact(n_layers * layer_total)} "
+            f"per rank; all collectives of the step on this rank send {mb_exact(step_total)}.",
+        ]
         return out
 
     return _heading(f"Communication per layer per step (`{unit}`)", "summary") + _per_rank(obs, build)
@@ -446,8 +495,16 @@ def render_markdown(spec: Any, observation: Mapping[str, Any]) -> str:
         section. Units: elements, bytes; MB = 10^6 bytes.
     """
     lines = _intro(spec, observation)
-    for section in (_section_config, _section_params, _section_shards, _section_inputs, _section_forward,
-                    _section_between, _section_backward, _section_summary):
+    for section in (
+        _section_config,
+        _section_params,
+        _section_shards,
+        _section_inputs,
+        _section_forward,
+        _section_between,
+        _section_backward,
+        _section_summary,
+    ):
         lines += section(observation)
     out: list[str] = []
     for line in lines:  # no runs of blank lines, none at the end

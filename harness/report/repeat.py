@@ -19,8 +19,17 @@ from typing import Any, Mapping, Sequence
 
 from harness.report.compare import KINDS, Key, flatten_observation, selector_text
 
-__all__ = ["UNSTABLE_EXIT", "Varying", "RepeatedOutcome", "varying_fields", "repeated_outcomes", "exit_status",
-           "format_varying", "format_unstable", "summary_line"]
+__all__ = [
+    "UNSTABLE_EXIT",
+    "Varying",
+    "RepeatedOutcome",
+    "varying_fields",
+    "repeated_outcomes",
+    "exit_status",
+    "format_varying",
+    "format_unstable",
+    "summary_line",
+]
 
 UNSTABLE_EXIT = 3
 """``run --repeat``'s exit status when no entry fails in every run but one is unstable."""
@@ -88,8 +97,10 @@ def _which(values: Sequence[Any]) -> str:
 
 def format_varying(varying: Sequence[Varying]) -> list[str]:
     """One line per varying value: check kind, selector, field, the values and their runs."""
-    return [f"  varies: {KINDS.get(v.key.part, v.key.part)} {selector_text(v.key)}: {v.key.field}: {_which(v.values)}"
-            for v in varying]
+    return [
+        f"  varies: {KINDS.get(v.key.part, v.key.part)} {selector_text(v.key)}: {v.key.field}: {_which(v.values)}"
+        for v in varying
+    ]
 
 
 def format_unstable(outcomes: Sequence[RepeatedOutcome]) -> list[str]:
@@ -99,8 +110,9 @@ def format_unstable(outcomes: Sequence[RepeatedOutcome]) -> list[str]:
         if o.status != "unstable":
             continue
         e = o.result.entry
-        lines.append(f"~ unstable {e.spec}:{e.line}: [{e.table or e.section}] {e.id}: "
-                     f"status {_which([s for s, _ in o.runs])}")
+        lines.append(
+            f"~ unstable {e.spec}:{e.line}: [{e.table or e.section}] {e.id}: status {_which([s for s, _ in o.runs])}"
+        )
         for name in o.runs[0][1]:
             values = [observed.get(name) for _, observed in o.runs]
             if len({_text(v) for v in values}) > 1:

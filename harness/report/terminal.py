@@ -17,8 +17,14 @@ from rich.text import Text
 from harness.judge.checks import CheckResult
 from harness.judge.evaluate import FAILING, counts
 
-MARKS = {"pass": ("✓", "green"), "fail": ("✗", "bold red"), "error": ("!", "bold red"),
-         "skip": ("-", "yellow"), "xfail": ("x", "yellow"), "xpass": ("X", "bold red")}
+MARKS = {
+    "pass": ("✓", "green"),
+    "fail": ("✗", "bold red"),
+    "error": ("!", "bold red"),
+    "skip": ("-", "yellow"),
+    "xfail": ("x", "yellow"),
+    "xpass": ("X", "bold red"),
+}
 
 
 def _table(title: str) -> Table:
@@ -38,13 +44,20 @@ def _rows(r: CheckResult) -> Iterable[tuple[Text, ...]]:
         return
     for i, f in enumerate(r.fields):
         f_mark, f_style = (mark, style) if len(r.fields) == 1 else MARKS["pass" if f.ok else "fail"]
-        yield (Text(f_mark, style=f_style), Text(r.entry.id if i == 0 else ""), Text(f.field),
-               Text(f.expected), Text(f.observed_text()))
+        yield (
+            Text(f_mark, style=f_style),
+            Text(r.entry.id if i == 0 else ""),
+            Text(f.field),
+            Text(f.expected),
+            Text(f.observed_text()),
+        )
     if r.message and r.status != "pass":
         yield Text(""), Text(""), Text(""), Text(""), Text(r.message, style=style)
 
 
-def print_report(results: Iterable[CheckResult], console: Console, *, title: str = "", only_failures: bool = False) -> None:
+def print_report(
+    results: Iterable[CheckResult], console: Console, *, title: str = "", only_failures: bool = False
+) -> None:
     """Print one table per document section (entry, field, expected, observed, mark), then
     an explanation of each failing entry.
 
@@ -96,8 +109,17 @@ def result_to_json(r: CheckResult) -> dict[str, Any]:
     """A JSON-ready record of one result (with where it comes from in the spec and document)."""
     e = r.entry
     return {
-        "spec": e.spec, "line": e.line, "section": e.section, "table": e.table, "id": e.id, "says": e.says,
-        "check": e.check, "status": r.status, "message": r.message,
-        "fields": [{"field": f.field, "expected": f.expected, "observed": f.observed, "failed_ranks": f.failed_ranks}
-                   for f in r.fields],
+        "spec": e.spec,
+        "line": e.line,
+        "section": e.section,
+        "table": e.table,
+        "id": e.id,
+        "says": e.says,
+        "check": e.check,
+        "status": r.status,
+        "message": r.message,
+        "fields": [
+            {"field": f.field, "expected": f.expected, "observed": f.observed, "failed_ranks": f.failed_ranks}
+            for f in r.fields
+        ],
     }

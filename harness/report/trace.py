@@ -34,8 +34,14 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 __all__ = [
-    "merge_traces", "compact_trace", "collective_events", "profiler_name", "read_rank_traces",
-    "write_merged", "TraceError", "RANK_FILE",
+    "merge_traces",
+    "compact_trace",
+    "collective_events",
+    "profiler_name",
+    "read_rank_traces",
+    "write_merged",
+    "TraceError",
+    "RANK_FILE",
 ]
 
 #: Per-rank trace file name written by ``harness.run.rank.step.run_step(trace_dir=...)``.
@@ -111,8 +117,11 @@ def merge_traces(traces: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
 
 def compact_trace(trace: Mapping[str, Any]) -> dict[str, Any]:
     """``trace`` with only metadata, FSDP:: labels, c10d:: ops and backend collective spans."""
-    events = [ev for ev in _events(trace, "trace")
-              if ev.get("ph") == "M" or (ev.get("ph") == "X" and _COMPACT_NAME.match(str(ev.get("name", ""))))]
+    events = [
+        ev
+        for ev in _events(trace, "trace")
+        if ev.get("ph") == "M" or (ev.get("ph") == "X" and _COMPACT_NAME.match(str(ev.get("name", ""))))
+    ]
     return {**{k: v for k, v in trace.items() if k != "traceEvents"}, "traceEvents": events}
 
 
@@ -122,10 +131,14 @@ def collective_events(trace: Mapping[str, Any], pid: int) -> list[str]:
     The profiler shows one dispatched op as nested events of the same name (one level per
     active dispatch mode): an event inside a same-named event on the same thread is not counted.
     """
-    spans = sorted(((float(ev["ts"]), -float(ev.get("dur", 0)), ev.get("tid"), ev["name"])
-                    for ev in _events(trace, "trace")
-                    if ev.get("ph") == "X" and ev.get("pid") == pid and str(ev.get("name", "")).startswith("c10d::")),
-                   key=lambda s: s[:2])
+    spans = sorted(
+        (
+            (float(ev["ts"]), -float(ev.get("dur", 0)), ev.get("tid"), ev["name"])
+            for ev in _events(trace, "trace")
+            if ev.get("ph") == "X" and ev.get("pid") == pid and str(ev.get("name", "")).startswith("c10d::")
+        ),
+        key=lambda s: s[:2],
+    )
     kept: list[tuple[float, float, Any, str]] = []
     for ts, neg_dur, tid, name in spans:
         end = ts - neg_dur
@@ -178,7 +191,10 @@ def ranks_of(trace: Mapping[str, Any]) -> list[int]:
 
 def _iter_collectives(observation: Mapping[str, Any]) -> Iterable[tuple[int, list[str]]]:
     for rank_doc in observation["ranks"]:
-        yield rank_doc["rank"], [profiler_name(c["c10d_op"]) for c in rank_doc["collectives"] if c.get("phase") != "setup"]
+        yield (
+            rank_doc["rank"],
+            [profiler_name(c["c10d_op"]) for c in rank_doc["collectives"] if c.get("phase") != "setup"],
+        )
 
 
 def missing_collectives(trace: Mapping[str, Any], observation: Mapping[str, Any]) -> list[str]:

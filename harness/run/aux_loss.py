@@ -47,8 +47,12 @@ class RouterAuxLoss:
 
         def keep(module: torch.nn.Module, args: Any, output: Any) -> None:
             owner = me()
-            if owner is not None and isinstance(module, Qwen3MoeTopKRouter) and torch.is_grad_enabled() \
-                    and torch._C._current_graph_task_id() == -1:
+            if (
+                owner is not None
+                and isinstance(module, Qwen3MoeTopKRouter)
+                and torch.is_grad_enabled()
+                and torch._C._current_graph_task_id() == -1
+            ):
                 owner._logits.append(output[0])  # (T, E) router logits, live: the aux loss backpropagates
 
         self._handle = register_module_forward_hook(keep)

@@ -83,8 +83,14 @@ def _capped(numel: int, element_size: int, group_size: int, max_bytes: int | Non
     return per_rank * group_size
 
 
-def plan_rows(bandwidth: Any, step_collectives: Sequence[Mapping[str, Any]], *, world_size: int,
-              default_dtype: torch.dtype, device_type: str) -> list[PlannedRow]:
+def plan_rows(
+    bandwidth: Any,
+    step_collectives: Sequence[Mapping[str, Any]],
+    *,
+    world_size: int,
+    default_dtype: torch.dtype,
+    device_type: str,
+) -> list[PlannedRow]:
     """The rows a rank times, in order: the sweep (each size, each op), then the step's collectives.
 
     Args:
@@ -106,8 +112,19 @@ def plan_rows(bandwidth: Any, step_collectives: Sequence[Mapping[str, Any]], *, 
         else:
             numel = math.ceil(size.numel / world_size) * world_size
         for op in bandwidth.ops:
-            rows.append(PlannedRow(size.name, "sweep", op, dtype, _capped(numel, element_size, world_size, cap), numel,
-                                   world_size, None, None))
+            rows.append(
+                PlannedRow(
+                    size.name,
+                    "sweep",
+                    op,
+                    dtype,
+                    _capped(numel, element_size, world_size, cap),
+                    numel,
+                    world_size,
+                    None,
+                    None,
+                )
+            )
     if bandwidth.step:
         seen: dict[tuple, int] = {}
         for c in step_collectives:
@@ -117,7 +134,9 @@ def plan_rows(bandwidth: Any, step_collectives: Sequence[Mapping[str, Any]], *, 
             key = (c["op"], c["dtype"], numel, c["group_size"], c["mesh_dim"])
             seen[key] = seen.get(key, 0) + 1
         for (op, dtype_name, numel, group_size, mesh_dim), count in seen.items():
-            rows.append(PlannedRow("step", "step", op, torch_dtype(dtype_name), numel, numel, group_size, mesh_dim, count))
+            rows.append(
+                PlannedRow("step", "step", op, torch_dtype(dtype_name), numel, numel, group_size, mesh_dim, count)
+            )
     return rows
 
 
@@ -126,8 +145,9 @@ CHECK_CHUNK = 3 * 2**20
 under 3 x 8 x CHECK_CHUNK bytes (75 MB) whatever the row's size (a multiple of 3: the pattern's period)."""
 
 
-def _periodic(values: Sequence[float], offset: int, numel: int, dtype: torch.dtype,
-              device: torch.device) -> torch.Tensor:
+def _periodic(
+    values: Sequence[float], offset: int, numel: int, dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
     """``numel`` elements whose element i is ``values[(offset + i) % 3]``, built in ``dtype``
     (``numel`` + at most 2 elements of storage; no wider intermediate)."""
     base = torch.tensor([values[(offset + k) % 3] for k in range(3)], dtype=dtype, device=device)
@@ -152,14 +172,15 @@ def _count_wrong(out: torch.Tensor, values: Sequence[float], offset: int, n: int
     tolerance = 0.0 if n <= _exact_sum_ranks(out.dtype) else torch.finfo(out.dtype).eps * n
     wrong = torch.zeros((), dtype=torch.int64, device=out.device)
     for lo in range(0, out.numel(), CHECK_CHUNK):
-        segment = out[lo:lo + CHECK_CHUNK]
+        segment = out[lo : lo + CHECK_CHUNK]
         expected = _periodic(values, offset + lo, segment.numel(), torch.float64, out.device)
         wrong += (~((segment.double() - expected).abs() <= tolerance)).sum()
     return int(wrong)
 
 
-def _time_row(row: PlannedRow, rank: int, group: Any, device: torch.device, warmup: int,
-              iterations: int) -> tuple[float, int]:
+def _time_row(
+    row: PlannedRow, rank: int, group: Any, device: torch.device, warmup: int, iterations: int
+) -> tuple[float, int]:
     """(mean seconds per operation on this rank, #wrong) for one row."""
     n = row.group_size
     group_rank = dist.get_rank(group) if group is not None else rank
@@ -167,17 +188,25 @@ def _time_row(row: PlannedRow, rank: int, group: Any, device: torch.device, warm
     if row.op == "all_gather":
         inp = _pattern(chunk, group_rank, row.dtype, device)
         out = torch.empty(row.numel, dtype=row.dtype, device=device)
-        def op() -> None: dist.all_gather_into_tensor(out, inp, group=group)  # noqa: E704
+
+        def op() -> None:
+            dist.all_gather_into_tensor(out, inp, group=group)  # noqa: E704
     elif row.op == "reduce_scatter":
         inp = _pattern(row.numel, group_rank, row.dtype, device)
         out = torch.empty(chunk, dtype=row.dtype, device=device)
-        def op() -> None: dist.reduce_scatter_tensor(out, inp, op=dist.ReduceOp.SUM, group=group)  # noqa: E704
+
+        def op() -> None:
+            dist.reduce_scatter_tensor(out, inp, op=dist.ReduceOp.SUM, group=group)  # noqa: E704
     else:
         source = _pattern(row.numel, group_rank, row.dtype, device)
         out = torch.empty_like(source)
-        def op() -> None:  # dist.all_reduce works in place: each operation first restores its input (a local copy, timed with it)
+
+        def op() -> (
+            None
+        ):  # dist.all_reduce works in place: each operation first restores its input (a local copy, timed with it)
             out.copy_(source)
             dist.all_reduce(out, op=dist.ReduceOp.SUM, group=group)
+
     for _ in range(warmup):
         op()
     cuda = device.type == "cuda"
@@ -204,15 +233,22 @@ def _time_row(row: PlannedRow, rank: int, group: Any, device: torch.device, warm
 def _wrong(row: PlannedRow, out: torch.Tensor, group_rank: int, device: torch.device) -> int:
     n, chunk = row.group_size, row.numel // row.group_size
     if row.op == "all_gather":  # chunk j is rank j's input
-        return sum(_count_wrong(out[j * chunk:(j + 1) * chunk], (-1, 0, 1), j, n) for j in range(n))
+        return sum(_count_wrong(out[j * chunk : (j + 1) * chunk], (-1, 0, 1), j, n) for j in range(n))
     # the sum over ranks j of pattern(numel, j) has period 3 too: element i is sums[i % 3];
     # restricted to this rank's chunk (reduce-scatter) or whole (all-reduce)
     sums = [sum((k + j) % 3 - 1 for j in range(n)) for k in range(3)]
     return _count_wrong(out, sums, group_rank * chunk if row.op == "reduce_scatter" else 0, n)
 
 
-def run_bandwidth(rows: Sequence[PlannedRow], *, rank: int, device: torch.device, warmup: int, iterations: int,
-                  group_of: Callable[[str | None], Any]) -> list[dict[str, Any]]:
+def run_bandwidth(
+    rows: Sequence[PlannedRow],
+    *,
+    rank: int,
+    device: torch.device,
+    warmup: int,
+    iterations: int,
+    group_of: Callable[[str | None], Any],
+) -> list[dict[str, Any]]:
     """Time every row on this rank; the rank entry's ``bandwidth`` records (schema ``bandwidth_row``).
 
     ``group_of(mesh_dim)``: the process group of a mesh dim (None: the world, ``dist.group.WORLD``).
@@ -229,11 +265,24 @@ def run_bandwidth(rows: Sequence[PlannedRow], *, rank: int, device: torch.device
             warnings.simplefilter("ignore", FutureWarning)
             seconds, wrong = _time_row(row, rank, group, device, warmup, iterations)
         element_size = torch.empty((), dtype=row.dtype).element_size()
-        out.append({
-            "name": row.name, "source": row.source, "op": row.op, "dtype": dtype_name(row.dtype),
-            "element_size": element_size, "size_bytes": row.numel * element_size, "count": row.numel,
-            "requested_bytes": row.requested_numel * element_size, "group_size": row.group_size,
-            "mesh_dim": row.mesh_dim, "occurrences": row.occurrences, "warmup": warmup, "iterations": iterations,
-            "time_s": seconds, "wrong": wrong, "timer": "cuda_events" if device.type == "cuda" else "wall_barrier",
-        })
+        out.append(
+            {
+                "name": row.name,
+                "source": row.source,
+                "op": row.op,
+                "dtype": dtype_name(row.dtype),
+                "element_size": element_size,
+                "size_bytes": row.numel * element_size,
+                "count": row.numel,
+                "requested_bytes": row.requested_numel * element_size,
+                "group_size": row.group_size,
+                "mesh_dim": row.mesh_dim,
+                "occurrences": row.occurrences,
+                "warmup": warmup,
+                "iterations": iterations,
+                "time_s": seconds,
+                "wrong": wrong,
+                "timer": "cuda_events" if device.type == "cuda" else "wall_barrier",
+            }
+        )
     return out

@@ -32,8 +32,16 @@ from harness.load.setup import RunSetup
 from harness.run.recorders.collectives import dtype_name
 from harness.run.recorders.numerics import Reference, compute_reference
 
-__all__ = ["RankInputs", "build_model", "model_classes", "make_inputs", "make_loss", "make_optimizer", "replica_reference",
-           "torch_dtype"]
+__all__ = [
+    "RankInputs",
+    "build_model",
+    "model_classes",
+    "make_inputs",
+    "make_loss",
+    "make_optimizer",
+    "replica_reference",
+    "torch_dtype",
+]
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -98,7 +106,12 @@ class RankInputs:
 
     def describe(self) -> dict[str, Any]:
         """The observation schema's ``input`` entry."""
-        return {"name": self.name, "shape": list(self.tensor.shape), "dtype": dtype_name(self.tensor.dtype), "samples": self.samples}
+        return {
+            "name": self.name,
+            "shape": list(self.tensor.shape),
+            "dtype": dtype_name(self.tensor.dtype),
+            "samples": self.samples,
+        }
 
 
 def make_inputs(
@@ -240,17 +253,35 @@ def reference_from_rank_0(
         torch.set_num_threads(max(threads, len(os.sched_getaffinity(0))))
         replica = build_replica()
         references = compute_references_on_one_rank(
-            replica, lambda r: make_inputs(setup, config, r, world_size, dtype, device, local_only=False).tensor,
-            world_size=world_size, shard_count=setup.mesh_shape[-1], loss_fn=loss_fn, replica_dtype=replica_dtype,
-            divisors=divisors, shard_dims=shard_dims)
+            replica,
+            lambda r: make_inputs(setup, config, r, world_size, dtype, device, local_only=False).tensor,
+            world_size=world_size,
+            shard_count=setup.mesh_shape[-1],
+            loss_fn=loss_fn,
+            replica_dtype=replica_dtype,
+            divisors=divisors,
+            shard_dims=shard_dims,
+        )
         del replica
         for r, ref in references:
-            torch.save({"output": ref.output.cpu(), "loss": ref.loss.cpu(),
-                        "grad_rows": {k: v.cpu() for k, v in ref.grad_rows.items()}}, path.format(r))
+            torch.save(
+                {
+                    "output": ref.output.cpu(),
+                    "loss": ref.loss.cpu(),
+                    "grad_rows": {k: v.cpu() for k, v in ref.grad_rows.items()},
+                },
+                path.format(r),
+            )
         del references
         torch.set_num_threads(threads)
     dist.barrier()
     saved = torch.load(path.format(dist.get_rank()), map_location=device, weights_only=True)
-    return Reference(replica_dtype=replica_dtype, output=saved["output"], loss=saved["loss"], grad_rows=saved["grad_rows"],
-                     shard_count=setup.mesh_shape[-1], shard_index=dist.get_rank() % setup.mesh_shape[-1],
-                     shard_dims=dict(shard_dims or {}))
+    return Reference(
+        replica_dtype=replica_dtype,
+        output=saved["output"],
+        loss=saved["loss"],
+        grad_rows=saved["grad_rows"],
+        shard_count=setup.mesh_shape[-1],
+        shard_index=dist.get_rank() % setup.mesh_shape[-1],
+        shard_dims=dict(shard_dims or {}),
+    )

@@ -32,7 +32,9 @@ def run_key(setup: RunSetup, backend: str, torch_version: str) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
-def cached_run(cache_dir: Path, key: str, run: Callable[[], Mapping[str, Any]], *, lock_timeout_s: float) -> Mapping[str, Any]:
+def cached_run(
+    cache_dir: Path, key: str, run: Callable[[], Mapping[str, Any]], *, lock_timeout_s: float
+) -> Mapping[str, Any]:
     """Return the observation for ``key``, calling ``run()`` only if no worker has yet.
 
     Raises:

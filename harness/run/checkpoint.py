@@ -69,8 +69,15 @@ from harness.run.parallelize import apply_fsdp, build_mesh, init_local_shards, u
 from harness.run.recorders.collectives import dtype_name
 from harness.run.recorders.phases import Phases
 
-__all__ = ["DCP_FOLDER", "REFERENCE_FILE", "FRESH_SEED_OFFSET", "round_trip", "reload_step", "fresh_sharded",
-           "shared_folder"]
+__all__ = [
+    "DCP_FOLDER",
+    "REFERENCE_FILE",
+    "FRESH_SEED_OFFSET",
+    "round_trip",
+    "reload_step",
+    "fresh_sharded",
+    "shared_folder",
+]
 
 DCP_FOLDER = "dcp"
 """The checkpoint's folder inside the run's temporary folder (what ``dcp.save`` writes)."""
@@ -119,8 +126,10 @@ def _chunks(metadata: Any, key: str, dim: int) -> tuple[list[int], list[int]]:
 def _snapshot(state: Mapping[str, Any], optim_state: Mapping[str, Any]) -> tuple[dict, dict]:
     """Copies of this rank's local shards: {fqn: tensor}, {fqn: {state name: tensor}}."""
     model = {k: _local(v).detach().clone() for k, v in state.items() if isinstance(v, torch.Tensor)}
-    optim = {fqn: {name: _local(t).detach().clone() for name, t in entries.items() if isinstance(t, torch.Tensor)}
-             for fqn, entries in optim_state["state"].items()}
+    optim = {
+        fqn: {name: _local(t).detach().clone() for name, t in entries.items() if isinstance(t, torch.Tensor)}
+        for fqn, entries in optim_state["state"].items()
+    }
     return model, optim
 
 
@@ -143,8 +152,9 @@ def shared_folder(folder: str | None) -> Iterator[str]:
             shutil.rmtree(made[0], ignore_errors=True)
 
 
-def round_trip(root: nn.Module, optimizer: torch.optim.Optimizer, fresh: Fresh, folder: str, *,
-               write_reference: bool) -> dict[str, Any]:
+def round_trip(
+    root: nn.Module, optimizer: torch.optim.Optimizer, fresh: Fresh, folder: str, *, write_reference: bool
+) -> dict[str, Any]:
     """Save ``root``'s and ``optimizer``'s sharded state into ``folder``, load it into ``fresh()``.
 
     Collective: every rank of the world calls it, after the optimizer step.
@@ -167,8 +177,10 @@ def round_trip(root: nn.Module, optimizer: torch.optim.Optimizer, fresh: Fresh, 
     dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=path)
     if write_reference:
         full_model = {k: v.full_tensor() if isinstance(v, DTensor) else v for k, v in model_state.items()}
-        full_optim = {fqn: {n: t.full_tensor() if isinstance(t, DTensor) else t for n, t in entries.items()}
-                      for fqn, entries in optim_state["state"].items()}
+        full_optim = {
+            fqn: {n: t.full_tensor() if isinstance(t, DTensor) else t for n, t in entries.items()}
+            for fqn, entries in optim_state["state"].items()
+        }
         if dist.get_rank() == 0:
             torch.save({"model": full_model, "optim": full_optim}, os.path.join(folder, REFERENCE_FILE))
         dist.barrier()
@@ -208,28 +220,38 @@ def _load_and_compare(fresh: Fresh, path: str, expected: Expected, *, saved_worl
         optimizer = []
         for name, s in sorted(optim_after["state"].get(fqn, {}).items()):
             s_equal, s_diff = _same(_local(s), expected(fqn, name, s))
-            optimizer.append({"name": name, "equal": s_equal, "equal_before_load": before.get((fqn, name), False),
-                              "max_abs_diff": s_diff})
-        entries.append({
-            "fqn": fqn,
-            "full_shape": list(t.shape),
-            "dtype": dtype_name(t.dtype),
-            "placements": [repr(p) for p in t.placements] if isinstance(t, DTensor) else [],
-            "local_shape": list(local.shape),
-            "global_offset": offset,
-            "local_length": int(local.shape[dim]) if local.dim() else 1,
-            "local_numel": local.numel(),
-            "equal_before_load": before[fqn, None],
-            "round_trip_equal": equal,
-            "max_abs_diff": diff,
-            "checkpoint_offsets": ck_offsets,
-            "checkpoint_lengths": ck_lengths,
-            "optimizer": optimizer,
-        })
+            optimizer.append(
+                {
+                    "name": name,
+                    "equal": s_equal,
+                    "equal_before_load": before.get((fqn, name), False),
+                    "max_abs_diff": s_diff,
+                }
+            )
+        entries.append(
+            {
+                "fqn": fqn,
+                "full_shape": list(t.shape),
+                "dtype": dtype_name(t.dtype),
+                "placements": [repr(p) for p in t.placements] if isinstance(t, DTensor) else [],
+                "local_shape": list(local.shape),
+                "global_offset": offset,
+                "local_length": int(local.shape[dim]) if local.dim() else 1,
+                "local_numel": local.numel(),
+                "equal_before_load": before[fqn, None],
+                "round_trip_equal": equal,
+                "max_abs_diff": diff,
+                "checkpoint_offsets": ck_offsets,
+                "checkpoint_lengths": ck_lengths,
+                "optimizer": optimizer,
+            }
+        )
     return {"saved_world_size": saved_world_size, "world_size": dist.get_world_size(), "entries": entries}
 
 
-def fresh_sharded(setup: RunSetup, mesh: Any, device: torch.device, rank: int) -> tuple[nn.Module, torch.optim.Optimizer]:
+def fresh_sharded(
+    setup: RunSetup, mesh: Any, device: torch.device, rank: int
+) -> tuple[nn.Module, torch.optim.Optimizer]:
     """A model and optimizer as the run builds them, sharded on ``mesh``, values from another seed.
 
     Built on the meta device, ``fully_shard`` with the setup's units
@@ -238,8 +260,9 @@ def fresh_sharded(setup: RunSetup, mesh: Any, device: torch.device, rank: int) -
     """
     config = qwen3.get_config(setup.model.config, **dict(setup.model.overrides))
     root = build_model(setup, config, torch_dtype(setup.model.dtype), torch.device("meta"), init=False)
-    materialize = functools.partial(init_local_shards, device=device, std=config.initializer_range,
-                                    seed=setup.seed + FRESH_SEED_OFFSET, rank=rank)
+    materialize = functools.partial(
+        init_local_shards, device=device, std=config.initializer_range, seed=setup.seed + FRESH_SEED_OFFSET, rank=rank
+    )
     apply_fsdp(root, mesh, units_from_setup(setup, root), materialize=materialize)
     return root, make_optimizer(setup, root.parameters())
 
@@ -280,8 +303,11 @@ def reload_step(
         return full[tuple(slice(o, o + n) for o, n in zip(offset, shape))]
 
     with phases.phase("state_dict"):
-        record = _load_and_compare(functools.partial(fresh_sharded, setup, mesh, device, rank),
-                                   os.path.join(checkpoint_dir, DCP_FOLDER), expected,
-                                   saved_world_size=saved_world_size)
+        record = _load_and_compare(
+            functools.partial(fresh_sharded, setup, mesh, device, rank),
+            os.path.join(checkpoint_dir, DCP_FOLDER),
+            expected,
+            saved_world_size=saved_world_size,
+        )
     timings = dict(phases.timings_s, total=time.perf_counter() - t_start)
     return {"rank": rank, "state_dict": record, "timings_s": timings}

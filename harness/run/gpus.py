@@ -31,8 +31,15 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Gpu", "compute_processes", "nvml_gpus", "parse_visible_devices", "smi_gpus", "visible_gpu_count",
-           "visible_gpus"]
+__all__ = [
+    "Gpu",
+    "compute_processes",
+    "nvml_gpus",
+    "parse_visible_devices",
+    "smi_gpus",
+    "visible_gpu_count",
+    "visible_gpus",
+]
 
 MIB = 2**20
 
@@ -73,9 +80,11 @@ def nvml_gpus(library: str = "libnvidia-ml.so.1") -> list[Gpu] | None:
             handle = ctypes.c_void_p()
             memory = _NvmlMemory()
             uuid = ctypes.create_string_buffer(96)
-            if (nvml.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle)) != 0
-                    or nvml.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory)) != 0
-                    or nvml.nvmlDeviceGetUUID(handle, uuid, len(uuid)) != 0):
+            if (
+                nvml.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle)) != 0
+                or nvml.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory)) != 0
+                or nvml.nvmlDeviceGetUUID(handle, uuid, len(uuid)) != 0
+            ):
                 return None
             gpus.append(Gpu(i, uuid.value.decode(), int(memory.free), int(memory.total)))
         return gpus
@@ -91,8 +100,13 @@ def smi_gpus(run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -
     if exe is None:
         return None
     try:
-        done = run([exe, "--query-gpu=index,uuid,memory.free,memory.total", "--format=csv,noheader,nounits"],
-                   capture_output=True, text=True, timeout=_SMI_TIMEOUT_S, check=False)
+        done = run(
+            [exe, "--query-gpu=index,uuid,memory.free,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=_SMI_TIMEOUT_S,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     if done.returncode != 0:
@@ -131,8 +145,9 @@ def parse_visible_devices(value: str | None, gpus: Sequence[Gpu]) -> list[Gpu] |
     return visible
 
 
-def visible_gpus(environ: Mapping[str, str] | None = None,
-                 sources: Sequence[Callable[[], list[Gpu] | None]] | None = None) -> list[Gpu] | None:
+def visible_gpus(
+    environ: Mapping[str, str] | None = None, sources: Sequence[Callable[[], list[Gpu] | None]] | None = None
+) -> list[Gpu] | None:
     """The GPUs a CUDA process started with ``environ`` (default ``os.environ``) sees, with their free
     memory now; None where no source answers (no driver, or MIG). Creates no CUDA context.
 
@@ -159,8 +174,13 @@ def compute_processes(run: Callable[..., subprocess.CompletedProcess] = subproce
     if exe is None:
         return []
     try:
-        done = run([exe, "--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits"],
-                   capture_output=True, text=True, timeout=_SMI_TIMEOUT_S, check=False)
+        done = run(
+            [exe, "--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=_SMI_TIMEOUT_S,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return []
     out = []

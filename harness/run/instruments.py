@@ -44,8 +44,13 @@ import torch
 from torch import nn
 
 import model as qwen3
-from harness.run.recorders.collectives import (CollectiveRecorder, attribute, dtype_name, profiler_spans,
-                                              resolve_mesh_dims)
+from harness.run.recorders.collectives import (
+    CollectiveRecorder,
+    attribute,
+    dtype_name,
+    profiler_spans,
+    resolve_mesh_dims,
+)
 from harness.run.recorders.events import ShardStateProbe, events_from_profiler, phase_span
 from harness.run.recorders.experts import ExpertRecorder
 from harness.run.recorders.memory import MemoryRecorder, tracker_limit_note
@@ -103,8 +108,9 @@ class Instruments:
         track_memory: run the memory recorder (``FSDPMemTracker``) over the steps.
     """
 
-    def __init__(self, phases: Phases, group_dims: Mapping[str, Any], collective_log: Any = None, *,
-                 track_memory: bool = True) -> None:
+    def __init__(
+        self, phases: Phases, group_dims: Mapping[str, Any], collective_log: Any = None, *, track_memory: bool = True
+    ) -> None:
         self.collectives = CollectiveRecorder(lambda: phases.current, group_dims, collective_log)
         self.track_memory = track_memory
         # torch.autograd.profiler.profile is what torch.profiler.profile wraps; the wrapper's
@@ -157,7 +163,7 @@ class Instruments:
         self._experts = ExpertRecorder(root)
         modules = {m: u.name for u in units for m in (u.modules or (u.module,))}
         self._memory = MemoryRecorder(root, optimizer, modules, inputs=inputs)
-        with _quiet(self.profiler), (self._memory if self.track_memory else contextlib.nullcontext()):
+        with _quiet(self.profiler), self._memory if self.track_memory else contextlib.nullcontext():
             # After entering FSDPMemTracker: it re-registers FSDP's forward hooks, and these
             # hooks must run after FSDP's (pre-forward prepended, post-forward appended).
             self._hooks = ParamStateHooks(list(units), is_backward=_in_backward).install()
@@ -182,7 +188,9 @@ class Instruments:
                 if self._probe is not None:
                     self._probe.probe()
         except Exception as exc:  # say where in the schedule it failed (and how to avoid a tracker limit)
-            where = f"in phase {name} of step {step_index}" + (f", microbatch {microbatch}" if microbatch is not None else "")
+            where = f"in phase {name} of step {step_index}" + (
+                f", microbatch {microbatch}" if microbatch is not None else ""
+            )
             limit = tracker_limit_note(exc) if self.track_memory else None
             for note in (limit, where):
                 if note is not None and note not in getattr(exc, "__notes__", ()):
@@ -221,11 +229,19 @@ class Instruments:
         except Exception:  # FakeTensorMode (the fake backend): no value to read
             local = None
         partial = any(pl.startswith("Partial(") for pl in placements)
-        self.grad_norms.append({
-            "step_index": step_index, "max_norm": float(clip.max_norm), "norm_type": float(clip.norm_type),
-            "value": None if partial else local, "local_value": local, "is_dtensor": is_dtensor,
-            "placements": placements, "dtype": dtype_name(norm.dtype), "reference": None,
-        })
+        self.grad_norms.append(
+            {
+                "step_index": step_index,
+                "max_norm": float(clip.max_norm),
+                "norm_type": float(clip.norm_type),
+                "value": None if partial else local,
+                "local_value": local,
+                "is_dtensor": is_dtensor,
+                "placements": placements,
+                "dtype": dtype_name(norm.dtype),
+                "reference": None,
+            }
+        )
 
     def end_step(self, step_index: int) -> None:
         """A step ended: the parameter-update tracker compares the shards with their start."""
@@ -238,8 +254,16 @@ class Instruments:
 
     def _on_step(self, layer: int, name: str, t: torch.Tensor) -> None:
         step_index, microbatch = self._position
-        self.steps.append({"layer": int(layer), "name": name, "shape": list(t.shape), "dtype": dtype_name(t.dtype),
-                           "step_index": step_index, "microbatch": microbatch})
+        self.steps.append(
+            {
+                "layer": int(layer),
+                "name": name,
+                "shape": list(t.shape),
+                "dtype": dtype_name(t.dtype),
+                "step_index": step_index,
+                "microbatch": microbatch,
+            }
+        )
         if self._experts is not None and self._experts.active:
             self._experts.on_step(layer, name, t, step_index, microbatch)
 
@@ -277,7 +301,9 @@ class Instruments:
             "params": self._params,
             "param_states": self._hooks.states,
             "steps": self.steps,
-            "collectives": resolve_mesh_dims(setup + attribute(records[self._n_setup :], profiler_spans(self.profiler))),
+            "collectives": resolve_mesh_dims(
+                setup + attribute(records[self._n_setup :], profiler_spans(self.profiler))
+            ),
             "memory": self._memory.snapshots() if self.track_memory else [],
             "events": events_from_profiler(self.profiler),
             "grad_norms": self.grad_norms,

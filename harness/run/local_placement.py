@@ -40,9 +40,11 @@ def device_ordinal_problem(local_rank: int, visible: int, variable: str) -> str 
     CUDA_VISIBLE_DEVICES narrowed to one GPU per process while the index counts the node's)."""
     if 0 <= local_rank < visible:
         return None
-    return (f"{variable}={local_rank} names GPU {local_rank}, but this process sees {visible} "
-            f"(device_count(), after CUDA_VISIBLE_DEVICES): one visible GPU per rank, so launch at most "
-            f"{visible} ranks per node, each seeing all of the node's GPUs")
+    return (
+        f"{variable}={local_rank} names GPU {local_rank}, but this process sees {visible} "
+        f"(device_count(), after CUDA_VISIBLE_DEVICES): one visible GPU per rank, so launch at most "
+        f"{visible} ranks per node, each seeing all of the node's GPUs"
+    )
 
 
 def _first(env: Mapping[str, str], names: tuple[str, ...], default: int, default_name: str) -> tuple[int, str]:

@@ -77,8 +77,9 @@ def run_steps(
             outcome = _run_microbatch(step, mb, root, loss_fn, instruments)
         if spec.clip_grad_norm is not None:
             with instruments.phase("clip_grad_norm", step.index):
-                norm = torch.nn.utils.clip_grad_norm_(root.parameters(), spec.clip_grad_norm.max_norm,
-                                                      norm_type=spec.clip_grad_norm.norm_type)
+                norm = torch.nn.utils.clip_grad_norm_(
+                    root.parameters(), spec.clip_grad_norm.max_norm, norm_type=spec.clip_grad_norm.norm_type
+                )
             instruments.record_grad_norm(step.index, norm, spec.clip_grad_norm)
         if spec.steps_optimizer:
             with instruments.phase("optimizer", step.index):
@@ -88,9 +89,13 @@ def run_steps(
     return outcome
 
 
-def _run_microbatch(step: PlannedStep, mb: PlannedMicrobatch, root: nn.Module,
-                    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                    instruments: Instruments) -> StepOutcome:
+def _run_microbatch(
+    step: PlannedStep,
+    mb: PlannedMicrobatch,
+    root: nn.Module,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    instruments: Instruments,
+) -> StepOutcome:
     """One microbatch of ``step``: gradient sync, manual unshards, its forwards and losses,
     manual reshards, one backward of the mean loss; the last forward's outcome."""
     spec, n_mb = step.step, len(step.microbatches)
@@ -106,13 +111,17 @@ def _run_microbatch(step: PlannedStep, mb: PlannedMicrobatch, root: nn.Module,
             for fwd in mb.forwards:
                 target = spec.loss_target()
                 capture = StepCapture(target) if target else None
-                with instruments.forward_steps(root), \
-                        (qwen3.observe_steps(root, capture) if capture else contextlib.nullcontext()):
+                with (
+                    instruments.forward_steps(root),
+                    qwen3.observe_steps(root, capture) if capture else contextlib.nullcontext(),
+                ):
                     output = root(fwd.inputs, skip_layers=mb.skip_layers) if mb.skip_layers else root(fwd.inputs)
                 if capture is not None:
                     if capture.tensor is None:
-                        raise ValueError(f"step {step.index} microbatch {mb.index}: loss_on {spec.loss_on!r} "
-                                         f"was not computed (is the layer skipped there?)")
+                        raise ValueError(
+                            f"step {step.index} microbatch {mb.index}: loss_on {spec.loss_on!r} "
+                            f"was not computed (is the layer skipped there?)"
+                        )
                     output = capture.tensor
                 losses.append(loss_fn(output, fwd.inputs))
                 outcome = StepOutcome(output, losses[-1])

@@ -20,7 +20,7 @@ reshard_after_forward, mp_policy, ...)`` (torch 2.13).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
@@ -35,8 +35,16 @@ from harness.load.units import MixedPrecision, UnitOptions, match_params
 from harness.run.build import torch_dtype
 from harness.run.recorders.params import Unit
 
-__all__ = ["ShardUnit", "build_mesh", "units_from_setup", "mixed_precision_policy", "apply_fsdp", "freeze_params",
-           "init_local_shards", "init_shards_like_full"]
+__all__ = [
+    "ShardUnit",
+    "build_mesh",
+    "units_from_setup",
+    "mixed_precision_policy",
+    "apply_fsdp",
+    "freeze_params",
+    "init_local_shards",
+    "init_shards_like_full",
+]
 
 
 COMPILE_ON_CPU = (
@@ -140,11 +148,19 @@ def units_from_setup(setup: RunSetup, root: nn.Module) -> list[ShardUnit]:
     units = []
     for plan in setup.unit_plan(num_layers):  # the loader validated selectors against the same plan
         o = plan.options
-        units.append(ShardUnit(
-            plan.name, plan.role, plan.layer, o.reshard_after_forward, _policy(o.mp_policy), plan.paths,
-            CPUOffloadPolicy(pin_memory=o.offload_policy.pin_memory) if o.offload_policy is not None else None,
-            o.shard_placement, o,
-        ))
+        units.append(
+            ShardUnit(
+                plan.name,
+                plan.role,
+                plan.layer,
+                o.reshard_after_forward,
+                _policy(o.mp_policy),
+                plan.paths,
+                CPUOffloadPolicy(pin_memory=o.offload_policy.pin_memory) if o.offload_policy is not None else None,
+                o.shard_placement,
+                o,
+            )
+        )
     return units
 
 
@@ -170,6 +186,7 @@ def freeze_params(root: nn.Module, patterns: Sequence[str]) -> list[str]:
 
 def _placement_fn(rules: Sequence[tuple[str, int]], names: Mapping[int, str]) -> Callable[[nn.Parameter], Shard | None]:
     """``shard_placement_fn``: ``Shard(dim)`` for a parameter matching a rule, else None (Shard(0))."""
+
     def placement(param: nn.Parameter) -> Shard | None:
         fqn = names.get(id(param), "")
         for pattern, dim in rules:
@@ -253,8 +270,9 @@ def apply_fsdp(
     return _managed(root, units, groups)
 
 
-def _fully_shard_units(root: nn.Module, mesh: DeviceMesh, units: Sequence[ShardUnit],
-                       groups: list[list[nn.Module]]) -> None:
+def _fully_shard_units(
+    root: nn.Module, mesh: DeviceMesh, units: Sequence[ShardUnit], groups: list[list[nn.Module]]
+) -> None:
     """Activation checkpointing (where asked), then ``fully_shard`` of each unit's modules, in order."""
     from torch.distributed._composable import checkpoint
 

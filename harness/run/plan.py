@@ -23,8 +23,17 @@ import torch.nn.functional as F
 from harness.load.schedule import Schedule, ScheduleStep
 from harness.load.setup import RunSetup
 
-__all__ = ["StepCapture", "PlannedForward", "PlannedMicrobatch", "PlannedStep", "LossFn", "loss_function", "global_batches",
-           "forward_count", "step_plan"]
+__all__ = [
+    "StepCapture",
+    "PlannedForward",
+    "PlannedMicrobatch",
+    "PlannedStep",
+    "LossFn",
+    "loss_function",
+    "global_batches",
+    "forward_count",
+    "step_plan",
+]
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -43,9 +52,11 @@ def loss_function(name: str) -> LossFn:
     if name == "sum":
         return lambda t, inputs: t.float().sum()
     if name == "cross_entropy":
+
         def cross_entropy(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
             vocab = logits.shape[-1]
             return F.cross_entropy(logits[:, :-1].float().reshape(-1, vocab), input_ids[:, 1:].reshape(-1))
+
         return cross_entropy
     raise ValueError(f"schedule.loss {name!r}: expected one of mean_square, sum, cross_entropy")
 
@@ -126,7 +137,9 @@ def forward_count(schedule: Schedule | None) -> int:
     return sum(s.microbatches * s.forwards for s in schedule.expanded())
 
 
-def global_batches(setup: RunSetup, config: Any, dtype: torch.dtype, count: int, *, rows: int | None = None) -> list[torch.Tensor]:
+def global_batches(
+    setup: RunSetup, config: Any, dtype: torch.dtype, count: int, *, rows: int | None = None
+) -> list[torch.Tensor]:
     """``count`` global batches of ``world_size * B`` samples, drawn in order from one generator
     seeded ``setup.seed + 1`` (batch 0 is ``make_inputs``'s): hidden states [W*B, L, d] drawn in
     float32 then cast to ``dtype`` (``decoder_layers``), or token ids [W*B, L] in [0, V) (int64).
@@ -144,7 +157,9 @@ def global_batches(setup: RunSetup, config: Any, dtype: torch.dtype, count: int,
     return out
 
 
-def step_plan(setup: RunSetup, inputs: torch.Tensor, more_inputs: Callable[[int], list[torch.Tensor]] | None = None) -> list[PlannedStep]:
+def step_plan(
+    setup: RunSetup, inputs: torch.Tensor, more_inputs: Callable[[int], list[torch.Tensor]] | None = None
+) -> list[PlannedStep]:
     """The steps ``setup`` asks for, with this rank's inputs.
 
     Args:

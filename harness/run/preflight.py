@@ -50,9 +50,20 @@ from typing import Any, Mapping
 from harness.contract.machine import usable_cpus
 from harness.run.launch.errors import RunError
 
-__all__ = ["CUDA_CONTEXT_BYTES", "GPU_CHECK_SKIPPED", "MAX_SIMULATED_WORLD", "NCCL_COMMUNICATOR_BYTES",
-           "RANK_BASE_BYTES", "Estimate", "PreflightError", "available_memory", "check", "estimate", "gpu_need",
-           "process_limit"]
+__all__ = [
+    "CUDA_CONTEXT_BYTES",
+    "GPU_CHECK_SKIPPED",
+    "MAX_SIMULATED_WORLD",
+    "NCCL_COMMUNICATOR_BYTES",
+    "RANK_BASE_BYTES",
+    "Estimate",
+    "PreflightError",
+    "available_memory",
+    "check",
+    "estimate",
+    "gpu_need",
+    "process_limit",
+]
 
 GB = 10**9
 """Bytes in the GB the messages print (10^9, as the document's MB is 10^6)."""
@@ -85,8 +96,10 @@ NCCL_COMMUNICATOR_BYTES = 2 * 32 * 4 * 2**20
 (NCCL documentation, "Environment Variables") for each direction of up to 32 channels. An upper
 assumption: NCCL opens fewer channels on small worlds and PCIe-only hosts."""
 
-GPU_CHECK_SKIPPED = ("pre-flight: no NVML (libnvidia-ml.so.1) and no nvidia-smi: free GPU memory unknown, "
-                     "the GPU part of the check is skipped")
+GPU_CHECK_SKIPPED = (
+    "pre-flight: no NVML (libnvidia-ml.so.1) and no nvidia-smi: free GPU memory unknown, "
+    "the GPU part of the check is skipped"
+)
 """The note :func:`check` warns with when NCCL may run but no source of GPU figures answers."""
 
 
@@ -122,8 +135,16 @@ class Estimate:
 
     @property
     def per_rank(self) -> int:
-        return (self.params + self.grads + self.optimizer + self.gathered + self.backward_buffers
-                + self.activations + self.replica + self.base)
+        return (
+            self.params
+            + self.grads
+            + self.optimizer
+            + self.gathered
+            + self.backward_buffers
+            + self.activations
+            + self.replica
+            + self.base
+        )
 
 
 def _gb(n: float) -> str:
@@ -154,9 +175,15 @@ def estimate(setup: Any) -> Estimate:
     # The layer tables need only the shard size; a 1-rank group stands in for absurd worlds,
     # which the process limit refuses anyway.
     tables = calc.model_tables(
-        dims, mesh_shape=tuple(setup.mesh_shape), body=setup.model.body, storage_dtype=storage,
-        gather_dtype=compute, reduce_dtype=reduce, reshard_after_forward=raf,
-        root_reshard_after_forward=False if root_raf is None else root_raf)
+        dims,
+        mesh_shape=tuple(setup.mesh_shape),
+        body=setup.model.body,
+        storage_dtype=storage,
+        gather_dtype=compute,
+        reduce_dtype=reduce,
+        reshard_after_forward=raf,
+        root_reshard_after_forward=False if root_raf is None else root_raf,
+    )
     n_layers = dims.num_hidden_layers
     layer, root = tables.layer, tables.root
     units = [(layer, n_layers)] + ([(root, 1)] if root else [])
@@ -170,12 +197,16 @@ def estimate(setup: Any) -> Estimate:
     else:  # an int: a 1/k piece of each layer stays gathered until backward, plus two gathered layers
         kept = min(2, n_layers) + n_layers / raf
     gathered = int(kept * layer.padded_numel * cb) + (root.padded_numel * cb if root else 0)
-    backward = min(2, n_layers) * layer.padded_numel * (cb + 2 * rb) + (root.padded_numel * (cb + 2 * rb) if root else 0)
+    backward = min(2, n_layers) * layer.padded_numel * (cb + 2 * rb) + (
+        root.padded_numel * (cb + 2 * rb) if root else 0
+    )
 
     B, L, d = setup.batch_per_rank, setup.seq_len, dims.hidden_size
     q_out, kv_out = dims.num_attention_heads * dims.head_dim, dims.num_key_value_heads * dims.head_dim
-    per_layer = B * L * (10 * d + 4 * q_out + 4 * kv_out + 5 * dims.intermediate_size) * cb \
+    per_layer = (
+        B * L * (10 * d + 4 * q_out + 4 * kv_out + 5 * dims.intermediate_size) * cb
         + B * dims.num_attention_heads * L * L * 4
+    )
     activations = n_layers * per_layer
     if causal:
         activations += B * L * (dims.vocab_size or 0) * (cb + 12) + B * L * d * cb
@@ -183,17 +214,26 @@ def estimate(setup: Any) -> Estimate:
     replica = replica_once = 0
     if setup.numerics:  # the replica's phase comes before fully_shard; count whichever phase is larger
         full = n_layers * layer.numel + (root.numel if root else 0)
-        replica_phase = full * sb * 2 + (full * cb * 2 if compute != storage else 0) + activations \
-            + min(full, 64 * 2**20) * 4  # full params and grads, a cast copy, activations, the fp32 bucket
+        replica_phase = (
+            full * sb * 2 + (full * cb * 2 if compute != storage else 0) + activations + min(full, 64 * 2**20) * 4
+        )  # full params and grads, a cast copy, activations, the fp32 bucket
         fsdp_phase = gathered + backward + activations
         grad_rows = sum(u.padded_shard_numel * 4 * n for u, n in units)  # float32 rows kept to compare
         replica = max(0, replica_phase - fsdp_phase) + grad_rows
         if getattr(setup, "numerics_reference", "each_rank") == "rank_0" and getattr(setup, "schedule", None) is None:
             # rank 0 alone: the replica, plus float32 sums of every gradient
             replica_once, replica = replica_phase + full * 4, grad_rows
-    return Estimate(params=shard_bytes, grads=shard_bytes, optimizer=optimizer, gathered=gathered,
-                    backward_buffers=backward, activations=activations, replica=replica, base=RANK_BASE_BYTES,
-                    replica_once=replica_once)
+    return Estimate(
+        params=shard_bytes,
+        grads=shard_bytes,
+        optimizer=optimizer,
+        gathered=gathered,
+        backward_buffers=backward,
+        activations=activations,
+        replica=replica,
+        base=RANK_BASE_BYTES,
+        replica_once=replica_once,
+    )
 
 
 def simulation_size(setup: Any) -> tuple[int | None, int]:
@@ -242,8 +282,9 @@ def process_limit() -> int:
 _ADVICE = "use --backend fake to simulate it, or --no-preflight to run anyway"
 
 
-def check(setup: Any, backend: str, *, joined: bool = False,
-          memory: int | None = None, gpus: list[int] | None = None) -> Estimate | None:
+def check(
+    setup: Any, backend: str, *, joined: bool = False, memory: int | None = None, gpus: list[int] | None = None
+) -> Estimate | None:
     """Refuse ``setup`` on ``backend`` if this machine cannot run it; return the estimate.
 
     Args:
@@ -261,22 +302,29 @@ def check(setup: Any, backend: str, *, joined: bool = False,
     world = setup.world_size
     if backend == "fake":
         if world > MAX_SIMULATED_WORLD:
-            raise PreflightError(f"a simulated world of {world:,} ranks is over the {MAX_SIMULATED_WORLD:,} the fake "
-                                 f"backend is asked to simulate (its set-up grows with the world size)",
-                                 "use --no-preflight to try anyway")
+            raise PreflightError(
+                f"a simulated world of {world:,} ranks is over the {MAX_SIMULATED_WORLD:,} the fake "
+                f"backend is asked to simulate (its set-up grows with the world size)",
+                "use --no-preflight to try anyway",
+            )
         units, observed = simulation_size(setup)
         if units is not None and units * world * observed > MAX_SIMULATED_SHARDINGS:
-            raise PreflightError(f"simulating {units:,} FSDP units on {world:,} ranks for {observed:,} observed "
-                                 f"rank(s) chunks {units * world * observed:,} unit shards, over the "
-                                 f"{MAX_SIMULATED_SHARDINGS:,} this check allows (about 4 ms each)",
-                                 "observe fewer ranks, run fewer layers, or use --no-preflight to try anyway")
+            raise PreflightError(
+                f"simulating {units:,} FSDP units on {world:,} ranks for {observed:,} observed "
+                f"rank(s) chunks {units * world * observed:,} unit shards, over the "
+                f"{MAX_SIMULATED_SHARDINGS:,} this check allows (about 4 ms each)",
+                "observe fewer ranks, run fewer layers, or use --no-preflight to try anyway",
+            )
         return None
     if joined:
         return None
     limit = process_limit()
     if world > limit:
-        raise PreflightError(f"{world:,} ranks would start {world:,} processes on this machine, over its limit of "
-                             f"{limit} ({usable_cpus()} cores)", _ADVICE)
+        raise PreflightError(
+            f"{world:,} ranks would start {world:,} processes on this machine, over its limit of "
+            f"{limit} ({usable_cpus()} cores)",
+            _ADVICE,
+        )
     try:
         est = estimate(setup)
     except (ValueError, TypeError, KeyError):
@@ -292,15 +340,20 @@ def check(setup: Any, backend: str, *, joined: bool = False,
             need = on_gpu_0 if rank == 0 else per_rank
             if need > free:
                 nccl = per_rank - est.tensors - CUDA_CONTEXT_BYTES
-                parts = (f"{_gb(est.tensors)} GB tensors + {_gb(CUDA_CONTEXT_BYTES)} GB CUDA context + {_gb(nccl)} GB "
-                         f"NCCL" + (f" + {_gb(est.replica_once)} GB replica" if need > per_rank else ""))
-                raise PreflightError(f"needs ~{_gb(need)} GB of GPU memory per rank on GPU {rank} ({parts}), "
-                                     f"{_gb(free)} GB free on it", _ADVICE)
+                parts = (
+                    f"{_gb(est.tensors)} GB tensors + {_gb(CUDA_CONTEXT_BYTES)} GB CUDA context + {_gb(nccl)} GB "
+                    f"NCCL" + (f" + {_gb(est.replica_once)} GB replica" if need > per_rank else "")
+                )
+                raise PreflightError(
+                    f"needs ~{_gb(need)} GB of GPU memory per rank on GPU {rank} ({parts}), {_gb(free)} GB free on it",
+                    _ADVICE,
+                )
     once = 0 if on_gpu else est.replica_once  # on NCCL the replica lives on GPU 0 (gpu_need)
     if memory is not None and host_per_rank * world + once > memory:
         extra = f" + ~{_gb(once)} GB on rank 0 (the replica)" if once else ""
-        raise PreflightError(f"needs ~{_gb(host_per_rank)} GB per rank × {world} ranks{extra}, {_gb(memory)} GB "
-                             f"available", _ADVICE)
+        raise PreflightError(
+            f"needs ~{_gb(host_per_rank)} GB per rank × {world} ranks{extra}, {_gb(memory)} GB available", _ADVICE
+        )
     return est
 
 
@@ -339,5 +392,17 @@ def _free_gpu_memory(backend: str) -> list[int] | None:
 
 def describe(est: Estimate) -> Mapping[str, int]:
     """The estimate's parts (bytes), for messages and tests."""
-    return {k: getattr(est, k) for k in ("params", "grads", "optimizer", "gathered", "backward_buffers",
-                                         "activations", "replica", "base", "replica_once")} | {"per_rank": est.per_rank}
+    return {
+        k: getattr(est, k)
+        for k in (
+            "params",
+            "grads",
+            "optimizer",
+            "gathered",
+            "backward_buffers",
+            "activations",
+            "replica",
+            "base",
+            "replica_once",
+        )
+    } | {"per_rank": est.per_rank}

@@ -39,10 +39,15 @@ from harness.run.launch.local import run_local
 __all__ = ["run_setup", "RunError", "RunTimeout", "ObservationError"]
 
 
-def run_setup(setup: RunSetup, *, backend: str = "auto", timeout_s: float = 300.0,
-              trace_dir: str | None = None,
-              on_progress: Callable[[dict[int, str]], None] | None = None,
-              preflight: bool = True) -> dict | None:
+def run_setup(
+    setup: RunSetup,
+    *,
+    backend: str = "auto",
+    timeout_s: float = 300.0,
+    trace_dir: str | None = None,
+    on_progress: Callable[[dict[int, str]], None] | None = None,
+    preflight: bool = True,
+) -> dict | None:
     """Run one FSDP2 training step as ``setup`` says and return its observation document.
 
     Args:
@@ -84,8 +89,13 @@ def run_setup(setup: RunSetup, *, backend: str = "auto", timeout_s: float = 300.
     return _run_local_with_checkpoint(setup, backend, timeout_s, trace_dir, on_progress)
 
 
-def _run_local_with_checkpoint(setup: RunSetup, backend: str, timeout_s: float, trace_dir: str | None,
-                               on_progress: Callable[[dict[int, str]], None] | None) -> dict:
+def _run_local_with_checkpoint(
+    setup: RunSetup,
+    backend: str,
+    timeout_s: float,
+    trace_dir: str | None,
+    on_progress: Callable[[dict[int, str]], None] | None,
+) -> dict:
     """The run, then one launch per reload world size, all within ``timeout_s``; the checkpoint
     folder is removed when this returns or raises (the launches have killed their ranks by then)."""
     deadline = time.monotonic() + timeout_s
@@ -97,16 +107,32 @@ def _run_local_with_checkpoint(setup: RunSetup, backend: str, timeout_s: float, 
         return left
 
     with tempfile.TemporaryDirectory(prefix="fsdp2-checkpoint-") as folder:
-        results = run_local(setup, backend=backend, timeout_s=timeout_s, step_kwargs={"checkpoint_dir": folder},
-                            trace_dir=trace_dir, on_progress=on_progress)
+        results = run_local(
+            setup,
+            backend=backend,
+            timeout_s=timeout_s,
+            step_kwargs={"checkpoint_dir": folder},
+            trace_dir=trace_dir,
+            on_progress=on_progress,
+        )
         reloads = []
         for size in setup.state_dict.reload_world_sizes:
             reloaded = _reload_setup(setup, size)
-            ranks = run_local(reloaded, backend=backend, timeout_s=remaining(f"reloading on {size} ranks"),
-                              step="harness.run.checkpoint:reload_step",
-                              step_kwargs={"checkpoint_dir": folder, "saved_world_size": setup.world_size})
-            reloads.append({"world_size": size, "mesh_shape": list(reloaded.mesh_shape),
-                            "mesh_dim_names": list(reloaded.mesh_dim_names), "ranks": ranks})
+            ranks = run_local(
+                reloaded,
+                backend=backend,
+                timeout_s=remaining(f"reloading on {size} ranks"),
+                step="harness.run.checkpoint:reload_step",
+                step_kwargs={"checkpoint_dir": folder, "saved_world_size": setup.world_size},
+            )
+            reloads.append(
+                {
+                    "world_size": size,
+                    "mesh_shape": list(reloaded.mesh_shape),
+                    "mesh_dim_names": list(reloaded.mesh_dim_names),
+                    "ranks": ranks,
+                }
+            )
     return build_observation(setup, results, launcher="local", simulated=False, reloads=reloads)
 
 
@@ -115,5 +141,6 @@ def _reload_setup(setup: RunSetup, world_size: int) -> RunSetup:
     ``harness.run.checkpoint.reload_setup``, without importing torch here."""
     import dataclasses
 
-    return dataclasses.replace(setup, mesh_shape=(world_size,), mesh_dim_names=(setup.mesh_dim_names[-1],),
-                               observe_ranks=None)
+    return dataclasses.replace(
+        setup, mesh_shape=(world_size,), mesh_dim_names=(setup.mesh_dim_names[-1],), observe_ranks=None
+    )

@@ -19,8 +19,10 @@ def test_a_pinned_spec_keeps_its_backend_and_says_which(tmp_path):
     path = write(tmp_path, PINNED_FAKE)
     proc = cli("run", str(path), "--backend", "gloo")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "note: tiny keeps its backend fake (pinned in the spec), not gloo; --force-backend runs it on gloo" \
+    assert (
+        "note: tiny keeps its backend fake (pinned in the spec), not gloo; --force-backend runs it on gloo"
         in proc.stdout
+    )
     assert ", fake, 2 ranks" in summary(proc)
     no_traceback(proc)
 

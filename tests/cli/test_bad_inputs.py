@@ -29,7 +29,6 @@ from harness.load.spec import SpecError, load_spec
 from harness.load.yaml_safe import MAX_ALIAS_NODES, MAX_BYTES, MAX_DEPTH, YamlFileError, load_text, read_text
 from harness.run import preflight
 from harness.run.preflight import PreflightError
-
 from tests.support import REPO, WALKTHROUGH
 from tests.support.cli import cli, no_traceback
 from tests.support.specs import TINY
@@ -91,8 +90,10 @@ def test_deep_nesting_is_refused_without_recursion_error(tmp_path):
 
 def test_small_aliases_within_the_budget_load(tmp_path):
     text = TINY.replace("  model: {config: walkthrough", "  model: &m {config: walkthrough")
-    text += "  - section: \"Again\"\n    title: again\n    check: step\n    with: &w {layer: 0}\n    entries:\n" \
-            "      - {id: y, step: step1.x_norm, shape: [2, 8, 512]}\n"
+    text += (
+        '  - section: "Again"\n    title: again\n    check: step\n    with: &w {layer: 0}\n    entries:\n'
+        "      - {id: y, step: step1.x_norm, shape: [2, 8, 512]}\n"
+    )
     assert len(load_spec(write(tmp_path, text)).items) == 2
 
 
@@ -139,12 +140,15 @@ def test_alias_bomb_is_one_failing_pytest_item(pytester, monkeypatch):
 # --- 2. bytes that are not UTF-8 -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("data, byte, offset, line", [
-    (b"spec: x\ntitle: \xff\n", 0xFF, 15, 2),  # the issue's example
-    ("spec: x\ntitle: caf\u00e9\n".encode("latin-1"), 0xE9, 18, 2),  # Latin-1 é
-    ("spec: x\n".encode("utf-16"), 0xFF, 0, 1),  # UTF-16 with its byte-order mark
-    (b"spec: x\ntitle: ok\ndocument: \xc3(\n", 0xC3, 28, 3),  # a truncated UTF-8 sequence
-])
+@pytest.mark.parametrize(
+    "data, byte, offset, line",
+    [
+        (b"spec: x\ntitle: \xff\n", 0xFF, 15, 2),  # the issue's example
+        ("spec: x\ntitle: caf\u00e9\n".encode("latin-1"), 0xE9, 18, 2),  # Latin-1 é
+        ("spec: x\n".encode("utf-16"), 0xFF, 0, 1),  # UTF-16 with its byte-order mark
+        (b"spec: x\ntitle: ok\ndocument: \xc3(\n", 0xC3, 28, 3),  # a truncated UTF-8 sequence
+    ],
+)
 def test_non_utf8_bytes_name_the_byte_and_offset(tmp_path, data, byte, offset, line):
     path = write(tmp_path, data)
     err = load_error(path)
@@ -162,7 +166,9 @@ def test_non_utf8_exit_status_validate_1_run_2(tmp_path):
 
 def test_control_characters_are_one_line(tmp_path):
     err = load_error(write(tmp_path, b"spec: x\x00\n"))
-    assert str(err).endswith("spec.yaml: not valid YAML: character U+0000 at character offset 7 is not allowed in YAML text")
+    assert str(err).endswith(
+        "spec.yaml: not valid YAML: character U+0000 at character offset 7 is not allowed in YAML text"
+    )
 
 
 # --- 3. resources: the pre-flight check ------------------------------------------------------------
@@ -170,14 +176,20 @@ def test_control_characters_are_one_line(tmp_path):
 
 def test_100000_gloo_ranks_are_refused_before_any_process(tmp_path):
     """The issue's example: mesh [100000] on gloo validated and then started spawning."""
-    path = write(tmp_path, TINY.replace("mesh: {shape: [4], dim_names: [dp]}", "mesh: {shape: [100000], dim_names: [dp]}")
-                 .replace("tables:", "backend: gloo\ntables:"))
+    path = write(
+        tmp_path,
+        TINY.replace("mesh: {shape: [4], dim_names: [dp]}", "mesh: {shape: [100000], dim_names: [dp]}").replace(
+            "tables:", "backend: gloo\ntables:"
+        ),
+    )
     assert cli("validate", str(path)).returncode == 0  # valid as a spec: a cluster may run it
     started = time.monotonic()
     proc = cli("run", str(path), env={"TMPDIR": str(tmp_path)})
     assert proc.returncode == 2
-    assert f"100,000 ranks would start 100,000 processes on this machine, over its limit of {preflight.process_limit()}" \
+    assert (
+        f"100,000 ranks would start 100,000 processes on this machine, over its limit of {preflight.process_limit()}"
         in proc.stdout
+    )
     assert "use --backend fake to simulate it" in proc.stdout
     assert time.monotonic() - started < 60
     assert not list(tmp_path.glob("fsdp2-harness-*")) and not list(tmp_path.glob("pymp-*"))  # nothing launched
@@ -186,8 +198,10 @@ def test_100000_gloo_ranks_are_refused_before_any_process(tmp_path):
 
 def test_huge_hidden_size_is_refused_with_the_estimate(tmp_path):
     """The issue's example: overrides {hidden_size: 100000000}; every rank then died in the allocator."""
-    path = write(tmp_path, TINY.replace("overrides: {num_hidden_layers: 2}",
-                                        "overrides: {num_hidden_layers: 2, hidden_size: 100000000}"))
+    path = write(
+        tmp_path,
+        TINY.replace("overrides: {num_hidden_layers: 2}", "overrides: {num_hidden_layers: 2, hidden_size: 100000000}"),
+    )
     proc = cli("run", str(path), "--backend", "gloo")
     assert proc.returncode == 2
     line = proc.stdout.strip()
@@ -214,9 +228,11 @@ def test_memory_check_against_a_given_machine():
 def test_preflight_on_a_host_without_gpu_device_nodes_does_not_import_torch():
     """The CLI's process does not need torch for a CPU run (the ranks' forkserver imports it):
     the GPU question costs no import where no /dev/nvidia<N> or /dev/kfd exists."""
-    code = ("import sys; from harness.load.setup import RunSetup; from harness.run import preflight\n"
-            "preflight._gpu_device_nodes = lambda: False\n"
-            "preflight.check(RunSetup(), 'auto'); sys.exit(1 if 'torch' in sys.modules else 0)")
+    code = (
+        "import sys; from harness.load.setup import RunSetup; from harness.run import preflight\n"
+        "preflight._gpu_device_nodes = lambda: False\n"
+        "preflight.check(RunSetup(), 'auto'); sys.exit(1 if 'torch' in sys.modules else 0)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr or "the pre-flight check imported torch"
 
@@ -225,8 +241,15 @@ def test_estimate_grows_with_what_each_rank_holds():
     base = preflight.estimate(RunSetup.from_mapping({"numerics": False}))
     adamw = preflight.estimate(RunSetup.from_mapping({"numerics": False, "optimizer": {"name": "adamw"}}))
     assert adamw.optimizer == 2 * adamw.params and base.optimizer == 0
-    kept = preflight.estimate(RunSetup.from_mapping({"numerics": False, "fsdp": {"reshard_after_forward": False},
-                                                     "model": {"overrides": {"num_hidden_layers": 6}}}))
+    kept = preflight.estimate(
+        RunSetup.from_mapping(
+            {
+                "numerics": False,
+                "fsdp": {"reshard_after_forward": False},
+                "model": {"overrides": {"num_hidden_layers": 6}},
+            }
+        )
+    )
     assert kept.gathered == 6 * 4_720_896  # every layer's gathered parameters, fp16
     replica = preflight.estimate(RunSetup.from_mapping({"numerics": True}))
     assert replica.replica > 0 and base.replica == 0
@@ -250,8 +273,10 @@ def test_no_preflight_is_a_pytest_option(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     pytester.mkdir("specs")
     (pytester.path / "specs" / "huge.yaml").write_text(
-        TINY.replace("mesh: {shape: [4], dim_names: [dp]}", "mesh: {shape: [100000], dim_names: [dp]}")
-        .replace("tables:", "backend: gloo\ntables:"))
+        TINY.replace("mesh: {shape: [4], dim_names: [dp]}", "mesh: {shape: [100000], dim_names: [dp]}").replace(
+            "tables:", "backend: gloo\ntables:"
+        )
+    )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
     result.assert_outcomes(failed=1)
     assert "100,000 ranks would start 100,000 processes" in result.stdout.str()
@@ -284,7 +309,9 @@ def test_json_into_a_missing_folder_is_refused_before_the_run(tmp_path):
     target = tmp_path / "missing" / "out.json"
     proc = cli("run", "specs/qwen3_walkthrough.yaml", "--json", str(target), env={"TMPDIR": str(tmp_path)})
     assert proc.returncode == 2
-    assert proc.stdout.strip() == f"✗ --json {target}: the folder {str(target.parent)!r} does not exist; create it first"
+    assert (
+        proc.stdout.strip() == f"✗ --json {target}: the folder {str(target.parent)!r} does not exist; create it first"
+    )
     assert not list(tmp_path.glob("fsdp2-harness-*"))  # no rank was started
     no_traceback(proc)
 
@@ -331,14 +358,17 @@ def test_json_of_a_fake_run_is_written(tmp_path):
 # --- 6. draft input files ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name, data, says", [
-    ("binary.bin", bytes(range(256)) * 4, "not UTF-8 text (byte 0x80 at offset 128)"),
-    ("malformed.yaml", b"hidden_size: [1, 2\n", "expected ',' or ']'"),
-    ("malformed.json", b'{"hidden_size": 1,,}', "not valid JSON: Expecting property name"),
-    ("list.yaml", b"- 1\n- 2\n", "expected a mapping of Qwen3Config fields"),
-    ("bomb.yaml", bomb(9).encode(), "aliases expand to over"),
-    ("control.yaml", bytes(range(32)), "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "name, data, says",
+    [
+        ("binary.bin", bytes(range(256)) * 4, "not UTF-8 text (byte 0x80 at offset 128)"),
+        ("malformed.yaml", b"hidden_size: [1, 2\n", "expected ',' or ']'"),
+        ("malformed.json", b'{"hidden_size": 1,,}', "not valid JSON: Expecting property name"),
+        ("list.yaml", b"- 1\n- 2\n", "expected a mapping of Qwen3Config fields"),
+        ("bomb.yaml", bomb(9).encode(), "aliases expand to over"),
+        ("control.yaml", bytes(range(32)), "not valid YAML"),
+    ],
+)
 def test_draft_config_file_errors_are_one_line(tmp_path, name, data, says):
     config = write(tmp_path, data, name)
     proc = cli("draft", "--config", str(config), "--world-size", "4")
@@ -377,16 +407,19 @@ def test_yaml_safe_reads_are_bounded(tmp_path):
 
 # --- 8. timing-dependent fields ----------------------------------------------------------------------
 
-MEMORY = TINY + """\
+MEMORY = (
+    TINY
+    + """\
   - section: "Memory"
     check: memory
     with: {layer: 0}
     entries:
       - {id: m, state: "After Post-Backward", FIELD}
 """
+)
 
 
-@pytest.mark.parametrize("field", ["temp: 0", "total: \"4.72 MB\"", "temp: 0, unsharded_param: 0"])
+@pytest.mark.parametrize("field", ["temp: 0", 'total: "4.72 MB"', "temp: 0, unsharded_param: 0"])
 def test_timing_dependent_memory_fields_are_refused_on_real_backends(tmp_path, field):
     """The issue's example: rank 2's temp bytes after post-backward were 4,720,896 once, 0 otherwise."""
     text = MEMORY.replace("FIELD", field)
@@ -406,8 +439,20 @@ def test_timing_dependent_fields_are_named_in_the_observation_schema(tmp_path):
 
 def test_draft_no_preflight_writes_what_the_check_would_refuse(tmp_path):
     out = tmp_path / "big.yaml"
-    proc = cli("draft", "--config", "Qwen3-32B", "--world-size", "8", "--layers", "64", "--backend", "gloo",
-               "--no-preflight", "-o", str(out))
+    proc = cli(
+        "draft",
+        "--config",
+        "Qwen3-32B",
+        "--world-size",
+        "8",
+        "--layers",
+        "64",
+        "--backend",
+        "gloo",
+        "--no-preflight",
+        "-o",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     assert load_spec(out).backend == "gloo"
 
@@ -417,8 +462,10 @@ def test_a_harness_error_in_a_later_spec_keeps_the_earlier_results(tmp_path, mon
     import harness.judge.evaluate as evaluate
     from harness.cli import main
 
-    first, second = write(tmp_path, TINY.replace("tables:", "backend: fake\ntables:"), "first.yaml"), \
-        write(tmp_path, TINY.replace("tables:", "backend: fake\ntables:"), "second.yaml")
+    first, second = (
+        write(tmp_path, TINY.replace("tables:", "backend: fake\ntables:"), "first.yaml"),
+        write(tmp_path, TINY.replace("tables:", "backend: fake\ntables:"), "second.yaml"),
+    )
     real, calls = evaluate.evaluate_spec, []
 
     def flaky(spec, observation):
@@ -438,12 +485,18 @@ def test_a_harness_error_in_a_later_spec_keeps_the_earlier_results(tmp_path, mon
 # --- audit (benchmarks/try_bad_inputs.py): kinds that still failed after the first fixes ---------
 
 
-@pytest.mark.parametrize("model, key", [
-    ("{config: walkthrough, overrides: {num_hidden_layers: 1000000}}", "setup.model.overrides"),  # busy past 60 s
-    ("{config: walkthrough, overrides: {num_hidden_layers: 1000000000000}}", "setup.model.overrides"),
-    ("{config: {hidden_size: 64, intermediate_size: 128, num_attention_heads: 4, num_key_value_heads: 2, head_dim: 16,"
-     " vocab_size: 128, num_hidden_layers: 5000}}", "setup.model.config"),
-])
+@pytest.mark.parametrize(
+    "model, key",
+    [
+        ("{config: walkthrough, overrides: {num_hidden_layers: 1000000}}", "setup.model.overrides"),  # busy past 60 s
+        ("{config: walkthrough, overrides: {num_hidden_layers: 1000000000000}}", "setup.model.overrides"),
+        (
+            "{config: {hidden_size: 64, intermediate_size: 128, num_attention_heads: 4, num_key_value_heads: 2, head_dim: 16,"
+            " vocab_size: 128, num_hidden_layers: 5000}}",
+            "setup.model.config",
+        ),
+    ],
+)
 def test_a_layer_count_past_the_bound_is_a_load_error(tmp_path, model, key):
     """Loading walks every module of every layer: a million layers kept validate and run busy
     for minutes. Over MAX_LAYERS it is one load error naming the key that set it."""
@@ -453,7 +506,11 @@ def test_a_layer_count_past_the_bound_is_a_load_error(tmp_path, model, key):
     started = time.monotonic()
     err = load_error(path)
     assert time.monotonic() - started < 10
-    assert err.line == 5 and f"{key}: num_hidden_layers" in str(err) and f"over the {MAX_LAYERS:,} decoder layers" in str(err)
+    assert (
+        err.line == 5
+        and f"{key}: num_hidden_layers" in str(err)
+        and f"over the {MAX_LAYERS:,} decoder layers" in str(err)
+    )
     proc = cli("run", str(path), "--backend", "gloo", timeout=60)
     assert proc.returncode == 2 and len(proc.stdout.splitlines()) == 1
     no_traceback(proc)
@@ -466,13 +523,16 @@ def test_draft_layers_past_the_bound_are_refused(tmp_path):
         no_traceback(proc)
 
 
-@pytest.mark.parametrize("args, says", [
-    (["run", "SPEC", "--trace", "AFILE"], "--trace AFILE: is a file; expected a folder (it is made if missing)"),
-    (["run", "SPEC", "--trace", "AFILE/sub"], "--trace AFILE/sub: 'AFILE' is a file, not a folder"),
-    (["run", "SPEC", "--plot", "AFILE"], "--plot AFILE: is a file; expected a folder (it is made if missing)"),
-    (["render", "SPEC", "--out", "AFILE"], "--out AFILE: is a file; expected a folder (it is made if missing)"),
-    (["render", "SPEC", "--trace", "AFILE/a/b"], "--trace AFILE/a/b: 'AFILE' is a file, not a folder"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["run", "SPEC", "--trace", "AFILE"], "--trace AFILE: is a file; expected a folder (it is made if missing)"),
+        (["run", "SPEC", "--trace", "AFILE/sub"], "--trace AFILE/sub: 'AFILE' is a file, not a folder"),
+        (["run", "SPEC", "--plot", "AFILE"], "--plot AFILE: is a file; expected a folder (it is made if missing)"),
+        (["render", "SPEC", "--out", "AFILE"], "--out AFILE: is a file; expected a folder (it is made if missing)"),
+        (["render", "SPEC", "--trace", "AFILE/a/b"], "--trace AFILE/a/b: 'AFILE' is a file, not a folder"),
+    ],
+)
 def test_folder_flags_are_checked_before_the_run(tmp_path, args, says):
     """--trace / --plot / --out into a path that is a file printed a FileExistsError traceback
     (for --plot and --out after the whole run); now one line before anything runs."""
@@ -553,7 +613,10 @@ def test_json_into_a_device_that_fails_keeps_the_results(tmp_path):
     full.symlink_to("/dev/full")
     spec = write(tmp_path, TINY.replace("tables:", "backend: fake\ntables:"))
     proc = cli("run", str(spec), "--json", str(full), env={"TMPDIR": str(tmp_path)})
-    assert proc.returncode == 2 and f"--json {full}: cannot write (No space left on device); results kept in" in proc.stdout
+    assert (
+        proc.returncode == 2
+        and f"--json {full}: cannot write (No space left on device); results kept in" in proc.stdout
+    )
     kept = list(tmp_path.glob("fsdp2-results-*.json"))
     assert len(kept) == 1 and [r["id"] for r in json.loads(kept[0].read_text())["results"]] == ["x_norm"]
     assert full.is_symlink()
@@ -565,11 +628,16 @@ def test_a_failed_rank_is_one_line_before_its_frames():
     exception last: the first line now says which rank raised what (the frames follow it)."""
     from harness.run.launch.errors import exception_line
 
-    tb = ('Traceback (most recent call last):\n  File "a.py", line 1, in f\n    g()\n'
-          "RuntimeError: boom\nin phase forward of step 0, microbatch 0\n")
+    tb = (
+        'Traceback (most recent call last):\n  File "a.py", line 1, in f\n    g()\n'
+        "RuntimeError: boom\nin phase forward of step 0, microbatch 0\n"
+    )
     assert exception_line(tb) == "RuntimeError: boom in phase forward of step 0, microbatch 0"
-    chained = tb + "\nDuring handling of the above exception, another exception occurred:\n\n" + \
-        'Traceback (most recent call last):\n  File "b.py", line 2, in h\n    k()\nValueError: second\n'
+    chained = (
+        tb
+        + "\nDuring handling of the above exception, another exception occurred:\n\n"
+        + 'Traceback (most recent call last):\n  File "b.py", line 2, in h\n    k()\nValueError: second\n'
+    )
     assert exception_line(chained) == "ValueError: second"
     long = 'Traceback (most recent call last):\n  File "a.py", line 1, in f\nValueError: ' + "x" * 1000 + "\n"
     assert len(exception_line(long)) == 300 and exception_line(long).endswith("...")

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+
 from tests.support import REPO
 
 SCRIPT = REPO / "scripts" / "gpu_check"
@@ -24,8 +25,14 @@ def load_script():
 def test_without_a_gpu_it_says_so_and_skips_every_check(tmp_path):
     out = tmp_path / "gpu_check.json"
     env = {**os.environ, "PATH": str(tmp_path), "PYTHONPATH": str(REPO)}  # no nvidia-smi; no NVML on this host
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--json", str(out)], env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--json", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0] == "gpu_check: no GPU visible (NVML and nvidia-smi find none): every check SKIP"
     record = json.loads(out.read_text())
@@ -36,8 +43,14 @@ def test_without_a_gpu_it_says_so_and_skips_every_check(tmp_path):
 
 
 def rank(**fields):
-    return {"environment": {"device_type": "cuda"}, "events": [], "collectives": [], "memory": [], "params": [],
-            **fields}
+    return {
+        "environment": {"device_type": "cuda"},
+        "events": [],
+        "collectives": [],
+        "memory": [],
+        "params": [],
+        **fields,
+    }
 
 
 def payload(*ranks):
@@ -58,8 +71,10 @@ def test_autograd_thread_fails_on_a_backward_event_outside_backward():
 def test_memory_accounting_allows_the_512_byte_rounding_on_cuda_only():
     gc = load_script()
     params = [{"local_numel": 16, "element_size": 4}, {"local_numel": 4096, "element_size": 4}]  # 64 B, 16,384 B
+
     def with_tracked(n):
         return payload(rank(params=params, memory=[{"bytes": {"sharded_param": n}}]))
+
     assert gc.check_memory_accounting(with_tracked(16_448), "cpu").status == "PASS"
     assert gc.check_memory_accounting(with_tracked(16_896), "cuda").status == "PASS"  # 64 B rounded to 512
     assert gc.check_memory_accounting(with_tracked(16_896), "cpu").status == "FAIL"

@@ -53,8 +53,9 @@ tables:
 
 
 def _env(tmp: Path) -> dict:
-    return dict(os.environ, TMPDIR=str(tmp),
-                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    return dict(
+        os.environ, TMPDIR=str(tmp), PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    )
 
 
 def _children() -> dict[int, list[int]]:
@@ -93,9 +94,15 @@ def _running(pids: list[int]) -> list[int]:
 
 
 def _start(tmp: Path, *specs: Path, args: tuple = ()) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "harness", "run", *map(str, specs), *args], cwd=REPO,
-                            env=_env(tmp), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # its own process group, as a terminal's job
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness", "run", *map(str, specs), *args],
+        cwd=REPO,
+        env=_env(tmp),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )  # its own process group, as a terminal's job
 
 
 def _wait_for_ranks(proc: subprocess.Popen, ranks: int, timeout: float = 300) -> list[int]:
@@ -132,10 +139,15 @@ def test_ctrl_c_during_a_long_validate_exits_130_and_leaves_no_process(tmp_path)
     shipped = sorted((REPO / "specs").glob("*.yaml"))
     for i in range(3000):  # tens of seconds of loading; the signal ends it early
         shutil.copy(shipped[i % len(shipped)], tmp_path / f"{i:04d}.yaml")
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "validate", *sorted(map(str, tmp_path.glob("*.yaml")))],
-                            cwd=REPO, env=dict(_env(tmp_path), PYTHONUNBUFFERED="1"),  # each line as printed
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "validate", *sorted(map(str, tmp_path.glob("*.yaml")))],
+        cwd=REPO,
+        env=dict(_env(tmp_path), PYTHONUNBUFFERED="1"),  # each line as printed
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     assert proc.stdout.readline().startswith("✓ ")  # loading has begun
     time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to every process of the group
@@ -164,8 +176,15 @@ def test_ctrl_c_while_validate_imports_exits_130(tmp_path, delay):
     validate's first half second) ended the process by SIGINT after its 'interrupted' line
     (status -2, about 1 in 50 on a loaded machine). They are imported with signals held."""
     specs = sorted(map(str, (REPO / "specs").glob("*.yaml")))
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "validate", *specs], cwd=REPO, env=_env(tmp_path),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "validate", *specs],
+        cwd=REPO,
+        env=_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     time.sleep(delay)
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=60)
@@ -216,10 +235,18 @@ def test_sigkill_leftovers_are_removed_by_the_next_run(tmp_path):
     proc.communicate(timeout=120)  # returns once the ranks and the forkserver closed its pipes
     _assert_all_gone(family)  # ranks follow their lifeline; the forkserver its own
     left = _leftovers(tmp_path)
-    assert any(name.startswith(f"{TEMP_PREFIX}{proc.pid}-") for name in left) and any(n.startswith("pymp-") for n in left)
+    assert any(name.startswith(f"{TEMP_PREFIX}{proc.pid}-") for name in left) and any(
+        n.startswith("pymp-") for n in left
+    )
     # the next run sweeps them before starting its ranks
-    run = subprocess.run([sys.executable, "-m", "harness", "run", str(_spec(tmp_path, name="again.yaml"))], cwd=REPO,
-                         env=_env(tmp_path), capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-m", "harness", "run", str(_spec(tmp_path, name="again.yaml"))],
+        cwd=REPO,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert _leftovers(tmp_path) == []
 
@@ -251,8 +278,9 @@ def test_forkserver_and_resource_tracker_end_with_a_normal_exit(tmp_path):
         "from multiprocessing import forkserver, resource_tracker\n"
         "print(forkserver._forkserver._forkserver_pid, resource_tracker._resource_tracker._pid)\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=_env(tmp_path), capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr
     # printed before exit, when both still ran; the exit handler has since stopped and reaped them
     pids = [int(p) for p in proc.stdout.split()]
@@ -296,8 +324,11 @@ def test_ctrl_c_while_a_simulated_run_imports_torch_exits_130(tmp_path, delay):
     assert _leftovers(tmp_path) == []
 
 
-@pytest.mark.parametrize("sig, status, line", [(signal.SIGINT, 130, "interrupted\n"), (signal.SIGTERM, 143, "terminated\n")],
-                         ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize(
+    "sig, status, line",
+    [(signal.SIGINT, 130, "interrupted\n"), (signal.SIGTERM, 143, "terminated\n")],
+    ids=["ctrl-c", "sigterm"],
+)
 def test_a_signal_during_a_simulated_run_is_delivered_at_a_safe_point(tmp_path, sig, status, line):
     """The fake backend runs in the CLI's own process: a KeyboardInterrupt raised inside a
     Python callback under torch's C++ aborted it ("terminate called after throwing an instance

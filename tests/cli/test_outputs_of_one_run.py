@@ -13,7 +13,6 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from harness.report.trace import collective_events, missing_collectives, ranks_of
-
 from tests.support import REPO as ROOT
 
 pytestmark = pytest.mark.slow
@@ -37,11 +36,21 @@ def cli_run(tmp_path_factory):
     views = ["--trace", str(out / "trace"), "--junitxml", str(out / "junit.xml")]
     try:
         import matplotlib  # noqa: F401
+
         views += ["--plot", str(out / "plot")]
     except ImportError:
         pass
-    cmd = [sys.executable, "-m", "harness", "run", "specs/qwen3_walkthrough.yaml", "--failures-only",
-           "--json", str(out / "run.json"), *views]
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness",
+        "run",
+        "specs/qwen3_walkthrough.yaml",
+        "--failures-only",
+        "--json",
+        str(out / "run.json"),
+        *views,
+    ]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -68,8 +77,11 @@ def test_trace_holds_every_rank_and_collective(cli_run):
 def test_plots_for_every_rank(cli_run):
     pytest.importorskip("matplotlib", reason="matplotlib is optional (pip install .[plot]); the run drew nothing")
     out, _, observation = cli_run
-    expected = sorted(f"qwen3_walkthrough_memory_rank{r}.{ext}"
-                      for r in observation["environment"]["observed_ranks"] for ext in ("png", "svg"))
+    expected = sorted(
+        f"qwen3_walkthrough_memory_rank{r}.{ext}"
+        for r in observation["environment"]["observed_ranks"]
+        for ext in ("png", "svg")
+    )
     assert sorted(p.name for p in (out / "plot").iterdir()) == expected
 
 

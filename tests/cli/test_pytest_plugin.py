@@ -67,17 +67,25 @@ def in_repo_path(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
 
 
-@pytest.mark.parametrize("where, args", [
-    ("my_checks/walkthrough_check.yaml", ["my_checks/walkthrough_check.yaml"]),  # a file, anywhere
-    ("my_checks/walkthrough_check.yaml", ["my_checks"]),  # a folder not named specs
-    ("elsewhere/deep/walkthrough_check.yml", ["--fsdp2-specs", "elsewhere", "-k", "q_proj or k_proj"]),  # --fsdp2-specs
-])
+@pytest.mark.parametrize(
+    "where, args",
+    [
+        ("my_checks/walkthrough_check.yaml", ["my_checks/walkthrough_check.yaml"]),  # a file, anywhere
+        ("my_checks/walkthrough_check.yaml", ["my_checks"]),  # a folder not named specs
+        (
+            "elsewhere/deep/walkthrough_check.yml",
+            ["--fsdp2-specs", "elsewhere", "-k", "q_proj or k_proj"],
+        ),  # --fsdp2-specs
+    ],
+)
 def test_specs_are_collected_wherever_they_are(pytester, in_repo_path, where, args):
     path = pytester.path / where
     path.parent.mkdir(parents=True)
     path.write_text(TINY_FAKE, encoding="utf-8")
     (path.parent / "other.yaml").write_text("name: not a spec\n")  # no spec/tables keys: not collected
-    result = pytester.runpytest_subprocess(*args, "-p", "no:cacheprovider", "-W", "error::pytest.PytestUnknownMarkWarning")
+    result = pytester.runpytest_subprocess(
+        *args, "-p", "no:cacheprovider", "-W", "error::pytest.PytestUnknownMarkWarning"
+    )
     result.assert_outcomes(passed=2)
     result.stdout.no_fnmatch_line("*other.yaml*")
     result.stdout.no_fnmatch_line("*Unknown pytest.mark*")
@@ -108,10 +116,13 @@ OLD_NAMES = ("--specs", "--backend", "--run-timeout", "--no-preflight")
 
 def test_options_carry_the_fsdp2_prefix_and_the_old_names_are_gone(pytester, in_repo_path):
     """Unprefixed names (``--backend``) would clash with another plugin's in a user's repository."""
-    config = pytester.parseconfig("--fsdp2-specs", "a", "--fsdp2-backend", "fake", "--fsdp2-run-timeout", "5",
-                                  "--fsdp2-no-preflight")
-    assert [config.getoption(name) for name in ("--fsdp2-specs", "--fsdp2-backend", "--fsdp2-run-timeout",
-                                                "--fsdp2-no-preflight")] == [["a"], "fake", 5.0, True]
+    config = pytester.parseconfig(
+        "--fsdp2-specs", "a", "--fsdp2-backend", "fake", "--fsdp2-run-timeout", "5", "--fsdp2-no-preflight"
+    )
+    assert [
+        config.getoption(name)
+        for name in ("--fsdp2-specs", "--fsdp2-backend", "--fsdp2-run-timeout", "--fsdp2-no-preflight")
+    ] == [["a"], "fake", 5.0, True]
     for old in OLD_NAMES:
         with pytest.raises(pytest.UsageError, match="unrecognized arguments"):
             pytester.parseconfig(old, "x")
@@ -119,8 +130,13 @@ def test_options_carry_the_fsdp2_prefix_and_the_old_names_are_gone(pytester, in_
     help_text = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--help").stdout.str()
     group = help_text.split("FSDP2 conformance specs:\n", 1)[1].split("\n\n", 1)[0]
     options = [line.split()[0].split("=")[0] for line in group.splitlines() if line.startswith("  --")]
-    assert options == ["--fsdp2-specs", "--fsdp2-backend", "--fsdp2-force-backend", "--fsdp2-run-timeout",
-                       "--fsdp2-no-preflight"]
+    assert options == [
+        "--fsdp2-specs",
+        "--fsdp2-backend",
+        "--fsdp2-force-backend",
+        "--fsdp2-run-timeout",
+        "--fsdp2-no-preflight",
+    ]
     assert not any(f"  {old}" in help_text for old in OLD_NAMES)
 
 
@@ -133,12 +149,17 @@ def test_a_spec_pinned_to_a_backend_keeps_it_under_fsdp2_backend(pytester, in_re
     (pytester.path / "specs" / "tiny_fake.yaml").write_text(TINY_FAKE, encoding="utf-8")
     kept = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--fsdp2-backend", "nccl")
     kept.assert_outcomes(passed=2, warnings=1)
-    kept.stdout.fnmatch_lines(["*note: tiny_fake keeps its backend fake (pinned in the spec), not nccl; "
-                               "--fsdp2-force-backend runs it on nccl*"])
+    kept.stdout.fnmatch_lines(
+        [
+            "*note: tiny_fake keeps its backend fake (pinned in the spec), not nccl; "
+            "--fsdp2-force-backend runs it on nccl*"
+        ]
+    )
     if torch.cuda.device_count() >= 2:
         return
-    forced = pytester.runpytest_subprocess("-rs", "-p", "no:cacheprovider", "--fsdp2-backend", "nccl",
-                                           "--fsdp2-force-backend")
+    forced = pytester.runpytest_subprocess(
+        "-rs", "-p", "no:cacheprovider", "--fsdp2-backend", "nccl", "--fsdp2-force-backend"
+    )
     forced.assert_outcomes(skipped=2)
     forced.stdout.fnmatch_lines(["*needs 2 GPUs for nccl (one per rank); * visible*"])
     assert "keeps its backend" not in forced.stdout.str()

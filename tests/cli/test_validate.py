@@ -6,18 +6,11 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import pytest
-
 from tests.support import REPO
-from tests.support import SHIPPED_SPECS as SPECS
-from tests.support.cli import harness_env as _env
 from tests.support.specs import SMALL as BASE
 from tests.support.specs import edit, line_of
 from tests.support.specs import write_spec as write
@@ -30,7 +23,9 @@ def test_validate_prints_every_error_without_traceback(tmp_path):
     assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert len(lines) == 2, proc.stdout
-    assert lines[0].startswith(f"✗ {bad}:{line_of(text, 'kv_heads')}: tables[0].entries[1].step: unknown step 'step2.kv_heads'")
+    assert lines[0].startswith(
+        f"✗ {bad}:{line_of(text, 'kv_heads')}: tables[0].entries[1].step: unknown step 'step2.kv_heads'"
+    )
     assert lines[1].startswith(f"✗ {bad}:{line_of(text, 'check: parm')}: tables[1].check: expected one of [")
 
 
@@ -38,8 +33,15 @@ def validate(*paths: Path, columns: int | None = None) -> subprocess.CompletedPr
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     if columns:
         env["COLUMNS"] = str(columns)
-    return subprocess.run([sys.executable, "-m", "harness", "validate", *map(str, paths)], cwd=REPO, env=env,
-                          capture_output=True, text=True, encoding="utf-8", timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", "validate", *map(str, paths)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=120,
+    )
 
 
 def test_validate_prints_one_line_per_bad_spec_and_exits_1(tmp_path):
@@ -64,9 +66,11 @@ def test_validate_error_is_one_line_when_piped(tmp_path):
 def test_validate_on_the_command_line_imports_no_torch():
     """``python -m harness validate`` of every shipped spec: torch (seconds to import) is left
     for the commands that run ranks."""
-    code = ("import glob, runpy, sys; sys.argv = ['harness', 'validate', *sorted(glob.glob('specs/*.yaml'))]\n"
-            "try:\n    runpy.run_module('harness', run_name='__main__')\nexcept SystemExit as exc:\n"
-            "    sys.stderr.write(f'status {exc.code}, torch imported: {\"torch\" in sys.modules}')\n")
+    code = (
+        "import glob, runpy, sys; sys.argv = ['harness', 'validate', *sorted(glob.glob('specs/*.yaml'))]\n"
+        "try:\n    runpy.run_module('harness', run_name='__main__')\nexcept SystemExit as exc:\n"
+        "    sys.stderr.write(f'status {exc.code}, torch imported: {\"torch\" in sys.modules}')\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.stderr == "status 0, torch imported: False", proc.stderr
 
@@ -78,10 +82,9 @@ def test_validate_off_a_terminal_prints_the_terminal_s_characters_without_colour
     command = [sys.executable, "-m", "harness", "validate", *specs]
     plain = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert (plain.returncode, plain.stderr) == (0, "") and "\x1b[" not in plain.stdout
-    colored = subprocess.run(command, cwd=REPO, capture_output=True, text=True,
-                             timeout=120, env={**os.environ, "FORCE_COLOR": "1"})
+    colored = subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, timeout=120, env={**os.environ, "FORCE_COLOR": "1"}
+    )
     assert "\x1b[" in colored.stdout
     assert re.sub(r"\x1b\[[0-9;]*m", "", colored.stdout) == plain.stdout
     assert plain.stdout.splitlines()[0].startswith("✓ specs/qwen3_walkthrough.yaml: ")
-
-

@@ -11,14 +11,18 @@ import pytest
 
 from harness.judge.evaluate import FAILING, evaluate_spec
 from harness.load.spec import load_spec
-
 from tests.support import REPO
 
 
 def _draft(tmp_path: Path, *args: str) -> Path:
     out = tmp_path / "drafted.yaml"
-    proc = subprocess.run([sys.executable, "-m", "harness", "draft", *args, "-o", str(out)],
-                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "draft", *args, "-o", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -39,9 +43,17 @@ def test_drafted_spec_from_a_transformers_config_json_on_real_ranks(tmp_path, sp
     # the config, written by transformers itself; an uneven world (3 ranks), real gloo ranks
     transformers = pytest.importorskip("transformers")
     config = tmp_path / "config.json"
-    transformers.Qwen3Config(hidden_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
-                             intermediate_size=768, num_hidden_layers=4, vocab_size=1000, tie_word_embeddings=True,
-                             dtype="float32").to_json_file(str(config))
+    transformers.Qwen3Config(
+        hidden_size=256,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        intermediate_size=768,
+        num_hidden_layers=4,
+        vocab_size=1000,
+        tie_word_embeddings=True,
+        dtype="float32",
+    ).to_json_file(str(config))
     path = _draft(tmp_path, "--config", str(config), "--world-size", "3")
     text = path.read_text()
     assert "# model dtype float32: the config file's dtype." in text  # transformers 5 writes dtype, not torch_dtype
@@ -60,8 +72,9 @@ def test_drafted_spec_from_a_released_config_json_on_the_fake_backend(tmp_path, 
 
     folder = tmp_path / "Qwen3-8B"
     folder.mkdir()
-    transformers.Qwen3Config(**KNOWN_CONFIGS["Qwen3-8B"].to_transformers_kwargs(),
-                             dtype="bfloat16").to_json_file(str(folder / "config.json"))
+    transformers.Qwen3Config(**KNOWN_CONFIGS["Qwen3-8B"].to_transformers_kwargs(), dtype="bfloat16").to_json_file(
+        str(folder / "config.json")
+    )
     path = _draft(tmp_path, "--config", str(folder / "config.json"), "--world-size", "64")
     spec = load_spec(path)
     assert spec.backend == "fake" and spec.setup.model.dtype == "bfloat16" and spec.name == "qwen3_8b_w64"

@@ -26,8 +26,13 @@ def test_an_injected_hang_names_the_stuck_rank_and_collective():
     # backward begins with layers.1's all-gather (#2 after the two forward all-gathers, #0 and #1)
     assert info.value.verdict == "rank 1 never entered all_gather #2 (layers.1, backward); ranks 0, 2 wait in it"
     assert "Diagnosis: rank 1 never entered all_gather #2 (layers.1, backward)" in str(info.value)
-    assert info.value.progress[1]["completed"] == {"seq": 1, "op": "all_gather", "unit": "layers.1", "phase": "forward",
-                                                   "group": [0, 1, 3]}
+    assert info.value.progress[1]["completed"] == {
+        "seq": 1,
+        "op": "all_gather",
+        "unit": "layers.1",
+        "phase": "forward",
+        "group": [0, 1, 3],
+    }
     assert info.value.flight_recorder == []  # gloo: no NCCL flight recorder
 
 
@@ -61,10 +66,26 @@ def test_a_hang_in_a_joined_world_names_the_stuck_rank(tmp_path):
     repo = str(REPO)
     procs = []
     for rank in range(3):
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "3", "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "3",
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "PYTHONPATH": repo}
-        procs.append(subprocess.Popen([sys.executable, "-c", _JOINED_RANK], env=env, cwd=repo, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "WORLD_SIZE": "3",
+            "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": "3",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "PYTHONPATH": repo,
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", _JOINED_RANK],
+                env=env,
+                cwd=repo,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+        )
     try:
         outputs = {r: procs[r].communicate(timeout=240)[0] for r in (0, 2)}  # the peers end at the timeout
     finally:
@@ -74,5 +95,7 @@ def test_a_hang_in_a_joined_world_names_the_stuck_rank(tmp_path):
                 p.wait()
     for rank in (0, 2):
         assert procs[rank].returncode == 2, outputs[rank]
-        assert "Diagnosis: rank 1 never entered all_gather #2 (layers.1, backward); ranks 0, 2 wait in it." in outputs[rank], \
-            outputs[rank]
+        assert (
+            "Diagnosis: rank 1 never entered all_gather #2 (layers.1, backward); ranks 0, 2 wait in it."
+            in outputs[rank]
+        ), outputs[rank]

@@ -48,31 +48,63 @@ def test_pip_install_then_pytest_a_spec_elsewhere(tmp_path):
     python = venv / "bin" / "python"
     # torch, pytest and the other dependencies come from this environment (installing torch again
     # would take minutes); this package itself only from the fresh install below
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     Path(site, "deps_from_test_env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     # built by this environment's setuptools (the fresh venv's may predate pyproject support)
     wheels = tmp_path / "wheels"
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                            "--disable-pip-version-check", "-q", "-w", str(wheels), str(source)],
-                           capture_output=True, text=True, timeout=600)
+    build = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--disable-pip-version-check",
+            "-q",
+            "-w",
+            str(wheels),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert build.returncode == 0, build.stdout + build.stderr
     (wheel,) = wheels.glob("fsdp2_conformance-*.whl")
-    install = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--disable-pip-version-check",
-                              "-q", str(wheel)], capture_output=True, text=True, timeout=600)
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "-q", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert install.returncode == 0, install.stdout + install.stderr
 
     work = tmp_path / "elsewhere"
     (work / "my_specs").mkdir(parents=True)
     (work / "my_specs" / "my_spec.yaml").write_text(SPEC, encoding="utf-8")
-    proc = subprocess.run([str(python), "-m", "pytest", "my_specs/my_spec.yaml", "-v", "-p", "no:cacheprovider"],
-                          cwd=work, capture_output=True, text=True, timeout=600,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    proc = subprocess.run(
+        [str(python), "-m", "pytest", "my_specs/my_spec.yaml", "-v", "-p", "no:cacheprovider"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "my_specs/my_spec.yaml::Shards::mlp.gate_proj.weight PASSED" in out, out
     assert "2 passed" in out
-    where = subprocess.run([str(python), "-c", "import harness; print(harness.__file__)"], cwd=work,
-                           capture_output=True, text=True,  # as pytest ran: no PYTHONPATH naming the checkout
-                           env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}).stdout
+    where = subprocess.run(
+        [str(python), "-c", "import harness; print(harness.__file__)"],
+        cwd=work,
+        capture_output=True,
+        text=True,  # as pytest ran: no PYTHONPATH naming the checkout
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    ).stdout
     assert where.startswith(site), where  # the installed copy ran, not the checkout

@@ -13,11 +13,11 @@ import time
 
 import pytest
 
+from harness.load.setup import RunSetup
 from harness.run.faults import Fault, injected
 from harness.run.launch.errors import RunError, RunTimeout
 from harness.run.launch.local import run_local
 from harness.run.runner import run_setup
-from harness.load.setup import RunSetup
 
 pytestmark = pytest.mark.slow
 
@@ -52,7 +52,12 @@ def test_walkthrough_shards_are_the_documents_table(walkthrough):
         for p in rank["params"]:
             layer, name = p["fqn"].split(".", 2)[1:]
             assert (p["full_shape"], p["local_shape"]) == DOC_SHARDS[name], p["fqn"]
-            assert (p["dtype"], p["is_dtensor"], p["placements"], p["mesh_dim_names"]) == ("float16", True, ["Shard(dim=0)"], ["dp"])
+            assert (p["dtype"], p["is_dtensor"], p["placements"], p["mesh_dim_names"]) == (
+                "float16",
+                True,
+                ["Shard(dim=0)"],
+                ["dp"],
+            )
         assert sum(p["local_numel"] for p in rank["params"]) == 2 * SHARD_NUMEL
 
 
@@ -60,7 +65,9 @@ def test_walkthrough_collectives_per_layer_and_phase(walkthrough):
     for rank in walkthrough["ranks"]:
         by_phase = {}
         for c in rank["collectives"]:
-            by_phase.setdefault(c["phase"], []).append((c["op"], c["unit"], c["dtype"], c["numel_in"], c["numel_out"], c["group_size"], c["mesh_dim"]))
+            by_phase.setdefault(c["phase"], []).append(
+                (c["op"], c["unit"], c["dtype"], c["numel_in"], c["numel_out"], c["group_size"], c["mesh_dim"])
+            )
         ag = lambda unit: ("all_gather", unit, "float16", SHARD_NUMEL, LAYER_NUMEL, 4, "dp")  # noqa: E731
         rs = lambda unit: ("reduce_scatter", unit, "float16", LAYER_NUMEL, SHARD_NUMEL, 4, "dp")  # noqa: E731
         assert by_phase.pop("forward") == [ag("layers.0"), ag("layers.1")]
@@ -143,8 +150,10 @@ def test_a_rank_that_raises_ends_the_run_naming_it():
             run_local(RunSetup(numerics=False), backend="gloo", timeout_s=120)
     assert time.monotonic() - start < 30
     assert info.value.rank == 2
-    assert str(info.value).splitlines()[0] == ("rank 2 failed: RuntimeError: injected fault: rank 2 raises at the start "
-                                               "of forward in phase forward of step 0, microbatch 0")  # one line first
+    assert str(info.value).splitlines()[0] == (
+        "rank 2 failed: RuntimeError: injected fault: rank 2 raises at the start "
+        "of forward in phase forward of step 0, microbatch 0"
+    )  # one line first
     assert "Traceback" in info.value.traceback
     assert "RuntimeError: injected fault: rank 2 raises at the start of forward" in str(info.value)
     _assert_no_rank_left()

@@ -15,7 +15,6 @@ from harness.load.spec import load_spec
 from tests.support import REPO
 
 
-
 @pytest.fixture(scope="module")
 def hf():
     return pytest.importorskip("transformers")
@@ -24,16 +23,30 @@ def hf():
 def _moe_config_json(hf, folder: Path) -> Path:
     """A small Qwen3 MoE config.json as transformers 5 writes it: ``num_local_experts``, no
     ``head_dim`` (64 / 4 heads = 16), ``rope_parameters``, ``dtype``."""
-    hf.Qwen3MoeConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
-                      num_hidden_layers=2, vocab_size=100, num_experts=8, num_experts_per_tok=2,
-                      moe_intermediate_size=16, dtype="float32").save_pretrained(str(folder))
+    hf.Qwen3MoeConfig(
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        vocab_size=100,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=16,
+        dtype="float32",
+    ).save_pretrained(str(folder))
     return folder / "config.json"
 
 
 def _draft(tmp_path: Path, *args: str) -> Path:
     out = tmp_path / "drafted.yaml"
-    proc = subprocess.run([sys.executable, "-m", "harness", "draft", *args, "-o", str(out)],
-                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "draft", *args, "-o", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -44,15 +57,22 @@ def test_build_dispatches_on_the_config_type():
     from harness.load.setup import RunSetup
     from harness.run.build import build_model
 
-    for name, body, cls in [("moe-tiny", "decoder_layers", model.Qwen3MoeDecoderStack),
-                            ("moe-tiny", "causal_lm", model.Qwen3MoeForCausalLM),
-                            ("walkthrough", "decoder_layers", model.Qwen3DecoderStack),
-                            ("walkthrough", "causal_lm", model.Qwen3ForCausalLM)]:
+    for name, body, cls in [
+        ("moe-tiny", "decoder_layers", model.Qwen3MoeDecoderStack),
+        ("moe-tiny", "causal_lm", model.Qwen3MoeForCausalLM),
+        ("walkthrough", "decoder_layers", model.Qwen3DecoderStack),
+        ("walkthrough", "causal_lm", model.Qwen3ForCausalLM),
+    ]:
         setup = RunSetup.from_mapping({"model": {"config": name, "body": body}})
         built = build_model(setup, model.get_config(name), torch.float32, torch.device("meta"), init=False)
         assert type(built) is cls, (name, body)  # exactly: the MoE classes subclass the dense ones
-    sparse = build_model(RunSetup.from_mapping({"model": {"config": "moe-tiny"}}), model.get_config("moe-tiny"),
-                         torch.float32, torch.device("meta"), init=False)
+    sparse = build_model(
+        RunSetup.from_mapping({"model": {"config": "moe-tiny"}}),
+        model.get_config("moe-tiny"),
+        torch.float32,
+        torch.device("meta"),
+        init=False,
+    )
     assert "layers.0.mlp.experts.gate_up_proj" in dict(sparse.named_parameters())
 
 
@@ -60,8 +80,11 @@ def test_spec_loading_knows_the_sparse_layer_names(tmp_path):
     """A spec naming a MoE config selects its experts and router and its Step 9 at load."""
     spec = load_spec(REPO / "specs" / "moe_tiny_4_ranks.yaml")
     assert spec.items
-    bad = (REPO / "specs" / "moe_tiny_4_ranks.yaml").read_text().replace(
-        "[mlp.gate.weight, [8, 64], 512]", "[mlp.gate.wieght, [8, 64], 512]")
+    bad = (
+        (REPO / "specs" / "moe_tiny_4_ranks.yaml")
+        .read_text()
+        .replace("[mlp.gate.weight, [8, 64], 512]", "[mlp.gate.wieght, [8, 64], 512]")
+    )
     path = tmp_path / "bad.yaml"
     path.write_text(bad)
     with pytest.raises(Exception, match="mlp.gate.wieght"):
@@ -106,8 +129,9 @@ def _write(tmp_path: Path, spec: dict) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("world, backend", [(4, "gloo"), (16, "fake")])
-def test_drafted_spec_from_a_transformers_qwen3_moe_config_json_runs_green(hf, tmp_path, spec_observation,
-                                                                          world, backend):
+def test_drafted_spec_from_a_transformers_qwen3_moe_config_json_runs_green(
+    hf, tmp_path, spec_observation, world, backend
+):
     config = _moe_config_json(hf, tmp_path)
     path = _draft(tmp_path, "--config", str(config), "--world-size", str(world))
     spec = load_spec(path)
@@ -151,8 +175,9 @@ def test_the_aux_loss_is_transformers_and_its_router_gradients_are_the_models():
         assert not torch.allclose(loss, base(lm(ids), ids))  # the auxiliary term is in it
     loss.backward()
     for i, expected in enumerate(router_grads):
-        torch.testing.assert_close(lm.get_parameter(f"model.layers.{i}.mlp.gate.weight").grad, expected,
-                                   rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(
+            lm.get_parameter(f"model.layers.{i}.mlp.gate.weight").grad, expected, rtol=1e-5, atol=1e-7
+        )
     loss_fn.remove()
 
 
@@ -161,19 +186,50 @@ def test_experts_kind_measures_held_tokens_and_zero_rows():
     from harness.language.observed import CheckError
 
     def rank(r, held, counts, zero):
-        return {"rank": r, "experts": {
-            "shards": [{"layer": 0, "param": "mlp.experts.gate_up_proj", "fqn": "layers.0.mlp.experts.gate_up_proj",
-                        "placements": ["Shard(dim=0)"], "shard_dim": 0, "num_experts": 4, "experts": held}],
-            "tokens": [{"layer": 0, "step_index": 0, "microbatch": 0, "counts": counts}],
-            "zero_grad_rows": [{"layer": 0, "param": "mlp.experts.gate_up_proj", "step_index": 0, "microbatch": 0,
-                                "experts": held, "zero_rows": zero}]}}
+        return {
+            "rank": r,
+            "experts": {
+                "shards": [
+                    {
+                        "layer": 0,
+                        "param": "mlp.experts.gate_up_proj",
+                        "fqn": "layers.0.mlp.experts.gate_up_proj",
+                        "placements": ["Shard(dim=0)"],
+                        "shard_dim": 0,
+                        "num_experts": 4,
+                        "experts": held,
+                    }
+                ],
+                "tokens": [{"layer": 0, "step_index": 0, "microbatch": 0, "counts": counts}],
+                "zero_grad_rows": [
+                    {
+                        "layer": 0,
+                        "param": "mlp.experts.gate_up_proj",
+                        "step_index": 0,
+                        "microbatch": 0,
+                        "experts": held,
+                        "zero_rows": zero,
+                    }
+                ],
+            },
+        }
 
-    obs = {"environment": {"world_size": 2},
-           "ranks": [rank(0, [0, 1], [2, 0, 0, 0], [1]), rank(1, [2, 3], [0, 0, 1, 1], [])]}
+    obs = {
+        "environment": {"world_size": 2},
+        "ranks": [rank(0, [0, 1], [2, 0, 0, 0], [1]), rank(1, [2, 3], [0, 0, 1, 1], [])],
+    }
     got = KIND.measure({"layer": 0}, obs)
-    assert got[0] == {"held": [0, 1], "held_count": 2, "placements": ["Shard(dim=0)"], "tokens": [2, 0, 0, 0],
-                      "tokens_total": 2, "unrouted_here": 3, "unrouted_anywhere": 1, "zero_grad_rows": [1],
-                      "zero_grad_rows_are_unrouted": True}
+    assert got[0] == {
+        "held": [0, 1],
+        "held_count": 2,
+        "placements": ["Shard(dim=0)"],
+        "tokens": [2, 0, 0, 0],
+        "tokens_total": 2,
+        "unrouted_here": 3,
+        "unrouted_anywhere": 1,
+        "zero_grad_rows": [1],
+        "zero_grad_rows_are_unrouted": True,
+    }
     assert got[1]["zero_grad_rows_are_unrouted"] is True and got[1]["unrouted_here"] == 2
     obs["ranks"][1]["experts"]["zero_grad_rows"][0]["zero_rows"] = [3]  # a routed expert with a zero row
     assert KIND.measure({"layer": 0}, obs)[1]["zero_grad_rows_are_unrouted"] is False

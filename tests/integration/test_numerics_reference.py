@@ -19,8 +19,10 @@ MESHED = {"model": {"overrides": {"num_hidden_layers": 2}}, "mesh": {"shape": [4
 # bf16 compute from fp16 shards built on meta (rank 0 sums a cast copy's bf16 gradients in
 # float32), and a float32 model built in full (the replica is the model itself, its .grad the sum)
 CASES = [
-    ({**MESHED, "init": "meta", "fsdp": {"mixed_precision": {"param_dtype": "bfloat16", "reduce_dtype": "float32"}}},
-     "bfloat16"),
+    (
+        {**MESHED, "init": "meta", "fsdp": {"mixed_precision": {"param_dtype": "bfloat16", "reduce_dtype": "float32"}}},
+        "bfloat16",
+    ),
     ({**MESHED, "init": "full", "model": {**MESHED["model"], "dtype": "float32"}}, "float32"),
 ]
 

@@ -13,13 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from harness.contract.partial_values import fill_partial_norms
 from harness.contract.observation import build_observation
+from harness.contract.partial_values import fill_partial_norms
 from harness.load.setup import RunSetup
 from harness.report.compare import flatten_observation
 
-TINY = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "head_dim": 16}
+TINY = {
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+}
 
 
 def _log():
@@ -139,6 +145,7 @@ def test_settle_threads_returns_in_a_quiet_process():
 
 # --- with and without each instrument, real ranks --------------------------------------------
 
+
 def _run(setup: RunSetup, step: str | None = None) -> dict:
     from harness.run.launch.local import run_local
 
@@ -150,14 +157,22 @@ def _without(flat: dict, *parts: str) -> dict:
     """The flat observation less ``parts``, and less the peak snapshots: torch updates a peak at
     every op, so a peak moves with gloo's worker thread, instrument or not (README, "Reproducible
     observations")."""
-    return {k: v for k, v in flat.items()
-            if k.part not in parts and not (k.part == "memory" and "Peak" in str(k.selector[1]))}
+    return {
+        k: v
+        for k, v in flat.items()
+        if k.part not in parts and not (k.part == "memory" and "Peak" in str(k.selector[1]))
+    }
 
 
 def _small(**extra) -> RunSetup:
-    return RunSetup.from_mapping({"model": {"overrides": TINY, "dtype": "float32"},
-                                  "mesh": {"shape": [2], "dim_names": ["dp"]},
-                                  "optimizer": {"name": "adamw", "lr": 0.01}, **extra})
+    return RunSetup.from_mapping(
+        {
+            "model": {"overrides": TINY, "dtype": "float32"},
+            "mesh": {"shape": [2], "dim_names": ["dp"]},
+            "optimizer": {"name": "adamw", "lr": 0.01},
+            **extra,
+        }
+    )
 
 
 @pytest.mark.slow

@@ -7,7 +7,6 @@ from harness.load.spec import load_spec
 from harness.report.plot import memory_timeline
 from tests.support import WALKTHROUGH
 
-
 # The document's ≈4.72 MB per layer and ≈1.18 MB per rank in fp16 (sections "参数列表（单层）" and
 # "每个 rank 上的参数分片"): exact bytes of the walkthrough layer
 # in fp16 (2,360,448 and 590,112 elements x 2 bytes, the document's parameter tables).
@@ -25,8 +24,12 @@ def test_real_timeline_tells_the_documents_story(spec_observation):
         assert all(s == sum(tl.unit_shards.values()) for s in sharded)
         # forward of each layer, then backward in reverse: 4.72 MB while it computes, 0 before and after
         assert [(u, phase) for u, phase, _, _ in tl.spans] == [
-            ("layers.0", "forward"), ("layers.1", "forward"), ("layers.1", "backward"), ("layers.0", "backward")]
+            ("layers.0", "forward"),
+            ("layers.1", "forward"),
+            ("layers.1", "backward"),
+            ("layers.0", "backward"),
+        ]
         for _, _, first, last in tl.spans:
-            assert unsharded[first:last + 1] == [LAYER_BYTES] * (last - first + 1)
+            assert unsharded[first : last + 1] == [LAYER_BYTES] * (last - first + 1)
             assert unsharded[first - 1] == 0 and unsharded[last + 1] == 0
         assert tl.points[-1] == ("", "After Optimizer Step") and unsharded[-1] == 0

@@ -13,8 +13,9 @@ from harness.run.runner import run_setup
 def test_the_launcher_reports_every_rank_through_the_step(backend):
     """A small real (or simulated) run: every rank is reported going through forward,
     backward and optimizer, in that order."""
-    setup = RunSetup(model=ModelSetup("walkthrough", {"num_hidden_layers": 1}, "decoder_layers"),
-                     mesh_shape=(2,), numerics=False)
+    setup = RunSetup(
+        model=ModelSetup("walkthrough", {"num_hidden_layers": 1}, "decoder_layers"), mesh_shape=(2,), numerics=False
+    )
     seen: dict[int, list[str]] = {}
 
     def on_progress(phases):

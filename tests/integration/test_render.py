@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from harness.load.spec import load_spec
 from harness.report.render import render_markdown
-
 from tests.support import REPO as ROOT
 from tests.support import WALKTHROUGH
 from tests.support.document_tables import missing_figures

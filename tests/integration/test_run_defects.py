@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from harness.cli import main
@@ -13,8 +12,14 @@ from harness.run.recorders.memory import TRACKER_LIMIT_NOTE, tracker_limit_note
 from tests.support import REPO
 
 ROOT = REPO
-TINY = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "head_dim": 16}
+TINY = {
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+}
 
 
 def test_the_tracker_limit_note_is_for_exceptions_raised_inside_the_tracker():
@@ -36,7 +41,7 @@ def test_a_passing_expected_error_prints_no_stack_from_torch(capfd):
     """FSDP's _raise_assert_with_print prints each rank's stack (~80 lines) before raising."""
     assert main(["run", str(ROOT / "specs" / "mixed_grad_dtypes_refused.yaml")]) == 0
     out, err = capfd.readouterr()
-    assert "File \"" not in out + err and "_raise_assert_with_print" not in out + err
+    assert 'File "' not in out + err and "_raise_assert_with_print" not in out + err
     assert out.strip().splitlines()[-1].startswith("mixed_grad_dtypes_refused: 1 passed, 0 failed")
 
 
@@ -56,8 +61,11 @@ def test_a_failed_rank_shows_its_own_output(capfd):
 @pytest.mark.slow
 def test_the_tracker_limit_error_says_track_memory_false_avoids_it():
     """A unit first used in a later microbatch: FSDPMemTracker's post-backward hook fails (torch 2.13)."""
-    mapping = {"model": {"overrides": TINY, "dtype": "float32"}, "mesh": {"shape": [2], "dim_names": ["dp"]},
-               "schedule": {"steps": [{"microbatches": 2, "used_only_in": {"layers.1": [1]}}]}}
+    mapping = {
+        "model": {"overrides": TINY, "dtype": "float32"},
+        "mesh": {"shape": [2], "dim_names": ["dp"]},
+        "schedule": {"steps": [{"microbatches": 2, "used_only_in": {"layers.1": [1]}}]},
+    }
     from harness.run.runner import run_setup
 
     with pytest.raises(RunError) as info:

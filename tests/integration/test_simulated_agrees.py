@@ -31,7 +31,8 @@ def _comparable(rank_doc: dict) -> dict:
     doc = {k: v for k, v in rank_doc.items() if k not in ("timings_s", "numerics", "environment")}
     doc["memory"] = [
         {**m, "bytes": {k: v for k, v in m["bytes"].items() if k not in TIMING_DEPENDENT}}
-        for m in rank_doc["memory"] if m["state"] not in PEAK_STATES
+        for m in rank_doc["memory"]
+        if m["state"] not in PEAK_STATES
     ]
     return doc
 

@@ -12,12 +12,26 @@ import pytest
 
 from harness.load.setup import RunSetup
 
-
-TINY = {"model": {"config": "walkthrough", "overrides": {"hidden_size": 64, "intermediate_size": 128,
-                  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "num_hidden_layers": 1},
-                  "dtype": "float32"},
-        "mesh": {"shape": [2], "dim_names": ["dp"]}, "batch_per_rank": 1, "seq_len": 4,
-        "optimizer": {"name": "adamw"}, "numerics": False, "state_dict": {"round_trip": True}}
+TINY = {
+    "model": {
+        "config": "walkthrough",
+        "overrides": {
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "num_hidden_layers": 1,
+        },
+        "dtype": "float32",
+    },
+    "mesh": {"shape": [2], "dim_names": ["dp"]},
+    "batch_per_rank": 1,
+    "seq_len": 4,
+    "optimizer": {"name": "adamw"},
+    "numerics": False,
+    "state_dict": {"round_trip": True},
+}
 
 
 def _checkpoint_folders() -> set[str]:

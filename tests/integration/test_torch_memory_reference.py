@@ -79,22 +79,30 @@ def mismatches(ours: dict[Key, int], runs: list[dict[Key, int]]) -> list[str]:
 
 
 def test_stable_keys_and_agreeing_runs_are_compared():
-    first = {(0, "layers.0", "After Pre-Backward", 0, "all_gather"): 4720896,
-             (0, "layers.0", "After Pre-Backward", 0, "temp"): 0,
-             (0, "", "After fully_shard", 0, "total"): 10}
+    first = {
+        (0, "layers.0", "After Pre-Backward", 0, "all_gather"): 4720896,
+        (0, "layers.0", "After Pre-Backward", 0, "temp"): 0,
+        (0, "", "After fully_shard", 0, "total"): 10,
+    }
     runs = [first, {**first, (0, "layers.0", "After Pre-Backward", 0, "temp"): 128}]  # torch varies at temp
     ours = dict(runs[0])
     assert mismatches(ours, runs) == []
     ours[(0, "layers.0", "After Pre-Backward", 0, "all_gather")] = 9441792  # a buffer kept alive by an instrument
-    assert mismatches(ours, runs) == ["(0, 'layers.0', 'After Pre-Backward', 0, 'all_gather'): harness 9441792, "
-                                      "torch [4720896]"]
+    assert mismatches(ours, runs) == [
+        "(0, 'layers.0', 'After Pre-Backward', 0, 'all_gather'): harness 9441792, torch [4720896]"
+    ]
 
 
 @pytest.mark.slow
 def test_walkthrough_memory_equals_plain_torch(tmp_path):
     out = tmp_path / "torch.json"
-    subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--runs", "2"], check=True, cwd=ROOT,
-                   timeout=900, capture_output=True)
+    subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(out), "--runs", "2"],
+        check=True,
+        cwd=ROOT,
+        timeout=900,
+        capture_output=True,
+    )
     reference = json.loads(out.read_text())
     runs = [torch_memory(run) for run in reference["runs"]]
     doc = run_setup(load_spec(WALKTHROUGH).setup, backend="gloo", timeout_s=600)

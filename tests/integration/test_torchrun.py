@@ -19,6 +19,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 from tests.support import REPO
+
 # Written to a temporary file by each test: a spec under tests/ would be collected as spec items
 # and run on the local launcher, where it is one node, not two.
 SPEC_TEXT = """\
@@ -66,17 +67,49 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def agents(spec: Path, nodes: int, per_node: int, *, started: int | None = None, join_timeout: int = 60,
-           timeout: float = 400, extra: tuple[str, ...] = ()) -> list[subprocess.CompletedProcess]:
+def agents(
+    spec: Path,
+    nodes: int,
+    per_node: int,
+    *,
+    started: int | None = None,
+    join_timeout: int = 60,
+    timeout: float = 400,
+    extra: tuple[str, ...] = (),
+) -> list[subprocess.CompletedProcess]:
     """Start ``started`` (default ``nodes``) torchrun agents of a ``nodes``-node world; wait for all."""
     port = free_port()
-    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--nproc-per-node",
-               str(per_node), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id",
-               f"test-{port}", "--rdzv-conf", f"join_timeout={join_timeout}", "--max-restarts", "0",
-               "-m", "harness", "run", str(spec), "--backend", "gloo", *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        str(nodes),
+        "--nproc-per-node",
+        str(per_node),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--rdzv-id",
+        f"test-{port}",
+        "--rdzv-conf",
+        f"join_timeout={join_timeout}",
+        "--max-restarts",
+        "0",
+        "-m",
+        "harness",
+        "run",
+        str(spec),
+        "--backend",
+        "gloo",
+        *extra,
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), "COLUMNS": "200"}
-    procs = [subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for _ in range(started or nodes)]
+    procs = [
+        subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for _ in range(started or nodes)
+    ]
     out = []
     try:
         for p in procs:

@@ -19,8 +19,9 @@ def cli(*args: str, timeout: float = 120, env: dict | None = None) -> subprocess
     """``python -m harness ARGS`` in the checkout; ``env`` is added to :func:`harness_env`."""
     environ = harness_env()
     environ.update(env or {})
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=REPO,
-                          timeout=timeout, env=environ)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=REPO, timeout=timeout, env=environ
+    )
 
 
 def no_traceback(proc: subprocess.CompletedProcess) -> None:

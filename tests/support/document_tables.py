@@ -10,7 +10,6 @@ that table must hold it.
 
 from __future__ import annotations
 
-
 # section -> rows; a row is (key of its first cell, figures that must appear on that row).
 # A key matches a first cell equal to it, or ending in "." + key (the document abbreviates
 # self_attn.q_proj.weight as q_proj.weight); "a | b" also matches the second cell's start.
@@ -112,8 +111,11 @@ def sections(markdown: str) -> dict[str, list[str]]:
 
 
 def table_rows(lines: list[str]) -> list[list[str]]:
-    return [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in lines
-            if ln.startswith("|") and not ln.startswith("|---")]
+    return [
+        [c.strip() for c in ln.strip().strip("|").split("|")]
+        for ln in lines
+        if ln.startswith("|") and not ln.startswith("|---")
+    ]
 
 
 def _row_matches(row: list[str], key: str) -> bool:

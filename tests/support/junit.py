@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-
 MUTATIONS = [  # (text in specs/qwen3_walkthrough.yaml, replacement)
-    ('numel: "≈2.36M"}', 'numel: "≈2.37M"}'),                                          # fail
-    ('local_bytes: "1.18 MB"}', 'local_bytes: "1.19 MB", deviation: {reason: "a difference the spec declares"}}'),  # xfail
-    ('count: 11}', 'count: 11, deviation: {reason: "a difference no longer seen"}}'),  # xpass (first match: eleven_params)
+    ('numel: "≈2.36M"}', 'numel: "≈2.37M"}'),  # fail
+    (
+        'local_bytes: "1.18 MB"}',
+        'local_bytes: "1.19 MB", deviation: {reason: "a difference the spec declares"}}',
+    ),  # xfail
+    (
+        "count: 11}",
+        'count: 11, deviation: {reason: "a difference no longer seen"}}',
+    ),  # xpass (first match: eleven_params)
 ]
 
 
@@ -20,7 +25,8 @@ def cases_of(xml_text: str) -> dict[tuple[str, str], dict]:
         child = next(iter(tc), None)
         outcome = "pass" if child is None else child.tag + (f":{child.get('type')}" if child.get("type") else "")
         out[(tc.get("classname"), tc.get("name"))] = {
-            "outcome": outcome, "message": None if child is None else child.get("message"),
+            "outcome": outcome,
+            "message": None if child is None else child.get("message"),
             "text": None if child is None else (child.text or ""),
         }
     return out

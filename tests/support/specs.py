@@ -23,8 +23,14 @@ tables:
 TINY_FAKE = TINY.replace("tables:", "backend: fake\ntables:")
 
 # model overrides small enough for a real step in well under a second per rank
-TINY_DIMS = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-             "num_key_value_heads": 2, "head_dim": 16}
+TINY_DIMS = {
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+}
 
 
 def write_spec(folder: Path, data: str | bytes, name: str = "spec.yaml") -> Path:

@@ -7,8 +7,8 @@ import re
 
 from packaging.requirements import Requirement
 from packaging.version import Version
-from tests.support import REPO
 
+from tests.support import REPO
 
 
 def declared_torch() -> Requirement:

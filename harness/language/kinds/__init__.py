@@ -6,15 +6,48 @@ listed below; then regenerate the schema and README table (``python -m harness.l
 
 from __future__ import annotations
 
-from harness.language.kinds import (bandwidth, collectives, environment, events, expect_error, experts, grad_norm, input,
-                                 memory, numerics, param, param_state, param_update, params_total, reduce_op, state_dict,
-                                 step)
+from harness.language.kinds import (
+    bandwidth,
+    collectives,
+    environment,
+    events,
+    expect_error,
+    experts,
+    grad_norm,
+    input,
+    memory,
+    numerics,
+    param,
+    param_state,
+    param_update,
+    params_total,
+    reduce_op,
+    state_dict,
+    step,
+)
 from harness.language.vocabulary import CheckKind
 
 REGISTRY: dict[str, CheckKind] = {
     m.KIND.name: m.KIND
-    for m in (param, params_total, input, step, param_state, collectives, memory, numerics, events, param_update,
-              grad_norm, state_dict, environment, bandwidth, reduce_op, expect_error, experts)
+    for m in (
+        param,
+        params_total,
+        input,
+        step,
+        param_state,
+        collectives,
+        memory,
+        numerics,
+        events,
+        param_update,
+        grad_norm,
+        state_dict,
+        environment,
+        bandwidth,
+        reduce_op,
+        expect_error,
+        experts,
+    )
 }
 """Check kind name -> definition, in the order the README lists them."""
 

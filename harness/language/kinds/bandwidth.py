@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.contract.names import BANDWIDTH_OPS
 from harness.language.kinds.common import RANKS
 from harness.language.observed import CheckError, NotMeasured, common, rank_docs
 from harness.language.vocabulary import BOOL, BYTES, COUNT, DTYPE, NUMBER, CheckKind, Context, Field, Selector
-from harness.contract.names import BANDWIDTH_OPS
 
 
 def _names(value: Any) -> list | None:
@@ -40,8 +40,11 @@ def _check_size(value: Any, ctx: Context) -> str | None:
     if not ctx.bandwidth_sizes:
         return "setup.bandwidth is not set: this setup times no collective"
     unknown = [n for n in names if n not in ctx.bandwidth_sizes]
-    return (f"no size named {', '.join(map(repr, unknown))}; setup.bandwidth times {list(ctx.bandwidth_sizes)}"
-            if unknown else None)
+    return (
+        f"no size named {', '.join(map(repr, unknown))}; setup.bandwidth times {list(ctx.bandwidth_sizes)}"
+        if unknown
+        else None
+    )
 
 
 def _needs_bandwidth(values, ctx: Context):
@@ -59,17 +62,24 @@ def measure(sel, obs):
     if obs["environment"]["simulated"]:
         reason = NotMeasured("a simulated run (fake backend) moves no data: nothing to time")
         return {d["rank"]: {f.name: reason for f in KIND.fields} for d in docs}
-    from harness.language.bandwidth import bandwidth_rows  # here: loading a spec (validate) need not build its dataclass
+    from harness.language.bandwidth import (
+        bandwidth_rows,
+    )  # here: loading a spec (validate) need not build its dataclass
 
     rows = bandwidth_rows(obs)
     if not rows:
         raise CheckError("no collective was timed: the setup has no setup.bandwidth")
-    chosen = [r for r in rows
-              if ("op" not in sel or r.op in _one_or_list(sel["op"]))
-              and ("size" not in sel or r.name in _one_or_list(sel["size"]))]
+    chosen = [
+        r
+        for r in rows
+        if ("op" not in sel or r.op in _one_or_list(sel["op"]))
+        and ("size" not in sel or r.name in _one_or_list(sel["size"]))
+    ]
     if not chosen:
         timed = sorted({f"{r.op} {r.name}" for r in rows})
-        raise CheckError(f"no timed row matches op {sel.get('op', 'any')!r}, size {sel.get('size', 'any')!r}; timed: {timed}")
+        raise CheckError(
+            f"no timed row matches op {sel.get('op', 'any')!r}, size {sel.get('size', 'any')!r}; timed: {timed}"
+        )
     world = {
         "busbw": min(r.busbw for r in chosen),
         "algbw": min(r.algbw for r in chosen),
@@ -90,18 +100,29 @@ KIND = CheckKind(
     doc="timed collectives in nccl-tests' terms (setup.bandwidth): busbw, algbw, time, #wrong, size S",
     selectors=(
         Selector("op", f"which collective: one of {list(BANDWIDTH_OPS)} or a list", _check_op),
-        Selector("size", "which size: a name of setup.bandwidth.sizes, 'step' (the step's own collectives), or a list",
-                 _check_size),
+        Selector(
+            "size",
+            "which size: a name of setup.bandwidth.sizes, 'step' (the step's own collectives), or a list",
+            _check_size,
+        ),
         RANKS,
     ),
     fields=(
-        Field("busbw", NUMBER, "GB/s (10^9 B/s): algbw x (n-1)/n (all-gather, reduce-scatter) or x 2(n-1)/n "
-                               "(all-reduce); the least over the selected rows: write a minimum as '>= 20'"),
+        Field(
+            "busbw",
+            NUMBER,
+            "GB/s (10^9 B/s): algbw x (n-1)/n (all-gather, reduce-scatter) or x 2(n-1)/n "
+            "(all-reduce); the least over the selected rows: write a minimum as '>= 20'",
+        ),
         Field("algbw", NUMBER, "GB/s: S / time; the least over the selected rows"),
         Field("time_us", NUMBER, "microseconds per operation, the mean over ranks; the longest selected row"),
         Field("wrong", COUNT, "elements differing from the expected gathered or reduced values on the rank (#wrong)"),
         Field("size_bytes", BYTES, "S: the all-gather output, the reduce-scatter input, the all-reduce buffer"),
-        Field("requested_bytes", BYTES, "S the size asks for (above size_bytes when setup.bandwidth.cpu_max_bytes capped it)"),
+        Field(
+            "requested_bytes",
+            BYTES,
+            "S the size asks for (above size_bytes when setup.bandwidth.cpu_max_bytes capped it)",
+        ),
         Field("count", COUNT, "elements of S"),
         Field("dtype", DTYPE, "the dtype timed"),
         Field("group_size", COUNT, "n: ranks in the process group"),

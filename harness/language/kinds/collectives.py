@@ -10,11 +10,23 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from harness.contract.names import COLLECTIVE_OPS, PHASES
 from harness.language.kinds.common import RANKS, check_layer, check_microbatch, check_role, check_step_index, check_unit
 from harness.language.observed import COLLECTIVE_MATCH_KEYS, common, rank_docs, ring_bytes, select_collectives
-from harness.language.vocabulary import (BYTES, COUNT, DTYPE, DTYPE_NAMES, OPTIONAL_TEXT, TEXT, TEXTS, CheckKind,
-                                      Context, Field, Selector, one_of)
-from harness.contract.names import COLLECTIVE_OPS, PHASES
+from harness.language.vocabulary import (
+    BYTES,
+    COUNT,
+    DTYPE,
+    DTYPE_NAMES,
+    OPTIONAL_TEXT,
+    TEXT,
+    TEXTS,
+    CheckKind,
+    Context,
+    Field,
+    Selector,
+    one_of,
+)
 
 _SELECT_KEYS = COLLECTIVE_MATCH_KEYS + ("layer", "unit", "role", "not")
 
@@ -27,6 +39,7 @@ def _in(allowed, what: str):
     def check(value: Any, ctx: Context) -> str | None:
         bad = [v for v in _one_or_list(value) if v not in allowed]
         return f"{what} {', '.join(map(repr, bad))} cannot occur; expected one of {list(allowed)}" if bad else None
+
     return check
 
 
@@ -93,8 +106,21 @@ def check_select(value: Any, ctx: Context, *, nested: bool = False) -> str | Non
     return None
 
 
-_FIELDS_PER_COLLECTIVE = ("op", "dtype", "numel_in", "numel_out", "buffer_bytes", "group_size",
-                          "mesh_dim", "fsdp_label", "hook", "unit", "phase", "element_size", "reduce_op")
+_FIELDS_PER_COLLECTIVE = (
+    "op",
+    "dtype",
+    "numel_in",
+    "numel_out",
+    "buffer_bytes",
+    "group_size",
+    "mesh_dim",
+    "fsdp_label",
+    "hook",
+    "unit",
+    "phase",
+    "element_size",
+    "reduce_op",
+)
 
 
 def _unit_label(unit: str | None) -> str:
@@ -126,9 +152,13 @@ KIND = CheckKind(
     name="collectives",
     doc="the collectives matching 'select': how many, op, dtype, elements, bytes (nccl-tests' S and ring bytes)",
     selectors=(
-        Selector("select", "which collectives: {phase, op, dtype, mesh_dim, fsdp_label, hook, group_size, reduce_op, "
-                           "layer, unit, role, step_index, microbatch, not: {...}} (a value or a list each; null matches a "
-                           "collective outside every FSDP hook or unit)", check_select),
+        Selector(
+            "select",
+            "which collectives: {phase, op, dtype, mesh_dim, fsdp_label, hook, group_size, reduce_op, "
+            "layer, unit, role, step_index, microbatch, not: {...}} (a value or a list each; null matches a "
+            "collective outside every FSDP hook or unit)",
+            check_select,
+        ),
         RANKS,
     ),
     fields=(
@@ -144,7 +174,11 @@ KIND = CheckKind(
         Field("group_size", COUNT, "N: ranks in the collective's process group"),
         Field("mesh_dim", TEXT, "the DeviceMesh dim whose group ran it", _check_mesh_dim),
         Field("fsdp_label", OPTIONAL_TEXT, "the innermost FSDP:: profiler label around it, without the unit"),
-        Field("hook", OPTIONAL_TEXT, "the FSDP hook that issued it (pre_forward, backward_prefetch, post_backward_reduce, ...)"),
+        Field(
+            "hook",
+            OPTIONAL_TEXT,
+            "the FSDP hook that issued it (pre_forward, backward_prefetch, post_backward_reduce, ...)",
+        ),
         Field("unit", OPTIONAL_TEXT, "the FSDP unit it belongs to ('' for the root)"),
         Field("phase", one_of("phase", PHASES), "the step phase it ran in"),
         Field("element_size", COUNT, "bytes per element"),

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.language.vocabulary import Context, Selector
 from harness.contract.names import UNIT_ROLES
+from harness.language.vocabulary import Context, Selector
+
 
 def _ints(value: Any) -> list | None:
     values = value if isinstance(value, list) else [value]
@@ -21,8 +22,10 @@ def check_layer(value: Any, ctx: Context) -> str | None:
     if ctx.num_layers is not None:
         outside = [v for v in layers if v >= ctx.num_layers]
         if outside:
-            return (f"layer(s) {outside} do not exist: the model has {ctx.num_layers} decoder layer"
-                    f"{'s' if ctx.num_layers != 1 else ''} (0-{ctx.num_layers - 1})")
+            return (
+                f"layer(s) {outside} do not exist: the model has {ctx.num_layers} decoder layer"
+                f"{'s' if ctx.num_layers != 1 else ''} (0-{ctx.num_layers - 1})"
+            )
     return None
 
 
@@ -33,8 +36,10 @@ def check_unit(value: Any, ctx: Context) -> str | None:
     if ctx.unit_names is not None:
         unknown = [n for n in names if n != "root" and n not in ctx.unit_names]
         if unknown:
-            return (f"no FSDP unit named {', '.join(map(repr, unknown))} in this setup; units: "
-                    f"{['root' if u == '' else u for u in ctx.unit_names]}")
+            return (
+                f"no FSDP unit named {', '.join(map(repr, unknown))} in this setup; units: "
+                f"{['root' if u == '' else u for u in ctx.unit_names]}"
+            )
     return None
 
 
@@ -68,7 +73,9 @@ def check_step_index(value: Any, ctx: Context) -> str | None:
     """Why a 'step_index' selector names no step of the schedule (None when it does)."""
     indices = _ints(value)
     if indices is None or any(v < 0 for v in indices):
-        return f"expected a step index >= 0 (0-based over the schedule's repeated steps) or a list of them, got {value!r}"
+        return (
+            f"expected a step index >= 0 (0-based over the schedule's repeated steps) or a list of them, got {value!r}"
+        )
     if ctx.microbatches is not None:
         outside = [v for v in indices if v >= len(ctx.microbatches)]
         if outside:
@@ -86,15 +93,22 @@ def check_microbatch(value: Any, ctx: Context) -> str | None:
         most = max(ctx.microbatches)
         outside = [v for v in indices if v >= most]
         if outside:
-            return (f"microbatch(es) {outside} do not exist: no step of the schedule has more than {most} "
-                    f"microbatch{'es' if most != 1 else ''} (0-{most - 1})")
+            return (
+                f"microbatch(es) {outside} do not exist: no step of the schedule has more than {most} "
+                f"microbatch{'es' if most != 1 else ''} (0-{most - 1})"
+            )
     return None
 
 
-STEP_INDEX = Selector("step_index", "the schedule's step (0-based, repeats counted), a list of them; default: every step "
-                                    "(named step_index: 'step' names a step tensor)", check_step_index)
-MICROBATCH = Selector("microbatch", "the microbatch within its step (0-based), a list of them; default: every one",
-                      check_microbatch)
+STEP_INDEX = Selector(
+    "step_index",
+    "the schedule's step (0-based, repeats counted), a list of them; default: every step "
+    "(named step_index: 'step' names a step tensor)",
+    check_step_index,
+)
+MICROBATCH = Selector(
+    "microbatch", "the microbatch within its step (0-based), a list of them; default: every one", check_microbatch
+)
 
 
 def position_matches(record: Any, sel: Any) -> bool:

@@ -51,14 +51,20 @@ def schema_defs() -> dict[str, Any]:
     branches = []
     for name, kind in REGISTRY.items():
         defs[f"entry_{name}"] = _entry_schema(kind, meta=True)
-        branches.append({
-            "if": {"properties": {"check": {"const": name}}, "required": ["check"]},
-            "then": {"properties": {"entries": {"items": {"$ref": f"#/$defs/entry_{name}"}}}},
-        })
-    defs["table_kinds"] = {"description": "each table's entries are checked against its check kind's definition",
-                           "allOf": branches}
-    defs["check_kind"] = {"enum": list(REGISTRY), "description": "the check kind of every entry of the table "
-                                                                  "(harness/language/kinds/)"}
+        branches.append(
+            {
+                "if": {"properties": {"check": {"const": name}}, "required": ["check"]},
+                "then": {"properties": {"entries": {"items": {"$ref": f"#/$defs/entry_{name}"}}}},
+            }
+        )
+    defs["table_kinds"] = {
+        "description": "each table's entries are checked against its check kind's definition",
+        "allOf": branches,
+    }
+    defs["check_kind"] = {
+        "enum": list(REGISTRY),
+        "description": "the check kind of every entry of the table (harness/language/kinds/)",
+    }
     return defs
 
 
@@ -90,7 +96,7 @@ def readme_with_table(readme: str) -> str:
     start, end = readme.find(README_BEGIN), readme.find(README_END)
     if start < 0 or end < 0:
         raise ValueError(f"README.md lacks the markers {README_BEGIN!r} ... {README_END!r}")
-    return readme[:start] + readme_table() + readme[end + len(README_END):]
+    return readme[:start] + readme_table() + readme[end + len(README_END) :]
 
 
 def dump_schema(schema: Mapping[str, Any]) -> str:

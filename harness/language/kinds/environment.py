@@ -18,8 +18,11 @@ from harness.language.kinds.common import RANKS
 from harness.language.observed import CheckError, NotMeasured, rank_docs, ranks_on_hosts
 from harness.language.vocabulary import COUNT, TEXT, CheckKind, Field, ValueType, one_of
 
-AGREES = ValueType("agreement", "true (every selected rank has the value most ranks have)",
-                   lambda e: e.form == "exact" and e.value is True)
+AGREES = ValueType(
+    "agreement",
+    "true (every selected rank has the value most ranks have)",
+    lambda e: e.form == "exact" and e.value is True,
+)
 
 _AGREEMENT: dict[str, tuple[str, Callable[[Mapping[str, Any]], Any]]] = {
     "same_torch_version": ("torch", lambda e: e["torch_version"]),
@@ -50,8 +53,11 @@ def _agreement(what: str, values: dict[int, Any], hosts: dict[int, str]) -> dict
     agreeing = [r for r, v in values.items() if v == majority]
     out: dict[int, Any] = {}
     for rank, value in values.items():
-        out[rank] = True if value == majority else (
-            f"{what} {value} on {hosts[rank]}; ranks {ranks_on_hosts(agreeing, hosts)} have {majority}")
+        out[rank] = (
+            True
+            if value == majority
+            else (f"{what} {value} on {hosts[rank]}; ranks {ranks_on_hosts(agreeing, hosts)} have {majority}")
+        )
     return out
 
 
@@ -67,8 +73,9 @@ def measure(sel, obs):
     hosts = {r: e["host"] for r, e in envs.items()}
     per_host = Counter(hosts.values())
     per_node = Counter(e["node_rank"] for e in envs.values())
-    agreement = {name: _agreement(what, {r: get(e) for r, e in envs.items()}, hosts)
-                 for name, (what, get) in _AGREEMENT.items()}
+    agreement = {
+        name: _agreement(what, {r: get(e) for r, e in envs.items()}, hosts) for name, (what, get) in _AGREEMENT.items()
+    }
     devices: dict[tuple[str, str], list[int]] = {}
     for r, e in envs.items():
         if e["device_type"] == "cuda":
@@ -88,12 +95,18 @@ def measure(sel, obs):
         values.update({name: agreement[name][r] for name in _AGREEMENT})
         if e["device_type"] != "cuda":
             values["distinct_devices"] = NotMeasured(
-                f"runs on {e['device_type']}: ranks on CPU share the host's cores, devices per rank apply to CUDA")
+                f"runs on {e['device_type']}: ranks on CPU share the host's cores, devices per rank apply to CUDA"
+            )
         else:
             sharing = [o for o in devices[(e["host"], _device_id(e))] if o != r]
-            values["distinct_devices"] = True if not sharing else (
-                f"shares {_device_id(e)} with rank{'s' if len(sharing) > 1 else ''} "
-                f"{', '.join(map(str, sharing))} on {e['host']}")
+            values["distinct_devices"] = (
+                True
+                if not sharing
+                else (
+                    f"shares {_device_id(e)} with rank{'s' if len(sharing) > 1 else ''} "
+                    f"{', '.join(map(str, sharing))} on {e['host']}"
+                )
+            )
         out[r] = values
     return out
 
@@ -110,9 +123,14 @@ KIND = CheckKind(
         Field("same_device_name", AGREES, "the rank's device model (GPU or CPU name) is the one most ranks have"),
         Field("same_cuda_version", AGREES, "torch.version.cuda is the one most ranks have"),
         Field("same_nccl_version", AGREES, "torch.cuda.nccl.version() is the one most ranks have"),
-        Field("same_variables", AGREES, "the NCCL_*, TORCH_NCCL_* and GLOO_* variables set are the ones most ranks have"),
-        Field("distinct_devices", AGREES, "no other rank on the rank's host uses its GPU (UUID, else PCI bus id); "
-                                          "not measured on CPU"),
+        Field(
+            "same_variables", AGREES, "the NCCL_*, TORCH_NCCL_* and GLOO_* variables set are the ones most ranks have"
+        ),
+        Field(
+            "distinct_devices",
+            AGREES,
+            "no other rank on the rank's host uses its GPU (UUID, else PCI bus id); not measured on CPU",
+        ),
         Field("torch_version", TEXT, "torch.__version__ on the rank"),
         Field("device_type", one_of("device type", ("cpu", "cuda")), "the rank's device type"),
         Field("hosts", COUNT, "distinct host names in the world"),

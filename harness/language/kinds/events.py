@@ -14,10 +14,10 @@ from __future__ import annotations
 import fnmatch
 from typing import Any
 
+from harness.contract.names import EVENT_NAMES, PHASES
 from harness.language.kinds.common import MICROBATCH, RANKS, STEP_INDEX, position_matches
 from harness.language.observed import CheckError, common, rank_docs
 from harness.language.vocabulary import COUNT, OPTIONAL_TEXT, TEXTS, CheckKind, Context, Field, Selector
-from harness.contract.names import EVENT_NAMES, PHASES
 
 _GLOB = set("*?[")
 
@@ -66,11 +66,14 @@ def measure(sel, obs):
     for r in rank_docs(obs, sel.get("ranks")):
         if "events" not in r:
             raise CheckError(f"rank {r['rank']}: no events recorded (an observation from before events were recorded)")
-        chosen = [e for e in r["events"]
-                  if position_matches(e, sel)
-                  and (phases is None or e["phase"] in phases)
-                  and ("source" not in sel or e["source"] == sel["source"])
-                  and any(fnmatch.fnmatchcase(event_name(e), p) for p in patterns)]
+        chosen = [
+            e
+            for e in r["events"]
+            if position_matches(e, sel)
+            and (phases is None or e["phase"] in phases)
+            and ("source" not in sel or e["source"] == sel["source"])
+            and any(fnmatch.fnmatchcase(event_name(e), p) for p in patterns)
+        ]
         names = [event_name(e) for e in chosen]
         out[r["rank"]] = {
             "sequence": names,
@@ -84,12 +87,17 @@ def measure(sel, obs):
 KIND = CheckKind(
     name="events",
     doc="FSDP's own event order: its hook labels (pre_forward, all_gather, post_backward_reduce, ...) and each unit's "
-        "reshard/unshard, per step and microbatch",
+    "reshard/unshard, per step and microbatch",
     selectors=(
-        Selector("events", "event names 'all_gather layers.1' or patterns 'reshard *', a list of them (default: all)",
-                 _check_events),
+        Selector(
+            "events",
+            "event names 'all_gather layers.1' or patterns 'reshard *', a list of them (default: all)",
+            _check_events,
+        ),
         Selector("phase", "the phase they ran in, a value or a list", _check_phase),
-        Selector("source", "fsdp (FSDP's profiler labels) or harness (reshard/unshard seen by the harness)", _check_source),
+        Selector(
+            "source", "fsdp (FSDP's profiler labels) or harness (reshard/unshard seen by the harness)", _check_source
+        ),
         STEP_INDEX,
         MICROBATCH,
         RANKS,
@@ -98,8 +106,11 @@ KIND = CheckKind(
         Field("sequence", TEXTS, "every selected event's name, in the order they happened"),
         Field("order", TEXTS, "the selected names in the order of their first occurrence"),
         Field("count", COUNT, "events selected"),
-        Field("training_state", OPTIONAL_TEXT, "the FSDP TrainingState inside the selected events' hook (FORWARD, "
-                                               "PRE_BACKWARD, POST_BACKWARD, IDLE)"),
+        Field(
+            "training_state",
+            OPTIONAL_TEXT,
+            "the FSDP TrainingState inside the selected events' hook (FORWARD, PRE_BACKWARD, POST_BACKWARD, IDLE)",
+        ),
     ),
     measure=measure,
 )

@@ -11,10 +11,10 @@ record that error (gloo's closed connection), so ``ranks:`` picks the ones that 
 
 from __future__ import annotations
 
+from harness.contract.names import PHASES
 from harness.language.kinds.common import RANKS
 from harness.language.observed import CheckError, rank_docs
 from harness.language.vocabulary import BOOL, MESSAGE, CheckKind, Field, one_of
-from harness.contract.names import PHASES
 
 _PHASES = PHASES + ("replica",)
 
@@ -23,8 +23,10 @@ def measure(sel, obs):
     out = {}
     for r in rank_docs(obs, sel.get("ranks")):
         if "error" not in r:
-            raise CheckError(f"rank {r['rank']}: errors were not recorded in this observation "
-                             "(a run whose spec has no expect_error entry)")
+            raise CheckError(
+                f"rank {r['rank']}: errors were not recorded in this observation "
+                "(a run whose spec has no expect_error entry)"
+            )
         e = r["error"] or {}
         out[r["rank"]] = {
             "raised": bool(e),
@@ -45,7 +47,11 @@ KIND = CheckKind(
         Field("type", MESSAGE, "the exception's class name, e.g. RuntimeError (null: none raised)"),
         Field("qualname", MESSAGE, "module and class, e.g. torch.distributed.DistBackendError"),
         Field("message", MESSAGE, "the exception's message; {matches: REGEX} to match part of it"),
-        Field("phase", one_of("phase", _PHASES), "the innermost phase the error left: setup, replica, forward, backward, optimizer"),
+        Field(
+            "phase",
+            one_of("phase", _PHASES),
+            "the innermost phase the error left: setup, replica, forward, backward, optimizer",
+        ),
     ),
     measure=measure,
 )

@@ -38,8 +38,10 @@ def _counts(r: Any, layer: int, sel: Any) -> list[int]:
     """This rank's tokens per expert in the selected forwards of ``layer``, summed."""
     rows = [t for t in _section(r)["tokens"] if t["layer"] == layer and position_matches(t, sel)]
     if not rows:
-        raise CheckError(f"rank {r['rank']}: layer {layer} routed no tokens in the selected forwards "
-                         f"(is it a sparse layer, and did it run?)")
+        raise CheckError(
+            f"rank {r['rank']}: layer {layer} routed no tokens in the selected forwards "
+            f"(is it a sparse layer, and did it run?)"
+        )
     if any(t["counts"] is None for t in rows):
         raise CheckError("token counts are not measured in a simulated run (fake tensors hold no data)")
     return [sum(col) for col in zip(*(t["counts"] for t in rows))]
@@ -67,8 +69,11 @@ def measure(sel, obs):
             values.update(tokens=counts, tokens_total=sum(counts), unrouted_here=sum(1 for c in counts if c == 0))
         if routed is not None:
             values["unrouted_anywhere"] = sum(1 for c in routed if c == 0)
-        grads = [g for g in _section(r)["zero_grad_rows"]
-                 if g["layer"] == layer and g["param"] == param and position_matches(g, sel)]
+        grads = [
+            g
+            for g in _section(r)["zero_grad_rows"]
+            if g["layer"] == layer and g["param"] == param and position_matches(g, sel)
+        ]
         if grads and all(g["zero_rows"] is not None for g in grads):
             zero = grads[-1]["zero_rows"]  # the selected backward's (the last, if several)
             values["zero_grad_rows"] = zero
@@ -83,23 +88,38 @@ KIND = CheckKind(
     doc="a sparse layer's experts per rank: those its shard holds, the tokens routed to each, the zero gradient rows",
     selectors=(
         Selector("layer", "the sparse decoder layer (one index)", _check_layer),
-        Selector("param", f"the fused expert parameter whose shard is looked at, one of {list(FUSED)} "
-                          f"(default {FUSED[0]})", _check_param),
-        STEP_INDEX, MICROBATCH, RANKS,
+        Selector(
+            "param",
+            f"the fused expert parameter whose shard is looked at, one of {list(FUSED)} (default {FUSED[0]})",
+            _check_param,
+        ),
+        STEP_INDEX,
+        MICROBATCH,
+        RANKS,
     ),
     fields=(
-        Field("held", INTS, "experts whose rows the rank's shard holds (Shard(0): whole experts; Shard(d>0): a slice "
-                            "of every expert), ascending"),
+        Field(
+            "held",
+            INTS,
+            "experts whose rows the rank's shard holds (Shard(0): whole experts; Shard(d>0): a slice "
+            "of every expert), ascending",
+        ),
         Field("held_count", COUNT, "how many experts the shard holds rows of (0: an empty expert shard)"),
         Field("placements", TEXTS, "the fused parameter's DTensor placements, e.g. ['Shard(dim=0)']"),
-        Field("tokens", INTS, "(token, slot) pairs of this rank's tokens the router sent to each expert, E counts "
-                              "(real runs)"),
+        Field(
+            "tokens",
+            INTS,
+            "(token, slot) pairs of this rank's tokens the router sent to each expert, E counts (real runs)",
+        ),
         Field("tokens_total", COUNT, "their sum: B*L*k per forward"),
         Field("unrouted_here", COUNT, "experts none of this rank's tokens went to"),
         Field("unrouted_anywhere", COUNT, "experts no rank's token went to (needs every rank observed)"),
         Field("zero_grad_rows", INTS, "held experts whose rows of the sharded gradient are all zero after backward"),
-        Field("zero_grad_rows_are_unrouted", BOOL, "the zero gradient rows are exactly the held experts no rank "
-                                                  "routed a token to"),
+        Field(
+            "zero_grad_rows_are_unrouted",
+            BOOL,
+            "the zero gradient rows are exactly the held experts no rank routed a token to",
+        ),
     ),
     measure=measure,
     rules=(_names_layer,),

@@ -13,9 +13,11 @@ def measure(sel, obs):
     for r in rank_docs(obs, sel.get("ranks")):
         chosen = [g for g in r.get("grad_norms", []) if position_matches(g, sel)]
         if not chosen:
-            raise CheckError(f"rank {r['rank']}: no clip_grad_norm_ recorded"
-                             f"{' at step ' + str(sel['step_index']) if 'step_index' in sel else ''} "
-                             f"(a schedule step with clip_grad_norm records one)")
+            raise CheckError(
+                f"rank {r['rank']}: no clip_grad_norm_ recorded"
+                f"{' at step ' + str(sel['step_index']) if 'step_index' in sel else ''} "
+                f"(a schedule step with clip_grad_norm records one)"
+            )
         values = {
             "count": len(chosen),
             "value": common([g["value"] for g in chosen]),

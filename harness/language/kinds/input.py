@@ -11,8 +11,12 @@ def measure(sel, obs):
     out = {}
     for r in rank_docs(obs, sel.get("rank", sel.get("ranks"))):
         output = r.get("output") or {}
-        out[r["rank"]] = {**r["input"], "output_shape": output.get("shape"), "output_dtype": output.get("dtype"),
-                          "loss_dtype": output.get("loss_dtype")}
+        out[r["rank"]] = {
+            **r["input"],
+            "output_shape": output.get("shape"),
+            "output_dtype": output.get("dtype"),
+            "loss_dtype": output.get("loss_dtype"),
+        }
     return out
 
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.contract.names import MEMORY_CATEGORIES, MEMORY_ROOT_STATES, MEMORY_UNIT_STATES
 from harness.language.kinds.common import LAYER, MICROBATCH, RANKS, STEP_INDEX, UNIT, position_matches
 from harness.language.observed import CheckError, rank_docs, unit_name
 from harness.language.vocabulary import BYTES, CheckKind, Context, Field, Selector
-from harness.contract.names import MEMORY_CATEGORIES, MEMORY_ROOT_STATES, MEMORY_UNIT_STATES
 
 
 def _check_module(value: Any, ctx: Context) -> str | None:
@@ -26,8 +26,13 @@ def _names_module_and_state(values, ctx):
     if "state" not in values:
         out.append((None, "a 'memory' entry names an FSDPMemTracker 'state', e.g. 'After Pre-Forward'"))
     if not any(k in values for k in ("layer", "unit", "module")):
-        out.append((None, "a 'memory' entry names its module: 'layer' (decoder layer index), 'unit' ('root' or a name) "
-                          "or 'module' (FQN)"))
+        out.append(
+            (
+                None,
+                "a 'memory' entry names its module: 'layer' (decoder layer index), 'unit' ('root' or a name) "
+                "or 'module' (FQN)",
+            )
+        )
     return out
 
 
@@ -53,8 +58,10 @@ def _state_of_its_unit(values, ctx):
 
 # Which categories depend on thread timing is written once, in the observation schema; the loader
 # refuses them in a real-backend spec (harness/load/timing.py).
-_TIMING = {"temp": "; depends on thread timing on a real backend: backend: fake specs only",
-           "total": "; includes temp: backend: fake specs only"}
+_TIMING = {
+    "temp": "; depends on thread timing on a real backend: backend: fake specs only",
+    "total": "; includes temp: backend: fake specs only",
+}
 
 
 def measure(sel, obs):
@@ -66,8 +73,10 @@ def measure(sel, obs):
         if not snaps:
             states = sorted({m["state"] for m in r["memory"] if m["module"] == module})
             where = {k: sel[k] for k in ("step_index", "microbatch") if k in sel}
-            raise CheckError(f"rank {r['rank']}: no memory snapshot {state!r} for module {module!r}"
-                             f"{' at ' + str(where) if where else ''}; states: {states}")
+            raise CheckError(
+                f"rank {r['rank']}: no memory snapshot {state!r} for module {module!r}"
+                f"{' at ' + str(where) if where else ''}; states: {states}"
+            )
         out[r["rank"]] = dict(snaps[0]["bytes"])
     return out
 
@@ -79,14 +88,19 @@ KIND = CheckKind(
         Selector("module", "the unit's module FQN ('' for the root)", _check_module),
         LAYER,
         UNIT,
-        Selector("state", "Before/After + Pre-Forward, Post-Forward, Pre-Backward, Post-Backward, or Peak Forward/Backward; "
-                          "on the root also 'After fully_shard', 'After Optimizer Step', 'After Zero Grad' and 'Peak'"),
+        Selector(
+            "state",
+            "Before/After + Pre-Forward, Post-Forward, Pre-Backward, Post-Backward, or Peak Forward/Backward; "
+            "on the root also 'After fully_shard', 'After Optimizer Step', 'After Zero Grad' and 'Peak'",
+        ),
         STEP_INDEX,
         MICROBATCH,
         RANKS,
     ),
-    fields=tuple(Field(name, BYTES, f"bytes of FSDPMemTracker's {label!r} category" + _TIMING.get(name, ""))
-                 for label, name in MEMORY_CATEGORIES.items()),
+    fields=tuple(
+        Field(name, BYTES, f"bytes of FSDPMemTracker's {label!r} category" + _TIMING.get(name, ""))
+        for label, name in MEMORY_CATEGORIES.items()
+    ),
     measure=measure,
     rules=(_names_module_and_state, _state_of_its_unit),
 )

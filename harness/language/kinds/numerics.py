@@ -50,8 +50,12 @@ KIND = CheckKind(
         Field("grads_count", COUNT, "gradient shards compared"),
         Field("loss_max_abs_diff", NUMBER, "|loss - replica loss|"),
         Field("replica_dtype", DTYPE, "the dtype the replica computed in"),
-        Field("reduce_dtype", DTYPE, "the dtype the reference summed gradients over ranks in (with a schedule the "
-                                     "policy's reduce_dtype, else float32)"),
+        Field(
+            "reduce_dtype",
+            DTYPE,
+            "the dtype the reference summed gradients over ranks in (with a schedule the "
+            "policy's reduce_dtype, else float32)",
+        ),
     ),
     measure=measure,
 )

@@ -7,8 +7,20 @@ from typing import Any
 
 from harness.language.kinds.common import LAYER, RANKS
 from harness.language.observed import find_param, param_fqn, rank_docs
-from harness.language.vocabulary import (BOOL, BYTES, COUNT, DTYPE, OPTIONAL_TEXT, SHAPE, TEXT, TEXTS, CheckKind, Context, Field,
-                                      Selector)
+from harness.language.vocabulary import (
+    BOOL,
+    BYTES,
+    COUNT,
+    DTYPE,
+    OPTIONAL_TEXT,
+    SHAPE,
+    TEXT,
+    TEXTS,
+    CheckKind,
+    Context,
+    Field,
+    Selector,
+)
 from model.names import LAYER_PARAM_NAMES_REGISTRATION, MOE_LAYER_PARAM_NAMES_REGISTRATION
 
 # a dense layer's names, then a sparse (MoE) layer's own: its experts and router
@@ -31,8 +43,10 @@ def _check_param(value: Any, ctx: Context) -> str | None:
     names = _layer_names(ctx)
     if value in names:
         return None
-    return (f"{value!r} is not the name of a parameter inside a decoder layer; names: "
-            f"{list(names)} (outside the layers, name the full 'fqn')")
+    return (
+        f"{value!r} is not the name of a parameter inside a decoder layer; names: "
+        f"{list(names)} (outside the layers, name the full 'fqn')"
+    )
 
 
 def _check_fqn(value: Any, ctx: Context) -> str | None:
@@ -55,8 +69,20 @@ def measure(sel, obs):
     for r in rank_docs(obs, sel.get("ranks")):
         p = find_param(r, fqn)
         out[r["rank"]] = {
-            **{k: p[k] for k in ("full_shape", "local_shape", "numel", "local_numel", "dtype",
-                                  "element_size", "is_dtensor", "placements", "mesh_dim_names")},
+            **{
+                k: p[k]
+                for k in (
+                    "full_shape",
+                    "local_shape",
+                    "numel",
+                    "local_numel",
+                    "dtype",
+                    "element_size",
+                    "is_dtensor",
+                    "placements",
+                    "mesh_dim_names",
+                )
+            },
             "bytes": p["numel"] * p["element_size"],
             "local_bytes": p["local_numel"] * p["element_size"],
             "requires_grad": p.get("requires_grad"),
@@ -71,8 +97,11 @@ KIND = CheckKind(
     name="param",
     doc="one parameter after fully_shard: full and local (shard) shape, elements, bytes, DTensor placements",
     selectors=(
-        Selector("param", "a parameter's name inside a decoder layer, e.g. self_attn.q_proj.weight (with 'layer')",
-                 _check_param),
+        Selector(
+            "param",
+            "a parameter's name inside a decoder layer, e.g. self_attn.q_proj.weight (with 'layer')",
+            _check_param,
+        ),
         Selector("fqn", "a parameter's fully qualified name, e.g. model.embed_tokens.weight", _check_fqn),
         LAYER,
         RANKS,
@@ -92,7 +121,11 @@ KIND = CheckKind(
         Field("requires_grad", BOOL, "false for a frozen parameter (setup.freeze)"),
         Field("device", TEXT, "device type of the shard: cpu, cuda (CPUOffloadPolicy: cpu)"),
         Field("grad_device", OPTIONAL_TEXT, "after the step: device type of its sharded gradient (null: none)"),
-        Field("optstate_device", OPTIONAL_TEXT, "after the step: device type of its optimizer state (null: none, e.g. SGD)"),
+        Field(
+            "optstate_device",
+            OPTIONAL_TEXT,
+            "after the step: device type of its optimizer state (null: none, e.g. SGD)",
+        ),
     ),
     measure=measure,
     rules=(_names_one,),

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.contract.names import PARAM_STATE_POINTS
 from harness.language.kinds.common import LAYER, RANKS, UNIT
 from harness.language.observed import CheckError, common, rank_docs, unit_names
 from harness.language.vocabulary import BOOL, BYTES, COUNT, TEXTS, CheckKind, Context, Field, Selector
-from harness.contract.names import PARAM_STATE_POINTS
 
 
 def _check_point(value: Any, ctx: Context) -> str | None:
@@ -15,7 +15,11 @@ def _check_point(value: Any, ctx: Context) -> str | None:
 
 
 def _names_point(values, ctx):
-    return [] if "point" in values else [(None, f"a 'param_state' entry names its 'point', one of {list(PARAM_STATE_POINTS)}")]
+    return (
+        []
+        if "point" in values
+        else [(None, f"a 'param_state' entry names its 'point', one of {list(PARAM_STATE_POINTS)}")]
+    )
 
 
 def measure(sel, obs):
@@ -31,16 +35,18 @@ def measure(sel, obs):
         per_unit = []
         for state in states:
             ps = state["params"]
-            per_unit.append({
-                "count": len(ps),
-                "plain_tensors": sum(not p["is_dtensor"] for p in ps),
-                "dtensors": sum(p["is_dtensor"] for p in ps),
-                "full_shapes": all(p["shape"] == full.get(p["fqn"]) for p in ps),
-                "local_shapes": all(p["shape"] == local.get(p["fqn"]) for p in ps),
-                "bytes": state["bytes"],
-                "input_dtypes": state.get("input_dtypes"),
-                "output_dtypes": state.get("output_dtypes"),
-            })
+            per_unit.append(
+                {
+                    "count": len(ps),
+                    "plain_tensors": sum(not p["is_dtensor"] for p in ps),
+                    "dtensors": sum(p["is_dtensor"] for p in ps),
+                    "full_shapes": all(p["shape"] == full.get(p["fqn"]) for p in ps),
+                    "local_shapes": all(p["shape"] == local.get(p["fqn"]) for p in ps),
+                    "bytes": state["bytes"],
+                    "input_dtypes": state.get("input_dtypes"),
+                    "output_dtypes": state.get("output_dtypes"),
+                }
+            )
         # several units (layer: all): a field's common value, or the per-unit list when they differ
         out[r["rank"]] = {k: common([u[k] for u in per_unit]) for k in per_unit[0]}
     return out
@@ -52,8 +58,9 @@ KIND = CheckKind(
     selectors=(
         LAYER,
         UNIT,
-        Selector("point", "pre_forward (after Step 0's all-gather) or post_forward (after Step 11's reshard)",
-                 _check_point),
+        Selector(
+            "point", "pre_forward (after Step 0's all-gather) or post_forward (after Step 11's reshard)", _check_point
+        ),
         RANKS,
     ),
     fields=(
@@ -63,8 +70,16 @@ KIND = CheckKind(
         Field("full_shapes", BOOL, "every parameter has its full shape"),
         Field("local_shapes", BOOL, "every parameter has its shard's shape"),
         Field("bytes", BYTES, "bytes the unit's parameters occupy on this rank then"),
-        Field("input_dtypes", TEXTS, "pre_forward: dtypes of the unit's tensor inputs after FSDP's pre-forward (cast_forward_inputs)"),
-        Field("output_dtypes", TEXTS, "post_forward: dtypes of the unit's tensor outputs after FSDP's post-forward (output_dtype)"),
+        Field(
+            "input_dtypes",
+            TEXTS,
+            "pre_forward: dtypes of the unit's tensor inputs after FSDP's pre-forward (cast_forward_inputs)",
+        ),
+        Field(
+            "output_dtypes",
+            TEXTS,
+            "post_forward: dtypes of the unit's tensor outputs after FSDP's post-forward (output_dtype)",
+        ),
     ),
     measure=measure,
     rules=(_names_point,),

@@ -35,12 +35,16 @@ def measure(sel, obs):
     out = {}
     for r in rank_docs(obs, sel.get("ranks")):
         if "param_updates" not in r:
-            raise CheckError(f"rank {r['rank']}: no parameter updates recorded (they are recorded with a "
-                             f"setup.schedule, on real ranks)")
+            raise CheckError(
+                f"rank {r['rank']}: no parameter updates recorded (they are recorded with a "
+                f"setup.schedule, on real ranks)"
+            )
         chosen = [u for u in r["param_updates"] if (fqns is None or u["fqn"] in fqns) and position_matches(u, sel)]
         if not chosen:
-            raise CheckError(f"rank {r['rank']}: no parameter update for {sorted(fqns) if fqns else 'any parameter'}"
-                             f"{' at step ' + str(sel['step_index']) if 'step_index' in sel else ''}")
+            raise CheckError(
+                f"rank {r['rank']}: no parameter update for {sorted(fqns) if fqns else 'any parameter'}"
+                f"{' at step ' + str(sel['step_index']) if 'step_index' in sel else ''}"
+            )
         rows = sum(u["rows"] for u in chosen)
         changed = sum(u["rows_changed"] for u in chosen)
         values = {
@@ -68,7 +72,9 @@ KIND = CheckKind(
     name="param_update",
     doc="rows of each rank's shard a step changed, and the shard against a single-process reference of the same schedule",
     selectors=(
-        Selector("param", "a parameter's name inside a decoder layer, e.g. mlp.up_proj.weight (with 'layer')", _check_param),
+        Selector(
+            "param", "a parameter's name inside a decoder layer, e.g. mlp.up_proj.weight (with 'layer')", _check_param
+        ),
         Selector("fqn", "a parameter's fully qualified name", _check_fqn),
         LAYER,
         UNIT,

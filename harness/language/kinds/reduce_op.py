@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.contract.names import PHASES
 from harness.language.kinds.common import LAYER, RANKS, ROLE, UNIT
 from harness.language.observed import CheckError, common, rank_docs, select_collectives, unit_names
-from harness.language.vocabulary import BOOL, COUNT, CheckKind, Context, Field, Selector, ValueType, one_of
-from harness.contract.names import PHASES
+from harness.language.vocabulary import BOOL, COUNT, CheckKind, Context, Field, Selector, ValueType
 
 REDUCE_OP_NAMES = ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM")
 _OPS = ("reduce_scatter", "all_reduce")
@@ -64,22 +64,43 @@ KIND = CheckKind(
     name="reduce_op",
     doc="how gradients are reduced: the ReduceOp of the selected reduce-scatters/all-reduces, the units' divide factor and force-sum switch",
     selectors=(
-        LAYER, UNIT, ROLE,
+        LAYER,
+        UNIT,
+        ROLE,
         Selector("op", "reduce_scatter, all_reduce or a list (default both)", _check_op),
         Selector("phase", "a phase or a list of them (default every phase)", _check_phase),
         RANKS,
     ),
     fields=(
         Field("count", COUNT, "reduce-scatters and all-reduces selected"),
-        Field("reduce_op", ValueType("reduce op", f"one of {list(REDUCE_OP_NAMES)}, or a list of them (one per "
-                                                  "collective, when they differ)",
-                                     lambda e: e.form == "exact" and (e.value in REDUCE_OP_NAMES or (
-                                         isinstance(e.value, list) and all(v in REDUCE_OP_NAMES for v in e.value)))),
-              "the ReduceOp they were called with"),
-        Field("divide_factor", ValueType("number or null", "a number, a bound like '>= 1', or null",
-                                         lambda e: e.form != "exact" or e.value is None or (
-                                             isinstance(e.value, (int, float)) and not isinstance(e.value, bool))), "the units' gradient divide factor in FSDP's state (null: FSDP divides by the "
-                                        "data-parallel size)"),
+        Field(
+            "reduce_op",
+            ValueType(
+                "reduce op",
+                f"one of {list(REDUCE_OP_NAMES)}, or a list of them (one per collective, when they differ)",
+                lambda e: (
+                    e.form == "exact"
+                    and (
+                        e.value in REDUCE_OP_NAMES
+                        or (isinstance(e.value, list) and all(v in REDUCE_OP_NAMES for v in e.value))
+                    )
+                ),
+            ),
+            "the ReduceOp they were called with",
+        ),
+        Field(
+            "divide_factor",
+            ValueType(
+                "number or null",
+                "a number, a bound like '>= 1', or null",
+                lambda e: (
+                    e.form != "exact"
+                    or e.value is None
+                    or (isinstance(e.value, (int, float)) and not isinstance(e.value, bool))
+                ),
+            ),
+            "the units' gradient divide factor in FSDP's state (null: FSDP divides by the data-parallel size)",
+        ),
         Field("force_sum", BOOL, "the units' force-sum-reduction switch in FSDP's state"),
     ),
     measure=measure,

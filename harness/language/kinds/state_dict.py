@@ -16,14 +16,24 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from harness.language.kinds.param import KIND as PARAM
 from harness.language.kinds.common import LAYER
+from harness.language.kinds.param import KIND as PARAM
 from harness.language.observed import CheckError, param_fqn, ranks_text, unit_names
-from harness.language.vocabulary import (BOOL, COUNT, INTS, NUMBER, SHAPE, TEXTS, CheckKind, Context, Field,
-                                      Selector)
+from harness.language.vocabulary import BOOL, COUNT, INTS, NUMBER, SHAPE, TEXTS, CheckKind, Context, Field, Selector
 
-ONE_ENTRY_FIELDS = ("full_shape", "local_shape", "placements", "global_offset", "local_length", "equal_before_load",
-                    "optimizer_states", "optimizer_equal_before_load", "checkpoint_chunks", "checkpoint_offsets", "checkpoint_lengths")
+ONE_ENTRY_FIELDS = (
+    "full_shape",
+    "local_shape",
+    "placements",
+    "global_offset",
+    "local_length",
+    "equal_before_load",
+    "optimizer_states",
+    "optimizer_equal_before_load",
+    "checkpoint_chunks",
+    "checkpoint_offsets",
+    "checkpoint_lengths",
+)
 """Fields that describe one shard: the entry must name one parameter."""
 
 
@@ -37,9 +47,11 @@ def _check_load_world_size(value: Any, ctx: Context) -> str | None:
     if ctx.state_dict_loads:
         if value not in ctx.state_dict_loads:
             own, *others = ctx.state_dict_loads
-            return (f"the checkpoint is loaded on world size {own} (the run's own)"
-                    + (f" and on {others} (setup.state_dict.reload_world_sizes)" if others else "")
-                    + f", not {value}; add it to setup.state_dict.reload_world_sizes to load it there")
+            return (
+                f"the checkpoint is loaded on world size {own} (the run's own)"
+                + (f" and on {others} (setup.state_dict.reload_world_sizes)" if others else "")
+                + f", not {value}; add it to setup.state_dict.reload_world_sizes to load it there"
+            )
     return None
 
 
@@ -54,7 +66,9 @@ def _check_ranks(value: Any, ctx: Context) -> str | None:
 
 def _needs_round_trip(values: Mapping[str, Any], ctx: Context) -> list[tuple[str | None, str]]:
     if ctx.state_dict_loads == ():
-        return [(None, "the setup saves no checkpoint: a 'state_dict' entry needs setup.state_dict: {round_trip: true}")]
+        return [
+            (None, "the setup saves no checkpoint: a 'state_dict' entry needs setup.state_dict: {round_trip: true}")
+        ]
     return []
 
 
@@ -66,8 +80,12 @@ def _ranks_in_loading_world(values: Mapping[str, Any], ctx: Context) -> list[tup
         return []
     outside = [r for r in (ranks if isinstance(ranks, list) else [ranks]) if r >= size]
     if outside:
-        return [("ranks", f"rank(s) {outside} outside the world that loads the checkpoint: world size {size}, "
-                          f"ranks 0-{size - 1}")]
+        return [
+            (
+                "ranks",
+                f"rank(s) {outside} outside the world that loads the checkpoint: world size {size}, ranks 0-{size - 1}",
+            )
+        ]
     return []
 
 
@@ -78,9 +96,14 @@ def _one_entry_fields_name_one(values: Mapping[str, Any], ctx: Context) -> list[
         return []
     wanted = [f for f in ONE_ENTRY_FIELDS if f in values]
     if wanted:
-        return [(None, f"{wanted} describe one parameter's shard: name 'param' with 'layer', or 'fqn' "
-                       "(without them an entry checks every state-dict entry: round_trip_equal, max_abs_diff, "
-                       "optimizer_equal, optimizer_max_abs_diff, entries, local_numel)")]
+        return [
+            (
+                None,
+                f"{wanted} describe one parameter's shard: name 'param' with 'layer', or 'fqn' "
+                "(without them an entry checks every state-dict entry: round_trip_equal, max_abs_diff, "
+                "optimizer_equal, optimizer_max_abs_diff, entries, local_numel)",
+            )
+        ]
     return []
 
 
@@ -94,10 +117,12 @@ def _records(obs: Mapping[str, Any], sel: Mapping[str, Any]) -> list[tuple[int, 
         reloads = obs.get("reloads") or []
         found = [r for r in reloads if r["world_size"] == size]
         if not found:
-            raise CheckError(f"the checkpoint was not loaded on {size} ranks; loaded on: the run's "
-                             f"{obs['environment']['world_size']} ranks"
-                             + (f" and {[r['world_size'] for r in reloads]}" if reloads else "")
-                             + " (reloads need a local launch: a joined run cannot start another world)")
+            raise CheckError(
+                f"the checkpoint was not loaded on {size} ranks; loaded on: the run's "
+                f"{obs['environment']['world_size']} ranks"
+                + (f" and {[r['world_size'] for r in reloads]}" if reloads else "")
+                + " (reloads need a local launch: a joined run cannot start another world)"
+            )
         docs = list(found[0]["ranks"])
         where = f"the reload on {size} ranks"
     by_rank = {d["rank"]: d for d in docs}
@@ -113,8 +138,10 @@ def _records(obs: Mapping[str, Any], sel: Mapping[str, Any]) -> list[tuple[int, 
     for rank in chosen:
         record = by_rank[rank].get("state_dict")
         if record is None:
-            raise CheckError(f"rank {rank} of {where} recorded no state-dict round trip "
-                             "(setup.state_dict.round_trip is off, or the run was simulated)")
+            raise CheckError(
+                f"rank {rank} of {where} recorded no state-dict round trip "
+                "(setup.state_dict.round_trip is off, or the run was simulated)"
+            )
         out.append((rank, record))
     return out
 
@@ -187,31 +214,59 @@ def measure(sel, obs):
 KIND = CheckKind(
     name="state_dict",
     doc="the torch.distributed.checkpoint round trip after the step (setup.state_dict): each shard's global offset "
-        "and length, the checkpoint's chunks, model and optimizer state equal after load",
+    "and length, the checkpoint's chunks, model and optimizer state equal after load",
     selectors=(
         PARAM.selector_index["param"],
         PARAM.selector_index["fqn"],
-        Selector("layer", "decoder layer index (with 'param'; alone: every entry of that layer), a list of them, or 'all'",
-                 LAYER.check),
+        Selector(
+            "layer",
+            "decoder layer index (with 'param'; alone: every entry of that layer), a list of them, or 'all'",
+            LAYER.check,
+        ),
         Selector("ranks", "which ranks of the loading world must meet the entry (default: all of them)", _check_ranks),
-        Selector("load_world_size", "the world that loaded the checkpoint: the run's world size (the default) or one "
-                 "of setup.state_dict.reload_world_sizes", _check_load_world_size),
+        Selector(
+            "load_world_size",
+            "the world that loaded the checkpoint: the run's world size (the default) or one "
+            "of setup.state_dict.reload_world_sizes",
+            _check_load_world_size,
+        ),
     ),
     fields=(
-        Field("round_trip_equal", BOOL, "after load the fresh model holds the saved values, bitwise (all selected entries)"),
+        Field(
+            "round_trip_equal",
+            BOOL,
+            "after load the fresh model holds the saved values, bitwise (all selected entries)",
+        ),
         Field("max_abs_diff", NUMBER, "largest |loaded - saved| over the selected entries (0 for empty shards)"),
-        Field("equal_before_load", BOOL, "the fresh model's shard already held the saved values before load "
-                                         "(true for an empty shard: then round_trip_equal proves nothing)"),
-        Field("optimizer_equal", BOOL, "after load the fresh optimizer holds the saved state (every state entry, bitwise)"),
-        Field("optimizer_states", TEXTS, "the optimizer's state entries of the parameter, e.g. ['exp_avg', 'exp_avg_sq', 'step']"),
-        Field("optimizer_equal_before_load", TEXTS, "the state entries the fresh optimizer already held before load "
-                                                    "(their equality after load proves nothing), e.g. ['step']"),
+        Field(
+            "equal_before_load",
+            BOOL,
+            "the fresh model's shard already held the saved values before load "
+            "(true for an empty shard: then round_trip_equal proves nothing)",
+        ),
+        Field(
+            "optimizer_equal", BOOL, "after load the fresh optimizer holds the saved state (every state entry, bitwise)"
+        ),
+        Field(
+            "optimizer_states",
+            TEXTS,
+            "the optimizer's state entries of the parameter, e.g. ['exp_avg', 'exp_avg_sq', 'step']",
+        ),
+        Field(
+            "optimizer_equal_before_load",
+            TEXTS,
+            "the state entries the fresh optimizer already held before load "
+            "(their equality after load proves nothing), e.g. ['step']",
+        ),
         Field("optimizer_max_abs_diff", NUMBER, "largest |loaded - saved| over the optimizer's state entries"),
         Field("full_shape", SHAPE, "the parameter's full shape"),
         Field("local_shape", SHAPE, "this rank's shard after load"),
         Field("placements", TEXTS, "the loaded DTensor's placements, e.g. ['Shard(dim=0)']"),
-        Field("global_offset", INTS, "where the shard starts in the full tensor, per dim "
-                                     "(torch's compute_local_shape_and_global_offset)"),
+        Field(
+            "global_offset",
+            INTS,
+            "where the shard starts in the full tensor, per dim (torch's compute_local_shape_and_global_offset)",
+        ),
         Field("local_length", COUNT, "the shard's size along the sharded dim (elements; 0: an empty shard)"),
         Field("local_numel", COUNT, "elements this rank holds (summed over the selected entries)"),
         Field("checkpoint_chunks", COUNT, "chunks the checkpoint's metadata holds for the parameter"),

@@ -26,8 +26,11 @@ def measure(sel, obs):
     wanted = layers if isinstance(layers, list) else [layers]
     out = {}
     for r in rank_docs(obs, sel.get("ranks")):
-        found = [s for s in r["steps"] if s["name"] == name and (layers == "all" or s["layer"] in wanted)
-                 and position_matches(s, sel)]
+        found = [
+            s
+            for s in r["steps"]
+            if s["name"] == name and (layers == "all" or s["layer"] in wanted) and position_matches(s, sel)
+        ]
         if not found:
             names = sorted({s["name"] for s in r["steps"]})
             raise CheckError(f"rank {r['rank']}: step {name!r} (layer {layers}) not observed; observed steps: {names}")

@@ -31,9 +31,16 @@ class RunTimeout(RunError):
     (``harness.run.launch.hang.diagnose``), ``progress`` holds each rank's last collective
     entered and completed, ``flight_recorder`` the NCCL flight recorder dumps."""
 
-    def __init__(self, message: str, *, pending: list[int], phases: Mapping[int, str],
-                 verdict: str = "", progress: Mapping[int, Any] | None = None,
-                 flight_recorder: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        pending: list[int],
+        phases: Mapping[int, str],
+        verdict: str = "",
+        progress: Mapping[int, Any] | None = None,
+        flight_recorder: list[str] | None = None,
+    ) -> None:
         super().__init__(message, rank=pending[0] if pending else None)
         self.pending = pending
         self.phases = dict(phases)

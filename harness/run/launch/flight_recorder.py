@@ -30,9 +30,13 @@ def enable(folder: str) -> None:
     open the pipe ``folder/pipe_<r>.pipe`` through which the launcher asks for a dump on a hang
     (``TORCH_NCCL_DEBUG_INFO_PIPE_FILE``). Variables the user set are kept."""
     prefix = os.path.join(folder, FLIGHT_RECORDER_PREFIX)
-    for name, value in (("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000"), ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1"),
-                        ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", prefix), ("TORCH_FR_DUMP_TEMP_FILE", prefix),
-                        ("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", os.path.join(folder, "pipe_"))):
+    for name, value in (
+        ("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000"),
+        ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1"),
+        ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", prefix),
+        ("TORCH_FR_DUMP_TEMP_FILE", prefix),
+        ("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", os.path.join(folder, "pipe_")),
+    ):
         os.environ.setdefault(name, value)
 
 

@@ -32,8 +32,13 @@ __all__ = ["PRELOAD", "forkserver_context", "ranks_skip_main"]
 # wrapped in torch._dynamo.disable, which imports torch._dynamo on first call (~1 s).
 # Not harness.run.checkpoint (torch.distributed.checkpoint, ~0.4 s here): only runs with
 # setup.state_dict import it, in their ranks.
-PRELOAD = ["torch", "torch.distributed.fsdp", "torch._dynamo", "harness.run.rank.step",
-           "harness.run.launch.rank_process"]
+PRELOAD = [
+    "torch",
+    "torch.distributed.fsdp",
+    "torch._dynamo",
+    "harness.run.rank.step",
+    "harness.run.launch.rank_process",
+]
 
 _CONTEXT: Any = None
 _START_LOCK = threading.Lock()

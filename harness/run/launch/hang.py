@@ -23,8 +23,17 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-__all__ = ["RECORD_KEYS", "SLOT_BYTES", "ProgressBoard", "RankProgress", "StoreProgress", "read_store", "diagnose",
-           "describe", "per_rank_lines"]
+__all__ = [
+    "RECORD_KEYS",
+    "SLOT_BYTES",
+    "ProgressBoard",
+    "RankProgress",
+    "StoreProgress",
+    "read_store",
+    "diagnose",
+    "describe",
+    "per_rank_lines",
+]
 
 SLOT_BYTES = 256
 """Bytes of one JSON record (entered, completed or oldest open) in a rank's slot."""
@@ -48,7 +57,7 @@ class RankProgress:
     def _write(self, offset: int, record: Mapping[str, Any] | None) -> None:
         data = b"" if record is None else json.dumps(dict(record), separators=(",", ":")).encode()[: SLOT_BYTES - 1]
         start = self._base + offset
-        self._array[start:start + SLOT_BYTES] = data + b"\0" * (SLOT_BYTES - len(data))
+        self._array[start : start + SLOT_BYTES] = data + b"\0" * (SLOT_BYTES - len(data))
 
     def entered(self, record: Mapping[str, Any]) -> None:
         self._write(0, record)
@@ -84,7 +93,7 @@ class ProgressBoard:
             records = {}
             for i, key in enumerate(RECORD_KEYS):
                 start = (rank * len(RECORD_KEYS) + i) * SLOT_BYTES
-                text = raw[start:start + SLOT_BYTES].split(b"\0", 1)[0]
+                text = raw[start : start + SLOT_BYTES].split(b"\0", 1)[0]
                 try:
                     records[key] = json.loads(text) if text else None
                 except ValueError:  # caught mid-write
@@ -182,8 +191,10 @@ def diagnose(progress: Mapping[int, Mapping[str, Any]], phases: Mapping[int, str
         frontier = min(record["seq"] for record in open_.values())
         target = next(record for _, record in sorted(open_.items()) if record["seq"] == frontier)
         # Past the frontier, a rank's oldest open collective says whether it completed the frontier.
-        completed = {r: frontier - 1 if r in open_ and open_[r]["seq"] == frontier else max(c, frontier)
-                     for r, c in completed.items()}
+        completed = {
+            r: frontier - 1 if r in open_ and open_[r]["seq"] == frontier else max(c, frontier)
+            for r, c in completed.items()
+        }
     else:
         target = next(p["entered"] for r, p in sorted(progress.items()) if entered[r] == frontier)
     behind = [r for r in progress if entered[r] < frontier]
@@ -191,8 +202,11 @@ def diagnose(progress: Mapping[int, Mapping[str, Any]], phases: Mapping[int, str
     # that reports it completed saw its Work end in error (gloo marks a timed-out Work completed).
     members = _members(target.get("group"))
     blocked = [r for r in behind if members is None or r in members]
-    waiting = [r for r in progress if entered[r] >= frontier
-               and (completed[r] < frontier or (blocked and (members is None or r in members)))]
+    waiting = [
+        r
+        for r in progress
+        if entered[r] >= frontier and (completed[r] < frontier or (blocked and (members is None or r in members)))
+    ]
     if behind:
         head = f"{_ranks(behind)} never entered {describe(target)}"
         if waiting:
@@ -201,17 +215,20 @@ def diagnose(progress: Mapping[int, Mapping[str, Any]], phases: Mapping[int, str
     if waiting:
         return f"every rank entered {describe(target)} and {_ranks(waiting)} did not complete it (mismatched sizes or a stuck transport)"
     where = ", ".join(f"rank {r} in {phases[r]}" for r in sorted(progress) if r in phases)
-    return (f"every rank completed {describe(target)}, its last collective; they are stuck outside collectives"
-            + (f" ({where})" if where else ""))
+    return f"every rank completed {describe(target)}, its last collective; they are stuck outside collectives" + (
+        f" ({where})" if where else ""
+    )
 
 
 def per_rank_lines(progress: Mapping[int, Mapping[str, Any]], phases: Mapping[int, str] | None = None) -> list[str]:
     """One line per rank: its phase, last collective entered and last completed, and the oldest
     not completed where that is not the last entered (the rank's thread ran ahead of it)."""
     phases = phases or {}
-    return [f"rank {r}: {f'phase {phases[r]}; ' if r in phases else ''}last entered {describe(p.get('entered'))}; "
-            f"last completed {describe(p.get('completed'))}{_behind_its_thread(p)}"
-            for r, p in sorted(progress.items())]
+    return [
+        f"rank {r}: {f'phase {phases[r]}; ' if r in phases else ''}last entered {describe(p.get('entered'))}; "
+        f"last completed {describe(p.get('completed'))}{_behind_its_thread(p)}"
+        for r, p in sorted(progress.items())
+    ]
 
 
 def _behind_its_thread(records: Mapping[str, Any]) -> str:

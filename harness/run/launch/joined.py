@@ -36,8 +36,9 @@ def joined_world(environ: Mapping[str, str] | None = None) -> dict[str, Any] | N
     return {"rank": rank, "world_size": world_size, **local_placement(env, rank, world_size)}
 
 
-def run_joined(setup: RunSetup, backend: str, timeout_s: float, world: dict[str, Any],
-               trace_dir: str | None = None) -> dict | None:
+def run_joined(
+    setup: RunSetup, backend: str, timeout_s: float, world: dict[str, Any], trace_dir: str | None = None
+) -> dict | None:
     """Run ``setup`` as this process's rank of ``world`` (:func:`joined_world`); rank 0 returns
     the validated document, every other rank None.
 
@@ -58,8 +59,9 @@ def run_joined(setup: RunSetup, backend: str, timeout_s: float, world: dict[str,
 
         store = dist.distributed_c10d._get_default_store()
         try:
-            result = run_step(setup, rank, world_size, device_type, trace_dir=trace_dir,
-                              collective_log=StoreProgress(store, rank))
+            result = run_step(
+                setup, rank, world_size, device_type, trace_dir=trace_dir, collective_log=StoreProgress(store, rank)
+            )
         except Exception as exc:
             tb = traceback.format_exc()
             raise RunError.rank_raised(rank, tb, after=_joined_diagnosis(store, world_size)) from exc
@@ -78,8 +80,11 @@ def _check_world_size(setup: RunSetup, world: dict[str, Any]) -> None:
     if world_size == setup.world_size:
         return
     per_node = world["local_world_size"]
-    shape = (f"{world_size // per_node} nodes x {per_node} processes" if world_size % per_node == 0
-             else f"{per_node} processes on this node")
+    shape = (
+        f"{world_size // per_node} nodes x {per_node} processes"
+        if world_size % per_node == 0
+        else f"{per_node} processes on this node"
+    )
     # Every rank finds this; rank None: a world error, not one rank's (the CLI prints it once).
     raise RunError(
         f"joined a world of {world_size} ranks ({shape}), but setup.mesh.shape {list(setup.mesh_shape)} "
@@ -99,8 +104,9 @@ def _join(backend: str, world: dict[str, Any], timeout_s: float) -> tuple[str, b
     pg_backend, device_type = resolve_backend(backend, world["world_size"], world["local_world_size"])
     if not dist.is_initialized():
         if device_type == "cuda":
-            problem = device_ordinal_problem(world["local_rank"], torch.cuda.device_count(),
-                                             world.get("local_rank_variable", "LOCAL_RANK"))
+            problem = device_ordinal_problem(
+                world["local_rank"], torch.cuda.device_count(), world.get("local_rank_variable", "LOCAL_RANK")
+            )
             if problem:  # before set_device, whose "invalid device ordinal" names no variable
                 raise RunError(f"rank {world['rank']}: {problem}", rank=world["rank"])
             torch.cuda.set_device(world["local_rank"])
@@ -137,10 +143,14 @@ def _check_same_setup(setup: RunSetup, rank: int, world_size: int) -> None:
     everyone: list[Any] = [None] * world_size
     dist.all_gather_object(everyone, mine)
     reference = everyone[0]
-    differ = [(r, e) for r, e in enumerate(everyone)
-              if (e["setup"], e["torch"]) != (reference["setup"], reference["torch"])]
+    differ = [
+        (r, e) for r, e in enumerate(everyone) if (e["setup"], e["torch"]) != (reference["setup"], reference["torch"])
+    ]
     if differ:
         listed = "; ".join(f"rank {r} on {e['host']}: setup {e['setup']}, torch {e['torch']}" for r, e in differ)
-        raise RunError(f"the ranks do not run the same spec: rank 0 on {reference['host']} has setup "
-                       f"{reference['setup']}, torch {reference['torch']}; {listed}. Give every node the same "
-                       "spec file and harness.", rank=None)
+        raise RunError(
+            f"the ranks do not run the same spec: rank 0 on {reference['host']} has setup "
+            f"{reference['setup']}, torch {reference['torch']}; {listed}. Give every node the same "
+            "spec file and harness.",
+            rank=None,
+        )

@@ -87,18 +87,31 @@ def run_local(
     if backend == "nccl":
         resolve_backend(backend, setup.world_size)  # too few GPUs: fail here, before any process starts
     ctx = forkserver_context()
-    world = _LocalWorld(ctx, setup.world_size, time.monotonic() + timeout_s, timeout_s,
-                        tempfile.mkdtemp(prefix="run-", dir=session_dir()),
-                        # NCCL ranks keep PyTorch's flight recorder; its dumps outlive the run (removed if none).
-                        flight_recorder.make_folder() if backend in ("auto", "nccl") else None)
+    world = _LocalWorld(
+        ctx,
+        setup.world_size,
+        time.monotonic() + timeout_s,
+        timeout_s,
+        tempfile.mkdtemp(prefix="run-", dir=session_dir()),
+        # NCCL ranks keep PyTorch's flight recorder; its dumps outlive the run (removed if none).
+        flight_recorder.make_folder() if backend in ("auto", "nccl") else None,
+    )
     # Tests only (harness.run.faults): the phase hooks registered here, carried to the ranks.
     from harness.run.recorders.phases import PHASE_HOOKS
 
     kwargs = dict(step_kwargs or {}, **({"trace_dir": trace_dir} if trace_dir is not None else {}))
-    launch = RankLaunch(setup=setup, backend=backend, init_file=os.path.join(world.folder, "rendezvous"),
-                        timeout_s=timeout_s, phase_trail=world.trail, board=world.board,
-                        phase_hooks=tuple(PHASE_HOOKS), flight_recorder_dir=world.fr_dir, step=step,
-                        step_kwargs=kwargs)
+    launch = RankLaunch(
+        setup=setup,
+        backend=backend,
+        init_file=os.path.join(world.folder, "rendezvous"),
+        timeout_s=timeout_s,
+        phase_trail=world.trail,
+        board=world.board,
+        phase_hooks=tuple(PHASE_HOOKS),
+        flight_recorder_dir=world.fr_dir,
+        step=step,
+        step_kwargs=kwargs,
+    )
     try:
         world.start(launch)
         return world.supervise(on_progress)
@@ -129,8 +142,9 @@ class _LocalWorld:
         for rank in range(self.world_size):
             reader, writer = self.ctx.Pipe(duplex=False)
             life_r, life_w = self.ctx.Pipe(duplex=False)
-            p = self.ctx.Process(target=rank_main, name=f"fsdp2-rank-{rank}", args=(rank, launch, writer, life_r),
-                                 daemon=True)
+            p = self.ctx.Process(
+                target=rank_main, name=f"fsdp2-rank-{rank}", args=(rank, launch, writer, life_r), daemon=True
+            )
             with ranks_skip_main():
                 p.start()
             writer.close()
@@ -173,10 +187,14 @@ class _LocalWorld:
             self.procs[rank].join(timeout=5)
             code = self.procs[rank].exitcode
             hint = " (SIGKILL: often the kernel's out-of-memory killer)" if code == -9 else ""
-            return 0, time.time(), RunError(
-                f"rank {rank} died without a result (exit code {code}{hint}); no traceback: "
-                f"the process ended abruptly (killed, os._exit, or a crash in native code)",
-                rank=rank,
+            return (
+                0,
+                time.time(),
+                RunError(
+                    f"rank {rank} died without a result (exit code {code}{hint}); no traceback: "
+                    f"the process ended abruptly (killed, os._exit, or a crash in native code)",
+                    rank=rank,
+                ),
             )
         if kind == "error":
             return 1, when, RunError.rank_raised(rank, payload)
@@ -202,22 +220,34 @@ class _LocalWorld:
         phases = {r: self.trail.current(r) for r in pending}
         where = ", ".join(f"rank {r} in {phases[r]}" for r in pending)
         if all(p in _STARTUP_PHASES for p in phases.values()):
-            cause = ("No rank got past start-up: the timeout is likely too short for starting "
-                     f"{self.world_size} ranks on this machine; raise it (--timeout / --run-timeout).")
+            cause = (
+                "No rank got past start-up: the timeout is likely too short for starting "
+                f"{self.world_size} ranks on this machine; raise it (--timeout / --run-timeout)."
+            )
         else:
             cause = "A hang: mismatched or missing collectives, or a stuck rank."
         progress = self.board.read()
         all_phases = {r: phases.get(r, "done") for r in progress}
         verdict = diagnose(progress, all_phases)
         dumps = flight_recorder.dump(self.fr_dir, self.world_size) if self.fr_dir else []
-        details = "\n".join([f"Diagnosis: {verdict}.", *per_rank_lines(progress, all_phases)]
-                            + ([f"NCCL flight recorder dumps (read with torchfrtrace {self.fr_dir}): "
-                                f"{', '.join(dumps)}"] if dumps else []))
+        details = "\n".join(
+            [f"Diagnosis: {verdict}.", *per_rank_lines(progress, all_phases)]
+            + (
+                [f"NCCL flight recorder dumps (read with torchfrtrace {self.fr_dir}): {', '.join(dumps)}"]
+                if dumps
+                else []
+            )
+        )
         return RunTimeout(
             f"run timed out after {self.timeout_s:g} s: {len(pending)} of {self.world_size} ranks had not "
             f"finished ({where}); finished: {sorted(self.results) or 'none'}. {cause} All ranks were killed."
             f"\n{details}",
-            pending=pending, phases=phases, verdict=verdict, progress=progress, flight_recorder=dumps)
+            pending=pending,
+            phases=phases,
+            verdict=verdict,
+            progress=progress,
+            flight_recorder=dumps,
+        )
 
     def close(self) -> None:
         """Kill and join every rank, close the pipes, remove the rendezvous folder (and empty dumps)."""

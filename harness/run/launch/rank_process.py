@@ -24,9 +24,9 @@ from typing import Any, Callable, Mapping
 from harness.run.launch import flight_recorder, rank_output
 from harness.run.launch.backend import resolve_backend
 from harness.run.launch.errors import RunError
-from harness.run.local_placement import device_ordinal_problem
 from harness.run.launch.hang import ProgressBoard
 from harness.run.launch.phase_trail import PhaseTrail
+from harness.run.local_placement import device_ordinal_problem
 
 __all__ = ["RankLaunch", "rank_main"]
 
@@ -107,8 +107,15 @@ def _run_rank(rank: int, launch: RankLaunch) -> dict[str, Any]:
     device_type = _join_world(rank, launch, on_phase)
     body = _rank_body(launch.step)
     try:
-        return body(launch.setup, rank, launch.setup.world_size, device_type, on_phase=on_phase,
-                    collective_log=launch.board.writer(rank), **dict(launch.step_kwargs))
+        return body(
+            launch.setup,
+            rank,
+            launch.setup.world_size,
+            device_type,
+            on_phase=on_phase,
+            collective_log=launch.board.writer(rank),
+            **dict(launch.step_kwargs),
+        )
     finally:
         on_phase("done")
 
@@ -134,8 +141,13 @@ def _join_world(rank: int, launch: RankLaunch, on_phase: Callable[[str], None]) 
         # torchrun does (OMP_NUM_THREADS=1), instead of every rank using every core.
         torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // world_size))
     on_phase("init_process_group")
-    dist.init_process_group(pg_backend, init_method="file://" + launch.init_file, rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=launch.timeout_s + 60))
+    dist.init_process_group(
+        pg_backend,
+        init_method="file://" + launch.init_file,
+        rank=rank,
+        world_size=world_size,
+        timeout=timedelta(seconds=launch.timeout_s + 60),
+    )
     return device_type
 
 

@@ -43,7 +43,6 @@ __all__ = ["run_simulated", "ALL_RANKS_UP_TO"]
 ALL_RANKS_UP_TO = 8
 
 
-
 @contextlib.contextmanager
 def _signals_at_safe_points() -> Iterator[Callable[[], None]]:
     """Hold Ctrl-C (SIGINT) and SIGTERM back until a safe point; yield the check that delivers them.
@@ -86,8 +85,13 @@ def _signals_at_safe_points() -> Iterator[Callable[[], None]]:
             signal.raise_signal(pending[0])
 
 
-def run_simulated(setup: Any, *, timeout_s: float = 300.0, trace_dir: str | None = None,
-                  on_progress: Callable[[dict[int, str]], None] | None = None) -> dict[str, Any]:
+def run_simulated(
+    setup: Any,
+    *,
+    timeout_s: float = 300.0,
+    trace_dir: str | None = None,
+    on_progress: Callable[[dict[int, str]], None] | None = None,
+) -> dict[str, Any]:
     """The observation document of ``setup`` simulated with the fake backend (validated).
 
     ``trace_dir``: an existing folder; each simulated rank's profiler trace is written there
@@ -122,9 +126,16 @@ def run_simulated(setup: Any, *, timeout_s: float = 300.0, trace_dir: str | None
         return _simulate(setup, ranks, phases, deadline, timeout_s, trace_dir, on_progress, deliver_signals)
 
 
-def _simulate(setup: Any, ranks: list[int], phases: dict[int, str], deadline: float, timeout_s: float,
-              trace_dir: str | None, on_progress: Callable[[dict[int, str]], None] | None,
-              deliver_signals: Callable[[], None]) -> dict[str, Any]:
+def _simulate(
+    setup: Any,
+    ranks: list[int],
+    phases: dict[int, str],
+    deadline: float,
+    timeout_s: float,
+    trace_dir: str | None,
+    on_progress: Callable[[dict[int, str]], None] | None,
+    deliver_signals: Callable[[], None],
+) -> dict[str, Any]:
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
@@ -154,8 +165,17 @@ def _simulate(setup: Any, ranks: list[int], phases: dict[int, str], deadline: fl
                 # FSDP2's lazy init compares its CPU shard (from fully_shard, storage_for_sharding)
                 # with the fake one by data pointer: torch warns, and the comparison is False.
                 warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
-                results.append(run_step(setup, rank, world_size, "cpu", simulated=True, trace_dir=trace_dir,
-                                        on_phase=lambda phase, rank=rank: on_phase(rank, phase)))
+                results.append(
+                    run_step(
+                        setup,
+                        rank,
+                        world_size,
+                        "cpu",
+                        simulated=True,
+                        trace_dir=trace_dir,
+                        on_phase=lambda phase, rank=rank: on_phase(rank, phase),
+                    )
+                )
             on_phase(rank, "done")
         except Exception as exc:
             tb = traceback.format_exc()

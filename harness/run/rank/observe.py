@@ -40,13 +40,17 @@ def group_dims(setup: Any, mesh: Any) -> dict[str, Any]:
     dims: dict[str, Any] = {}
     for i, name in enumerate(setup.mesh_dim_names):
         group = mesh.get_group(i).group_name
-        dims[group] = (*dims[group], name) if isinstance(dims.get(group), tuple) else \
-            ((dims[group], name) if group in dims else name)
+        dims[group] = (
+            (*dims[group], name)
+            if isinstance(dims.get(group), tuple)
+            else ((dims[group], name) if group in dims else name)
+        )
     return dims
 
 
-def where_after_step(rows: list[dict[str, Any]], sharded: list[tuple[str, torch.Tensor]],
-                     optimizer: torch.optim.Optimizer) -> None:
+def where_after_step(
+    rows: list[dict[str, Any]], sharded: list[tuple[str, torch.Tensor]], optimizer: torch.optim.Optimizer
+) -> None:
     """Add to each ``params`` row where its gradient and optimizer state live after the step
     (``grad_device``: None without a gradient; ``optstate_device``: None without state), beside
     the shard's ``device``: what ``CPUOffloadPolicy`` moves."""
@@ -57,8 +61,9 @@ def where_after_step(rows: list[dict[str, Any]], sharded: list[tuple[str, torch.
             continue
         grad = p.grad
         row["grad_device"] = grad.device.type if grad is not None else None
-        devices = sorted({v.device.type for v in optimizer.state.get(p, {}).values()
-                          if isinstance(v, torch.Tensor) and v.dim() > 0})
+        devices = sorted(
+            {v.device.type for v in optimizer.state.get(p, {}).values() if isinstance(v, torch.Tensor) and v.dim() > 0}
+        )
         row["optstate_device"] = devices[0] if len(devices) == 1 else (None if not devices else ",".join(devices))
 
 
@@ -66,12 +71,21 @@ def compile_counts() -> dict[str, int]:
     """What dynamo captured in this process (0 graphs under a dispatch mode)."""
     from torch._dynamo.utils import counters
 
-    return {"unique_graphs": int(counters["stats"].get("unique_graphs", 0)),
-            "graph_breaks": int(sum(counters["graph_break"].values()))}
+    return {
+        "unique_graphs": int(counters["stats"].get("unique_graphs", 0)),
+        "graph_breaks": int(sum(counters["graph_break"].values())),
+    }
 
 
-def error_result(exc: BaseException, phases: Phases, got: dict[str, Any], rank: int, coords: list[int],
-                 t_start: float, env: dict[str, Any]) -> dict[str, Any]:
+def error_result(
+    exc: BaseException,
+    phases: Phases,
+    got: dict[str, Any],
+    rank: int,
+    coords: list[int],
+    t_start: float,
+    env: dict[str, Any],
+) -> dict[str, Any]:
     """The rank's result when it raised and the spec expects errors: what was recorded up to
     the error (``got``: "instruments", "inputs", "units" where they exist), and the error itself
     (type, message, phase, the last lines of its traceback)."""
@@ -81,16 +95,21 @@ def error_result(exc: BaseException, phases: Phases, got: dict[str, Any], rank: 
         try:
             pieces = instruments.pieces()
         except Exception:  # noqa: BLE001 - observing never entered, or the profiler disagrees
-            records = [dict(r, unit=None, fsdp_label=None, fsdp_labels=[], hook=None)
-                       for r in instruments.collectives.records]
+            records = [
+                dict(r, unit=None, fsdp_label=None, fsdp_labels=[], hook=None) for r in instruments.collectives.records
+            ]
             pieces["collectives"] = resolve_mesh_dims(records)
     inputs = got.get("inputs")
     timings = dict(phases.timings_s)
     timings["total"] = time.perf_counter() - t_start
     no_input = {"name": "hidden_states", "shape": [], "dtype": "float32", "samples": []}
     entry = {
-        "rank": rank, "coords": coords, "input": inputs.describe() if inputs is not None else no_input,
-        **pieces, "numerics": None, "timings_s": timings,
+        "rank": rank,
+        "coords": coords,
+        "input": inputs.describe() if inputs is not None else no_input,
+        **pieces,
+        "numerics": None,
+        "timings_s": timings,
         "error": {
             "type": type(exc).__name__,
             "qualname": f"{type(exc).__module__}.{type(exc).__qualname__}",

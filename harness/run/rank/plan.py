@@ -62,8 +62,9 @@ def plan_rank(setup: Any, rank: int, world_size: int, *, simulated: bool = False
         ValueError: ``world_size`` is not the setup's.
     """
     if world_size != setup.world_size:
-        raise ValueError(f"world size {world_size} but setup.mesh.shape {list(setup.mesh_shape)} "
-                         f"needs {setup.world_size}")
+        raise ValueError(
+            f"world size {world_size} but setup.mesh.shape {list(setup.mesh_shape)} needs {setup.world_size}"
+        )
     schedule = setup.schedule
     if not setup.numerics or simulated:
         numerics = "off"
@@ -73,7 +74,11 @@ def plan_rank(setup: Any, rank: int, world_size: int, *, simulated: bool = False
         numerics = "rank_0" if setup.numerics_reference == "rank_0" else "each_rank"
     init = setup.init or {"rank_0": "meta", "off": "local"}.get(numerics, "full")
     B = setup.batch_per_rank
-    return RankPlan(mode="simulated" if simulated else "real", init=init, numerics=numerics,
-                    meta_init=not simulated and init != "full",
-                    rows=(0, B) if simulated else (rank * B, (rank + 1) * B),
-                    param_updates=schedule is not None and not simulated)
+    return RankPlan(
+        mode="simulated" if simulated else "real",
+        init=init,
+        numerics=numerics,
+        meta_init=not simulated and init != "full",
+        rows=(0, B) if simulated else (rank * B, (rank + 1) * B),
+        param_updates=schedule is not None and not simulated,
+    )

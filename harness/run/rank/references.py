@@ -51,18 +51,34 @@ def _replica_references(body: "RankBody", root: torch.nn.Module, shard_units: li
     replica = _replica(body, root)
     reference = schedule_ref = None
     if body.plan.numerics == "each_rank":
-        reference = replica_reference(setup, replica, body.inputs.tensor, body.loss_fn, body.dtype, world_size,
-                                      body.coords, divisors=divisors(shard_units, replica, world_size),
-                                      shard_dims=shard_dims(shard_units, replica))
+        reference = replica_reference(
+            setup,
+            replica,
+            body.inputs.tensor,
+            body.loss_fn,
+            body.dtype,
+            world_size,
+            body.coords,
+            divisors=divisors(shard_units, replica, world_size),
+            shard_dims=shard_dims(shard_units, replica),
+        )
     else:
         mp = setup.fsdp.mixed_precision
         compute = torch_dtype(mp.param_dtype) if mp is not None and mp.param_dtype else body.dtype
         reduce = torch_dtype(mp.reduce_dtype) if mp is not None and mp.reduce_dtype else compute
         schedule_ref = schedule_reference(
-            replica, body.steps, [b.to(body.device) for b in body.batches],
-            loss_fn=body.loss_fn, make_optimizer=lambda ps: make_optimizer(setup, ps), world_size=world_size,
-            rank=body.rank, shard_count=setup.mesh_shape[-1], shard_index=body.coords[-1],
-            compute_dtype=compute, reduce_dtype=reduce)
+            replica,
+            body.steps,
+            [b.to(body.device) for b in body.batches],
+            loss_fn=body.loss_fn,
+            make_optimizer=lambda ps: make_optimizer(setup, ps),
+            world_size=world_size,
+            rank=body.rank,
+            shard_count=setup.mesh_shape[-1],
+            shard_index=body.coords[-1],
+            compute_dtype=compute,
+            reduce_dtype=reduce,
+        )
     if replica is root and setup.freeze.after_fully_shard:
         for p in root.parameters():  # frozen again after fully_shard, as the setup says
             p.requires_grad_(True)
@@ -75,10 +91,18 @@ def _reference_from_rank_0(body: "RankBody", root: torch.nn.Module, shard_units:
 
     setup = body.setup
     with shared_folder(body.checkpoint_dir) as folder:
-        reference = reference_from_rank_0(setup, body.config, body.dtype, body.device, body.loss_fn, body.world_size,
-                                          lambda: _replica(body, root), folder,
-                                          divisors=divisors(shard_units, root, body.world_size),
-                                          shard_dims=shard_dims(shard_units, root))
+        reference = reference_from_rank_0(
+            setup,
+            body.config,
+            body.dtype,
+            body.device,
+            body.loss_fn,
+            body.world_size,
+            lambda: _replica(body, root),
+            folder,
+            divisors=divisors(shard_units, root, body.world_size),
+            shard_dims=shard_dims(shard_units, root),
+        )
     if not body.plan.meta_init and setup.freeze.after_fully_shard:
         for p in root.parameters():  # rank 0 froze its replica, this model: frozen again after fully_shard
             p.requires_grad_(True)
@@ -88,8 +112,10 @@ def _reference_from_rank_0(body: "RankBody", root: torch.nn.Module, shard_units:
 def _owners(units: list[ShardUnit], root: torch.nn.Module) -> dict[str, ShardUnit]:
     """Parameter FQN -> the unit whose module path is its longest prefix (the root otherwise)."""
     paths = {p: u for u in units for p in u.module_paths}
-    return {fqn: paths[max((p for p in paths if p == "" or fqn == p or fqn.startswith(p + ".")), key=len)]
-            for fqn, _ in root.named_parameters()}
+    return {
+        fqn: paths[max((p for p in paths if p == "" or fqn == p or fqn.startswith(p + ".")), key=len)]
+        for fqn, _ in root.named_parameters()
+    }
 
 
 def divisors(units: list[ShardUnit], root: torch.nn.Module, world_size: int) -> dict[str, float]:

@@ -42,8 +42,15 @@ from harness.run.aux_loss import with_router_aux_loss
 from harness.run.build import make_inputs, make_loss, make_optimizer, torch_dtype
 from harness.run.instruments import Instruments
 from harness.run.loop import StepOutcome, run_steps
-from harness.run.parallelize import (ShardUnit, apply_fsdp, build_mesh, init_local_shards, init_shards_like_full,
-                                     unit_state, units_from_setup)
+from harness.run.parallelize import (
+    ShardUnit,
+    apply_fsdp,
+    build_mesh,
+    init_local_shards,
+    init_shards_like_full,
+    unit_state,
+    units_from_setup,
+)
 from harness.run.plan import forward_count, global_batches, loss_function, step_plan
 from harness.run.rank.observe import compile_counts, environment, error_result, group_dims, where_after_step
 from harness.run.rank.plan import RankPlan, plan_rank
@@ -109,10 +116,10 @@ def run_step(
     except Exception as exc:
         if not setup.record_errors:
             raise
-        return error_result(exc, body.phases, body.got, rank, body.coords, t_start,
-                            environment(device_type, body.device))
-    return body.result(strategy, trained, pieces, numerics, observe_s=time.perf_counter() - t_observe,
-                       t_start=t_start)
+        return error_result(
+            exc, body.phases, body.got, rank, body.coords, t_start, environment(device_type, body.device)
+        )
+    return body.result(strategy, trained, pieces, numerics, observe_s=time.perf_counter() - t_observe, t_start=t_start)
 
 
 @dataclass
@@ -137,14 +144,23 @@ class RankBody:
     recorded error. The mesh is built here, first, outside any ``FakeTensorMode``.
     """
 
-    def __init__(self, setup: RunSetup, plan: RankPlan, rank: int, device_type: str,
-                 on_phase: Callable[[str], None] | None, collective_log: Any, checkpoint_dir: str | None) -> None:
+    def __init__(
+        self,
+        setup: RunSetup,
+        plan: RankPlan,
+        rank: int,
+        device_type: str,
+        on_phase: Callable[[str], None] | None,
+        collective_log: Any,
+        checkpoint_dir: str | None,
+    ) -> None:
         self.setup, self.plan, self.rank, self.world_size = setup, plan, rank, setup.world_size
         self.collective_log, self.checkpoint_dir = collective_log, checkpoint_dir
         self.phases = Phases(sync=torch.cuda.synchronize if device_type == "cuda" else None, on_enter=on_phase)
         self.device_type = device_type
-        self.device = torch.device("cuda", torch.cuda.current_device()) if device_type == "cuda" else \
-            torch.device("cpu")
+        self.device = (
+            torch.device("cuda", torch.cuda.current_device()) if device_type == "cuda" else torch.device("cpu")
+        )
         self.dtype = torch_dtype(setup.model.dtype)
         self.config = qwen3.get_config(setup.model.config, **dict(setup.model.overrides))
         self.mesh = build_mesh(setup, device_type)
@@ -153,7 +169,8 @@ class RankBody:
         schedule = setup.schedule
         self.loss_fn = with_router_aux_loss(  # a MoE config's output_router_logits (harness/run/aux_loss.py)
             make_loss(setup.model.body) if schedule is None else loss_function(schedule.loss_for(setup.model.body)),
-            self.config)
+            self.config,
+        )
         self.got: dict[str, Any] = {}
         self.inputs: Any = None
         self.batches: list[torch.Tensor] | None = None
@@ -163,21 +180,29 @@ class RankBody:
         """This rank's inputs, the schedule's global batches (None without one) and the step plan."""
         setup, simulated = self.setup, self.plan.simulated
         B, rows = setup.batch_per_rank, slice(*self.plan.rows)
-        self.inputs = self.got["inputs"] = make_inputs(setup, self.config, self.rank, self.world_size, self.dtype,
-                                                       self.device, local_only=simulated)
+        self.inputs = self.got["inputs"] = make_inputs(
+            setup, self.config, self.rank, self.world_size, self.dtype, self.device, local_only=simulated
+        )
         if setup.schedule is not None:
-            self.batches = global_batches(setup, self.config, self.dtype, forward_count(setup.schedule),
-                                          rows=B if simulated else None)
-        self.steps = step_plan(setup, self.inputs.tensor,
-                               lambda n: [b[rows].clone().to(self.device) for b in self.batches])
+            self.batches = global_batches(
+                setup, self.config, self.dtype, forward_count(setup.schedule), rows=B if simulated else None
+            )
+        self.steps = step_plan(
+            setup, self.inputs.tensor, lambda n: [b[rows].clone().to(self.device) for b in self.batches]
+        )
 
     def _materializer(self) -> Callable[..., Any] | None:
         """How ``apply_fsdp`` gives a meta-built model its shards' values; None for a full init."""
         if self.plan.init == "meta":
             return functools.partial(init_shards_like_full, device=self.device, seed=self.setup.seed)
         if self.plan.meta_init:
-            return functools.partial(init_local_shards, device=self.device, std=self.config.initializer_range,
-                                     seed=self.setup.seed, rank=self.rank)
+            return functools.partial(
+                init_local_shards,
+                device=self.device,
+                std=self.config.initializer_range,
+                seed=self.setup.seed,
+                rank=self.rank,
+            )
         return None
 
     def train(self, strategy: RealRank | SimulatedRank) -> Trained:
@@ -188,14 +213,21 @@ class RankBody:
                 root = strategy.build(self)
             shard_units = units_from_setup(setup, root)
             references = numerics_references(self, root, shard_units)
-            instruments = self.got["instruments"] = Instruments(phases, self.group_dims, self.collective_log,
-                                                                track_memory=setup.track_memory)
+            instruments = self.got["instruments"] = Instruments(
+                phases, self.group_dims, self.collective_log, track_memory=setup.track_memory
+            )
             strategy.before_sharding(self, stack, instruments)
             with phases.phase("setup"):
                 units = self.got["units"] = apply_fsdp(
-                    root, self.mesh, shard_units, materialize=self._materializer(),
-                    forward_prefetch=setup.fsdp.forward_prefetch, backward_prefetch=setup.fsdp.backward_prefetch,
-                    freeze=setup.freeze.params, freeze_after=setup.freeze.after_fully_shard)
+                    root,
+                    self.mesh,
+                    shard_units,
+                    materialize=self._materializer(),
+                    forward_prefetch=setup.fsdp.forward_prefetch,
+                    backward_prefetch=setup.fsdp.backward_prefetch,
+                    freeze=setup.freeze.params,
+                    freeze_after=setup.freeze.after_fully_shard,
+                )
             strategy.after_sharding(self, stack, instruments, root)
             with phases.phase("setup"):
                 optimizer = make_optimizer(setup, root.parameters())
@@ -215,8 +247,11 @@ class RankBody:
         outcome = trained.outcome
         # SGD and AdamW read .grad and leave it as backward left it: comparing after the
         # step is comparing the reduce-scattered gradients (kept out of the memory tracker).
-        numerics = (compare(reference, trained.root, outcome.output, outcome.loss, params=trained.sharded)
-                    if reference is not None else None)
+        numerics = (
+            compare(reference, trained.root, outcome.output, outcome.loss, params=trained.sharded)
+            if reference is not None
+            else None
+        )
         if schedule_ref is not None:
             numerics = schedule_ref.numerics(trained.updates.params, outcome.output, outcome.loss)
             trained.updates.against(schedule_ref)
@@ -224,14 +259,30 @@ class RankBody:
                 norm["reference"] = schedule_ref.grad_norms.get(norm["step_index"])
         return pieces, numerics
 
-    def result(self, strategy: RealRank | SimulatedRank, trained: Trained, pieces: dict[str, Any], numerics: Any,
-               *, observe_s: float, t_start: float) -> dict[str, Any]:
+    def result(
+        self,
+        strategy: RealRank | SimulatedRank,
+        trained: Trained,
+        pieces: dict[str, Any],
+        numerics: Any,
+        *,
+        observe_s: float,
+        t_start: float,
+    ) -> dict[str, Any]:
         """``run_step``'s result: the entry, the FSDP units' states, the environment."""
         output = trained.outcome.output
-        entry = {"rank": self.rank, "coords": self.coords, "input": self.inputs.describe(), **pieces,
-                 "numerics": numerics,
-                 "output": {"shape": list(output.shape), "dtype": dtype_name(output.dtype),
-                            "loss_dtype": dtype_name(trained.outcome.loss.dtype)}}
+        entry = {
+            "rank": self.rank,
+            "coords": self.coords,
+            "input": self.inputs.describe(),
+            **pieces,
+            "numerics": numerics,
+            "output": {
+                "shape": list(output.shape),
+                "dtype": dtype_name(output.dtype),
+                "loss_dtype": dtype_name(trained.outcome.loss.dtype),
+            },
+        }
         entry.update(strategy.after_step(self, trained, pieces["collectives"]))
         entry["timings_s"] = {**self.phases.timings_s, "observe": observe_s, "total": time.perf_counter() - t_start}
         if self.setup.record_errors:

@@ -33,16 +33,18 @@ class RealRank:
 
     def build(self, body: "RankBody") -> torch.nn.Module:
         meta = body.plan.meta_init
-        root = build_model(body.setup, body.config, body.dtype, torch.device("meta") if meta else body.device,
-                           init=not meta)
+        root = build_model(
+            body.setup, body.config, body.dtype, torch.device("meta") if meta else body.device, init=not meta
+        )
         body.make_inputs()
         return root
 
     def before_sharding(self, body: "RankBody", stack: contextlib.ExitStack, instruments: Instruments) -> None:
         stack.enter_context(instruments)  # fully_shard's collectives and meta init's recorded
 
-    def after_sharding(self, body: "RankBody", stack: contextlib.ExitStack, instruments: Instruments,
-                       root: torch.nn.Module) -> None:
+    def after_sharding(
+        self, body: "RankBody", stack: contextlib.ExitStack, instruments: Instruments, root: torch.nn.Module
+    ) -> None:
         pass
 
     def after_step(self, body: "RankBody", trained: "Trained", collectives: list[dict[str, Any]]) -> dict[str, Any]:
@@ -53,8 +55,13 @@ class RealRank:
 
             fresh = functools.partial(fresh_sharded, setup, body.mesh, body.device, body.rank)
             with phases.phase("state_dict"), shared_folder(body.checkpoint_dir) as folder:
-                parts["state_dict"] = round_trip(trained.root, trained.optimizer, fresh, folder,
-                                                 write_reference=bool(setup.state_dict.reload_world_sizes))
+                parts["state_dict"] = round_trip(
+                    trained.root,
+                    trained.optimizer,
+                    fresh,
+                    folder,
+                    write_reference=bool(setup.state_dict.reload_world_sizes),
+                )
         if setup.bandwidth is not None:
             with phases.phase("bandwidth"):
                 parts["bandwidth"] = _time_collectives(body, collectives)
@@ -77,8 +84,9 @@ class SimulatedRank:
         # every collective of 8 real ranks, whose recorder covers it, with the simulated ones)
         pass
 
-    def after_sharding(self, body: "RankBody", stack: contextlib.ExitStack, instruments: Instruments,
-                       root: torch.nn.Module) -> None:
+    def after_sharding(
+        self, body: "RankBody", stack: contextlib.ExitStack, instruments: Instruments, root: torch.nn.Module
+    ) -> None:
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
@@ -103,8 +111,14 @@ def _time_collectives(body: "RankBody", collectives: list[dict[str, Any]]) -> li
     setup, device = body.setup, body.device
     mp = setup.fsdp.mixed_precision
     gather_dtype = torch_dtype(mp.param_dtype) if mp is not None and mp.param_dtype else body.dtype
-    rows = plan_rows(setup.bandwidth, collectives, world_size=body.world_size, default_dtype=gather_dtype,
-                     device_type=device.type)
-    return run_bandwidth(rows, rank=body.rank, device=device, warmup=setup.bandwidth.warmup,
-                         iterations=setup.bandwidth.iterations,
-                         group_of=lambda dim: None if dim is None else body.mesh.get_group(dim))
+    rows = plan_rows(
+        setup.bandwidth, collectives, world_size=body.world_size, default_dtype=gather_dtype, device_type=device.type
+    )
+    return run_bandwidth(
+        rows,
+        rank=body.rank,
+        device=device,
+        warmup=setup.bandwidth.warmup,
+        iterations=setup.bandwidth.iterations,
+        group_of=lambda dim: None if dim is None else body.mesh.get_group(dim),
+    )

@@ -8,8 +8,16 @@ One definition each, read by the dispatch recorder (:mod:`.collectives`), hang p
 
 from __future__ import annotations
 
-__all__ = ["NAMESPACES", "NOT_COLLECTIVES", "OP_KIND", "REDUCE_OPS", "FUNCTIONAL_REDUCE_OPS", "dtype_name",
-           "op_kind", "is_collective"]
+__all__ = [
+    "NAMESPACES",
+    "NOT_COLLECTIVES",
+    "OP_KIND",
+    "REDUCE_OPS",
+    "FUNCTIONAL_REDUCE_OPS",
+    "dtype_name",
+    "op_kind",
+    "is_collective",
+]
 
 NAMESPACES = ("c10d", "_c10d_functional")
 """Namespaces whose ops are collectives. ``_c10d_functional`` is what DTensor and compiled code
@@ -53,14 +61,29 @@ OP_KIND: dict[str, str] = {
 """Op name (without namespace and overload) -> the observation's collective kind."""
 
 REDUCE_OPS: dict[int, str] = {
-    0: "SUM", 1: "AVG", 2: "PRODUCT", 3: "MIN", 4: "MAX", 5: "BAND", 6: "BOR", 7: "BXOR", 8: "PREMUL_SUM",
+    0: "SUM",
+    1: "AVG",
+    2: "PRODUCT",
+    3: "MIN",
+    4: "MAX",
+    5: "BAND",
+    6: "BOR",
+    7: "BXOR",
+    8: "PREMUL_SUM",
 }
 """c10d's ``ReduceOp.RedOpType`` values: what the boxed ReduceOp of a dispatched c10d op
 reports through its one method, ``op()``."""
 
 FUNCTIONAL_REDUCE_OPS: dict[str, str] = {
-    "sum": "SUM", "avg": "AVG", "product": "PRODUCT", "min": "MIN", "max": "MAX",
-    "band": "BAND", "bor": "BOR", "bxor": "BXOR", "premul_sum": "PREMUL_SUM",
+    "sum": "SUM",
+    "avg": "AVG",
+    "product": "PRODUCT",
+    "min": "MIN",
+    "max": "MAX",
+    "band": "BAND",
+    "bor": "BOR",
+    "bxor": "BXOR",
+    "premul_sum": "PREMUL_SUM",
 }
 """The ``reduce_op`` string a ``_c10d_functional`` op carries (``"sum"``, ``"max"``; DTensor's
 ``Partial(max)`` reduction passes ``"max"``) -> the same names as :data:`REDUCE_OPS`

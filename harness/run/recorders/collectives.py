@@ -25,12 +25,23 @@ from .attribution import AttributionError, Span, attribute, parse_fsdp_label, pr
 from .c10d_ops import REDUCE_OPS, dtype_name, is_collective, op_kind
 from .hang_progress import HangProgress
 
-__all__ = ["CollectiveRecorder", "AttributionError", "Span", "attribute", "dtype_name", "parse_fsdp_label",
-           "profiler_spans", "resolve_mesh_dims", "REDUCE_OPS", "record_of"]
+__all__ = [
+    "CollectiveRecorder",
+    "AttributionError",
+    "Span",
+    "attribute",
+    "dtype_name",
+    "parse_fsdp_label",
+    "profiler_spans",
+    "resolve_mesh_dims",
+    "REDUCE_OPS",
+    "record_of",
+]
 
 
-def record_of(func, op_name: str, named: Mapping[str, Any], out: Any, index: int, phase: str,
-              group_dims: Mapping[str, Any]) -> dict[str, Any]:
+def record_of(
+    func, op_name: str, named: Mapping[str, Any], out: Any, index: int, phase: str, group_dims: Mapping[str, Any]
+) -> dict[str, Any]:
     """The observation's collective record of one dispatched op (without the profiler's fields).
 
     Args:
@@ -123,13 +134,15 @@ class CollectiveRecorder(TorchDispatchMode):
             if namespace == "c10d":
                 # In-place ops: every buffer is an argument. Recorded before it runs, so a
                 # collective that raises (gloo refusing PREMUL_SUM) is in the record too.
-                self.records.append(record_of(func, op_name, named, None, len(self.records), self.phase(),
-                                              self.group_dims))
+                self.records.append(
+                    record_of(func, op_name, named, None, len(self.records), self.phase(), self.group_dims)
+                )
                 out = self._run(func, args, kwargs)
             else:
                 out = self._run(func, args, kwargs)
-                self.records.append(record_of(func, op_name, named, out, len(self.records), self.phase(),
-                                              self.group_dims))
+                self.records.append(
+                    record_of(func, op_name, named, out, len(self.records), self.phase(), self.group_dims)
+                )
             if self.progress is not None:
                 self.progress.issued(out)
             return out

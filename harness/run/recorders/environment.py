@@ -71,12 +71,16 @@ def _cuda_device(index: int) -> dict[str, Any]:
     pci = None
     if bus is not None:
         pci = f"{getattr(props, 'pci_domain_id', 0):04x}:{bus:02x}:{getattr(props, 'pci_device_id', 0):02x}.0"
-    return {"device_name": str(props.name), "device_uuid": f"GPU-{uuid}" if uuid is not None else None,
-            "device_pci_bus_id": pci}
+    return {
+        "device_name": str(props.name),
+        "device_uuid": f"GPU-{uuid}" if uuid is not None else None,
+        "device_pci_bus_id": pci,
+    }
 
 
-def rank_environment(rank: int, world_size: int, device: torch.device, backend: str,
-                     environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+def rank_environment(
+    rank: int, world_size: int, device: torch.device, backend: str, environ: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """This rank's environment entry (schema ``$defs/rank_environment``).
 
     Args:

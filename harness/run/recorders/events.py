@@ -198,7 +198,7 @@ def events_from_profiler(prof: Any) -> list[dict[str, Any]]:
             step = int(m["step"]) if int(m["step"]) >= 0 else None
             mb = int(m["mb"]) if int(m["mb"]) >= 0 else None
         if sp.name.startswith(MARK):
-            event, _, unit = sp.name[len(MARK):].partition(" ")
+            event, _, unit = sp.name[len(MARK) :].partition(" ")
             unit = "" if unit == "root" else unit
             source, state = "harness", None
         else:
@@ -206,9 +206,21 @@ def events_from_profiler(prof: Any) -> list[dict[str, Any]]:
             event, source = label.removeprefix("FSDP::"), "fsdp"
             state = TRAINING_STATES.get(label)
             if label in _DATA_LABELS:
-                hooks = [lab for lab in labels if lab is not sp and lab.contains(sp)
-                         and parse_fsdp_label(lab.name)[0] not in _DATA_LABELS]
+                hooks = [
+                    lab
+                    for lab in labels
+                    if lab is not sp and lab.contains(sp) and parse_fsdp_label(lab.name)[0] not in _DATA_LABELS
+                ]
                 state = TRAINING_STATES.get(parse_fsdp_label(hooks[-1].name)[0], "IDLE") if hooks else "IDLE"
-        out.append({"event": event, "unit": unit, "source": source, "training_state": state,
-                    "phase": phase, "step_index": step, "microbatch": mb})
+        out.append(
+            {
+                "event": event,
+                "unit": unit,
+                "source": source,
+                "training_state": state,
+                "phase": phase,
+                "step_index": step,
+                "microbatch": mb,
+            }
+        )
     return out

@@ -55,8 +55,9 @@ def _held(param: Any, num_experts: int) -> tuple[list[int], int, int]:
         if isinstance(placement, Shard):
             dim = placement.dim
             if placement.dim == 0:
-                size, offset = Shard.local_shard_size_and_offset(size, mesh.size(mesh_dim),
-                                                                 mesh.get_local_rank(mesh_dim))
+                size, offset = Shard.local_shard_size_and_offset(
+                    size, mesh.size(mesh_dim), mesh.get_local_rank(mesh_dim)
+                )
                 start += int(offset)
     if param.to_local().numel() == 0 or size == 0:
         return [], start, dim
@@ -81,9 +82,17 @@ class ExpertRecorder:
             for p in FUSED_EXPERT_PARAMS:
                 param = getattr(module, p)
                 held, _, dim = _held(param, module.num_experts)
-                self.shards.append({"layer": layer, "param": f"mlp.experts.{p}", "fqn": f"{name}.{p}",
-                                    "placements": [repr(pl) for pl in getattr(param, "placements", ())],
-                                    "shard_dim": dim, "num_experts": int(module.num_experts), "experts": held})
+                self.shards.append(
+                    {
+                        "layer": layer,
+                        "param": f"mlp.experts.{p}",
+                        "fqn": f"{name}.{p}",
+                        "placements": [repr(pl) for pl in getattr(param, "placements", ())],
+                        "shard_dim": dim,
+                        "num_experts": int(module.num_experts),
+                        "experts": held,
+                    }
+                )
         self.tokens: list[dict[str, Any]] = []
         self.zero_grad_rows: list[dict[str, Any]] = []
 
@@ -117,8 +126,16 @@ class ExpertRecorder:
                         rows = range(local.shape[0]) if held else range(0)
                         first = start if dim in (0, -1) else 0  # Shard(d > 0): local row e is expert e
                         zero = [first + i for i in rows if not bool(local[i].any())]
-                self.zero_grad_rows.append({"layer": layer, "param": f"mlp.experts.{p}", "step_index": step_index,
-                                            "microbatch": microbatch, "experts": held, "zero_rows": zero})
+                self.zero_grad_rows.append(
+                    {
+                        "layer": layer,
+                        "param": f"mlp.experts.{p}",
+                        "step_index": step_index,
+                        "microbatch": microbatch,
+                        "experts": held,
+                        "zero_rows": zero,
+                    }
+                )
 
     def piece(self) -> dict[str, Any]:
         """The rank entry's ``experts``."""

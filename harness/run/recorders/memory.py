@@ -66,8 +66,10 @@ def _bytes(snapshot: Mapping[Any, Mapping[Any, int]]) -> dict[str, int]:
     return out
 
 
-TRACKER_LIMIT_NOTE = ("FSDPMemTracker cannot track this schedule (a known limit of torch's tracker, see the README); "
-                      "setup track_memory: false avoids it")
+TRACKER_LIMIT_NOTE = (
+    "FSDPMemTracker cannot track this schedule (a known limit of torch's tracker, see the README); "
+    "setup track_memory: false avoids it"
+)
 """Added to an exception raised inside FSDPMemTracker (its one-line error says how to run the spec)."""
 
 _TRACKER_FILES = ("fsdp2_mem_tracker.py", "mem_tracker.py")
@@ -143,8 +145,15 @@ class MemoryRecorder:
 
     def mark_state(self, state: str, step_index: int | None) -> None:
         """Take a whole-rank snapshot now, recorded under module ``""`` as ``state``."""
-        self._whole.append({"module": "", "state": state, "step_index": step_index, "microbatch": None,
-                            "bytes": _bytes(self.tracker.get_tracker_snapshot("current"))})
+        self._whole.append(
+            {
+                "module": "",
+                "state": state,
+                "step_index": step_index,
+                "microbatch": None,
+                "bytes": _bytes(self.tracker.get_tracker_snapshot("current")),
+            }
+        )
 
     def mark_position(self, step_index: int, microbatch: int) -> None:
         """A microbatch ended: keep the per-unit snapshots taken since the last mark, tagged with
@@ -168,10 +177,15 @@ class MemoryRecorder:
             for state, snaps in stats.snapshots.items():
                 label = str(getattr(state, "value", state))
                 key = (id(module), label)
-                for snap in snaps[self._taken.get(key, 0):]:
+                for snap in snaps[self._taken.get(key, 0) :]:
                     per_unit.setdefault(name, []).append(
-                        {"module": name, "state": label, "step_index": step_index, "microbatch": microbatch,
-                         "bytes": _bytes(snap)}
+                        {
+                            "module": name,
+                            "state": label,
+                            "step_index": step_index,
+                            "microbatch": microbatch,
+                            "bytes": _bytes(snap),
+                        }
                     )
                 self._taken[key] = len(snaps)
         return [entry for name in self._order for entry in per_unit.get(name, [])]
@@ -181,6 +195,13 @@ class MemoryRecorder:
         states in the tracker's order; then the whole-rank snapshots under module ``""``."""
         out = self._units + self._unit_snapshots(None, None)
         out += self._whole
-        out.append({"module": "", "state": "Peak", "step_index": None, "microbatch": None,
-                    "bytes": _bytes(self.tracker.get_tracker_snapshot("peak"))})
+        out.append(
+            {
+                "module": "",
+                "state": "Peak",
+                "step_index": None,
+                "microbatch": None,
+                "bytes": _bytes(self.tracker.get_tracker_snapshot("peak")),
+            }
+        )
         return out

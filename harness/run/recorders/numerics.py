@@ -72,8 +72,15 @@ def _replica(model: nn.Module, replica_dtype: torch.dtype) -> nn.Module:
     return model if replica_dtype == next(model.parameters()).dtype else copy.deepcopy(model).to(replica_dtype)
 
 
-def _mean_rows(fqn: str, full: torch.Tensor, shard_count: int, shard_index: int, world_size: int,
-               divisors: dict[str, float] | None, shard_dims: dict[str, int] | None) -> torch.Tensor:
+def _mean_rows(
+    fqn: str,
+    full: torch.Tensor,
+    shard_count: int,
+    shard_index: int,
+    world_size: int,
+    divisors: dict[str, float] | None,
+    shard_dims: dict[str, int] | None,
+) -> torch.Tensor:
     """The rows of shard ``shard_index`` of a summed gradient, divided by its divisor (a copy)."""
     dim = (shard_dims or {}).get(fqn, 0)
     return _rows(full, shard_count, shard_index, dim).div((divisors or {}).get(fqn, world_size))
@@ -208,14 +215,31 @@ def compute_references_on_one_rank(
             p.grad = None  # the model is left with grad=None (it may be the one FSDP shards next)
     del replica
     for r in range(world_size):
-        grad_rows = {fqn: _mean_rows(fqn, full, shard_count, r % shard_count, world_size, divisors, shard_dims)
-                     for fqn, full in sums.items()}
-        yield r, Reference(replica_dtype=replica_dtype, output=outputs[r][0], loss=outputs[r][1], grad_rows=grad_rows,
-                           shard_count=shard_count, shard_index=r % shard_count, shard_dims=dict(shard_dims or {}))
+        grad_rows = {
+            fqn: _mean_rows(fqn, full, shard_count, r % shard_count, world_size, divisors, shard_dims)
+            for fqn, full in sums.items()
+        }
+        yield (
+            r,
+            Reference(
+                replica_dtype=replica_dtype,
+                output=outputs[r][0],
+                loss=outputs[r][1],
+                grad_rows=grad_rows,
+                shard_count=shard_count,
+                shard_index=r % shard_count,
+                shard_dims=dict(shard_dims or {}),
+            ),
+        )
 
 
-def compare(reference: Reference, model: nn.Module, output: torch.Tensor, loss: torch.Tensor,
-            params: list[tuple[str, torch.Tensor]] | None = None) -> dict[str, Any]:
+def compare(
+    reference: Reference,
+    model: nn.Module,
+    output: torch.Tensor,
+    loss: torch.Tensor,
+    params: list[tuple[str, torch.Tensor]] | None = None,
+) -> dict[str, Any]:
     """The schema's ``numerics`` object for this rank, after backward, before the optimizer.
 
     Raises:
@@ -225,7 +249,7 @@ def compare(reference: Reference, model: nn.Module, output: torch.Tensor, loss: 
     grads = []
     # ``params``: the sharded parameters as fully_shard left them (with reshard_after_backward
     # off the module holds unsharded tensors after backward; the gradients are on the shards).
-    for fqn, p in (params if params is not None else model.named_parameters()):
+    for fqn, p in params if params is not None else model.named_parameters():
         if fqn not in reference.grad_rows and p.grad is None:
             continue  # frozen in the replica and in the FSDP step alike
         if fqn not in reference.grad_rows:

@@ -55,8 +55,9 @@ class Unit:
         """The unit's module that holds parameter ``fqn`` and the name relative to it, for
         ``get_parameter`` (FSDP swaps the parameter objects, so they are looked up by name)."""
         pairs = zip(self.paths or (self.name,), self.modules or (self.module,))
-        path, module = max(((p, m) for p, m in pairs if not p or fqn == p or fqn.startswith(p + ".")),
-                           key=lambda pm: len(pm[0]))
+        path, module = max(
+            ((p, m) for p, m in pairs if not p or fqn == p or fqn.startswith(p + ".")), key=lambda pm: len(pm[0])
+        )
         return module, fqn[len(path) + 1 :] if path else fqn
 
     def get_parameter(self, fqn: str) -> torch.Tensor:
@@ -150,13 +151,25 @@ class ParamStateHooks:
             local = _local(t)
             total += int(local.numel()) * int(local.element_size())
             params.append(
-                {"fqn": fqn, "is_dtensor": isinstance(t, DTensor), "shape": list(local.shape), "dtype": dtype_name(t.dtype)}
+                {
+                    "fqn": fqn,
+                    "is_dtensor": isinstance(t, DTensor),
+                    "shape": list(local.shape),
+                    "dtype": dtype_name(t.dtype),
+                }
             )
         # the module's tensor inputs (after FSDP's pre-forward: cast_forward_inputs applied) or
         # outputs (after its post-forward: output_dtype applied)
         dtypes = [dtype_name(t.dtype) for t in _flat_tensors(tensors)]
-        self.states.append({"unit": unit.name, "point": point, "params": params, "bytes": total,
-                            ("input_dtypes" if point == "pre_forward" else "output_dtypes"): dtypes})
+        self.states.append(
+            {
+                "unit": unit.name,
+                "point": point,
+                "params": params,
+                "bytes": total,
+                ("input_dtypes" if point == "pre_forward" else "output_dtypes"): dtypes,
+            }
+        )
 
     def install(self) -> "ParamStateHooks":
         for unit in self.units:

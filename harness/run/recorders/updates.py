@@ -100,7 +100,9 @@ class ScheduleReference:
     compute_dtype: torch.dtype = torch.float32
     reduce_dtype: torch.dtype = torch.float32
 
-    def numerics(self, params: Sequence[tuple[str, nn.Parameter]], output: torch.Tensor, loss: torch.Tensor) -> dict[str, Any]:
+    def numerics(
+        self, params: Sequence[tuple[str, nn.Parameter]], output: torch.Tensor, loss: torch.Tensor
+    ) -> dict[str, Any]:
         """The schema's ``numerics`` object: this rank's last output, loss and gradient shards
         (``params``: the sharded parameters by FQN) against the reference's (a gradient that is
         None on both sides is left out; None on one side counts as zeros)."""
@@ -174,7 +176,7 @@ def schedule_reference(
                 losses = []
                 with torch.no_grad() if not spec.backward else torch.enable_grad():
                     for fwd in mb.forwards:
-                        x = batches[fwd.index][c * B:(c + 1) * B]
+                        x = batches[fwd.index][c * B : (c + 1) * B]
                         if x.is_floating_point():
                             x = x.to(compute_dtype)
                         target = spec.loss_target()
@@ -211,15 +213,19 @@ def schedule_reference(
                 pending = [{} for _ in range(world_size)]
             del replica
         if spec.clip_grad_norm is not None:
-            norm = torch.nn.utils.clip_grad_norm_(master.parameters(), spec.clip_grad_norm.max_norm,
-                                                  norm_type=spec.clip_grad_norm.norm_type)
+            norm = torch.nn.utils.clip_grad_norm_(
+                master.parameters(), spec.clip_grad_norm.max_norm, norm_type=spec.clip_grad_norm.norm_type
+            )
             ref.grad_norms[step.index] = float(norm)
         if spec.steps_optimizer:
             optimizer.step()
-        ref.rows_after[step.index] = {fqn: shard_rows(p.detach(), shard_count, shard_index).clone()
-                                      for fqn, p in params.items()}
-    ref.grad_rows = {fqn: shard_rows(p.grad, shard_count, shard_index).clone() if p.grad is not None else None
-                     for fqn, p in params.items()}
+        ref.rows_after[step.index] = {
+            fqn: shard_rows(p.detach(), shard_count, shard_index).clone() for fqn, p in params.items()
+        }
+    ref.grad_rows = {
+        fqn: shard_rows(p.grad, shard_count, shard_index).clone() if p.grad is not None else None
+        for fqn, p in params.items()
+    }
     return ref
 
 
@@ -261,9 +267,16 @@ class ParamUpdates:
                 offset = _row_offset(int(p.shape[0]) if p.dim() else 0, self.shard_count, self.shard_index)
                 unchanged = [offset + int(i) for i in torch.nonzero(~changed).flatten()[: self._SHOWN]]
                 update = float((now.double() - before.double()).abs().max()) if now.numel() else 0.0
-                self.records.append({"step_index": step_index, "fqn": fqn, "rows": int(changed.numel()),
-                                     "rows_changed": int(changed.sum()), "unchanged_rows": unchanged,
-                                     "max_abs_update": update})
+                self.records.append(
+                    {
+                        "step_index": step_index,
+                        "fqn": fqn,
+                        "rows": int(changed.numel()),
+                        "rows_changed": int(changed.sum()),
+                        "unchanged_rows": unchanged,
+                        "max_abs_update": update,
+                    }
+                )
                 after[fqn] = now.clone()
         self._after[step_index] = after
 

@@ -26,8 +26,10 @@ def _refuse(what: str) -> None:
     if path:
         with open(path, "a", encoding="utf-8") as f:
             f.write(f"pid {os.getpid()}: {what}\n")
-    raise RankLaunched(f"a test not marked slow launched {what}; real ranks belong in tests/integration/ "
-                       "(marked slow there) or on a test marked slow")
+    raise RankLaunched(
+        f"a test not marked slow launched {what}; real ranks belong in tests/integration/ "
+        "(marked slow there) or on a test marked slow"
+    )
 
 
 def _is_torchrun(args) -> bool:

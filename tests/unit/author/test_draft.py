@@ -10,7 +10,6 @@ import pytest
 import yaml
 
 from harness.load.spec import load_spec
-
 from tests.support import REPO
 from tests.support.specs import write_spec
 
@@ -31,8 +30,13 @@ def test_drafted_text_is_yaml_data_under_a_comment_header(tmp_path):
     assert entries and all(e["drafted"] is True for e in entries)
     ag = next(e for e in entries if e.get("id") == "forward_all_gather")
     assert {k: ag[k] for k in ("numel_in", "numel_out", "buffer_bytes", "ring_bytes", "group_size", "mesh_dim")} == {
-        "numel_in": 64_334_594, "numel_out": 193_003_782, "buffer_bytes": 772_015_128, "ring_bytes": 514_676_752,
-        "group_size": 3, "mesh_dim": "dp"}
+        "numel_in": 64_334_594,
+        "numel_out": 193_003_782,
+        "buffer_bytes": 772_015_128,
+        "ring_bytes": 514_676_752,
+        "group_size": 3,
+        "mesh_dim": "dp",
+    }
     spec = load_spec(_write(tmp_path, text))
     assert len(spec.items) == len(entries) and all(item.drafted for item in spec.items)
 
@@ -68,26 +72,45 @@ def test_draft_refuses_an_incomplete_moe_config_in_one_line(tmp_path):
     fields is refused in one line naming them."""
     config = tmp_path / "config.json"
     config.write_text('{"model_type": "qwen3_moe", "hidden_size": 2048, "num_experts": 128}')
-    proc = subprocess.run([sys.executable, "-m", "harness", "draft", "--config", str(config), "--world-size", "8"],
-                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "draft", "--config", str(config), "--world-size", "8"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert proc.returncode == 1 and proc.stdout == ""  # README: draft exits 1 on a bad config
-    assert proc.stderr == (f"✗ --config {config}: missing field(s): vocab_size, intermediate_size, num_hidden_layers, "
-                           "num_attention_heads, head_dim, num_experts_per_tok, moe_intermediate_size\n")
+    assert proc.stderr == (
+        f"✗ --config {config}: missing field(s): vocab_size, intermediate_size, num_hidden_layers, "
+        "num_attention_heads, head_dim, num_experts_per_tok, moe_intermediate_size\n"
+    )
 
 
 def test_draft_refuses_another_model_type_in_one_line(tmp_path):
     config = tmp_path / "config.json"
     config.write_text('{"model_type": "mixtral", "hidden_size": 2048, "num_local_experts": 8}')
-    proc = subprocess.run([sys.executable, "-m", "harness", "draft", "--config", str(config), "--world-size", "8"],
-                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "draft", "--config", str(config), "--world-size", "8"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert proc.returncode == 1 and proc.stdout == ""
-    assert proc.stderr == (f"✗ --config {config}: model_type 'mixtral' is not modelled: model/qwen3.py and "
-                           "model/qwen3_moe.py implement the Qwen3 dense and MoE decoders (model_type 'qwen3' and "
-                           "'qwen3_moe') only, and another architecture has other parameters and numbers\n")
+    assert proc.stderr == (
+        f"✗ --config {config}: model_type 'mixtral' is not modelled: model/qwen3.py and "
+        "model/qwen3_moe.py implement the Qwen3 dense and MoE decoders (model_type 'qwen3' and "
+        "'qwen3_moe') only, and another architecture has other parameters and numbers\n"
+    )
 
 
 def test_draft_rejects_an_unknown_config(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "harness", "draft", "--config", "Qwen3-15B", "--world-size", "8"],
-                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "draft", "--config", "Qwen3-15B", "--world-size", "8"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert proc.returncode != 0
     assert "Qwen3-15B" in proc.stderr and "Qwen3-14B" in proc.stderr and "Traceback" not in proc.stderr

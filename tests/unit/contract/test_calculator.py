@@ -15,8 +15,15 @@ from harness.contract.calculator import MB, WALKTHROUGH, Dims, layer_tables
 from tests.support import REPO
 
 # A Qwen3-32B-sized layer (the released Qwen3-32B config.json's dimensions, as model.KNOWN_CONFIGS).
-QWEN3_32B = Dims(hidden_size=5120, num_attention_heads=64, num_key_value_heads=8, head_dim=128,
-                 intermediate_size=25600, num_hidden_layers=64, vocab_size=151936)
+QWEN3_32B = Dims(
+    hidden_size=5120,
+    num_attention_heads=64,
+    num_key_value_heads=8,
+    head_dim=128,
+    intermediate_size=25600,
+    num_hidden_layers=64,
+    vocab_size=151936,
+)
 
 # The document's tables, in its row order: (name, full shape, numel, shard on 4, shard numel).
 DOC_ROWS = [
@@ -55,9 +62,16 @@ def test_registration_order_and_shapes_match_transformers():
     transformers = pytest.importorskip("transformers")
     from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer, Qwen3ForCausalLM
 
-    cfg = transformers.Qwen3Config(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
-                                   head_dim=24, intermediate_size=96, num_hidden_layers=1,
-                                   vocab_size=50, tie_word_embeddings=False)
+    cfg = transformers.Qwen3Config(
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=24,
+        intermediate_size=96,
+        num_hidden_layers=1,
+        vocab_size=50,
+        tie_word_embeddings=False,
+    )
     real = [(n, tuple(p.shape)) for n, p in Qwen3DecoderLayer(cfg, 0).named_parameters()]
     assert real == [(p.name, p.shape) for p in calc.layer_params(cfg)]
     for tie in (False, True):
@@ -68,8 +82,13 @@ def test_registration_order_and_shapes_match_transformers():
 
 
 def test_to_dims_accepts_mapping_object_and_default_head_dim():
-    mapping = {"hidden_size": 512, "num_attention_heads": 8, "num_key_value_heads": 4,
-               "head_dim": 64, "intermediate_size": 1024}
+    mapping = {
+        "hidden_size": 512,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 64,
+        "intermediate_size": 1024,
+    }
     assert calc.to_dims(mapping) == Dims(512, 8, 4, 64, 1024)
 
     class Cfg:
@@ -123,7 +142,10 @@ def test_walkthrough_figures():
     assert round(t.local_bytes[0] / MB, 2) == 1.18
 
     assert [(c.op, c.phase) for c in t.collectives] == [
-        ("all_gather", "forward"), ("all_gather", "backward"), ("reduce_scatter", "backward")]
+        ("all_gather", "forward"),
+        ("all_gather", "backward"),
+        ("reduce_scatter", "backward"),
+    ]
     for c in t.collectives:
         assert (c.mesh_dim, c.group_size, c.dtype) == ("dp", 4, "float16")
         assert c.buffer_bytes == 4_720_896
@@ -180,8 +202,7 @@ def test_mixed_precision_dtypes():
     assert t.unsharded_bytes == 4_720_896
     assert t.total_ring_bytes == 10_622_016
     # reduce_dtype=float32: the reduce-scatter doubles, the all-gathers do not.
-    t = layer_tables(WALKTHROUGH, 4, storage_dtype="float32", gather_dtype="bfloat16",
-                     reduce_dtype="float32")
+    t = layer_tables(WALKTHROUGH, 4, storage_dtype="float32", gather_dtype="bfloat16", reduce_dtype="float32")
     assert t.collective("reduce_scatter").buffer_bytes == 9_441_792
     assert t.collective("all_gather", "backward").buffer_bytes == 4_720_896
     assert t.total_ring_bytes == 2 * 3_540_672 + 7_081_344
@@ -257,8 +278,7 @@ def test_torch_chunk_drops_trailing_ranks():
 
 
 @settings(max_examples=3 * settings.default.max_examples)  # cheap cases: 300 by default
-@given(rows=st.integers(0, 300), rest=st.lists(st.integers(1, 3), max_size=2),
-       world=st.integers(1, 40))
+@given(rows=st.integers(0, 300), rest=st.lists(st.integers(1, 3), max_size=2), world=st.integers(1, 40))
 def test_chunk_agrees_with_torch(rows, rest, world):
     torch = pytest.importorskip("torch")
     t = torch.empty(rows, *rest)
@@ -288,8 +308,11 @@ def test_hsdp_2x2():
     assert t.local_bytes == (2_360_448, 2_360_448)
     assert t.param("mlp.gate_proj.weight").local_shapes == ((512, 512), (512, 512))
     assert [(c.op, c.mesh_dim, c.group_size) for c in t.collectives] == [
-        ("all_gather", "dp_shard", 2), ("all_gather", "dp_shard", 2),
-        ("reduce_scatter", "dp_shard", 2), ("all_reduce", "dp_replicate", 2)]
+        ("all_gather", "dp_shard", 2),
+        ("all_gather", "dp_shard", 2),
+        ("reduce_scatter", "dp_shard", 2),
+        ("all_reduce", "dp_replicate", 2),
+    ]
     named = layer_tables(WALKTHROUGH, mesh_shape=(2, 2), mesh_dim_names=("rep", "shard"))
     assert [c.mesh_dim for c in named.collectives] == ["shard", "shard", "shard", "rep"]
     with pytest.raises(ValueError, match="do not name the dims"):
@@ -321,17 +344,14 @@ def test_hsdp_uneven_shard_group():
 
 def test_reshard_after_forward_options():
     no = layer_tables(WALKTHROUGH, 4, reshard_after_forward=False)
-    assert [(c.op, c.phase) for c in no.collectives] == [
-        ("all_gather", "forward"), ("reduce_scatter", "backward")]
+    assert [(c.op, c.phase) for c in no.collectives] == [("all_gather", "forward"), ("reduce_scatter", "backward")]
     assert no.total_ring_bytes == 2 * 3_540_672
     assert layer_tables(WALKTHROUGH, 4, reshard_after_forward=1).collectives == no.collectives
-    assert (layer_tables(WALKTHROUGH, 4, reshard_after_forward=4).collectives
-            == layer_tables(WALKTHROUGH, 4).collectives)
+    assert layer_tables(WALKTHROUGH, 4, reshard_after_forward=4).collectives == layer_tables(WALKTHROUGH, 4).collectives
     two = layer_tables(WALKTHROUGH, 4, reshard_after_forward=2)
     bwd = two.collective("all_gather", "backward")
     # the group of 2 is a new process group, no dim of the mesh: the observation's mesh_dim is None
-    assert (bwd.mesh_dim, bwd.group_size, bwd.numel_in, bwd.numel_out) == (
-        None, 2, 1_180_224, 2_360_448)
+    assert (bwd.mesh_dim, bwd.group_size, bwd.numel_in, bwd.numel_out) == (None, 2, 1_180_224, 2_360_448)
     assert "mesh_dim" not in bwd.fields()
     assert bwd.ring_bytes == 2_360_448
     with pytest.raises(ValueError):
@@ -339,17 +359,14 @@ def test_reshard_after_forward_options():
 
 
 def test_causal_lm_root():
-    d = Dims(1024, 16, 8, 128, 3072, num_hidden_layers=28, vocab_size=151_936,
-             tie_word_embeddings=True)  # Qwen3-0.6B
+    d = Dims(1024, 16, 8, 128, 3072, num_hidden_layers=28, vocab_size=151_936, tie_word_embeddings=True)  # Qwen3-0.6B
     m = calc.model_tables(d, 8, body="causal_lm")
     root = m.root
     assert root.numel == 151_936 * 1024 + 1024
     assert root.padding_numel == 0  # every dimension a multiple of 128 (notes)
-    assert [(c.op, c.phase) for c in root.collectives] == [
-        ("all_gather", "forward"), ("reduce_scatter", "backward")]
+    assert [(c.op, c.phase) for c in root.collectives] == [("all_gather", "forward"), ("reduce_scatter", "backward")]
     assert m.total_ring_bytes == 28 * m.layer.total_ring_bytes + root.total_ring_bytes
-    assert calc.root_tables(d, 8, reshard_after_forward=True).total_ring_bytes == (
-        3 * root.numel * 2 * 7 // 8)
+    assert calc.root_tables(d, 8, reshard_after_forward=True).total_ring_bytes == (3 * root.numel * 2 * 7 // 8)
     with pytest.raises(ValueError):
         calc.model_tables(d, 8, body="encoder")
 
@@ -376,10 +393,11 @@ def test_to_dict_is_plain():
 
 
 def test_calculator_does_not_import_torch():
-    code = ("import sys, harness.contract.calculator as c; c.layer_tables(c.WALKTHROUGH, 4); "
-            "print(any(m == 'torch' or m.startswith('torch.') for m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=REPO)
+    code = (
+        "import sys, harness.contract.calculator as c; c.layer_tables(c.WALKTHROUGH, 4); "
+        "print(any(m == 'torch' or m.startswith('torch.') for m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "False"
 
 
@@ -408,17 +426,30 @@ def test_rows_carry_the_specs_field_names():
         assert set(t.param_state(point, 0)) <= FIELDS["param_state"]
     assert set(t.params[0].row(0)) <= FIELDS["param"] | SELECTORS["param"]
     assert t.collective("all_gather", "forward").fields() == {
-        "op": "all_gather", "dtype": "float16", "numel_in": 590_112, "numel_out": 2_360_448,
-        "buffer_bytes": 4_720_896, "ring_bytes": 3_540_672, "group_size": 4, "mesh_dim": "dp"}
+        "op": "all_gather",
+        "dtype": "float16",
+        "numel_in": 590_112,
+        "numel_out": 2_360_448,
+        "buffer_bytes": 4_720_896,
+        "ring_bytes": 3_540_672,
+        "group_size": 4,
+        "mesh_dim": "dp",
+    }
     assert t.params_total() == {"count": 11, "numel": 2_360_448, "bytes": 4_720_896}
     assert t.params_total(3) == {"local_numel": 590_112, "local_bytes": 1_180_224}
     assert t.param_state("pre_forward", 0) == {"plain_tensors": 11, "full_shapes": True, "bytes": 4_720_896}
     assert t.param_state("post_forward", 0) == {"dtensors": 11, "local_shapes": True, "bytes": 1_180_224}
-    assert layer_tables(WALKTHROUGH, 4, reshard_after_forward=False).param_state("post_forward", 0)["plain_tensors"] == 11
+    assert (
+        layer_tables(WALKTHROUGH, 4, reshard_after_forward=False).param_state("post_forward", 0)["plain_tensors"] == 11
+    )
     assert t.step_total() == {"count": 3, "total_ring_bytes": 10_622_016}
     assert t.param("self_attn.k_proj.weight").row(1) == {
-        "param": "self_attn.k_proj.weight", "full_shape": [256, 512], "numel": 131_072,
-        "local_shape": [64, 512], "local_numel": 32_768}
+        "param": "self_attn.k_proj.weight",
+        "full_shape": [256, 512],
+        "numel": 131_072,
+        "local_shape": [64, 512],
+        "local_numel": 32_768,
+    }
 
 
 def test_walkthrough_is_defined_once():
@@ -429,4 +460,3 @@ def test_walkthrough_is_defined_once():
     assert WALKTHROUGH == calc.to_dims(config)
     assert WALKTHROUGH.num_hidden_layers == config.num_hidden_layers
     assert calc.step_symbols(WALKTHROUGH, 2, 8) == config.step_symbols(2, 8)
-

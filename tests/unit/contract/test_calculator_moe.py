@@ -53,7 +53,10 @@ def test_dense_layers_of_a_moe_model():
     cfg = calc.Dims(**{**MOE_TINY.__dict__, "num_hidden_layers": 4, "decoder_sparse_step": 2, "mlp_only_layers": (3,)})
     assert [cfg.is_moe_layer(i) for i in range(4)] == [False, True, False, False]
     assert [p.name for p in calc.layer_params(cfg, layer_idx=0)][6:9] == [
-        "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"]
+        "mlp.gate_proj.weight",
+        "mlp.up_proj.weight",
+        "mlp.down_proj.weight",
+    ]
     m = calc.model_tables(cfg, 4, storage_dtype="float32")
     sparse = calc.layer_tables(cfg, 4, storage_dtype="float32", layer_idx=1)
     dense = calc.layer_tables(cfg, 4, storage_dtype="float32", layer_idx=0)
@@ -94,8 +97,11 @@ def test_shard1_cuts_every_expert_and_needs_no_padding():
 
 
 def test_shard1_that_does_not_divide_is_refused_as_torch_refuses_it():
-    with pytest.raises(ValueError, match=r"mlp.experts.gate_up_proj: FSDP does not support uneven sharding on dim 1: "
-                                         r"\[128, 1536, 2048\] \(world size: 1024\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"mlp.experts.gate_up_proj: FSDP does not support uneven sharding on dim 1: "
+        r"\[128, 1536, 2048\] \(world size: 1024\)",
+    ):
         calc.layer_tables(QWEN3_30B_A3B, 1024, shard_dims={"mlp.experts.gate_up_proj": 1})
     with pytest.raises(ValueError, match="names no parameter"):
         calc.layer_tables(MOE_TINY, 4, shard_dims={"mlp.gate_up_proj": 1})
@@ -103,12 +109,15 @@ def test_shard1_that_does_not_divide_is_refused_as_torch_refuses_it():
         calc.layer_tables(MOE_TINY, 4, shard_dims={"mlp.experts.gate_up_proj": 3})
 
 
-@pytest.mark.parametrize("dims, world, shard_dims, expected", [
-    # (numel, padded all-gather output, per-rank input) worked out in specs/qwen3_moe_1024_ranks.yaml
-    (QWEN3_30B_A3B, 1024, {}, (623_120_640, 4_854_913_024, 4_741_126)),
-    (QWEN3_30B_A3B, 1024, {"mlp.experts.down_proj": 1}, (623_120_640, 3_445_626_880, 3_364_870)),
-    (QWEN3_235B_A22B, 1024, {}, (2_487_755_008, 19_407_054_848, 18_952_202)),
-])
+@pytest.mark.parametrize(
+    "dims, world, shard_dims, expected",
+    [
+        # (numel, padded all-gather output, per-rank input) worked out in specs/qwen3_moe_1024_ranks.yaml
+        (QWEN3_30B_A3B, 1024, {}, (623_120_640, 4_854_913_024, 4_741_126)),
+        (QWEN3_30B_A3B, 1024, {"mlp.experts.down_proj": 1}, (623_120_640, 3_445_626_880, 3_364_870)),
+        (QWEN3_235B_A22B, 1024, {}, (2_487_755_008, 19_407_054_848, 18_952_202)),
+    ],
+)
 def test_released_moe_layers_on_1024_ranks(dims, world, shard_dims, expected):
     t = calc.layer_tables(dims, world, storage_dtype="bfloat16", shard_dims=shard_dims)
     assert (t.numel, t.padded_numel, t.padded_shard_numel) == expected
@@ -137,31 +146,48 @@ def moe_layer_and_world(draw):
     rank = draw(st.integers(0, world - 1))
     dtype = draw(st.sampled_from(["bfloat16", "float32"]))
     # Shard(1) for each fused expert parameter whose dim 1 the world divides (torch refuses the rest)
-    rows = {"mlp.experts.gate_up_proj": 2 * config["moe_intermediate_size"],
-            "mlp.experts.down_proj": config["hidden_size"]}
+    rows = {
+        "mlp.experts.gate_up_proj": 2 * config["moe_intermediate_size"],
+        "mlp.experts.down_proj": config["hidden_size"],
+    }
     shard1 = sorted(n for n, r in rows.items() if r % world == 0 and draw(st.booleans()))
     return config, world, rank, dtype, shard1
 
 
 @pytest.mark.slow
-@settings(max_examples=max(1, settings.default.max_examples // 25), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=max(1, settings.default.max_examples // 25),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(moe_layer_and_world())
 # E = 8 on 16 ranks, an empty expert shard; and the same with both fused experts on Shard(1)
 @example(({**KNOWN_CONFIGS["moe-tiny"].to_dict(), "num_hidden_layers": 1}, 16, 15, "float32", []))
-@example(({**KNOWN_CONFIGS["moe-tiny"].to_dict(), "num_hidden_layers": 1}, 16, 9, "bfloat16",
-          ["mlp.experts.down_proj", "mlp.experts.gate_up_proj"]))
+@example(
+    (
+        {**KNOWN_CONFIGS["moe-tiny"].to_dict(), "num_hidden_layers": 1},
+        16,
+        9,
+        "bfloat16",
+        ["mlp.experts.down_proj", "mlp.experts.gate_up_proj"],
+    )
+)
 def test_moe_calculator_matches_fake_backend(case):
     from harness.load.setup import RunSetup
     from harness.run.runner import run_setup
 
     config, world, rank, dtype, shard1 = case
     fsdp = {"shard_placement": {f"layers.*.{n}": 1 for n in shard1}} if shard1 else {}
-    setup = RunSetup.from_mapping({
-        "model": {"config": config, "body": "decoder_layers", "dtype": dtype},
-        "mesh": {"shape": [world], "dim_names": ["dp"]},
-        "batch_per_rank": 1, "seq_len": 4, "observe_ranks": [rank], "fsdp": fsdp,
-    })
+    setup = RunSetup.from_mapping(
+        {
+            "model": {"config": config, "body": "decoder_layers", "dtype": dtype},
+            "mesh": {"shape": [world], "dim_names": ["dp"]},
+            "batch_per_rank": 1,
+            "seq_len": 4,
+            "observe_ranks": [rank],
+            "fsdp": fsdp,
+        }
+    )
     obs = run_setup(setup, backend="fake", timeout_s=120)
     tables = calc.layer_tables(config, world, storage_dtype=dtype, shard_dims={n: 1 for n in shard1})
     doc = obs["ranks"][0]
@@ -175,6 +201,7 @@ def test_moe_calculator_matches_fake_backend(case):
     for expected in tables.collectives:
         got, fields = by[expected.phase, expected.op], expected.fields()
         assert {k: got[k] for k in fields if k != "ring_bytes"} == {
-            k: v for k, v in fields.items() if k != "ring_bytes"}
+            k: v for k, v in fields.items() if k != "ring_bytes"
+        }
         assert ring_bytes(got) == pytest.approx(expected.ring_bytes)
     assert len(by) == len(tables.collectives)

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from harness.contract import calculator as calc
 from harness.language.observed import ring_bytes
-from harness.run.runner import run_setup
 from harness.load.setup import RunSetup
+from harness.run.runner import run_setup
 
 
 @st.composite
@@ -43,22 +43,43 @@ def layer_and_world(draw):
 
 @pytest.mark.slow
 # every case is a simulated run: a 25th of the profile's count (4 by default, 40 when thorough)
-@settings(max_examples=max(1, settings.default.max_examples // 25), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=max(1, settings.default.max_examples // 25),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(layer_and_world())
 # the walkthrough layer on 4096 ranks, last rank: every parameter has fewer rows than ranks
-@example(({"hidden_size": 512, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 64,
-           "intermediate_size": 1024, "num_hidden_layers": 1, "vocab_size": 32, "rms_norm_eps": 1e-6,
-           "rope_theta": 10000.0, "tie_word_embeddings": False}, 4096, 4095, "float16"))
+@example(
+    (
+        {
+            "hidden_size": 512,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 4,
+            "head_dim": 64,
+            "intermediate_size": 1024,
+            "num_hidden_layers": 1,
+            "vocab_size": 32,
+            "rms_norm_eps": 1e-6,
+            "rope_theta": 10000.0,
+            "tie_word_embeddings": False,
+        },
+        4096,
+        4095,
+        "float16",
+    )
+)
 def test_calculator_matches_fake_backend(case):
     config, world, rank, dtype = case
-    setup = RunSetup.from_mapping({
-        "model": {"config": config, "body": "decoder_layers", "dtype": dtype},
-        "mesh": {"shape": [world], "dim_names": ["dp"]},
-        "batch_per_rank": 1,
-        "seq_len": 4,
-        "observe_ranks": [rank],
-    })
+    setup = RunSetup.from_mapping(
+        {
+            "model": {"config": config, "body": "decoder_layers", "dtype": dtype},
+            "mesh": {"shape": [world], "dim_names": ["dp"]},
+            "batch_per_rank": 1,
+            "seq_len": 4,
+            "observe_ranks": [rank],
+        }
+    )
     obs = run_setup(setup, backend="fake", timeout_s=120)
     tables = calc.layer_tables(config, world, storage_dtype=dtype)
     doc = obs["ranks"][0]
@@ -75,6 +96,8 @@ def test_calculator_matches_fake_backend(case):
         got = by[expected.phase, expected.op]
         # the calculator's rows carry the observation's own field names
         fields = expected.fields()
-        assert {k: got[k] for k in fields if k != "ring_bytes"} == {k: v for k, v in fields.items() if k != "ring_bytes"}
+        assert {k: got[k] for k in fields if k != "ring_bytes"} == {
+            k: v for k, v in fields.items() if k != "ring_bytes"
+        }
         assert ring_bytes(got) == pytest.approx(expected.ring_bytes)
     assert len(by) == len(tables.collectives)

@@ -72,11 +72,24 @@ def test_every_phase_the_harness_enters_is_in_the_table():
     assert found <= set(RANK_PHASES), found - set(RANK_PHASES)
 
 
-CLIP = {"model": {"config": "walkthrough", "body": "decoder_layers", "dtype": "float32",
-                  "overrides": {"num_hidden_layers": 1, "hidden_size": 64, "intermediate_size": 128,
-                                "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}},
-        "mesh": {"shape": [2], "dim_names": ["dp"]}, "numerics": False,
-        "schedule": {"loss": "sum", "steps": [{"clip_grad_norm": {"max_norm": 1.0}}]}}
+CLIP = {
+    "model": {
+        "config": "walkthrough",
+        "body": "decoder_layers",
+        "dtype": "float32",
+        "overrides": {
+            "num_hidden_layers": 1,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+        },
+    },
+    "mesh": {"shape": [2], "dim_names": ["dp"]},
+    "numerics": False,
+    "schedule": {"loss": "sum", "steps": [{"clip_grad_norm": {"max_norm": 1.0}}]},
+}
 
 
 @pytest.mark.slow

@@ -9,27 +9,30 @@ from hypothesis import strategies as st
 from harness.language.expect import UNIT_SCALE, Expectation, ExpectationError, parse_expectation, show
 
 # The document's own figures and what they must hold (observed values of the walkthrough setup).
-LAYER_BYTES = 4_720_896       # 2,360,448 fp16 elements
+LAYER_BYTES = 4_720_896  # 2,360,448 fp16 elements
 LAYER_NUMEL = 2_360_448
 LOCAL_NUMEL = 590_112
-RING_BYTES = LAYER_BYTES * 3 // 4   # 3,540,672: (N-1)/N x 4.72 MB
+RING_BYTES = LAYER_BYTES * 3 // 4  # 3,540,672: (N-1)/N x 4.72 MB
 
 
-@pytest.mark.parametrize("figure, holds, misses", [
-    ("4.72 MB", [LAYER_BYTES, 4_715_000, 4_725_000], [4_726_000, 4_714_000, 4_720_896_000]),
-    ("1.18 MB", [1_180_224], [1_190_000, 1_170_000]),
-    ("3.54 MB", [RING_BYTES], [3_546_000]),
-    ("≈590K", [LOCAL_NUMEL, 589_500, 590_500], [590_600, 589_000, LAYER_NUMEL]),
-    ("≈2.36M", [LAYER_NUMEL], [2_366_000, 2_354_000]),
-    ("~10.6 MB", [3 * RING_BYTES], [10_700_000, 10_540_000]),
-    ("2 × 10.6 MB", [6 * RING_BYTES, 21_100_000, 21_300_000], [21_000_000, 21_400_000, 10_600_000]),
-    ("2 x 2.36M", [2 * LAYER_NUMEL], [LAYER_NUMEL]),
-    ("2*10.6MB", [6 * RING_BYTES], [3 * RING_BYTES]),
-    ("≈ 4.72 MB", [LAYER_BYTES], [4_726_000]),
-    ("1 KiB", [1024, 1000, 1535], [511, 1537, 2048]),   # KiB: powers of 2
-    ("1.5 GiB", [int(1.5 * 2**30)], [int(1.6 * 2**30)]),
-    ("4.7 MB", [LAYER_BYTES], [4_800_000]),      # one digit fewer: a coarser figure still holds
-])
+@pytest.mark.parametrize(
+    "figure, holds, misses",
+    [
+        ("4.72 MB", [LAYER_BYTES, 4_715_000, 4_725_000], [4_726_000, 4_714_000, 4_720_896_000]),
+        ("1.18 MB", [1_180_224], [1_190_000, 1_170_000]),
+        ("3.54 MB", [RING_BYTES], [3_546_000]),
+        ("≈590K", [LOCAL_NUMEL, 589_500, 590_500], [590_600, 589_000, LAYER_NUMEL]),
+        ("≈2.36M", [LAYER_NUMEL], [2_366_000, 2_354_000]),
+        ("~10.6 MB", [3 * RING_BYTES], [10_700_000, 10_540_000]),
+        ("2 × 10.6 MB", [6 * RING_BYTES, 21_100_000, 21_300_000], [21_000_000, 21_400_000, 10_600_000]),
+        ("2 x 2.36M", [2 * LAYER_NUMEL], [LAYER_NUMEL]),
+        ("2*10.6MB", [6 * RING_BYTES], [3 * RING_BYTES]),
+        ("≈ 4.72 MB", [LAYER_BYTES], [4_726_000]),
+        ("1 KiB", [1024, 1000, 1535], [511, 1537, 2048]),  # KiB: powers of 2
+        ("1.5 GiB", [int(1.5 * 2**30)], [int(1.6 * 2**30)]),
+        ("4.7 MB", [LAYER_BYTES], [4_800_000]),  # one digit fewer: a coarser figure still holds
+    ],
+)
 def test_rounded_figure_holds_half_a_printed_unit(figure, holds, misses):
     e = parse_expectation(figure)
     assert e.form == "rounded"
@@ -40,15 +43,18 @@ def test_rounded_figure_holds_half_a_printed_unit(figure, holds, misses):
         assert not e.holds(value), f"{figure} should not hold {value:,}"
 
 
-@pytest.mark.parametrize("figure, value, tolerance, unit", [
-    ("4.72 MB", 4.72e6, 5e3, "MB"),
-    ("≈590K", 590e3, 500, "K"),
-    ("~10.6 MB", 10.6e6, 5e4, "MB"),
-    ("2 × 10.6 MB", 21.2e6, 1e5, "MB"),        # the tolerance is multiplied too
-    ("≈2.36M", 2.36e6, 5e3, "M"),
-    ("≈3", 3, 0.5, ""),                        # an approximate figure without a unit
-    ("12 B", 12, 0.5, "B"),
-])
+@pytest.mark.parametrize(
+    "figure, value, tolerance, unit",
+    [
+        ("4.72 MB", 4.72e6, 5e3, "MB"),
+        ("≈590K", 590e3, 500, "K"),
+        ("~10.6 MB", 10.6e6, 5e4, "MB"),
+        ("2 × 10.6 MB", 21.2e6, 1e5, "MB"),  # the tolerance is multiplied too
+        ("≈2.36M", 2.36e6, 5e3, "M"),
+        ("≈3", 3, 0.5, ""),  # an approximate figure without a unit
+        ("12 B", 12, 0.5, "B"),
+    ],
+)
 def test_rounded_figure_value_and_tolerance(figure, value, tolerance, unit):
     e = parse_expectation(figure)
     assert (e.form, e.unit) == ("rounded", unit)
@@ -63,9 +69,16 @@ def test_rounded_figure_describes_itself_and_shows_observed_in_its_units():
     assert parse_expectation("≈590K").show_observed(LOCAL_NUMEL) == "590,112 = 590.1 K"
 
 
-@pytest.mark.parametrize("raw, value", [
-    (590112, 590112), ("2,360,448", 2360448), ("590112", 590112), ("0", 0), (" 1,024 ", 1024),
-])
+@pytest.mark.parametrize(
+    "raw, value",
+    [
+        (590112, 590112),
+        ("2,360,448", 2360448),
+        ("590112", 590112),
+        ("0", 0),
+        (" 1,024 ", 1024),
+    ],
+)
 def test_ints_are_exact(raw, value):
     e = parse_expectation(raw)
     assert (e.form, e.value) == ("exact", value)
@@ -74,19 +87,22 @@ def test_ints_are_exact(raw, value):
     assert e.describe() == show(value)
 
 
-@pytest.mark.parametrize("raw, equal, different", [
-    ("float16", "float16", "bfloat16"),
-    ("FSDP::all_gather", "FSDP::all_gather", "FSDP::all_gather "),
-    ("Shard(dim=0)", "Shard(dim=0)", "Shard(dim=1)"),
-    ("all_gather layers.0", "all_gather layers.0", "all_gather layers.1"),
-    ("dp", "dp", "DP"),
-    ("", "", None),
-    (None, None, 0),
-    (True, True, False),
-    ([2, 8, 512], [2, 8, 512], [2, 8, 256]),
-    ([2, 8, 512], (2, 8, 512), [[2, 8, 512], [2, 8, 512]]),
-    (["Shard(dim=0)"], ("Shard(dim=0)",), ["Replicate()"]),
-])
+@pytest.mark.parametrize(
+    "raw, equal, different",
+    [
+        ("float16", "float16", "bfloat16"),
+        ("FSDP::all_gather", "FSDP::all_gather", "FSDP::all_gather "),
+        ("Shard(dim=0)", "Shard(dim=0)", "Shard(dim=1)"),
+        ("all_gather layers.0", "all_gather layers.0", "all_gather layers.1"),
+        ("dp", "dp", "DP"),
+        ("", "", None),
+        (None, None, 0),
+        (True, True, False),
+        ([2, 8, 512], [2, 8, 512], [2, 8, 256]),
+        ([2, 8, 512], (2, 8, 512), [[2, 8, 512], [2, 8, 512]]),
+        (["Shard(dim=0)"], ("Shard(dim=0)",), ["Replicate()"]),
+    ],
+)
 def test_non_numeric_values_stay_exact(raw, equal, different):
     e = parse_expectation(raw)
     assert e.form == "exact"
@@ -101,15 +117,18 @@ def test_numeric_expectations_never_hold_non_numbers():
             assert not e.holds(observed), (raw, observed)
 
 
-@pytest.mark.parametrize("raw, holds, misses", [
-    ("<= 1e-3", [0.0, 1e-3, 5e-4], [1.01e-3, 1.0]),
-    ("< 0.01", [0.0, 0.00999], [0.01, 0.02]),
-    (">= 1", [1, 2.5, 10**9], [0.999, 0]),
-    ("> 0", [1e-12, 3], [0, -1]),
-    ("== 0", [0, 0.0], [1e-12, 1]),
-    ("<= 1,000", [1000], [1001]),
-    ("<=-1e-3", [-1, -1e-3], [0]),
-])
+@pytest.mark.parametrize(
+    "raw, holds, misses",
+    [
+        ("<= 1e-3", [0.0, 1e-3, 5e-4], [1.01e-3, 1.0]),
+        ("< 0.01", [0.0, 0.00999], [0.01, 0.02]),
+        (">= 1", [1, 2.5, 10**9], [0.999, 0]),
+        ("> 0", [1e-12, 3], [0, -1]),
+        ("== 0", [0, 0.0], [1e-12, 1]),
+        ("<= 1,000", [1000], [1001]),
+        ("<=-1e-3", [-1, -1e-3], [0]),
+    ],
+)
 def test_bounds(raw, holds, misses):
     e = parse_expectation(raw)
     assert e.form == "bound"
@@ -120,10 +139,26 @@ def test_bounds(raw, holds, misses):
         assert not e.holds(value), (raw, value)
 
 
-@pytest.mark.parametrize("raw", [
-    "4.7.2 MB", "≈ MB", "≈", "~", "4.72 XB", "4.72 mb", "1e-3", "<= ", "<= 1e", ">= one", "== 1.2.3",
-    "2 × MB", "2 × ≈10.6 MB", "4,72.5.1 K", "12 apples",
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "4.7.2 MB",
+        "≈ MB",
+        "≈",
+        "~",
+        "4.72 XB",
+        "4.72 mb",
+        "1e-3",
+        "<= ",
+        "<= 1e",
+        ">= one",
+        "== 1.2.3",
+        "2 × MB",
+        "2 × ≈10.6 MB",
+        "4,72.5.1 K",
+        "12 apples",
+    ],
+)
 def test_malformed_figures_raise(raw):
     with pytest.raises(ExpectationError, match="cannot read") as info:
         parse_expectation(raw)

@@ -28,7 +28,8 @@ def test_a_pinned_spec_keeps_its_backend_and_says_so():
     assert chosen_backend("fake", "gloo") == "fake"
     assert kept_backend_note("premul_sum_refused_on_gloo", "gloo", "nccl") == (
         "note: premul_sum_refused_on_gloo keeps its backend gloo (pinned in the spec), not nccl; "
-        "--force-backend runs it on nccl")
+        "--force-backend runs it on nccl"
+    )
     assert "--fsdp2-force-backend runs it" in kept_backend_note("s", "gloo", "nccl", force_flag="--fsdp2-force-backend")
 
 

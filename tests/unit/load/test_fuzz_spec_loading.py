@@ -23,8 +23,8 @@ stays fast; ``FSDP2_FUZZ_PROFILE=fuzz-thorough`` runs 2,000 each:
 from __future__ import annotations
 
 import os
-import tempfile
 import signal
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,20 +33,63 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.load.spec import SpecError, load_spec
-
 from tests.support import SHIPPED_SPECS as SPECS
+
 TEXTS = {p.name: p.read_bytes() for p in SPECS}
 
-_COMMON = dict(deadline=None, derandomize=False, print_blob=True,
-               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+_COMMON = dict(
+    deadline=None,
+    derandomize=False,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 settings.register_profile("fuzz", max_examples=25, **_COMMON)
 settings.register_profile("fuzz-thorough", max_examples=2000, **_COMMON)
 FUZZ = settings.get_profile(os.environ.get("FSDP2_FUZZ_PROFILE", "fuzz"))
 
-_PUNCT = [b"&a ", b"*a", b"&b [*a, *a, *a]", b"!!python/object:os.system ", b"!!binary ", b"!!set ", b"? ", b": ",
-          b"- ", b"[", b"]", b"{", b"}", b",", b"#", b"|", b">", b"'", b'"', b"\t", b"\x00", b"\xff", b"\xc3",
-          b"\xe9", b"%YAML 1.1\n", b"---\n", b"...\n", b"\n", b"  ", b"~", b"null", b".inf", b"1e999", b"-1",
-          b"0x10", b"2024-01-01", b"yes", b"<<: *a\n", "\u00e9".encode(), "\u2028".encode(), b"\r"]
+_PUNCT = [
+    b"&a ",
+    b"*a",
+    b"&b [*a, *a, *a]",
+    b"!!python/object:os.system ",
+    b"!!binary ",
+    b"!!set ",
+    b"? ",
+    b": ",
+    b"- ",
+    b"[",
+    b"]",
+    b"{",
+    b"}",
+    b",",
+    b"#",
+    b"|",
+    b">",
+    b"'",
+    b'"',
+    b"\t",
+    b"\x00",
+    b"\xff",
+    b"\xc3",
+    b"\xe9",
+    b"%YAML 1.1\n",
+    b"---\n",
+    b"...\n",
+    b"\n",
+    b"  ",
+    b"~",
+    b"null",
+    b".inf",
+    b"1e999",
+    b"-1",
+    b"0x10",
+    b"2024-01-01",
+    b"yes",
+    b"<<: *a\n",
+    "\u00e9".encode(),
+    "\u2028".encode(),
+    b"\r",
+]
 
 
 BOUND_S = 2.0
@@ -88,8 +131,9 @@ def _load(data: bytes) -> None:
             reference.append(_load_once(LARGEST))
             times.append(_load_once(path))
         best = min(times)
-        assert best < BOUND_S or best < 10 * min(reference), \
+        assert best < BOUND_S or best < 10 * min(reference), (
             f"loading took {best:.2f} s at best of {len(times)}; {LARGEST.name} took {min(reference):.2f} s"
+        )
 
 
 @st.composite
@@ -104,8 +148,13 @@ def text_mutations(draw) -> bytes:
             text = text[:i] + text[j:]
         elif kind == "insert":
             i = draw(st.integers(0, len(text)))
-            piece = draw(st.one_of(st.sampled_from(_PUNCT), st.binary(max_size=8),
-                                   st.text(max_size=8).map(lambda s: s.encode("utf-8", "surrogatepass"))))
+            piece = draw(
+                st.one_of(
+                    st.sampled_from(_PUNCT),
+                    st.binary(max_size=8),
+                    st.text(max_size=8).map(lambda s: s.encode("utf-8", "surrogatepass")),
+                )
+            )
             text = text[:i] + piece + text[i:]
         elif kind == "dup_line" and lines:
             i = draw(st.integers(0, len(lines) - 1))
@@ -122,7 +171,7 @@ def text_mutations(draw) -> bytes:
         elif kind == "splice":
             other = TEXTS[draw(st.sampled_from(sorted(TEXTS)))]
             i, j = draw(st.integers(0, len(text))), draw(st.integers(0, len(other)))
-            text = text[:i] + other[j:j + draw(st.integers(0, 400))] + text[i:]
+            text = text[:i] + other[j : j + draw(st.integers(0, 400))] + text[i:]
         elif kind == "replace" and lines:
             i = draw(st.integers(0, len(lines) - 1))
             line = lines[i]
@@ -133,17 +182,64 @@ def text_mutations(draw) -> bytes:
     return text
 
 
-_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70),
-                     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20),
-                     st.sampled_from(["all", "float16", "bfloat16", "fake", "gloo", "4.72 MB", "≈590K", "<= 1e-2",
-                                      "After Pre-Forward", "Peak", "root", "step2.q_heads", "layers.0", "dp",
-                                      "self_attn.q_proj.weight", ">=2.6", "Shard(dim=0)", "temp", "total"]))
-_VALUES = st.recursive(_SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                          st.dictionaries(st.text(max_size=8) | st.sampled_from(
-                                                              ["layer", "state", "select", "id", "op", "phase", "rank",
-                                                               "ranks", "shape", "config", "overrides", "mesh"]),
-                                                              inner, max_size=4)),
-                       max_leaves=12)
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
+    st.sampled_from(
+        [
+            "all",
+            "float16",
+            "bfloat16",
+            "fake",
+            "gloo",
+            "4.72 MB",
+            "≈590K",
+            "<= 1e-2",
+            "After Pre-Forward",
+            "Peak",
+            "root",
+            "step2.q_heads",
+            "layers.0",
+            "dp",
+            "self_attn.q_proj.weight",
+            ">=2.6",
+            "Shard(dim=0)",
+            "temp",
+            "total",
+        ]
+    ),
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(
+            st.text(max_size=8)
+            | st.sampled_from(
+                [
+                    "layer",
+                    "state",
+                    "select",
+                    "id",
+                    "op",
+                    "phase",
+                    "rank",
+                    "ranks",
+                    "shape",
+                    "config",
+                    "overrides",
+                    "mesh",
+                ]
+            ),
+            inner,
+            max_size=4,
+        ),
+    ),
+    max_leaves=12,
+)
 
 
 def _paths(value, prefix=()):

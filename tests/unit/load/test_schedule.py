@@ -19,8 +19,14 @@ from harness.run.build import build_model, make_inputs
 from harness.run.plan import global_batches, loss_function, step_plan
 from harness.run.recorders.updates import schedule_reference, shard_rows
 
-TINY = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "head_dim": 16}
+TINY = {
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+}
 
 SPEC = """\
 spec: sched
@@ -39,21 +45,31 @@ tables:
 """
 
 
-def write(tmp_path: Path, schedule: str, check: str = "collectives", entry: str = "{select: {op: all_gather}, count: 4}",
-          body: str = "decoder_layers") -> Path:
+def write(
+    tmp_path: Path,
+    schedule: str,
+    check: str = "collectives",
+    entry: str = "{select: {op: all_gather}, count: 4}",
+    body: str = "decoder_layers",
+) -> Path:
     path = tmp_path / "spec.yaml"
-    path.write_text(SPEC.replace("SCHEDULE", schedule).replace("CHECK", check).replace("ENTRY", entry)
-                    .replace("BODY", body), encoding="utf-8")
+    path.write_text(
+        SPEC.replace("SCHEDULE", schedule).replace("CHECK", check).replace("ENTRY", entry).replace("BODY", body),
+        encoding="utf-8",
+    )
     return path
 
 
 # --- loading --------------------------------------------------------------------------------
 
+
 def test_a_schedule_loads_with_every_key(tmp_path):
-    schedule = ("steps: [{microbatches: 2, gradient_sync: every, forwards: 2, used_only_in: {layers.1.mlp: [1]}, "
-                "clip_grad_norm: {max_norm: 1.0, norm_type: 2}, optimizer_step: false, zero_grad: zeros, "
-                "unshard: [layers.0], reshard: [root], repeat: 3}, {no_grad: true}, {loss_on: 'layers.1:step9.gate'}]\n"
-                "    loss: sum")
+    schedule = (
+        "steps: [{microbatches: 2, gradient_sync: every, forwards: 2, used_only_in: {layers.1.mlp: [1]}, "
+        "clip_grad_norm: {max_norm: 1.0, norm_type: 2}, optimizer_step: false, zero_grad: zeros, "
+        "unshard: [layers.0], reshard: [root], repeat: 3}, {no_grad: true}, {loss_on: 'layers.1:step9.gate'}]\n"
+        "    loss: sum"
+    )
     spec = load_spec(write(tmp_path, schedule))
     s = spec.setup.schedule
     assert s.loss == "sum" and s.microbatches() == (2, 2, 2, 1, 1)
@@ -64,17 +80,39 @@ def test_a_schedule_loads_with_every_key(tmp_path):
 
 # (schedule, key path blamed, words of the message)
 BAD = [
-    ("steps: [{loss_on: 'layers.1.step9.gate'}]", "setup.schedule.steps[0].loss_on", "'<decoder layer path>:<step name>'"),
+    (
+        "steps: [{loss_on: 'layers.1.step9.gate'}]",
+        "setup.schedule.steps[0].loss_on",
+        "'<decoder layer path>:<step name>'",
+    ),
     ("steps: [{loss_on: 'layers.1:step9.gates'}]", "setup.schedule.steps[0].loss_on", "steps: ['step1.x_norm'"),
     ("steps: [{loss_on: 'layers.2:step9.gate'}]", "setup.schedule.steps[0].loss_on", "no decoder layer 'layers.2'"),
-    ("steps: [{microbatches: 2, used_only_in: {layers.1: [2]}}]", "setup.schedule.steps[0].used_only_in.layers.1",
-     "microbatch(es) [2] do not exist: the step has 2 microbatches (0-1)"),
-    ("steps: [{used_only_in: {layers.1.attn: [0]}}]", "setup.schedule.steps[0].used_only_in.layers.1.attn",
-     "no decoder layer or block 'layers.1.attn'"),
-    ("steps: [{unshard: [layers.3]}]", "setup.schedule.steps[0].unshard[0]", "no FSDP unit 'layers.3'; units: ['layers.0', 'layers.1', 'root']"),
+    (
+        "steps: [{microbatches: 2, used_only_in: {layers.1: [2]}}]",
+        "setup.schedule.steps[0].used_only_in.layers.1",
+        "microbatch(es) [2] do not exist: the step has 2 microbatches (0-1)",
+    ),
+    (
+        "steps: [{used_only_in: {layers.1.attn: [0]}}]",
+        "setup.schedule.steps[0].used_only_in.layers.1.attn",
+        "no decoder layer or block 'layers.1.attn'",
+    ),
+    (
+        "steps: [{unshard: [layers.3]}]",
+        "setup.schedule.steps[0].unshard[0]",
+        "no FSDP unit 'layers.3'; units: ['layers.0', 'layers.1', 'root']",
+    ),
     ("steps: [{}]\n    loss: cross_entropy", "setup.schedule.loss", "cross_entropy needs the causal LM's logits"),
-    ("steps: [{no_grad: true, forward_only: false}]", "setup.schedule.steps[0].forward_only", "no_grad: true runs no backward"),
-    ("steps: [{no_grad: true, clip_grad_norm: {max_norm: 1}}]", "setup.schedule.steps[0].clip_grad_norm", "no gradients to clip"),
+    (
+        "steps: [{no_grad: true, forward_only: false}]",
+        "setup.schedule.steps[0].forward_only",
+        "no_grad: true runs no backward",
+    ),
+    (
+        "steps: [{no_grad: true, clip_grad_norm: {max_norm: 1}}]",
+        "setup.schedule.steps[0].clip_grad_norm",
+        "no gradients to clip",
+    ),
     ("steps: [{microbatches: 0}]", "setup.schedule.steps[0].microbatches", "0 is less than the minimum of 1"),
     ("steps: [{gradient_sync: first}]", "setup.schedule.steps[0].gradient_sync", "expected one of ['last', 'every']"),
     ("steps: [{zero_grad: maybe}]", "setup.schedule.steps[0].zero_grad", "expected one of [True, False, 'zeros']"),
@@ -82,7 +120,9 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("schedule, key_path, words", BAD, ids=[b[1].rsplit(".", 1)[-1] + str(i) for i, b in enumerate(BAD)])
+@pytest.mark.parametrize(
+    "schedule, key_path, words", BAD, ids=[b[1].rsplit(".", 1)[-1] + str(i) for i, b in enumerate(BAD)]
+)
 def test_a_bad_schedule_is_a_load_error_naming_the_key(tmp_path, schedule, key_path, words):
     path = write(tmp_path, schedule)
     with pytest.raises(SpecError) as info:
@@ -95,12 +135,24 @@ def test_a_bad_schedule_is_a_load_error_naming_the_key(tmp_path, schedule, key_p
 
 # (check kind, entry, key path blamed, words): selectors that no step or microbatch of the schedule has
 BAD_SELECTORS = [
-    ("collectives", "{select: {step_index: 3}, count: 0}", "tables[0].entries[0].select",
-     "step_index: step(s) [3] do not exist: the schedule runs 3 steps (0-2)"),
-    ("collectives", "{select: {microbatch: 2}, count: 0}", "tables[0].entries[0].select",
-     "microbatch: microbatch(es) [2] do not exist: no step of the schedule has more than 2 microbatches (0-1)"),
-    ("memory", "{layer: 0, state: After Pre-Forward, step_index: -1, total: 0}", "tables[0].entries[0].step_index",
-     "expected a step index >= 0"),
+    (
+        "collectives",
+        "{select: {step_index: 3}, count: 0}",
+        "tables[0].entries[0].select",
+        "step_index: step(s) [3] do not exist: the schedule runs 3 steps (0-2)",
+    ),
+    (
+        "collectives",
+        "{select: {microbatch: 2}, count: 0}",
+        "tables[0].entries[0].select",
+        "microbatch: microbatch(es) [2] do not exist: no step of the schedule has more than 2 microbatches (0-1)",
+    ),
+    (
+        "memory",
+        "{layer: 0, state: After Pre-Forward, step_index: -1, total: 0}",
+        "tables[0].entries[0].step_index",
+        "expected a step index >= 0",
+    ),
     ("step", "{step: step1.x_norm, microbatch: 5, layers: 2}", "tables[0].entries[0].microbatch", "do not exist"),
     ("events", "{events: [reshard layers.9], count: 0}", "tables[0].entries[0].events", "no FSDP unit 'layers.9'"),
     ("events", "{events: ['unshrd *'], count: 0}", "tables[0].entries[0].events", "no event 'unshrd'"),
@@ -112,7 +164,9 @@ BAD_SELECTORS = [
 ]
 
 
-@pytest.mark.parametrize("check_kind, entry, key_path, words", BAD_SELECTORS, ids=[f"{b[0]}{i}" for i, b in enumerate(BAD_SELECTORS)])
+@pytest.mark.parametrize(
+    "check_kind, entry, key_path, words", BAD_SELECTORS, ids=[f"{b[0]}{i}" for i, b in enumerate(BAD_SELECTORS)]
+)
 def test_selectors_refuse_steps_the_schedule_does_not_run(tmp_path, check_kind, entry, key_path, words):
     path = write(tmp_path, "steps: [{microbatches: 2, repeat: 2}, {}]", check_kind, entry)
     with pytest.raises(SpecError) as info:
@@ -124,20 +178,38 @@ def test_selectors_refuse_steps_the_schedule_does_not_run(tmp_path, check_kind, 
 
 # --- the plan and the reference -------------------------------------------------------------
 
+
 def tiny_setup(schedule: dict, body: str = "decoder_layers", **kwargs) -> RunSetup:
-    return RunSetup.from_mapping({"model": {"config": "walkthrough", "overrides": TINY, "body": body, "dtype": "float32"},
-                                  "mesh": {"shape": [2]}, "schedule": schedule, **kwargs})
+    return RunSetup.from_mapping(
+        {
+            "model": {"config": "walkthrough", "overrides": TINY, "body": body, "dtype": "float32"},
+            "mesh": {"shape": [2]},
+            "schedule": schedule,
+            **kwargs,
+        }
+    )
 
 
 def test_the_plan_expands_repeats_microbatches_and_forwards():
-    setup = tiny_setup({"steps": [{"microbatches": 3, "used_only_in": {"layers.1": [2], "layers.0.mlp": [0]}},
-                                  {"forwards": 2, "repeat": 2}, {"microbatches": 2, "gradient_sync": "every"}]})
+    setup = tiny_setup(
+        {
+            "steps": [
+                {"microbatches": 3, "used_only_in": {"layers.1": [2], "layers.0.mlp": [0]}},
+                {"forwards": 2, "repeat": 2},
+                {"microbatches": 2, "gradient_sync": "every"},
+            ]
+        }
+    )
     config = qwen3.get_config("walkthrough", **TINY)
     batches = global_batches(setup, config, torch.float32, 3 + 4 + 2)
     plan = step_plan(setup, batches[0][:2], lambda n: [b[:2] for b in batches[:n]])
     assert [s.index for s in plan] == [0, 1, 2, 3]
     assert [[[f.index for f in mb.forwards] for mb in s.microbatches] for s in plan] == [
-        [[0], [1], [2]], [[3, 4]], [[5, 6]], [[7], [8]]]
+        [[0], [1], [2]],
+        [[3, 4]],
+        [[5, 6]],
+        [[7], [8]],
+    ]
     assert [mb.sync for mb in plan[0].microbatches] == [False, False, True]
     assert [mb.sync for mb in plan[3].microbatches] == [None, None]  # sync on every microbatch: never switched
     assert [mb.skip_layers for mb in plan[0].microbatches] == [(1,), ((0, "mlp"), 1), ((0, "mlp"),)]
@@ -167,11 +239,21 @@ def test_the_reference_is_one_sgd_step_on_the_mean_gradient():
     batches = global_batches(setup, config, torch.float32, 2)
     plan = step_plan(setup, batches[0][:2], lambda n: [b[:2] for b in batches[:n]])
     loss_fn = loss_function("mean_square")
-    ref = schedule_reference(model, plan, batches, loss_fn=loss_fn, make_optimizer=lambda ps: torch.optim.SGD(ps, lr=0.5),
-                             world_size=2, rank=0, shard_count=2, shard_index=1, compute_dtype=torch.float32,
-                             reduce_dtype=torch.float32)
+    ref = schedule_reference(
+        model,
+        plan,
+        batches,
+        loss_fn=loss_fn,
+        make_optimizer=lambda ps: torch.optim.SGD(ps, lr=0.5),
+        world_size=2,
+        rank=0,
+        shard_count=2,
+        shard_index=1,
+        compute_dtype=torch.float32,
+        reduce_dtype=torch.float32,
+    )
     plain = copy.deepcopy(model)
-    sum(loss_fn(plain(b[c * 2:(c + 1) * 2]), None) for b in batches for c in range(2)).div(4).backward()
+    sum(loss_fn(plain(b[c * 2 : (c + 1) * 2]), None) for b in batches for c in range(2)).div(4).backward()
     for fqn, p in plain.named_parameters():
         expected = shard_rows((p - 0.5 * p.grad).detach(), 2, 1)
         torch.testing.assert_close(ref.rows_after[0][fqn], expected, rtol=1e-5, atol=1e-7)

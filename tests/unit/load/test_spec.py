@@ -9,21 +9,25 @@ crash: tests/cli/test_pytest_plugin.py.
 
 from __future__ import annotations
 
-
 import pytest
 
 from harness.judge.evaluate import FAILING, evaluate_spec
 from harness.load.spec import SpecError, _cut, load_spec
 from tests.support.observations import walkthrough_observation
-
 from tests.support.specs import SMALL as BASE
 from tests.support.specs import edit, line_of
 from tests.support.specs import write_spec as write
 
+
 def test_the_base_spec_loads(tmp_path):
     spec = load_spec(write(tmp_path, BASE))
-    assert [i.entry.id for i in spec.items] == ["x_norm", "k_heads", "self_attn.q_proj.weight",
-                                                 "self_attn.k_proj.weight", "layer_bytes"]
+    assert [i.entry.id for i in spec.items] == [
+        "x_norm",
+        "k_heads",
+        "self_attn.q_proj.weight",
+        "self_attn.k_proj.weight",
+        "layer_bytes",
+    ]
     assert [i.entry.line for i in spec.items] == [13, 14, 21, 22, 26]
     assert spec.items[-1].entry.table == "Totals"  # no title: the section
     assert spec.setup.world_size == 4 and spec.backend == "auto" and spec.timeout_s == 300
@@ -32,99 +36,267 @@ def test_the_base_spec_loads(tmp_path):
 
 # (text, marker of the line reported, key path ('' for none), what the message says was expected)
 MALFORMED = [
-    pytest.param(edit("shape: [2, 8, 4, 64]}", "shape: [2, 8, 4, 64}"), "{id: k_heads", "",
-                 "expected ',' or ']'", id="yaml-syntax"),
-    pytest.param(edit("document: a document\n", ""), "spec: tiny", "",
-                 "'document' is a required property", id="missing-top-level-key"),
-    pytest.param(edit("  mesh: {shape: [4]", "  seeed: 1\n  mesh: {shape: [4]"), "seeed", "setup.seeed",
-                 "('seeed' was unexpected); allowed keys: ['bandwidth', 'batch_per_rank', ",
-                 id="unknown-setup-key"),
-    pytest.param(edit("dim_names: [dp]}", "dimnames: [dp]}"), "dimnames", "setup.mesh.dimnames",
-                 "allowed keys: ['dim_names', 'shape']", id="unknown-nested-setup-key"),
-    pytest.param(edit("{num_hidden_layers: 2}}", "{num_hidden_layers: 2}, dtype: fp16}"), "dtype: fp16", "setup.model.dtype",
-                 "expected one of ['float16', 'bfloat16', 'float32'], got 'fp16'", id="wrong-dtype"),
-    pytest.param(edit("check: param\n", "check: parm\n"), "check: parm", "tables[1].check",
-                 "expected one of ['param', 'params_total', 'input', 'step',", id="wrong-check-enum"),
-    pytest.param(edit("[self_attn.k_proj.weight, [64, 512], 32768]", "[self_attn.k_proj.weight, [64, 512]]"),
-                 "[self_attn.k_proj.weight", "tables[1].rows[1]",
-                 "expected 3 values for columns ['param', 'local_shape', 'local_numel'], got 2", id="row-columns"),
-    pytest.param(edit("step: step1.x_norm, shape:", "step: step1.x_norm, shap:"), "{id: x_norm",
-                 "tables[0].entries[0].shap", "'shap' is not a selector or field of check kind 'step'; selectors: "
-                 "['layer', 'microbatch', 'ranks', 'step', 'step_index']; fields: ['dim0', 'dtype', 'layers', 'shape']",
-                 id="unknown-field"),
-    pytest.param(edit("step: step2.k_heads", "step: step2.kv_heads"), "{id: k_heads", "tables[0].entries[1].step",
-                 "unknown step 'step2.kv_heads'; steps: ['step1.x_norm', 'step2.q',", id="unknown-step"),
-    pytest.param(edit("{id: x_norm,", '{id: x_norm, torch: "2.6",'), "{id: x_norm", "tables[0].entries[0].torch",
-                 "expected a PEP 440 range like '>=2.6,<2.15', got '2.6'", id="bad-entry-torch-range"),
-    pytest.param(edit("    title: shapes\n", '    title: shapes\n    torch: ">=2.x"\n'), ">=2.x", "tables[0].torch",
-                 "expected a PEP 440 range like '>=2.6,<2.15', got '>=2.x'", id="bad-table-torch-range"),
-    pytest.param(edit("document: a document\n", 'document: a document\ntorch: "2.6+"\n'), "2.6+", "torch",
-                 "expected a PEP 440 range", id="bad-spec-torch-range"),
-    pytest.param(edit("{id: k_heads", "{id: x_norm"), "step2.k_heads", "tables[0].entries[1]",
-                 "duplicate entry id 'x_norm' in table 'shapes' (first at line 13); give one an 'id'",
-                 id="duplicate-id"),
-    pytest.param(edit("[self_attn.k_proj.weight,", "[self_attn.q_proj.weight,"), "[64, 512]", "tables[1].rows[1]",
-                 "duplicate entry id 'self_attn.q_proj.weight' in table 'shard per rank' (first at line 21)",
-                 id="duplicate-default-id"),
-    pytest.param(edit('"4.72 MB"', '"4.7.2 MB"'), "id: layer_bytes", "tables[2].entries[0]",
-                 "cannot read '4.7.2 MB' as a figure: expected e.g. '4.72 MB'", id="unreadable-figure"),
-    pytest.param(edit('"4.72 MB"', '"≈ MB"'), "id: layer_bytes", "tables[2].entries[0]",
-                 "cannot read '≈ MB' as a figure", id="unreadable-approx-figure"),
-    pytest.param(edit("    check: params_total\n", "    check: params_total\n    columns: [layer, bytes]\n"),
-                 "- section: \"Totals\"", "tables[2]",
-                 "a table holds either 'columns' with 'rows', or 'entries'", id="columns-and-entries"),
-    pytest.param(edit("{id: x_norm, step: step1.x_norm,", "{id: x_norm, step: step1.x_norm, step: step2.q,"),
-                 "{id: x_norm", "tables[0].entries[0].step", "duplicate key 'step' (first at line 13)",
-                 id="duplicate-yaml-key"),
-    pytest.param(edit("        bytes: \"4.72 MB\"\n", "        bytes: \"4.72 MB\"\n        bytes: \"4.73 MB\"\n"),
-                 "4.73 MB", "tables[2].entries[0].bytes", "duplicate key 'bytes' (first at line 28)",
-                 id="duplicate-yaml-key-drops-a-check"),
-    pytest.param(edit("{id: k_heads,", "{id: \"k heads\","), "k heads", "tables[0].entries[1].id",
-                 "does not match", id="bad-id"),
-    pytest.param(edit("{id: k_heads,", "{deviation: {link: x}, id: k_heads,"), "deviation", "tables[0].entries[1].deviation",
-                 "'reason' is a required property", id="deviation-without-reason"),
-    pytest.param(edit("{id: k_heads,", "{deviation: {reason: x, why: x}, id: k_heads,"), "deviation", "tables[0].entries[1].deviation.why",
-                 "('why' was unexpected); allowed keys: ['link', 'reason']", id="deviation-unknown-key"),
-    pytest.param(edit("mesh: {shape: [4], dim_names: [dp]}", "mesh: {shape: [2, 2], dim_names: [dp]}"),
-                 "mesh: {shape", "setup.mesh.dim_names", "expected 2 names for shape [2, 2], got ['dp']", id="mesh-names"),
-    pytest.param(edit("mesh: {shape: [4], dim_names: [dp]}", "mesh: {shape: [4], dim_names: [a, b]}"),
-                 "mesh: {shape", "setup.mesh.dim_names", "expected 1 name for shape [4], got ['a', 'b']",
-                 id="mesh-names-singular"),
-    pytest.param(edit("config: walkthrough,", "config: Qwen3-1.8B,"), "Qwen3-1.8B", "setup.model.config",
-                 "unknown config name 'Qwen3-1.8B'; known names: walkthrough, Qwen3-0.6B", id="unknown-config-name"),
-    pytest.param(edit("  model: {config: walkthrough, overrides: {num_hidden_layers: 2}}", "  model: Qwen3-1.7B"),
-                 "model: Qwen3-1.7B", "setup.model",
-                 "expected a mapping with keys config, overrides, body, dtype, got 'Qwen3-1.7B'", id="model-not-a-mapping"),
-    pytest.param(edit("    check: step\n", "    check: step\n    with: wrong\n"), "with: wrong", "tables[0].with",
-                 "expected a mapping, got 'wrong'", id="with-not-a-mapping"),
-    pytest.param(edit("[param, local_shape, local_numel]", "[param, local_shap, local_numel]"), "columns:",
-                 "tables[1].columns[1]", "'local_shap' is not a selector or field of check kind 'param'",
-                 id="unknown-column"),
-    pytest.param(edit("with: {layer: 0}", "with: {layr: 0}"), "with: {layr", "tables[1].with.layr",
-                 "'layr' is not a selector or field of check kind 'param'", id="unknown-with-key"),
-    pytest.param(edit("[self_attn.k_proj.weight,", "[self_attn.k_prj.weight,"), "k_prj", "tables[1].rows[1][0]",
-                 "'self_attn.k_prj.weight' is not the name of a parameter inside a decoder layer; names: "
-                 "['self_attn.q_proj.weight', 'self_attn.k_proj.weight',", id="unknown-param-name"),
-    pytest.param(edit("{id: k_heads,", "{id: k_heads, ranks: [0, 4],"), "{id: k_heads", "tables[0].entries[1].ranks",
-                 "rank(s) [4] outside the world; expected a rank 0-3 (world size 4), a list of them, or 'all'",
-                 id="rank-outside-world"),
-    pytest.param(edit("        layer: 0\n", "        layer: 0\n        ranks: -1\n"), "ranks: -1",
-                 "tables[2].entries[0].ranks", "rank(s) [-1] outside the world; expected a rank 0-3", id="negative-rank"),
-    pytest.param(edit("{id: k_heads,", "{id: k_heads, ranks: first,"), "{id: k_heads", "tables[0].entries[1].ranks",
-                 "expected a rank 0-3 (world size 4), a list of them, or 'all', got 'first'", id="rank-not-a-number"),
-    pytest.param(edit("  mesh: {shape: [4]", "  observe_ranks: [0, 3, 4]\n  mesh: {shape: [4]"),
-                 "observe_ranks", "setup.observe_ranks", "rank(s) [4] outside the world: world size 4 (mesh shape [4]), ranks 0-3",
-                 id="observe-rank-outside-world"),
-    pytest.param(edit("  mesh: {shape: [4]", "  numerics_reference: rank_0\n  schedule: {steps: [{repeat: 2}]}\n"
-                      "  mesh: {shape: [4]"), "numerics_reference", "setup.numerics_reference",
-                 "rank_0 computes the reference of the default step only; with setup.schedule expected each_rank",
-                 id="one-replica-with-a-schedule"),
-    pytest.param(edit("  mesh: {shape: [4]", "  numerics_reference: rank0\n  mesh: {shape: [4]"), "numerics_reference",
-                 "setup.numerics_reference", "expected one of ['each_rank', 'rank_0'], got 'rank0'", id="one-replica-misspelt"),
-    pytest.param(edit("- {id: x_norm, step: step1.x_norm, shape: [2, 8, 512]}", "- x_norm"), "- x_norm",
-                 "tables[0].entries[0]", "expected a mapping of the table's check kind's selectors and fields (and optionally id, says, torch, "
-                 "deviation, drafted), got 'x_norm'",
-                 id="entry-not-a-mapping"),
+    pytest.param(
+        edit("shape: [2, 8, 4, 64]}", "shape: [2, 8, 4, 64}"),
+        "{id: k_heads",
+        "",
+        "expected ',' or ']'",
+        id="yaml-syntax",
+    ),
+    pytest.param(
+        edit("document: a document\n", ""),
+        "spec: tiny",
+        "",
+        "'document' is a required property",
+        id="missing-top-level-key",
+    ),
+    pytest.param(
+        edit("  mesh: {shape: [4]", "  seeed: 1\n  mesh: {shape: [4]"),
+        "seeed",
+        "setup.seeed",
+        "('seeed' was unexpected); allowed keys: ['bandwidth', 'batch_per_rank', ",
+        id="unknown-setup-key",
+    ),
+    pytest.param(
+        edit("dim_names: [dp]}", "dimnames: [dp]}"),
+        "dimnames",
+        "setup.mesh.dimnames",
+        "allowed keys: ['dim_names', 'shape']",
+        id="unknown-nested-setup-key",
+    ),
+    pytest.param(
+        edit("{num_hidden_layers: 2}}", "{num_hidden_layers: 2}, dtype: fp16}"),
+        "dtype: fp16",
+        "setup.model.dtype",
+        "expected one of ['float16', 'bfloat16', 'float32'], got 'fp16'",
+        id="wrong-dtype",
+    ),
+    pytest.param(
+        edit("check: param\n", "check: parm\n"),
+        "check: parm",
+        "tables[1].check",
+        "expected one of ['param', 'params_total', 'input', 'step',",
+        id="wrong-check-enum",
+    ),
+    pytest.param(
+        edit("[self_attn.k_proj.weight, [64, 512], 32768]", "[self_attn.k_proj.weight, [64, 512]]"),
+        "[self_attn.k_proj.weight",
+        "tables[1].rows[1]",
+        "expected 3 values for columns ['param', 'local_shape', 'local_numel'], got 2",
+        id="row-columns",
+    ),
+    pytest.param(
+        edit("step: step1.x_norm, shape:", "step: step1.x_norm, shap:"),
+        "{id: x_norm",
+        "tables[0].entries[0].shap",
+        "'shap' is not a selector or field of check kind 'step'; selectors: "
+        "['layer', 'microbatch', 'ranks', 'step', 'step_index']; fields: ['dim0', 'dtype', 'layers', 'shape']",
+        id="unknown-field",
+    ),
+    pytest.param(
+        edit("step: step2.k_heads", "step: step2.kv_heads"),
+        "{id: k_heads",
+        "tables[0].entries[1].step",
+        "unknown step 'step2.kv_heads'; steps: ['step1.x_norm', 'step2.q',",
+        id="unknown-step",
+    ),
+    pytest.param(
+        edit("{id: x_norm,", '{id: x_norm, torch: "2.6",'),
+        "{id: x_norm",
+        "tables[0].entries[0].torch",
+        "expected a PEP 440 range like '>=2.6,<2.15', got '2.6'",
+        id="bad-entry-torch-range",
+    ),
+    pytest.param(
+        edit("    title: shapes\n", '    title: shapes\n    torch: ">=2.x"\n'),
+        ">=2.x",
+        "tables[0].torch",
+        "expected a PEP 440 range like '>=2.6,<2.15', got '>=2.x'",
+        id="bad-table-torch-range",
+    ),
+    pytest.param(
+        edit("document: a document\n", 'document: a document\ntorch: "2.6+"\n'),
+        "2.6+",
+        "torch",
+        "expected a PEP 440 range",
+        id="bad-spec-torch-range",
+    ),
+    pytest.param(
+        edit("{id: k_heads", "{id: x_norm"),
+        "step2.k_heads",
+        "tables[0].entries[1]",
+        "duplicate entry id 'x_norm' in table 'shapes' (first at line 13); give one an 'id'",
+        id="duplicate-id",
+    ),
+    pytest.param(
+        edit("[self_attn.k_proj.weight,", "[self_attn.q_proj.weight,"),
+        "[64, 512]",
+        "tables[1].rows[1]",
+        "duplicate entry id 'self_attn.q_proj.weight' in table 'shard per rank' (first at line 21)",
+        id="duplicate-default-id",
+    ),
+    pytest.param(
+        edit('"4.72 MB"', '"4.7.2 MB"'),
+        "id: layer_bytes",
+        "tables[2].entries[0]",
+        "cannot read '4.7.2 MB' as a figure: expected e.g. '4.72 MB'",
+        id="unreadable-figure",
+    ),
+    pytest.param(
+        edit('"4.72 MB"', '"≈ MB"'),
+        "id: layer_bytes",
+        "tables[2].entries[0]",
+        "cannot read '≈ MB' as a figure",
+        id="unreadable-approx-figure",
+    ),
+    pytest.param(
+        edit("    check: params_total\n", "    check: params_total\n    columns: [layer, bytes]\n"),
+        '- section: "Totals"',
+        "tables[2]",
+        "a table holds either 'columns' with 'rows', or 'entries'",
+        id="columns-and-entries",
+    ),
+    pytest.param(
+        edit("{id: x_norm, step: step1.x_norm,", "{id: x_norm, step: step1.x_norm, step: step2.q,"),
+        "{id: x_norm",
+        "tables[0].entries[0].step",
+        "duplicate key 'step' (first at line 13)",
+        id="duplicate-yaml-key",
+    ),
+    pytest.param(
+        edit('        bytes: "4.72 MB"\n', '        bytes: "4.72 MB"\n        bytes: "4.73 MB"\n'),
+        "4.73 MB",
+        "tables[2].entries[0].bytes",
+        "duplicate key 'bytes' (first at line 28)",
+        id="duplicate-yaml-key-drops-a-check",
+    ),
+    pytest.param(
+        edit("{id: k_heads,", '{id: "k heads",'), "k heads", "tables[0].entries[1].id", "does not match", id="bad-id"
+    ),
+    pytest.param(
+        edit("{id: k_heads,", "{deviation: {link: x}, id: k_heads,"),
+        "deviation",
+        "tables[0].entries[1].deviation",
+        "'reason' is a required property",
+        id="deviation-without-reason",
+    ),
+    pytest.param(
+        edit("{id: k_heads,", "{deviation: {reason: x, why: x}, id: k_heads,"),
+        "deviation",
+        "tables[0].entries[1].deviation.why",
+        "('why' was unexpected); allowed keys: ['link', 'reason']",
+        id="deviation-unknown-key",
+    ),
+    pytest.param(
+        edit("mesh: {shape: [4], dim_names: [dp]}", "mesh: {shape: [2, 2], dim_names: [dp]}"),
+        "mesh: {shape",
+        "setup.mesh.dim_names",
+        "expected 2 names for shape [2, 2], got ['dp']",
+        id="mesh-names",
+    ),
+    pytest.param(
+        edit("mesh: {shape: [4], dim_names: [dp]}", "mesh: {shape: [4], dim_names: [a, b]}"),
+        "mesh: {shape",
+        "setup.mesh.dim_names",
+        "expected 1 name for shape [4], got ['a', 'b']",
+        id="mesh-names-singular",
+    ),
+    pytest.param(
+        edit("config: walkthrough,", "config: Qwen3-1.8B,"),
+        "Qwen3-1.8B",
+        "setup.model.config",
+        "unknown config name 'Qwen3-1.8B'; known names: walkthrough, Qwen3-0.6B",
+        id="unknown-config-name",
+    ),
+    pytest.param(
+        edit("  model: {config: walkthrough, overrides: {num_hidden_layers: 2}}", "  model: Qwen3-1.7B"),
+        "model: Qwen3-1.7B",
+        "setup.model",
+        "expected a mapping with keys config, overrides, body, dtype, got 'Qwen3-1.7B'",
+        id="model-not-a-mapping",
+    ),
+    pytest.param(
+        edit("    check: step\n", "    check: step\n    with: wrong\n"),
+        "with: wrong",
+        "tables[0].with",
+        "expected a mapping, got 'wrong'",
+        id="with-not-a-mapping",
+    ),
+    pytest.param(
+        edit("[param, local_shape, local_numel]", "[param, local_shap, local_numel]"),
+        "columns:",
+        "tables[1].columns[1]",
+        "'local_shap' is not a selector or field of check kind 'param'",
+        id="unknown-column",
+    ),
+    pytest.param(
+        edit("with: {layer: 0}", "with: {layr: 0}"),
+        "with: {layr",
+        "tables[1].with.layr",
+        "'layr' is not a selector or field of check kind 'param'",
+        id="unknown-with-key",
+    ),
+    pytest.param(
+        edit("[self_attn.k_proj.weight,", "[self_attn.k_prj.weight,"),
+        "k_prj",
+        "tables[1].rows[1][0]",
+        "'self_attn.k_prj.weight' is not the name of a parameter inside a decoder layer; names: "
+        "['self_attn.q_proj.weight', 'self_attn.k_proj.weight',",
+        id="unknown-param-name",
+    ),
+    pytest.param(
+        edit("{id: k_heads,", "{id: k_heads, ranks: [0, 4],"),
+        "{id: k_heads",
+        "tables[0].entries[1].ranks",
+        "rank(s) [4] outside the world; expected a rank 0-3 (world size 4), a list of them, or 'all'",
+        id="rank-outside-world",
+    ),
+    pytest.param(
+        edit("        layer: 0\n", "        layer: 0\n        ranks: -1\n"),
+        "ranks: -1",
+        "tables[2].entries[0].ranks",
+        "rank(s) [-1] outside the world; expected a rank 0-3",
+        id="negative-rank",
+    ),
+    pytest.param(
+        edit("{id: k_heads,", "{id: k_heads, ranks: first,"),
+        "{id: k_heads",
+        "tables[0].entries[1].ranks",
+        "expected a rank 0-3 (world size 4), a list of them, or 'all', got 'first'",
+        id="rank-not-a-number",
+    ),
+    pytest.param(
+        edit("  mesh: {shape: [4]", "  observe_ranks: [0, 3, 4]\n  mesh: {shape: [4]"),
+        "observe_ranks",
+        "setup.observe_ranks",
+        "rank(s) [4] outside the world: world size 4 (mesh shape [4]), ranks 0-3",
+        id="observe-rank-outside-world",
+    ),
+    pytest.param(
+        edit(
+            "  mesh: {shape: [4]",
+            "  numerics_reference: rank_0\n  schedule: {steps: [{repeat: 2}]}\n  mesh: {shape: [4]",
+        ),
+        "numerics_reference",
+        "setup.numerics_reference",
+        "rank_0 computes the reference of the default step only; with setup.schedule expected each_rank",
+        id="one-replica-with-a-schedule",
+    ),
+    pytest.param(
+        edit("  mesh: {shape: [4]", "  numerics_reference: rank0\n  mesh: {shape: [4]"),
+        "numerics_reference",
+        "setup.numerics_reference",
+        "expected one of ['each_rank', 'rank_0'], got 'rank0'",
+        id="one-replica-misspelt",
+    ),
+    pytest.param(
+        edit("- {id: x_norm, step: step1.x_norm, shape: [2, 8, 512]}", "- x_norm"),
+        "- x_norm",
+        "tables[0].entries[0]",
+        "expected a mapping of the table's check kind's selectors and fields (and optionally id, says, torch, "
+        "deviation, drafted), got 'x_norm'",
+        id="entry-not-a-mapping",
+    ),
 ]
 
 
@@ -144,10 +316,12 @@ def test_malformed_spec_gives_one_spec_error(tmp_path, text, marker, key_path, e
 
 def test_every_error_at_once_in_file_order(tmp_path):
     """Schema errors (at any depth) and entry-level errors together, one line each, sorted by line."""
-    text = (BASE.replace("  mesh: {shape: [4]", "  seeed: 1\n  batch_per_rnk: 2\n  mesh: {shape: [4]")
-                .replace("    check: step\n", "    check: stepp\n")
-                .replace("[param, local_shape, local_numel]", "[param, local_shap, local_numel]")
-                .replace('"4.72 MB"', '"4.7.2 MB"'))
+    text = (
+        BASE.replace("  mesh: {shape: [4]", "  seeed: 1\n  batch_per_rnk: 2\n  mesh: {shape: [4]")
+        .replace("    check: step\n", "    check: stepp\n")
+        .replace("[param, local_shape, local_numel]", "[param, local_shap, local_numel]")
+        .replace('"4.72 MB"', '"4.7.2 MB"')
+    )
     path = write(tmp_path, text)
     with pytest.raises(SpecError) as info:
         load_spec(path)
@@ -156,7 +330,11 @@ def test_every_error_at_once_in_file_order(tmp_path):
         (line_of(text, "seeed"), "setup.seeed", "Additional properties are not allowed ('seeed' was unexpected)"),
         (line_of(text, "batch_per_rnk"), "setup.batch_per_rnk", "('batch_per_rnk' was unexpected); allowed keys:"),
         (line_of(text, "check: stepp"), "tables[0].check", "expected one of ['param', 'params_total',"),
-        (line_of(text, "columns:"), "tables[1].columns[1]", "'local_shap' is not a selector or field of check kind 'param'"),
+        (
+            line_of(text, "columns:"),
+            "tables[1].columns[1]",
+            "'local_shap' is not a selector or field of check kind 'param'",
+        ),
         (line_of(text, "id: layer_bytes"), "tables[2].entries[0]", "cannot read '4.7.2 MB' as a figure"),
     ]
     assert [(line, key) for line, key, _ in err.errors] == [(line, key) for line, key, _ in expected]
@@ -184,15 +362,21 @@ def test_a_schema_error_skips_only_its_entry(tmp_path):
     with pytest.raises(SpecError) as info:
         load_spec(write(tmp_path, text))
     assert [(line, key) for line, key, _ in info.value.errors] == [
-        (line_of(text, "step1.x_nrm"), "tables[0].entries[0].step"), (line_of(text, "k heads"), "tables[0].entries[1].id")]
+        (line_of(text, "step1.x_nrm"), "tables[0].entries[0].step"),
+        (line_of(text, "k heads"), "tables[0].entries[1].id"),
+    ]
 
 
 def test_overrides_are_blamed_only_when_they_fail(tmp_path):
-    text = edit("config: walkthrough, overrides: {num_hidden_layers: 2}",
-                "config: Qwen3-1.8B, overrides: {num_hidden_layers: 2, num_key_value_heads: 3}")
+    text = edit(
+        "config: walkthrough, overrides: {num_hidden_layers: 2}",
+        "config: Qwen3-1.8B, overrides: {num_hidden_layers: 2, num_key_value_heads: 3}",
+    )
     with pytest.raises(SpecError) as info:
         load_spec(write(tmp_path, text))
-    assert [key for _, key, _ in info.value.errors] == ["setup.model.config"]  # the overrides are not judged on no config
+    assert [key for _, key, _ in info.value.errors] == [
+        "setup.model.config"
+    ]  # the overrides are not judged on no config
 
 
 def test_run_setup_raises_setup_error_with_every_problem():
@@ -203,41 +387,68 @@ def test_run_setup_raises_setup_error_with_every_problem():
     err = info.value
     assert isinstance(err, ValueError)
     assert (err.key_path, err.message) == ("setup.mesh.dim_names", "expected 2 names for shape [2, 2], got ['dp']")
-    assert err.errors[1] == ("setup.observe_ranks",
-                             "rank(s) [4, 7] outside the world: world size 4 (mesh shape [2, 2]), ranks 0-3")
+    assert err.errors[1] == (
+        "setup.observe_ranks",
+        "rank(s) [4, 7] outside the world: world size 4 (mesh shape [2, 2]), ranks 0-3",
+    )
     assert RunSetup.from_mapping({"mesh": {"shape": [8]}, "observe_ranks": [0, 7]}).observe_ranks == (0, 7)
 
 
-MEMORY = BASE + """\
+MEMORY = (
+    BASE
+    + """\
   - section: "Memory"
     check: memory
     entries:
       - {id: m, SELECTOR, state: STATE, unsharded_param: 0}
 """
+)
 
 
-@pytest.mark.parametrize("selector, state", [
-    ("layer: 0", "After Pre-Forward"), ("layer: 1", "Peak Backward"), ("module: layers.0", "Before Post-Backward"),
-    ("unit: root", "After Optimizer Step"), ("unit: root", "Peak"), ('module: ""', "Peak"),
-    ("unit: root", "After Post-Backward"),
-])
+@pytest.mark.parametrize(
+    "selector, state",
+    [
+        ("layer: 0", "After Pre-Forward"),
+        ("layer: 1", "Peak Backward"),
+        ("module: layers.0", "Before Post-Backward"),
+        ("unit: root", "After Optimizer Step"),
+        ("unit: root", "Peak"),
+        ('module: ""', "Peak"),
+        ("unit: root", "After Post-Backward"),
+    ],
+)
 def test_memory_states_that_load(tmp_path, selector, state):
     load_spec(write(tmp_path, MEMORY.replace("SELECTOR", selector).replace("STATE", f'"{state}"')))
 
 
-@pytest.mark.parametrize("selector, state, says", [
-    ("layer: 0", "After Pre-Forwrd", "'After Pre-Forwrd' is not an FSDPMemTracker state of a decoder layer's unit; "
-     "states: ['Before Pre-Forward', 'After Pre-Forward', 'Before Post-Forward', 'After Post-Forward', "
-     "'Before Pre-Backward', 'After Pre-Backward', 'Before Post-Backward', 'After Post-Backward', 'Peak Forward', "
-     "'Peak Backward']"),
-    ("layer: 0", "Pre-Forward", "not an FSDPMemTracker state"),  # mem_tracker._ModState's name, not FSDPMemTracker's
-    ("layer: 0", "After Optimizer Step", "is a whole-rank snapshot recorded under the root unit: unit: root"),
-    ("module: layers.0", "Peak", "not an FSDPMemTracker state of module 'layers.0'"),
-    ("unit: root", "Peak Optimizer", "states: ['Before Pre-Forward', 'After Pre-Forward', 'Before Post-Forward', "
-     "'After Post-Forward', 'Before Pre-Backward', 'After Pre-Backward', 'Before Post-Backward', "
-     "'After Post-Backward', 'Peak Forward', 'Peak Backward', 'After fully_shard', 'After Optimizer Step', "
-     "'After Zero Grad', 'Peak']"),
-])
+@pytest.mark.parametrize(
+    "selector, state, says",
+    [
+        (
+            "layer: 0",
+            "After Pre-Forwrd",
+            "'After Pre-Forwrd' is not an FSDPMemTracker state of a decoder layer's unit; "
+            "states: ['Before Pre-Forward', 'After Pre-Forward', 'Before Post-Forward', 'After Post-Forward', "
+            "'Before Pre-Backward', 'After Pre-Backward', 'Before Post-Backward', 'After Post-Backward', 'Peak Forward', "
+            "'Peak Backward']",
+        ),
+        (
+            "layer: 0",
+            "Pre-Forward",
+            "not an FSDPMemTracker state",
+        ),  # mem_tracker._ModState's name, not FSDPMemTracker's
+        ("layer: 0", "After Optimizer Step", "is a whole-rank snapshot recorded under the root unit: unit: root"),
+        ("module: layers.0", "Peak", "not an FSDPMemTracker state of module 'layers.0'"),
+        (
+            "unit: root",
+            "Peak Optimizer",
+            "states: ['Before Pre-Forward', 'After Pre-Forward', 'Before Post-Forward', "
+            "'After Post-Forward', 'Before Pre-Backward', 'After Pre-Backward', 'Before Post-Backward', "
+            "'After Post-Backward', 'Peak Forward', 'Peak Backward', 'After fully_shard', 'After Optimizer Step', "
+            "'After Zero Grad', 'Peak']",
+        ),
+    ],
+)
 def test_unknown_memory_state_fails_at_load(tmp_path, selector, state, says):
     text = MEMORY.replace("SELECTOR", selector).replace("STATE", f'"{state}"')
     with pytest.raises(SpecError) as info:
@@ -247,7 +458,9 @@ def test_unknown_memory_state_fails_at_load(tmp_path, selector, state, says):
 
 
 def test_memory_state_of_a_with_is_reported_once(tmp_path):
-    text = BASE + """\
+    text = (
+        BASE
+        + """\
   - section: "Memory"
     check: memory
     with: {layer: 0, state: "After Forward"}
@@ -255,13 +468,18 @@ def test_memory_state_of_a_with_is_reported_once(tmp_path):
       - {id: a, unsharded_param: 0}
       - {id: b, sharded_param: 0}
 """
+    )
     with pytest.raises(SpecError) as info:
         load_spec(write(tmp_path, text))
-    assert [(line, key) for line, key, _ in info.value.errors] == [(line_of(text, "After Forward"), "tables[3].with.state")]
+    assert [(line, key) for line, key, _ in info.value.errors] == [
+        (line_of(text, "After Forward"), "tables[3].with.state")
+    ]
 
 
 def test_ranks_inside_the_world_load(tmp_path):
-    text = BASE + """\
+    text = (
+        BASE
+        + """\
   - section: "Inputs"
     check: input
     columns: [rank, shape]
@@ -275,11 +493,14 @@ def test_ranks_inside_the_world_load(tmp_path):
       - {id: two_ranks, ranks: [0, 3], step: step1.x_norm, shape: [2, 8, 512]}
       - {id: one_rank, ranks: 2, step: step1.x_norm, shape: [2, 8, 512]}
 """
+    )
     assert len(load_spec(write(tmp_path, text)).items) == 10
 
 
 def test_input_rank_outside_the_world(tmp_path):
-    text = BASE + """\
+    text = (
+        BASE
+        + """\
   - section: "Inputs"
     check: input
     columns: [rank, shape]
@@ -287,17 +508,24 @@ def test_input_rank_outside_the_world(tmp_path):
       - [0, [2, 8, 512]]
       - [4, [2, 8, 512]]
 """
+    )
     with pytest.raises(SpecError) as info:
         load_spec(write(tmp_path, text))
     assert (info.value.line, info.value.key_path) == (line_of(text, "[4, [2"), "tables[3].rows[1][0]")
-    assert info.value.message == "rank(s) [4] outside the world; expected a rank 0-3 (world size 4), a list of them, or 'all'"
+    assert (
+        info.value.message
+        == "rank(s) [4] outside the world; expected a rank 0-3 (world size 4), a list of them, or 'all'"
+    )
 
 
-@pytest.mark.parametrize("text, message", [
-    ("", "expected a mapping with keys spec, title, document, setup, tables"),
-    ("- a\n- b\n", "expected a mapping"),
-    ("spec: a\n---\nspec: b\n", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "expected a mapping with keys spec, title, document, setup, tables"),
+        ("- a\n- b\n", "expected a mapping"),
+        ("spec: a\n---\nspec: b\n", "not valid YAML"),
+    ],
+)
 def test_not_a_spec_at_all(tmp_path, text, message):
     path = write(tmp_path, text)
     with pytest.raises(SpecError, match=message) as info:
@@ -378,10 +606,17 @@ def test_deviation_does_not_hide_an_error(gated):
     assert r.status == "error" and "(layer 7) not observed" in r.message
 
 
-@pytest.mark.parametrize("version, skipped", [
-    ("2.13.0", False), ("2.13.0+cu128", False), ("2.14.0.dev20260101+cpu", False), ("2.14.0a0+git1234", False),
-    ("2.5.1", True), ("1.13.1", True),
-])
+@pytest.mark.parametrize(
+    "version, skipped",
+    [
+        ("2.13.0", False),
+        ("2.13.0+cu128", False),
+        ("2.14.0.dev20260101+cpu", False),
+        ("2.14.0a0+git1234", False),
+        ("2.5.1", True),
+        ("1.13.1", True),
+    ],
+)
 def test_torch_range_on_releases_and_nightlies(gated, version, skipped):
     """A nightly of a newer torch is inside '>=2.6' (pre-releases count)."""
     _, spec = gated
@@ -391,12 +626,15 @@ def test_torch_range_on_releases_and_nightlies(gated, version, skipped):
 
 
 def test_numerics_skip_on_a_simulated_run(tmp_path):
-    text = GATES.split("tables:")[0] + """tables:
+    text = (
+        GATES.split("tables:")[0]
+        + """tables:
   - section: "Backward"
     check: numerics
     entries:
       - {id: grads, grads_count: 22}
 """
+    )
     obs = walkthrough_observation()
     obs["environment"]["simulated"] = True
     (r,) = evaluate_spec(load_spec(write(tmp_path, text)), obs)
@@ -404,7 +642,9 @@ def test_numerics_skip_on_a_simulated_run(tmp_path):
 
 
 def test_unsimulated_ranks_skip_and_observed_ones_are_checked(tmp_path):
-    text = GATES.split("tables:")[0] + """tables:
+    text = (
+        GATES.split("tables:")[0]
+        + """tables:
   - section: "Inputs"
     check: input
     columns: [rank, shape]
@@ -412,6 +652,7 @@ def test_unsimulated_ranks_skip_and_observed_ones_are_checked(tmp_path):
       - [0, [2, 8, 512]]
       - [2, [2, 8, 512]]
 """
+    )
     obs = walkthrough_observation()
     obs["environment"].update(simulated=True, observed_ranks=[0])
     obs["ranks"] = obs["ranks"][:1]
@@ -430,20 +671,26 @@ def test_impossible_model_config_fails_at_load_naming_the_field(tmp_path):
 
 
 def test_same_title_tables_cannot_repeat_an_id(tmp_path):
-    text = BASE + """\
+    text = (
+        BASE
+        + """\
   - section: "Forward again"
     title: shapes
     check: step
     entries:
       - {id: x_norm, step: step1.x_norm, shape: [2, 8, 512]}
 """
+    )
     with pytest.raises(SpecError, match="duplicate entry id 'x_norm' in table 'shapes'"):
         load_spec(write(tmp_path, text))
 
 
-@pytest.mark.parametrize("old, new, needs", [
-    ("    with: {layer: 0}\n", "", "'layer'"),
-])
+@pytest.mark.parametrize(
+    "old, new, needs",
+    [
+        ("    with: {layer: 0}\n", "", "'layer'"),
+    ],
+)
 def test_param_entry_must_name_its_layer(tmp_path, old, new, needs):
     with pytest.raises(SpecError, match=needs):
         load_spec(write(tmp_path, edit(old, new)))

@@ -3,12 +3,10 @@ embedding, by where the setup puts its two users."""
 
 from __future__ import annotations
 
-
 import pytest
 
 from harness.load.spec import SpecError, load_spec
 from tests.support import REPO
-
 
 SPEC = """\
 spec: tie
@@ -32,13 +30,16 @@ tables:
 """
 
 
-@pytest.mark.parametrize("tie, units, loads", [
-    (True, "[model.embed_tokens, model.layers.*, lm_head]", True),  # two units: the tie is broken
-    (True, "[model.embed_tokens, model.layers.*]", True),  # lm_head left to the root: broken too
-    (True, "[[model.embed_tokens, lm_head], model.layers.*]", False),  # one unit: one tied weight
-    (True, "[model.layers.*]", False),  # both in the root: one tied weight, named model.embed_tokens.weight
-    (False, "[model.layers.*]", True),  # untied: lm_head.weight always exists
-])
+@pytest.mark.parametrize(
+    "tie, units, loads",
+    [
+        (True, "[model.embed_tokens, model.layers.*, lm_head]", True),  # two units: the tie is broken
+        (True, "[model.embed_tokens, model.layers.*]", True),  # lm_head left to the root: broken too
+        (True, "[[model.embed_tokens, lm_head], model.layers.*]", False),  # one unit: one tied weight
+        (True, "[model.layers.*]", False),  # both in the root: one tied weight, named model.embed_tokens.weight
+        (False, "[model.layers.*]", True),  # untied: lm_head.weight always exists
+    ],
+)
 def test_lm_head_weight_is_a_parameter_where_the_tie_is_broken(tmp_path, tie, units, loads):
     path = tmp_path / "tie.yaml"
     path.write_text(SPEC.format(tie=str(tie).lower(), units=units))

@@ -15,8 +15,15 @@ from harness.load.spec import SpecError, load_spec
 from harness.load.units import match_modules, match_params
 from model.names import module_paths
 
-TINY = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 128}
+TINY = {
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "vocab_size": 128,
+}
 
 
 def _setup(fsdp, body="causal_lm"):
@@ -30,23 +37,42 @@ def test_globs_match_one_component_in_module_order():
     assert match_modules("model.layers", paths) == ["model.layers"]
     assert match_modules("layers.*", paths) == []
     assert match_params("model.layers.*.self_attn.*", ["model.layers.0.self_attn.q_proj.weight"]) == []
-    assert match_params("model.layers.*.self_attn.**", ["model.layers.0.self_attn.q_proj.weight"]) == \
-        ["model.layers.0.self_attn.q_proj.weight"]
+    assert match_params("model.layers.*.self_attn.**", ["model.layers.0.self_attn.q_proj.weight"]) == [
+        "model.layers.0.self_attn.q_proj.weight"
+    ]
 
 
 def test_default_units_are_each_layer_then_the_root():
     plan = _setup({"reshard_after_forward": 2}).unit_plan(2)
     assert [(p.name, p.role, p.layer, p.options.reshard_after_forward) for p in plan] == [
-        ("model.layers.0", "layer", 0, 2), ("model.layers.1", "layer", 1, 2), ("", "root", None, None)]
+        ("model.layers.0", "layer", 0, 2),
+        ("model.layers.1", "layer", 1, 2),
+        ("", "root", None, None),
+    ]
 
 
 def test_a_list_is_one_unit_named_as_torch_names_it():
-    plan = _setup({"units": ["model.layers.*", {"modules": ["lm_head", "model.norm"], "reshard_after_forward": None,
-                                                 "mp_policy": {"param_dtype": "bfloat16"}}, "model.embed_tokens",
-                             {"modules": "root", "reshard_after_forward": True}]}).unit_plan(2)
+    plan = _setup(
+        {
+            "units": [
+                "model.layers.*",
+                {
+                    "modules": ["lm_head", "model.norm"],
+                    "reshard_after_forward": None,
+                    "mp_policy": {"param_dtype": "bfloat16"},
+                },
+                "model.embed_tokens",
+                {"modules": "root", "reshard_after_forward": True},
+            ]
+        }
+    ).unit_plan(2)
     assert [(p.name, p.role) for p in plan] == [
-        ("model.layers.0", "layer"), ("model.layers.1", "layer"), ("model.norm, lm_head", "module"),
-        ("model.embed_tokens", "module"), ("", "root")]
+        ("model.layers.0", "layer"),
+        ("model.layers.1", "layer"),
+        ("model.norm, lm_head", "module"),
+        ("model.embed_tokens", "module"),
+        ("", "root"),
+    ]
     tail = plan[2]
     assert tail.paths == ("model.norm", "lm_head")  # module order, not the order written
     assert tail.options.reshard_after_forward is None and tail.options.mp_policy.param_dtype == "bfloat16"
@@ -55,21 +81,35 @@ def test_a_list_is_one_unit_named_as_torch_names_it():
 
 
 def test_unit_options_default_to_the_fsdp_mapping():
-    plan = _setup({"gradient_divide_factor": 8, "force_sum_reduction_for_comms": True,
-                   "units": [{"modules": "model.layers.*", "gradient_divide_factor": 1}]}).unit_plan(2)
+    plan = _setup(
+        {
+            "gradient_divide_factor": 8,
+            "force_sum_reduction_for_comms": True,
+            "units": [{"modules": "model.layers.*", "gradient_divide_factor": 1}],
+        }
+    ).unit_plan(2)
     assert [p.options.gradient_divide_factor for p in plan] == [1.0, 1.0, 8.0]
     assert {p.options.force_sum_reduction_for_comms for p in plan} == {True}
 
 
-@pytest.mark.parametrize("fsdp, key, words", [
-    ({"units": ["model.layer.*"]}, "setup.fsdp.units[0].modules", "'model.layer.*' matches no module"),
-    ({"units": ["model.layers.*", ["model.layers.1", "lm_head"]]}, "setup.fsdp.units[1].modules[0]",
-     "module 'model.layers.1' is already in units[0]"),
-    ({"units": ["root", "model.layers.*"]}, "setup.fsdp.units[0].modules", "'root' must be the last unit"),
-    ({"units": [["model.norm", "root"]]}, "setup.fsdp.units[0].modules[1]", "the root is not grouped"),
-    ({"forward_prefetch": {"model.layers.0": ["model.layers.7"]}}, "setup.fsdp.forward_prefetch",
-     "no FSDP unit named 'model.layers.7'"),
-])
+@pytest.mark.parametrize(
+    "fsdp, key, words",
+    [
+        ({"units": ["model.layer.*"]}, "setup.fsdp.units[0].modules", "'model.layer.*' matches no module"),
+        (
+            {"units": ["model.layers.*", ["model.layers.1", "lm_head"]]},
+            "setup.fsdp.units[1].modules[0]",
+            "module 'model.layers.1' is already in units[0]",
+        ),
+        ({"units": ["root", "model.layers.*"]}, "setup.fsdp.units[0].modules", "'root' must be the last unit"),
+        ({"units": [["model.norm", "root"]]}, "setup.fsdp.units[0].modules[1]", "the root is not grouped"),
+        (
+            {"forward_prefetch": {"model.layers.0": ["model.layers.7"]}},
+            "setup.fsdp.forward_prefetch",
+            "no FSDP unit named 'model.layers.7'",
+        ),
+    ],
+)
 def test_a_unit_that_cannot_be_is_refused(fsdp, key, words):
     with pytest.raises(SetupError) as info:
         _setup(fsdp).unit_plan(2)
@@ -94,12 +134,17 @@ tables:
 """
 
 
-@pytest.mark.parametrize("setup, key", [
-    ({"fsdp": {"units": [{"modules": "model.layers.*", "shard_placement": {"model.layers.*.mlp.*": 1}}]}},
-     "setup.fsdp.units[0].shard_placement"),
-    ({"fsdp": {"shard_placement": {"layers.*.mlp.*.weight": 1}}}, "setup.fsdp.shard_placement"),
-    ({"freeze": {"params": ["model.layers.0.self_attn.q_proj"]}}, "setup.freeze.params[0]"),
-])
+@pytest.mark.parametrize(
+    "setup, key",
+    [
+        (
+            {"fsdp": {"units": [{"modules": "model.layers.*", "shard_placement": {"model.layers.*.mlp.*": 1}}]}},
+            "setup.fsdp.units[0].shard_placement",
+        ),
+        ({"fsdp": {"shard_placement": {"layers.*.mlp.*.weight": 1}}}, "setup.fsdp.shard_placement"),
+        ({"freeze": {"params": ["model.layers.0.self_attn.q_proj"]}}, "setup.freeze.params[0]"),
+    ],
+)
 def test_a_parameter_pattern_that_names_nothing_is_refused(setup, key):
     from model.names import param_fqns
 
@@ -121,8 +166,9 @@ def test_selectors_name_the_units_of_the_setup(tmp_path: Path):
 
 def test_a_pattern_that_matches_nothing_is_a_load_error_at_its_line(tmp_path: Path):
     path = tmp_path / "spec.yaml"
-    path.write_text(SPEC.replace("[model.norm, lm_head]", "[model.norm, lm_heads]").replace("UNIT", "root"),
-                    encoding="utf-8")
+    path.write_text(
+        SPEC.replace("[model.norm, lm_head]", "[model.norm, lm_heads]").replace("UNIT", "root"), encoding="utf-8"
+    )
     with pytest.raises(SpecError) as info:
         load_spec(path)
     assert str(info.value).startswith(f"{path}:9: setup.fsdp.units[1].modules[1]: 'lm_heads' matches no module")
@@ -136,16 +182,25 @@ def test_meta_init_gives_the_full_inits_values_and_inv_freq(tmp_path: Path):
     import model as qwen3
     from harness.run.parallelize import apply_fsdp, build_mesh, init_shards_like_full, units_from_setup
 
-    setup = RunSetup.from_mapping({"model": {"body": "causal_lm", "overrides": dict(TINY, tie_word_embeddings=True),
-                                             "dtype": "float32"}, "mesh": {"shape": [1], "dim_names": ["dp"]},
-                                   "init": "meta", "seed": 3})
+    setup = RunSetup.from_mapping(
+        {
+            "model": {"body": "causal_lm", "overrides": dict(TINY, tie_word_embeddings=True), "dtype": "float32"},
+            "mesh": {"shape": [1], "dim_names": ["dp"]},
+            "init": "meta",
+            "seed": 3,
+        }
+    )
     config = qwen3.get_config("walkthrough", **TINY, tie_word_embeddings=True)
     full = qwen3.init_weights(qwen3.Qwen3ForCausalLM(config), generator=torch.Generator().manual_seed(3))
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdv'}", rank=0, world_size=1)
     try:
         meta = qwen3.Qwen3ForCausalLM(config, device="meta")
-        apply_fsdp(meta, build_mesh(setup, "cpu"), units_from_setup(setup, meta),
-                   materialize=lambda root: init_shards_like_full(root, torch.device("cpu"), seed=3))
+        apply_fsdp(
+            meta,
+            build_mesh(setup, "cpu"),
+            units_from_setup(setup, meta),
+            materialize=lambda root: init_shards_like_full(root, torch.device("cpu"), seed=3),
+        )
         got = {fqn: p.full_tensor() for fqn, p in meta.named_parameters()}
         assert list(got) == [fqn for fqn, _ in full.named_parameters()]
         for fqn, p in full.named_parameters():
@@ -156,20 +211,36 @@ def test_meta_init_gives_the_full_inits_values_and_inv_freq(tmp_path: Path):
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("setup_yaml, key, words", [
-    ("  init: metal\n", "setup.init", "expected one of ['full', 'meta']"),
-    ("  track_memory: maybe\n", "setup.track_memory", "is not of type 'boolean'"),
-    ("  freeze: {params: []}\n", "setup.freeze.params", "should be non-empty"),
-    ("  fsdp: {gradient_divide_factor: 0}\n", "setup.fsdp.gradient_divide_factor", "less than or equal to the minimum"),
-    ("  fsdp: {offload_policy: {pin: true}}\n", "setup.fsdp.offload_policy.pin", "'pin' was unexpected"),
-    ("  fsdp: {units: [{modules: layers.*, reshard_after_backwards: false}]}\n",
-     "setup.fsdp.units[0].reshard_after_backwards", "'reshard_after_backwards' was unexpected"),
-    ("  fsdp: {units: [{modules: layers.*, shard_placement: {'layers.*.mlp.*.weight': -1}}]}\n",
-     "setup.fsdp.units[0].shard_placement.layers.*.mlp.*.weight", "less than the minimum of 0"),
-])
+@pytest.mark.parametrize(
+    "setup_yaml, key, words",
+    [
+        ("  init: metal\n", "setup.init", "expected one of ['full', 'meta']"),
+        ("  track_memory: maybe\n", "setup.track_memory", "is not of type 'boolean'"),
+        ("  freeze: {params: []}\n", "setup.freeze.params", "should be non-empty"),
+        (
+            "  fsdp: {gradient_divide_factor: 0}\n",
+            "setup.fsdp.gradient_divide_factor",
+            "less than or equal to the minimum",
+        ),
+        ("  fsdp: {offload_policy: {pin: true}}\n", "setup.fsdp.offload_policy.pin", "'pin' was unexpected"),
+        (
+            "  fsdp: {units: [{modules: layers.*, reshard_after_backwards: false}]}\n",
+            "setup.fsdp.units[0].reshard_after_backwards",
+            "'reshard_after_backwards' was unexpected",
+        ),
+        (
+            "  fsdp: {units: [{modules: layers.*, shard_placement: {'layers.*.mlp.*.weight': -1}}]}\n",
+            "setup.fsdp.units[0].shard_placement.layers.*.mlp.*.weight",
+            "less than the minimum of 0",
+        ),
+    ],
+)
 def test_bad_values_of_the_new_keys_are_load_errors_at_their_line(tmp_path: Path, setup_yaml, key, words):
-    text = ("spec: s\ntitle: t\ndocument: d\nsetup:\n  model: {overrides: {num_hidden_layers: 2}}\n" + setup_yaml +
-            "tables:\n  - section: S\n    check: collectives\n    entries:\n      - {select: {op: all_gather}, count: 1}\n")
+    text = (
+        "spec: s\ntitle: t\ndocument: d\nsetup:\n  model: {overrides: {num_hidden_layers: 2}}\n"
+        + setup_yaml
+        + "tables:\n  - section: S\n    check: collectives\n    entries:\n      - {select: {op: all_gather}, count: 1}\n"
+    )
     path = tmp_path / "spec.yaml"
     path.write_text(text, encoding="utf-8")
     with pytest.raises(SpecError) as info:

@@ -53,27 +53,57 @@ from tests.support import REPO
 
 ATOL = 1e-5  # the required parity bound on max |ours - transformers| in fp32
 
-_SMALL = {"vocab_size": 96, "hidden_size": 48, "intermediate_size": 80, "num_attention_heads": 4,
-          "num_key_value_heads": 2, "head_dim": 16}
+_SMALL = {
+    "vocab_size": 96,
+    "hidden_size": 48,
+    "intermediate_size": 80,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+}
 
 # Three small MoE configs: E and k vary, norm_topk_prob on and off, all-sparse, every other
 # layer sparse (decoder_sparse_step=2) and explicit dense layers (mlp_only_layers), tied and
 # untied, and h_q*d_h != d (as the released models: 32*128 vs 2048).
 PARITY_CONFIGS = {
     "e8_top2_norm_untied": get_moe_config(
-        {**_SMALL, "num_hidden_layers": 2, "tie_word_embeddings": False,
-         "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 24, "norm_topk_prob": True}
+        {
+            **_SMALL,
+            "num_hidden_layers": 2,
+            "tie_word_embeddings": False,
+            "num_experts": 8,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 24,
+            "norm_topk_prob": True,
+        }
     ),
     "e6_top3_nonorm_step2_tied": get_moe_config(
-        {**_SMALL, "num_hidden_layers": 4, "tie_word_embeddings": True,
-         "num_experts": 6, "num_experts_per_tok": 3, "moe_intermediate_size": 20, "norm_topk_prob": False,
-         "decoder_sparse_step": 2}
+        {
+            **_SMALL,
+            "num_hidden_layers": 4,
+            "tie_word_embeddings": True,
+            "num_experts": 6,
+            "num_experts_per_tok": 3,
+            "moe_intermediate_size": 20,
+            "norm_topk_prob": False,
+            "decoder_sparse_step": 2,
+        }
     ),
     "e16_top4_mlp_only_untied": get_moe_config(
-        {**_SMALL, "hidden_size": 40, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 8,
-         "num_hidden_layers": 3, "tie_word_embeddings": False,
-         "num_experts": 16, "num_experts_per_tok": 4, "moe_intermediate_size": 12, "norm_topk_prob": True,
-         "mlp_only_layers": [0, 2]}
+        {
+            **_SMALL,
+            "hidden_size": 40,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 2,
+            "head_dim": 8,
+            "num_hidden_layers": 3,
+            "tie_word_embeddings": False,
+            "num_experts": 16,
+            "num_experts_per_tok": 4,
+            "moe_intermediate_size": 12,
+            "norm_topk_prob": True,
+            "mlp_only_layers": [0, 2],
+        }
     ),
 }
 
@@ -132,12 +162,32 @@ RELEASED_MOE = {  # hidden, layers, heads, kv, intermediate, moe_intermediate: p
 def test_released_moe_configs(name):
     c = get_moe_config(name)
     hidden, layers, heads, kv, ffn, moe_ffn = RELEASED_MOE[name]
-    assert (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads,
-            c.intermediate_size, c.moe_intermediate_size) == (hidden, layers, heads, kv, ffn, moe_ffn)
-    assert (c.head_dim, c.vocab_size, c.rms_norm_eps, c.rope_theta, c.max_position_embeddings,
-            c.tie_word_embeddings, c.initializer_range) == (128, 151936, 1e-6, 1e6, 40960, False, 0.02)
-    assert (c.num_experts, c.num_experts_per_tok, c.norm_topk_prob, c.decoder_sparse_step,
-            c.mlp_only_layers, c.router_aux_loss_coef, c.output_router_logits) == (128, 8, True, 1, (), 0.001, False)
+    assert (
+        c.hidden_size,
+        c.num_hidden_layers,
+        c.num_attention_heads,
+        c.num_key_value_heads,
+        c.intermediate_size,
+        c.moe_intermediate_size,
+    ) == (hidden, layers, heads, kv, ffn, moe_ffn)
+    assert (
+        c.head_dim,
+        c.vocab_size,
+        c.rms_norm_eps,
+        c.rope_theta,
+        c.max_position_embeddings,
+        c.tie_word_embeddings,
+        c.initializer_range,
+    ) == (128, 151936, 1e-6, 1e6, 40960, False, 0.02)
+    assert (
+        c.num_experts,
+        c.num_experts_per_tok,
+        c.norm_topk_prob,
+        c.decoder_sparse_step,
+        c.mlp_only_layers,
+        c.router_aux_loss_coef,
+        c.output_router_logits,
+    ) == (128, 8, True, 1, (), 0.001, False)
     assert c.moe_layers == tuple(range(layers))  # every layer sparse
     assert get_moe_config(f"Qwen/{name}") == c
     assert MOE_HUB_IDS[f"Qwen/{name}"] == name
@@ -148,9 +198,20 @@ def test_transformers_defaults_are_qwen3_30b_a3b_shaped(hf):
     with ours on every shape but the layer count and head_dim (transformers has no head_dim
     field: 2048/32 = 64, where the released config.json says 128)."""
     t, c = hf.Qwen3MoeConfig(), get_moe_config("Qwen3-30B-A3B")
-    for field in ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
-                  "num_experts", "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step",
-                  "rms_norm_eps", "router_aux_loss_coef", "tie_word_embeddings"):
+    for field in (
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "num_experts",
+        "num_experts_per_tok",
+        "moe_intermediate_size",
+        "decoder_sparse_step",
+        "rms_norm_eps",
+        "router_aux_loss_coef",
+        "tie_word_embeddings",
+    ):
         assert getattr(t, field) == getattr(c, field), field
     assert t.num_hidden_layers == 24 and c.num_hidden_layers == 48
     assert not hasattr(t, "head_dim")
@@ -160,7 +221,7 @@ def test_transformers_defaults_are_qwen3_30b_a3b_shaped(hf):
 def test_moe_configs_are_known_configs_of_their_own_type():
     """One way to name a config: get_config gives the MoE config for a MoE name, hub id or mapping
     (the harness builds the model by the config's type), and a dense one for anything else."""
-    assert list(KNOWN_CONFIGS)[-len(KNOWN_MOE_CONFIGS):] == list(KNOWN_MOE_CONFIGS)
+    assert list(KNOWN_CONFIGS)[-len(KNOWN_MOE_CONFIGS) :] == list(KNOWN_MOE_CONFIGS)
     for name, c in KNOWN_MOE_CONFIGS.items():
         assert KNOWN_CONFIGS[name] is c and get_config(name) is c and isinstance(c, Qwen3MoeConfig)
     assert get_config("Qwen/Qwen3-30B-A3B") is KNOWN_MOE_CONFIGS["Qwen3-30B-A3B"]
@@ -179,7 +240,9 @@ def test_moe_configs_are_known_configs_of_their_own_type():
     with pytest.raises(ValueError, match="'num_expert'"):
         get_moe_config("moe-tiny", num_expert=4)
     with pytest.raises(ValueError, match="moe_intermediate_size"):
-        get_moe_config({k: v for k, v in KNOWN_MOE_CONFIGS["moe-tiny"].to_dict().items() if k != "moe_intermediate_size"})
+        get_moe_config(
+            {k: v for k, v in KNOWN_MOE_CONFIGS["moe-tiny"].to_dict().items() if k != "moe_intermediate_size"}
+        )
 
 
 def test_get_moe_config_overrides_and_round_trip():
@@ -223,8 +286,9 @@ def test_bad_moe_config_names_the_field(field, value, says):
 def test_which_layers_are_sparse_agrees_with_transformers(hf, step, mlp_only):
     from transformers.models.qwen3_moe import modeling_qwen3_moe as hm
 
-    config = get_moe_config(PARITY_CONFIGS["e8_top2_norm_untied"], num_hidden_layers=6,
-                            decoder_sparse_step=step, mlp_only_layers=mlp_only)
+    config = get_moe_config(
+        PARITY_CONFIGS["e8_top2_norm_untied"], num_hidden_layers=6, decoder_sparse_step=step, mlp_only_layers=mlp_only
+    )
     hc = hf_moe_config(hf, config)
     theirs = [isinstance(hm.Qwen3MoeDecoderLayer(hc, i).mlp, hm.Qwen3MoeSparseMoeBlock) for i in range(6)]
     ours = [isinstance(Qwen3MoeDecoderLayer(config, i, device="meta").mlp, Qwen3MoeSparseMoeBlock) for i in range(6)]
@@ -234,12 +298,23 @@ def test_which_layers_are_sparse_agrees_with_transformers(hf, step, mlp_only):
 
 def test_step_symbols_add_the_moe_dims_only_for_moe():
     c = get_moe_config("Qwen3-30B-A3B")
-    assert c.step_symbols(2, 8) == {"B": 2, "L": 8, "d": 2048, "h_q": 32, "h_kv": 4, "d_h": 128, "d_ffn": 6144,
-                                    "E": 128, "k": 8, "d_moe": 768}
+    assert c.step_symbols(2, 8) == {
+        "B": 2,
+        "L": 8,
+        "d": 2048,
+        "h_q": 32,
+        "h_kv": 4,
+        "d_h": 128,
+        "d_ffn": 6144,
+        "E": 128,
+        "k": 8,
+        "d_moe": 768,
+    }
     assert set(get_config("walkthrough").step_symbols(2, 8)) == {"B", "L", "d", "h_q", "h_kv", "d_h", "d_ffn"}
 
 
 # ---- parameter counts --------------------------------------------------------------------
+
 
 def test_qwen3_30b_a3b_layer_count_matches_transformers_on_meta(hf):
     from transformers.models.qwen3_moe import modeling_qwen3_moe as hm
@@ -255,8 +330,9 @@ def test_qwen3_30b_a3b_layer_count_matches_transformers_on_meta(hf):
     counts = layer_param_counts(config, 0)
     assert counts["total"] == total and counts["experts"] == experts
     assert counts["router"] == theirs.mlp.gate.weight.numel() == 128 * 2048
-    assert counts["attention"] == sum(getattr(theirs.self_attn, n).weight.numel()
-                                      for n in ("q_proj", "k_proj", "v_proj", "o_proj"))
+    assert counts["attention"] == sum(
+        getattr(theirs.self_attn, n).weight.numel() for n in ("q_proj", "k_proj", "v_proj", "o_proj")
+    )
     assert sum(p.numel() for p in ours.parameters()) == total
     assert _names_shapes(ours) == _names_shapes(theirs)
 
@@ -284,22 +360,49 @@ def test_param_counts_of_a_mixed_model_match_transformers(hf):
         assert (counts["mlp"] > 0) == (i in (0, 2)) and (counts["experts"] > 0) == (i == 1), i
     assert model_param_counts(config)["total"] == sum(p.numel() for p in theirs.parameters())
     tied = get_moe_config(config, tie_word_embeddings=True)
-    assert model_param_counts(tied)["total"] == sum(p.numel() for p in hf.Qwen3MoeForCausalLM(hf_moe_config(hf, tied)).parameters())
+    assert model_param_counts(tied)["total"] == sum(
+        p.numel() for p in hf.Qwen3MoeForCausalLM(hf_moe_config(hf, tied)).parameters()
+    )
 
 
 # ---- a transformers config.json ------------------------------------------------------------
 
 # The config.json of Qwen/Qwen3-30B-A3B as published (transformers 4.51 format).
 QWEN3_30B_A3B_PUBLISHED = {
-    "architectures": ["Qwen3MoeForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
-    "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128,
-    "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 6144,
-    "max_position_embeddings": 40960, "max_window_layers": 48, "mlp_only_layers": [], "model_type": "qwen3_moe",
-    "moe_intermediate_size": 768, "norm_topk_prob": True, "num_attention_heads": 32, "num_experts": 128,
-    "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4, "output_router_logits": False,
-    "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.001,
-    "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-    "transformers_version": "4.51.0", "use_cache": True, "use_sliding_window": False, "vocab_size": 151936,
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "decoder_sparse_step": 1,
+    "eos_token_id": 151645,
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "hidden_size": 2048,
+    "initializer_range": 0.02,
+    "intermediate_size": 6144,
+    "max_position_embeddings": 40960,
+    "max_window_layers": 48,
+    "mlp_only_layers": [],
+    "model_type": "qwen3_moe",
+    "moe_intermediate_size": 768,
+    "norm_topk_prob": True,
+    "num_attention_heads": 32,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 48,
+    "num_key_value_heads": 4,
+    "output_router_logits": False,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": None,
+    "rope_theta": 1000000.0,
+    "router_aux_loss_coef": 0.001,
+    "sliding_window": None,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.51.0",
+    "use_cache": True,
+    "use_sliding_window": False,
+    "vocab_size": 151936,
 }
 
 
@@ -322,21 +425,48 @@ def test_config_json_in_the_published_4x_format():
     read = from_transformers(QWEN3_30B_A3B_PUBLISHED, moe=True)
     assert read.config == KNOWN_MOE_CONFIGS["Qwen3-30B-A3B"]
     assert read.dtype == "bfloat16"
-    assert set(read.ignored) == {"architectures", "bos_token_id", "eos_token_id", "max_window_layers",
-                                 "sliding_window", "transformers_version", "use_cache"}
+    assert set(read.ignored) == {
+        "architectures",
+        "bos_token_id",
+        "eos_token_id",
+        "max_window_layers",
+        "sliding_window",
+        "transformers_version",
+        "use_cache",
+    }
     # a dense file still reads as dense with moe=True
-    dense = {k: v for k, v in QWEN3_30B_A3B_PUBLISHED.items()
-             if k not in ("decoder_sparse_step", "mlp_only_layers", "moe_intermediate_size", "norm_topk_prob",
-                          "num_experts", "num_experts_per_tok", "output_router_logits", "router_aux_loss_coef")}
+    dense = {
+        k: v
+        for k, v in QWEN3_30B_A3B_PUBLISHED.items()
+        if k
+        not in (
+            "decoder_sparse_step",
+            "mlp_only_layers",
+            "moe_intermediate_size",
+            "norm_topk_prob",
+            "num_experts",
+            "num_experts_per_tok",
+            "output_router_logits",
+            "router_aux_loss_coef",
+        )
+    }
     read = from_transformers({**dense, "model_type": "qwen3"}, moe=True)
     assert type(read.config).__name__ == "Qwen3Config"
 
 
 def test_config_json_moe_defaults_and_refusals(hf, tmp_path):
     # transformers writes no head_dim: its attention uses hidden_size // num_attention_heads
-    hf.Qwen3MoeConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
-                      num_hidden_layers=2, vocab_size=100, num_experts=4, num_experts_per_tok=2,
-                      moe_intermediate_size=16).save_pretrained(str(tmp_path))
+    hf.Qwen3MoeConfig(
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        vocab_size=100,
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=16,
+    ).save_pretrained(str(tmp_path))
     c = read_config_file(tmp_path, moe=True).config
     theirs = hf.Qwen3MoeForCausalLM(hf.Qwen3MoeConfig.from_pretrained(str(tmp_path)))
     assert c.head_dim == 16 and c.norm_topk_prob is False and c.rope_theta == 10000.0
@@ -344,7 +474,9 @@ def test_config_json_moe_defaults_and_refusals(hf, tmp_path):
     # a file that omits the MoE switches means transformers' defaults
     fields = {k: v for k, v in QWEN3_30B_A3B_PUBLISHED.items() if k not in ("norm_topk_prob", "mlp_only_layers")}
     assert from_transformers(fields, moe=True).config.norm_topk_prob is False
-    assert from_transformers({**QWEN3_30B_A3B_PUBLISHED, "mlp_only_layers": None}, moe=True).config.mlp_only_layers == ()
+    assert (
+        from_transformers({**QWEN3_30B_A3B_PUBLISHED, "mlp_only_layers": None}, moe=True).config.mlp_only_layers == ()
+    )
     with pytest.raises(ValueError, match="num_experts 128 and num_local_experts 64 disagree"):
         from_transformers({**QWEN3_30B_A3B_PUBLISHED, "num_local_experts": 64}, moe=True)
     with pytest.raises(ValueError, match="'shared_expert_intermediate_size'.*Qwen3MoeConfig"):
@@ -358,13 +490,21 @@ def test_config_json_moe_defaults_and_refusals(hf, tmp_path):
 
 
 def test_config_side_imports_no_torch():
-    code = ("import sys, model; from model.config import get_moe_config, layer_param_counts, from_transformers; "
-            "from model.steps import MOE_STEPS, resolve_shape; "
-            "c = get_moe_config('Qwen/Qwen3-30B-A3B'); layer_param_counts(c); "
-            "resolve_shape('step9.router_logits', c.step_symbols(1, 8)); "
-            "print('torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
-                         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    code = (
+        "import sys, model; from model.config import get_moe_config, layer_param_counts, from_transformers; "
+        "from model.steps import MOE_STEPS, resolve_shape; "
+        "c = get_moe_config('Qwen/Qwen3-30B-A3B'); layer_param_counts(c); "
+        "resolve_shape('step9.router_logits', c.step_symbols(1, 8)); "
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
     assert out.stdout.strip() == "False"
 
 
@@ -538,14 +678,16 @@ def test_load_balancing_loss_func_is_transformers(hf):
     mask = torch.tensor([[1] * 6, [1] * 4 + [0] * 2])
     for top_k in (1, 2, 3):
         assert torch.equal(load_balancing_loss_func(logits, 8, top_k), hm.load_balancing_loss_func(logits, 8, top_k))
-        assert torch.equal(load_balancing_loss_func(logits, 8, top_k, mask),
-                           hm.load_balancing_loss_func(logits, 8, top_k, mask))
+        assert torch.equal(
+            load_balancing_loss_func(logits, 8, top_k, mask), hm.load_balancing_loss_func(logits, 8, top_k, mask)
+        )
     assert load_balancing_loss_func(None, 8, 2) == 0 == load_balancing_loss_func(logits[0], 8, 2)
     # bf16 router logits: the softmax runs in bf16 (not float32, as the router's own does)
     half = tuple((3 * x).bfloat16() for x in logits)
     assert torch.equal(load_balancing_loss_func(half, 8, 2), hm.load_balancing_loss_func(half, 8, 2))
-    assert not torch.equal(load_balancing_loss_func(half, 8, 2),
-                           load_balancing_loss_func(tuple(x.float() for x in half), 8, 2))
+    assert not torch.equal(
+        load_balancing_loss_func(half, 8, 2), load_balancing_loss_func(tuple(x.float() for x in half), 8, 2)
+    )
     # balanced routing, each expert a quarter of the tokens and of the probability: E * sum_e (1/E)(1/E) = 1
     balanced = (torch.eye(4).repeat(2, 1) * 50.0,)  # token t prefers expert t % 4: f_e = 1/4, P_e ≈ 1/4
     assert abs(load_balancing_loss_func(balanced, 4, 1).item() - 1.0) < 1e-6
@@ -597,8 +739,10 @@ def test_observed_moe_steps_are_transformers_tensors(hf, name):
     theirs = hm.Qwen3MoeDecoderLayer(hc, i).eval()
     theirs.load_state_dict(ours.state_dict(), strict=True)
     seen = {}
-    handles = [theirs.mlp.gate.register_forward_hook(lambda m, a, out: seen.__setitem__("gate", out)),
-               theirs.mlp.register_forward_hook(lambda m, a, out: seen.__setitem__("mlp", out))]
+    handles = [
+        theirs.mlp.gate.register_forward_hook(lambda m, a, out: seen.__setitem__("gate", out)),
+        theirs.mlp.register_forward_hook(lambda m, a, out: seen.__setitem__("mlp", out)),
+    ]
     x = hidden_input(config)
     rec = StepRecorder(keep_tensors=True)
     with torch.no_grad():

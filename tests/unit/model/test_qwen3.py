@@ -40,13 +40,29 @@ ATOL = 1e-5  # the required parity bound on max |ours - transformers| in fp32
 # The first has h_q*d_h != d, as the released Qwen3-0.6B (1024 vs 16*128).
 PARITY_CONFIGS = {
     "mha_1to1_tied": get_config(
-        {"vocab_size": 96, "hidden_size": 48, "intermediate_size": 80, "num_hidden_layers": 2,
-         "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 16, "tie_word_embeddings": True}
+        {
+            "vocab_size": 96,
+            "hidden_size": 48,
+            "intermediate_size": 80,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 4,
+            "head_dim": 16,
+            "tie_word_embeddings": True,
+        }
     ),
     "walkthrough_2to1_tied": get_config("walkthrough"),
     "gqa_8to1_untied": get_config(
-        {"vocab_size": 128, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
-         "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 8, "tie_word_embeddings": False}
+        {
+            "vocab_size": 128,
+            "hidden_size": 64,
+            "intermediate_size": 96,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 2,
+            "head_dim": 8,
+            "tie_word_embeddings": False,
+        }
     ),
 }
 
@@ -103,10 +119,23 @@ def test_known_config_names():
 def test_released_configs(name):
     c = get_config(name)
     hidden, layers, heads, kv, ffn, tie = RELEASED[name]
-    assert (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads,
-            c.intermediate_size, c.tie_word_embeddings) == (hidden, layers, heads, kv, ffn, tie)
-    assert (c.head_dim, c.vocab_size, c.rms_norm_eps, c.rope_theta, c.max_position_embeddings,
-            c.attention_bias, c.initializer_range) == (128, 151936, 1e-6, 1e6, 40960, False, 0.02)
+    assert (
+        c.hidden_size,
+        c.num_hidden_layers,
+        c.num_attention_heads,
+        c.num_key_value_heads,
+        c.intermediate_size,
+        c.tie_word_embeddings,
+    ) == (hidden, layers, heads, kv, ffn, tie)
+    assert (
+        c.head_dim,
+        c.vocab_size,
+        c.rms_norm_eps,
+        c.rope_theta,
+        c.max_position_embeddings,
+        c.attention_bias,
+        c.initializer_range,
+    ) == (128, 151936, 1e-6, 1e6, 40960, False, 0.02)
 
 
 def test_walkthrough_config_is_the_documents():
@@ -123,8 +152,16 @@ def test_get_config_overrides_and_mappings():
     assert get_config(c.to_dict()) == c
     assert get_config(c) is c
     # num_key_value_heads defaults to num_attention_heads, as in transformers
-    m = get_config({"vocab_size": 8, "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1,
-                    "num_attention_heads": 2, "head_dim": 4})
+    m = get_config(
+        {
+            "vocab_size": 8,
+            "hidden_size": 8,
+            "intermediate_size": 8,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "head_dim": 4,
+        }
+    )
     assert m.num_key_value_heads == 2
     with pytest.raises(Exception):
         c.hidden_size = 1  # frozen
@@ -143,8 +180,15 @@ def test_get_config_unknown_field_is_named():
     with pytest.raises(ValueError, match="'rope_scaling'"):
         get_config({**get_config("walkthrough").to_dict(), "rope_scaling": None})
     with pytest.raises(ValueError, match="head_dim"):
-        get_config({"vocab_size": 8, "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1,
-                    "num_attention_heads": 2})
+        get_config(
+            {
+                "vocab_size": 8,
+                "hidden_size": 8,
+                "intermediate_size": 8,
+                "num_hidden_layers": 1,
+                "num_attention_heads": 2,
+            }
+        )
 
 
 @pytest.mark.parametrize(
@@ -177,8 +221,15 @@ def test_bad_config_names_the_field(field, value, says):
 
 def test_heads_not_divisible_by_kv_heads():
     with pytest.raises(ValueError, match="num_key_value_heads=3 must divide num_attention_heads=8"):
-        Qwen3Config(vocab_size=8, hidden_size=8, intermediate_size=8, num_hidden_layers=1,
-                    num_attention_heads=8, num_key_value_heads=3, head_dim=4)
+        Qwen3Config(
+            vocab_size=8,
+            hidden_size=8,
+            intermediate_size=8,
+            num_hidden_layers=1,
+            num_attention_heads=8,
+            num_key_value_heads=3,
+            head_dim=4,
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -311,6 +362,7 @@ def test_steps_match_transformers_submodules(hf, name):
     def keep(name):
         def hook(module, args, out):
             seen[name] = out[0] if isinstance(out, tuple) else out
+
         return hook
 
     pairs = {  # our step -> the transformers submodule whose output it is
@@ -612,8 +664,9 @@ def test_init_weights_deterministic_and_transformers_like():
         else:
             assert abs(p.std().item() - config.initializer_range) < 0.2 * config.initializer_range, name
     # tied: drawn once, still tied
-    t = init_weights(Qwen3ForCausalLM(get_config(config, tie_word_embeddings=True)),
-                     generator=torch.Generator().manual_seed(7))
+    t = init_weights(
+        Qwen3ForCausalLM(get_config(config, tie_word_embeddings=True)), generator=torch.Generator().manual_seed(7)
+    )
     assert t.lm_head.weight is t.model.embed_tokens.weight
     assert torch.equal(t.model.embed_tokens.weight, a.model.embed_tokens.weight)
 

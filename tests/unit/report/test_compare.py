@@ -14,14 +14,22 @@ from harness.contract import strict_json
 from harness.report.compare import Key, compare_documents, flatten_observation, format_differences, summary_line
 from tests.support.observations import walkthrough_observation
 
-TINY = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "head_dim": 16}
+TINY = {
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+}
 
 
 def _strict(text: str):
     """Parse as RFC 8259 does: the bare tokens Infinity / NaN are refused."""
+
     def refuse(token):
         raise ValueError(f"not JSON: {token}")
+
     return json.loads(text, parse_constant=refuse)
 
 
@@ -39,7 +47,9 @@ def test_two_runs_on_one_torch_compare_equal(tmp_path: Path, capsys):
         "spec: tiny\ntitle: t\ndocument: d\nsetup:\n  model: {overrides: " + json.dumps(TINY) + "}\n"
         "  mesh: {shape: [2], dim_names: [dp]}\n  optimizer: {name: adamw, lr: 0.01}\n"
         "tables:\n  - section: S\n    check: collectives\n    entries:\n"
-        "      - {select: {op: all_gather}, count: 4}\n", encoding="utf-8")
+        "      - {select: {op: all_gather}, count: 4}\n",
+        encoding="utf-8",
+    )
     for name in ("a", "b"):
         assert main(["run", str(spec), "--json", str(tmp_path / f"{name}.json")]) == 0
     capsys.readouterr()
@@ -59,10 +69,13 @@ def test_a_changed_memory_value_is_exactly_that_field(document):
     same["ranks"][1]["timings_s"] = {"forward": 2.0}
     differences = compare_documents({"specs/w.yaml": same}, {"/abs/specs/w.yaml": changed})
     assert [(d.key, d.a, d.b) for d in differences] == [
-        (Key("memory", 1, ("layers.1", "After Pre-Forward", 0, 0, 0), "unsharded_param"), before, before * 2)]
+        (Key("memory", 1, ("layers.1", "After Pre-Forward", 0, 0, 0), "unsharded_param"), before, before * 2)
+    ]
     assert format_differences(differences) == [
-        "w.yaml", "  memory  rank 1, layers.1, After Pre-Forward, step 0, microbatch 0",
-        f"    unsharded_param: {before} (A) ≠ {before * 2} (B)"]
+        "w.yaml",
+        "  memory  rank 1, layers.1, After Pre-Forward, step 0, microbatch 0",
+        f"    unsharded_param: {before} (A) ≠ {before * 2} (B)",
+    ]
     assert summary_line(differences, 1) == "compare: 1 observed value differ in 1 of 1 spec (timings ignored)"
 
 
@@ -71,7 +84,8 @@ def test_a_changed_collective_names_its_rank_position_and_field(document):
     changed["ranks"][0]["collectives"][2]["reduce_op"] = "MAX"
     differences = compare_documents({"s": document}, {"s": changed})
     assert [(d.key.part, d.key.rank, d.key.selector, d.key.field, d.b) for d in differences] == [
-        ("collectives", 0, (2,), "reduce_op", "MAX")]
+        ("collectives", 0, (2,), "reduce_op", "MAX")
+    ]
 
 
 def test_a_spec_on_one_side_only_is_a_difference(document):
@@ -93,8 +107,10 @@ def test_compare_command_exit_status_and_lines(tmp_path: Path, document, capsys)
     for path, doc in ((a, document), (b, document), (c, changed)):
         path.write_text(strict_json.dumps({"observations": {"specs/s.yaml": doc}}))
     assert main(["compare", str(a), str(b)]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1] == \
-        "compare: the observations of 1 spec are the same (timings ignored)"
+    assert (
+        capsys.readouterr().out.strip().splitlines()[-1]
+        == "compare: the observations of 1 spec are the same (timings ignored)"
+    )
     assert main(["compare", str(a), str(c)]) == 1
     out = capsys.readouterr().out
     assert "  param  rank 1, " in out and "    local_shape: " in out
@@ -105,8 +121,11 @@ def test_compare_command_exit_status_and_lines(tmp_path: Path, document, capsys)
 
 
 def test_strict_json_round_trips_non_finite_numbers():
-    doc = {"setup": {"schedule": {"steps": [{"clip_grad_norm": {"max_norm": 1.0, "norm_type": math.inf}}]}},
-           "grad_norms": [{"norm_type": -math.inf, "value": 2.5}], "names": ["Infinity-like", "x"]}
+    doc = {
+        "setup": {"schedule": {"steps": [{"clip_grad_norm": {"max_norm": 1.0, "norm_type": math.inf}}]}},
+        "grad_norms": [{"norm_type": -math.inf, "value": 2.5}],
+        "names": ["Infinity-like", "x"],
+    }
     text = strict_json.dumps(doc)
     assert _strict(text)["grad_norms"][0]["norm_type"] == "-Infinity"
     assert strict_json.loads(text) == doc

@@ -12,18 +12,19 @@ import xml.etree.ElementTree as ET
 from harness.judge.evaluate import evaluate_spec
 from harness.load.spec import load_spec
 from harness.report.junit import junit_xml, load_error_case, nodeid, result_case, shorten_message, table_slug
-from tests.support.observations import rank_doc, walkthrough_observation
-
 from tests.support import WALKTHROUGH
 from tests.support.junit import cases_of
+from tests.support.observations import rank_doc, walkthrough_observation
 
 
 def test_names_follow_pytest_item_ids():
     spec = load_spec(WALKTHROUGH)
     item = next(i for i in spec.items if i.entry.table == "shard per rank")
     assert table_slug("shard per rank") == "shard_per_rank"
-    assert nodeid("specs/qwen3_walkthrough.yaml", item.entry) == \
-        "specs/qwen3_walkthrough.yaml::shard_per_rank::input_layernorm.weight"
+    assert (
+        nodeid("specs/qwen3_walkthrough.yaml", item.entry)
+        == "specs/qwen3_walkthrough.yaml::shard_per_rank::input_layernorm.weight"
+    )
     case = result_case("specs/qwen3_walkthrough.yaml", evaluate_spec(spec, walkthrough_observation())[0])
     (got,) = cases_of(junit_xml([case])).keys()
     assert got == ("specs.qwen3_walkthrough.yaml.configuration", "hidden_size_batch_seq")
@@ -38,7 +39,9 @@ def test_outcomes_and_counts():
     results = evaluate_spec(spec, obs)
     failing = [r for r in results if r.status in ("fail", "error")]
     assert [r.entry.id for r in failing][:1] == ["self_attn.q_proj.weight"]
-    xml_text = junit_xml([result_case("s.yaml", r) for r in results] + [load_error_case("bad.yaml", ValueError("x: y"))])
+    xml_text = junit_xml(
+        [result_case("s.yaml", r) for r in results] + [load_error_case("bad.yaml", ValueError("x: y"))]
+    )
     suite = ET.fromstring(xml_text).find("testsuite")
     assert int(suite.get("tests")) == len(results) + 1
     assert int(suite.get("failures")) == len(failing) + 1 and suite.get("errors") == "0"

@@ -25,7 +25,7 @@ def test_a_differing_value_is_marked_and_named():
     text = report_for(obs)
     assert "ranks differ in: torch." in text
     assert f"| 3 | node-b | 1 | 1 | cpu | - | **2.12.0** {DIFFERS} | gloo |" in text
-    assert f"| 0 | node-a | 0 | 0 | cpu | - | 2.13.0 | gloo |" in text
+    assert "| 0 | node-a | 0 | 0 | cpu | - | 2.13.0 | gloo |" in text
     assert report_for(timed_observation()).count("every rank agrees") == 1
 
 
@@ -33,7 +33,10 @@ def test_the_bandwidth_table_and_the_results():
     obs = timed_observation(wrong_rank=1)
     failed = check(make_entry("bandwidth", {"op": "all_gather", "wrong": 0}, id="ag_correct", table="sweep"), obs)
     text = report_for(obs, [failed])
-    assert "| size (B) | count (elements) | type | redop | root | time (us) | algbw (GB/s) | busbw (GB/s) | #wrong |" in text
+    assert (
+        "| size (B) | count (elements) | type | redop | root | time (us) | algbw (GB/s) | busbw (GB/s) | #wrong |"
+        in text
+    )
     assert "| 4,720,896 | 2,360,448 | bfloat16 | none | -1 | 11500.0 | 0.41 | 0.31 | 5 | all_gather | layer |" in text
     assert "| ✗ | sweep | ag_correct | fail |" in text
     assert "failing ranks: 1 (node-a)" in text

@@ -18,9 +18,12 @@ from tests.support.observations import walkthrough_observation
 def test_timeline_order_from_synthetic_snapshots():
     tl = memory_timeline(walkthrough_observation(), 0)
     assert tl.points == [
-        ("layers.0", "After Pre-Forward"), ("layers.0", "After Post-Forward"),
-        ("layers.1", "After Pre-Forward"), ("layers.1", "After Post-Forward"),
-        ("layers.1", "After Post-Backward"), ("layers.0", "After Post-Backward"),
+        ("layers.0", "After Pre-Forward"),
+        ("layers.0", "After Post-Forward"),
+        ("layers.1", "After Pre-Forward"),
+        ("layers.1", "After Post-Forward"),
+        ("layers.1", "After Post-Backward"),
+        ("layers.0", "After Post-Backward"),
         ("", "After Optimizer Step"),
     ]
     with pytest.raises(KeyError, match="rank 9 not observed"):
@@ -30,8 +33,12 @@ def test_timeline_order_from_synthetic_snapshots():
 def test_draws_png_and_svg(tmp_path):
     pytest.importorskip("matplotlib", reason="matplotlib is optional (pip install .[plot]); nothing to draw with")
     files = plot_memory(walkthrough_observation(), tmp_path, "walk", ranks=[0, 3])
-    assert [f.name for f in files] == ["walk_memory_rank0.png", "walk_memory_rank0.svg",
-                                       "walk_memory_rank3.png", "walk_memory_rank3.svg"]
+    assert [f.name for f in files] == [
+        "walk_memory_rank0.png",
+        "walk_memory_rank0.svg",
+        "walk_memory_rank3.png",
+        "walk_memory_rank3.svg",
+    ]
     assert files[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     svg = files[1].read_text()
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg

@@ -13,25 +13,38 @@ import pytest
 from harness.load.spec import load_spec
 from harness.report.figures import approx_count, mb, mb_exact, sig3, thousands
 from harness.report.render import render_markdown
-from tests.support.observations import rank_doc, walkthrough_observation
-
 from tests.support import WALKTHROUGH
 from tests.support.document_tables import missing_figures
-
+from tests.support.observations import rank_doc, walkthrough_observation
 
 # --- figures in the document's units ------------------------------------------------------
 
-@pytest.mark.parametrize("value, text", [
-    (2_360_448, "≈2.36M"), (590_112, "≈590K"), (10_622_016 / 1e6, "10.6"), (999, "999"),
-])
+
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (2_360_448, "≈2.36M"),
+        (590_112, "≈590K"),
+        (10_622_016 / 1e6, "10.6"),
+        (999, "999"),
+    ],
+)
 def test_counts_and_significant_digits(value, text):
     assert (approx_count(value) if isinstance(value, int) else sig3(value)) == text
 
 
-@pytest.mark.parametrize("n_bytes, text", [
-    (4_720_896, "4.72 MB"), (1_180_224, "1.18 MB"), (3_540_672, "3.54 MB"), (10_622_016, "10.6 MB"),
-    (16_384, "0.0164 MB"), (0, "0 MB"), (9_441_792_000, "9.44 GB"),
-])
+@pytest.mark.parametrize(
+    "n_bytes, text",
+    [
+        (4_720_896, "4.72 MB"),
+        (1_180_224, "1.18 MB"),
+        (3_540_672, "3.54 MB"),
+        (10_622_016, "10.6 MB"),
+        (16_384, "0.0164 MB"),
+        (0, "0 MB"),
+        (9_441_792_000, "9.44 GB"),
+    ],
+)
 def test_mb_is_ten_to_the_sixth_bytes(n_bytes, text):
     assert mb(n_bytes) == text
 
@@ -42,6 +55,7 @@ def test_exact_figure_beside_the_rounded_one():
 
 
 # --- the walkthrough, regenerated ---------------------------------------------------------
+
 
 def test_synthetic_walkthrough_holds_every_document_figure():
     """Without launching ranks: the observation a faithful run would record (tests/support/observations.py)."""

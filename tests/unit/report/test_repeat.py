@@ -10,8 +10,8 @@ from harness.cli import main
 from harness.judge.evaluate import FAILING, evaluate_spec
 from harness.load.spec import load_spec
 from harness.report import repeat
+from tests.support import WALKTHROUGH
 from tests.support.observations import walkthrough_observation
-from tests.support import REPO, WALKTHROUGH
 
 SPEC = WALKTHROUGH
 
@@ -32,16 +32,18 @@ def test_an_entry_reading_a_varying_value_is_unstable_with_both_values_and_runs(
     _unsharded(runs[1], 1)["bytes"]["unsharded_param"] = 2 * held  # run 2 kept a second buffer
     varying = repeat.varying_fields(runs)
     assert [(v.key.part, v.key.rank, v.key.selector, v.key.field, v.values) for v in varying] == [
-        ("memory", 1, ("layers.0", "After Pre-Forward", None, None, 0), "unsharded_param", (held, 2 * held, held))]
+        ("memory", 1, ("layers.0", "After Pre-Forward", None, None, 0), "unsharded_param", (held, 2 * held, held))
+    ]
     assert repeat.format_varying(varying) == [
-        f"  varies: memory rank 1, layers.0, After Pre-Forward: unsharded_param: {held} (runs 1, 3); "
-        f"{2 * held} (run 2)"]
+        f"  varies: memory rank 1, layers.0, After Pre-Forward: unsharded_param: {held} (runs 1, 3); {2 * held} (run 2)"
+    ]
     outcomes = repeat.repeated_outcomes([evaluate_spec(spec, doc) for doc in runs])
     unstable = [o for o in outcomes if o.status == "unstable"]
     assert [o.result.entry.id for o in unstable] == ["unsharded_after_step0"]
     lines = repeat.format_unstable(outcomes)
     assert lines[0].startswith("~ unstable ") and lines[0].endswith(
-        "unsharded_after_step0: status \"pass\" (runs 1, 3); \"fail\" (run 2)")
+        'unsharded_after_step0: status "pass" (runs 1, 3); "fail" (run 2)'
+    )
     assert lines[1].startswith("    unsharded_param: ") and "(runs 1, 3)" in lines[1] and "(run 2)" in lines[1]
     assert repeat.exit_status(outcomes, FAILING) == repeat.UNSTABLE_EXIT == 3
     assert repeat.summary_line(outcomes, 3, FAILING) == f"{len(outcomes) - 1} passed, 0 failed, 1 unstable over 3 runs"
@@ -52,7 +54,8 @@ def test_a_varying_value_within_an_entrys_tolerance_is_still_unstable(spec):
     _unsharded(runs[1], 0)["bytes"]["unsharded_param"] += 2  # "4.72 MB" still holds
     outcomes = repeat.repeated_outcomes([evaluate_spec(spec, doc) for doc in runs])
     assert [(o.result.entry.id, [s for s, _ in o.runs]) for o in outcomes if o.status == "unstable"] == [
-        ("unsharded_after_step0", ["pass", "pass"])]
+        ("unsharded_after_step0", ["pass", "pass"])
+    ]
 
 
 def test_the_same_failure_in_every_run_is_a_failure_not_unstable(spec):
@@ -82,7 +85,9 @@ def test_repeat_on_real_ranks_finds_nothing_varying(tmp_path: Path, capsys):
         "intermediate_size: 128, num_attention_heads: 4, num_key_value_heads: 2, head_dim: 16}}\n"
         "  mesh: {shape: [2], dim_names: [dp]}\n"
         "tables:\n  - section: S\n    check: memory\n    entries:\n"
-        "      - {layer: 0, state: After Pre-Forward, sharded_param: 74048}\n", encoding="utf-8")
+        "      - {layer: 0, state: After Pre-Forward, sharded_param: 74048}\n",
+        encoding="utf-8",
+    )
     status = main(["run", "--repeat", "2", str(spec)])
     out = capsys.readouterr().out
     assert status == 0, out

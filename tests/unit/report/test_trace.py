@@ -8,15 +8,25 @@ from __future__ import annotations
 
 import pytest
 
-from harness.report.trace import (collective_events, compact_trace, merge_traces, missing_collectives, profiler_name,
-                                  ranks_of, read_rank_traces, TraceError)
+from harness.report.trace import (
+    TraceError,
+    collective_events,
+    compact_trace,
+    merge_traces,
+    missing_collectives,
+    profiler_name,
+    ranks_of,
+    read_rank_traces,
+)
 
 
 def rank_trace(os_pid: int, base_ns: int, *, flow_id: int = 7) -> dict:
     """A small Kineto-like trace: process and thread metadata, a label, a collective nested in
     itself (one op seen through two dispatch modes), a backend span on another thread, a flow."""
     return {
-        "schemaVersion": 1, "displayTimeUnit": "ms", "baseTimeNanoseconds": base_ns,
+        "schemaVersion": 1,
+        "displayTimeUnit": "ms",
+        "baseTimeNanoseconds": base_ns,
         "traceEvents": [
             {"ph": "M", "name": "process_name", "pid": os_pid, "tid": 0, "args": {"name": "python"}},
             {"ph": "M", "name": "process_sort_index", "pid": os_pid, "tid": 0, "args": {"sort_index": os_pid}},
@@ -28,7 +38,16 @@ def rank_trace(os_pid: int, base_ns: int, *, flow_id: int = 7) -> dict:
             {"ph": "X", "name": "aten::mm", "pid": os_pid, "tid": os_pid, "ts": 160.0, "dur": 5.0},
             {"ph": "X", "name": "c10d::_reduce_scatter_base_", "pid": os_pid, "tid": os_pid, "ts": 200.0, "dur": 5.0},
             {"ph": "s", "id": flow_id, "pid": os_pid, "tid": os_pid, "ts": 160.0, "cat": "fwdbwd", "name": "fwdbwd"},
-            {"ph": "f", "id": flow_id, "pid": os_pid, "tid": os_pid, "ts": 200.0, "cat": "fwdbwd", "name": "fwdbwd", "bp": "e"},
+            {
+                "ph": "f",
+                "id": flow_id,
+                "pid": os_pid,
+                "tid": os_pid,
+                "ts": 200.0,
+                "cat": "fwdbwd",
+                "name": "fwdbwd",
+                "bp": "e",
+            },
         ],
     }
 
@@ -70,8 +89,12 @@ def test_nested_same_op_counts_once():
 def test_compact_keeps_labels_and_collectives_only():
     compact = compact_trace(merge_traces({0: rank_trace(1, 0)}))
     kept = {e["name"] for e in compact["traceEvents"] if e["ph"] == "X"}
-    assert kept == {"FSDP::pre_forward (layers.0)", "c10d::_allgather_base_", "gloo:all_gather",
-                    "c10d::_reduce_scatter_base_"}
+    assert kept == {
+        "FSDP::pre_forward (layers.0)",
+        "c10d::_allgather_base_",
+        "gloo:all_gather",
+        "c10d::_reduce_scatter_base_",
+    }
 
 
 def test_bad_input_names_what_is_wrong(tmp_path):
@@ -86,11 +109,18 @@ def test_bad_input_names_what_is_wrong(tmp_path):
 
 def test_missing_collective_is_reported_per_rank():
     merged = merge_traces({0: rank_trace(1, 0)})
-    obs = {"ranks": [{"rank": 0, "collectives": [
-        {"c10d_op": "c10d._allgather_base_.default", "phase": "forward"},
-        {"c10d_op": "c10d._reduce_scatter_base_.default", "phase": "backward"},
-        {"c10d_op": "c10d._allgather_base_.default", "phase": "setup"},  # before the profiler starts
-    ]}]}
+    obs = {
+        "ranks": [
+            {
+                "rank": 0,
+                "collectives": [
+                    {"c10d_op": "c10d._allgather_base_.default", "phase": "forward"},
+                    {"c10d_op": "c10d._reduce_scatter_base_.default", "phase": "backward"},
+                    {"c10d_op": "c10d._allgather_base_.default", "phase": "setup"},  # before the profiler starts
+                ],
+            }
+        ]
+    }
     assert missing_collectives(merged, obs) == []
     obs["ranks"][0]["collectives"].append({"c10d_op": "c10d.allreduce_.default", "phase": "backward"})
     (problem,) = missing_collectives(merged, obs)

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
+from harness.contract.observation import ObservationError, validate_observation
+from harness.load.setup import ModelSetup, RunSetup
 from harness.run.launch.errors import RunError
 from harness.run.launch.joined import joined_world
-from harness.contract.observation import ObservationError, validate_observation
 from harness.run.recorders.collectives import AttributionError, Span, attribute, parse_fsdp_label
 from harness.run.runner import run_setup
-from harness.load.setup import ModelSetup, RunSetup
 
 # --- FSDP's profiler labels (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py) ----------
 
@@ -69,7 +69,9 @@ def test_attribution_refuses_lists_that_disagree():
 
 def test_validation_lists_each_violation_with_its_path():
     with pytest.raises(ObservationError) as info:
-        validate_observation({"format": "fsdp2-observation/1", "environment": {}, "setup": {}, "fsdp_units": [], "ranks": [{"rank": -1}]})
+        validate_observation(
+            {"format": "fsdp2-observation/1", "environment": {}, "setup": {}, "fsdp_units": [], "ranks": [{"rank": -1}]}
+        )
     text = str(info.value)
     assert "$.environment: 'torch_version' is a required property" in text
     assert "$.ranks[0].rank: -1 is less than the minimum of 0" in text
@@ -77,7 +79,9 @@ def test_validation_lists_each_violation_with_its_path():
 
 def test_joined_world_needs_rank_world_size_and_master_addr():
     assert joined_world({"RANK": "0", "WORLD_SIZE": "2"}) is None
-    assert joined_world({"RANK": "3", "WORLD_SIZE": "8", "MASTER_ADDR": "n0", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4"}) == {
+    assert joined_world(
+        {"RANK": "3", "WORLD_SIZE": "8", "MASTER_ADDR": "n0", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4"}
+    ) == {
         "rank": 3,
         "world_size": 8,
         "local_rank": 1,
@@ -104,7 +108,12 @@ def test_qwen3_32b_layer_at_1024_simulated_ranks_pads_its_all_gather():
     )
     doc = run_setup(setup, backend="fake")
     env = doc["environment"]
-    assert (env["simulated"], env["launcher"], env["backend"], env["observed_ranks"]) == (True, "simulated", "fake", [0, 1023])
+    assert (env["simulated"], env["launcher"], env["backend"], env["observed_ranks"]) == (
+        True,
+        "simulated",
+        "fake",
+        [0, 1023],
+    )
     first, last = doc["ranks"]
     held = sum(p["numel"] for p in first["params"])
     assert held == 487_598_336

@@ -58,9 +58,13 @@ CUDA_LIKE_STEP = [
 def test_backward_events_on_the_device_thread_land_in_backward():
     events = events_from_profiler(Profile(CUDA_LIKE_STEP))
     assert [(e["event"], e["phase"]) for e in events] == [
-        ("pre_forward", "forward"), ("all_gather", "forward"),
-        ("pre_backward", "backward"), ("all_gather", "backward"), ("post_backward_reduce", "backward"),
-        ("reshard", "backward"), ("post_backward_reshard", "other"),
+        ("pre_forward", "forward"),
+        ("all_gather", "forward"),
+        ("pre_backward", "backward"),
+        ("all_gather", "backward"),
+        ("post_backward_reduce", "backward"),
+        ("reshard", "backward"),
+        ("post_backward_reshard", "other"),
     ]
     assert all(e["step_index"] == 0 and e["microbatch"] == 0 for e in events if e["phase"] != "other")
 
@@ -70,5 +74,7 @@ def test_a_data_label_still_takes_the_state_of_the_hook_on_its_own_thread():
     time is not its hook."""
     events = events_from_profiler(Profile([*CUDA_LIKE_STEP, Event("FSDP::post_backward_reduce", 115, 145, LOOP)]))
     gathers = [e for e in events if e["event"] == "all_gather"]
-    assert [(g["phase"], g["training_state"]) for g in gathers] == [("forward", "FORWARD"),
-                                                                    ("backward", "PRE_BACKWARD")]
+    assert [(g["phase"], g["training_state"]) for g in gathers] == [
+        ("forward", "FORWARD"),
+        ("backward", "PRE_BACKWARD"),
+    ]

@@ -20,7 +20,6 @@ from harness.run import gpus, preflight
 from harness.run.preflight import PreflightError
 from tests.support import REPO
 
-
 UUIDS = [f"GPU-{i}aaaaaaa-0000-0000-0000-00000000000{i}" for i in range(4)]
 
 
@@ -53,8 +52,7 @@ def test_visible_devices_are_applied_as_the_cuda_runtime_applies_them():
 def test_free_memory_from_nvidia_smi_in_visible_order(tmp_path, monkeypatch):
     fake_smi(tmp_path, monkeypatch, [1000, 2000, 3000, 4000])
     found = gpus.smi_gpus()
-    assert [(g.index, g.uuid, g.free_bytes) for g in found] == [(i, UUIDS[i], (i + 1) * 1000 * 2**20)
-                                                                for i in range(4)]
+    assert [(g.index, g.uuid, g.free_bytes) for g in found] == [(i, UUIDS[i], (i + 1) * 1000 * 2**20) for i in range(4)]
     visible = gpus.visible_gpus({"CUDA_VISIBLE_DEVICES": "3,1"}, sources=(lambda: None, gpus.smi_gpus))
     assert [g.free_bytes for g in visible] == [4000 * 2**20, 2000 * 2**20]
 
@@ -120,8 +118,10 @@ def test_gpu_estimate_counts_the_context_nccl_and_the_rank_0_replica():
         preflight.check(setup, "nccl", memory=10**12, gpus=[est.tensors + 1] * 4)  # tensors alone fit
     assert preflight.check(setup, "nccl", memory=10**12, gpus=[per_rank] * 4) is not None
     hsdp = RunSetup.from_mapping({"mesh": {"shape": [2, 2], "dim_names": ["replicate", "shard"]}})
-    assert preflight.gpu_need(preflight.estimate(hsdp), hsdp)[0] - preflight.estimate(hsdp).tensors \
-        == preflight.CUDA_CONTEXT_BYTES + 3 * preflight.NCCL_COMMUNICATOR_BYTES  # world + one per mesh dim
+    assert (
+        preflight.gpu_need(preflight.estimate(hsdp), hsdp)[0] - preflight.estimate(hsdp).tensors
+        == preflight.CUDA_CONTEXT_BYTES + 3 * preflight.NCCL_COMMUNICATOR_BYTES
+    )  # world + one per mesh dim
 
     one = RunSetup.from_mapping({"numerics": True, "numerics_reference": "rank_0"})
     est = preflight.estimate(one)
@@ -166,8 +166,9 @@ def _lock_is_held(path: Path) -> bool:
     return subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, check=False).returncode != 0
 
 
-@pytest.mark.parametrize("backend, visible, locked", [("auto", 4, True), ("nccl", 4, True), ("auto", 0, False),
-                                                      ("gloo", 4, False)])
+@pytest.mark.parametrize(
+    "backend, visible, locked", [("auto", 4, True), ("nccl", 4, True), ("auto", 0, False), ("gloo", 4, False)]
+)
 def test_the_plugin_runs_nccl_setups_under_the_gpu_lock(tmp_path, monkeypatch, backend, visible, locked):
     from harness import pytest_plugin
     from harness.run import runner
@@ -176,11 +177,13 @@ def test_the_plugin_runs_nccl_setups_under_the_gpu_lock(tmp_path, monkeypatch, b
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setattr(pytest_plugin, "_gpu_count", lambda: visible)
     held = []
-    monkeypatch.setattr(runner, "run_setup", lambda setup, **kw: held.append(
-        _lock_is_held(tmp_path / "fsdp2-runs" / "gpus-all.lock")) or {"ranks": []})
+    monkeypatch.setattr(
+        runner,
+        "run_setup",
+        lambda setup, **kw: held.append(_lock_is_held(tmp_path / "fsdp2-runs" / "gpus-all.lock")) or {"ranks": []},
+    )
     options = {"--fsdp2-backend": backend, "--fsdp2-run-timeout": 30, "--fsdp2-no-preflight": True}
-    config = SimpleNamespace(getoption=options.get,
-                             _tmp_path_factory=SimpleNamespace(getbasetemp=lambda: tmp_path))
+    config = SimpleNamespace(getoption=options.get, _tmp_path_factory=SimpleNamespace(getbasetemp=lambda: tmp_path))
     spec = SimpleNamespace(setup=RunSetup(), backend="auto", timeout_s=30)
     assert pytest_plugin.observation_of(config, spec) == {"ranks": []}
     assert held == [locked]
@@ -232,7 +235,11 @@ def test_bandwidth_patterns_and_checks_allocate_nothing_wider_than_needed(monkey
     gathered = torch.cat([_pattern(chunk, j, torch.bfloat16, cpu) for j in range(n)])
     with Allocations() as mode:
         inputs = [_pattern(numel, 1, torch.bfloat16, cpu), _pattern(chunk, 1, torch.bfloat16, cpu)]
-        results = [_wrong(ar, reduced, 1, cpu), _wrong(rs, reduced[chunk:2 * chunk], 1, cpu), _wrong(ag, gathered, 1, cpu)]
+        results = [
+            _wrong(ar, reduced, 1, cpu),
+            _wrong(rs, reduced[chunk : 2 * chunk], 1, cpu),
+            _wrong(ag, gathered, 1, cpu),
+        ]
     assert results == [0, 0, 0]
     assert [t.dtype for t in inputs] == [torch.bfloat16] * 2 and inputs[0].numel() == numel
     assert inputs[0].untyped_storage().nbytes() <= (numel + 2) * 2

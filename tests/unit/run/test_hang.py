@@ -23,7 +23,8 @@ def test_a_rank_that_never_entered_is_named_with_the_collective_its_peers_wait_i
     }
     assert diagnose(progress) == "rank 2 never entered all_gather #3 (layers.1, forward); ranks 0, 1, 3 wait in it"
     assert per_rank_lines(progress, {2: "forward"})[2] == (
-        "rank 2: phase forward; last entered all_gather #2 (layers.0, forward); last completed all_gather #2 (layers.0, forward)")
+        "rank 2: phase forward; last entered all_gather #2 (layers.0, forward); last completed all_gather #2 (layers.0, forward)"
+    )
 
 
 def test_a_peer_whose_work_ended_in_a_timeout_still_waits_in_it():
@@ -48,18 +49,22 @@ def test_ranks_of_another_group_that_completed_the_collective_are_not_waiting():
 
 def test_every_rank_in_the_same_collective_is_a_mismatch_or_a_stuck_transport():
     progress = {r: {"entered": rec(4, "reduce_scatter", "layers.0", "backward"), "completed": rec(3)} for r in range(2)}
-    assert diagnose(progress) == ("every rank entered reduce_scatter #4 (layers.0, backward) and ranks 0, 1 did not "
-                                  "complete it (mismatched sizes or a stuck transport)")
+    assert diagnose(progress) == (
+        "every rank entered reduce_scatter #4 (layers.0, backward) and ranks 0, 1 did not "
+        "complete it (mismatched sizes or a stuck transport)"
+    )
 
 
 def test_ranks_outside_collectives_and_ranks_before_any():
     done = {r: {"entered": rec(5, unit=""), "completed": rec(5, unit="")} for r in range(2)}
     assert diagnose(done, {0: "optimizer", 1: "optimizer"}) == (
         "every rank completed all_gather #5 (root, forward), its last collective; they are stuck outside "
-        "collectives (rank 0 in optimizer, rank 1 in optimizer)")
+        "collectives (rank 0 in optimizer, rank 1 in optimizer)"
+    )
     none = {r: {"entered": None, "completed": None} for r in range(2)}
     assert diagnose(none, {0: "setup", 1: "init_process_group"}) == (
-        "no rank entered a collective (rank 0 in setup, rank 1 in init_process_group)")
+        "no rank entered a collective (rank 0 in setup, rank 1 in init_process_group)"
+    )
 
 
 def test_the_board_round_trips_records_and_cuts_long_ones():
@@ -70,8 +75,10 @@ def test_the_board_round_trips_records_and_cuts_long_ones():
     board.writer(1).completed(rec(6))
     board.writer(0).entered(rec(1, unit="x" * 1000))  # cut: unreadable, read as no record
     board.writer(1).oldest_open(rec(5))
-    assert board.read() == {0: {"entered": None, "completed": None, "oldest_open": None},
-                            1: {"entered": rec(7, unit="layers.12"), "completed": rec(6), "oldest_open": rec(5)}}
+    assert board.read() == {
+        0: {"entered": None, "completed": None, "oldest_open": None},
+        1: {"entered": rec(7, unit="layers.12"), "completed": rec(6), "oldest_open": rec(5)},
+    }
     board.writer(1).oldest_open(None)  # every collective it entered completed
     assert board.read()[1]["oldest_open"] is None
 
@@ -82,23 +89,31 @@ def test_the_board_round_trips_records_and_cuts_long_ones():
 def test_the_verdict_names_the_oldest_collective_not_completed_not_the_last_issued():
     """On NCCL ranks 0, 1, 3 issued up to #5 while their streams wait in #3, which rank 2 never
     entered: the verdict is about #3 (the last issued, #5, is not where anyone waits)."""
-    progress = {r: {"entered": rec(5, unit="layers.2"), "completed": rec(2), "oldest_open": rec(3, unit="layers.1")}
-                for r in (0, 1, 3)}
+    progress = {
+        r: {"entered": rec(5, unit="layers.2"), "completed": rec(2), "oldest_open": rec(3, unit="layers.1")}
+        for r in (0, 1, 3)
+    }
     progress[2] = {"entered": rec(2), "completed": rec(2), "oldest_open": None}
     assert diagnose(progress) == "rank 2 never entered all_gather #3 (layers.1, forward); ranks 0, 1, 3 wait in it"
     lines = per_rank_lines(progress)
-    assert lines[0] == ("rank 0: last entered all_gather #5 (layers.2, forward); last completed all_gather #2 "
-                        "(layers.0, forward); oldest not completed all_gather #3 (layers.1, forward)")
+    assert lines[0] == (
+        "rank 0: last entered all_gather #5 (layers.2, forward); last completed all_gather #2 "
+        "(layers.0, forward); oldest not completed all_gather #3 (layers.1, forward)"
+    )
     assert lines[2].endswith("last completed all_gather #2 (layers.0, forward)")
 
 
 def test_a_rank_past_the_oldest_open_collective_completed_it():
     """Every rank entered #3; rank 1's stream is past it (its oldest open is #4), ranks 0 and 2 are in it."""
-    progress = {r: {"entered": rec(6), "completed": rec(2), "oldest_open": rec(3, "reduce_scatter", "layers.0",
-                                                                              "backward")} for r in (0, 2)}
+    progress = {
+        r: {"entered": rec(6), "completed": rec(2), "oldest_open": rec(3, "reduce_scatter", "layers.0", "backward")}
+        for r in (0, 2)
+    }
     progress[1] = {"entered": rec(6), "completed": rec(3), "oldest_open": rec(4)}
-    assert diagnose(progress) == ("every rank entered reduce_scatter #3 (layers.0, backward) and ranks 0, 2 did not "
-                                  "complete it (mismatched sizes or a stuck transport)")
+    assert diagnose(progress) == (
+        "every rank entered reduce_scatter #3 (layers.0, backward) and ranks 0, 2 did not "
+        "complete it (mismatched sizes or a stuck transport)"
+    )
 
 
 def test_no_open_collective_anywhere_is_the_old_verdict():

@@ -17,14 +17,22 @@ SLURM = {**WORLD, "SLURM_LOCALID": "3", "SLURM_NTASKS_PER_NODE": "8", "SLURM_PRO
 OMPI = {**WORLD, "OMPI_COMM_WORLD_LOCAL_RANK": "3", "OMPI_COMM_WORLD_LOCAL_SIZE": "8"}
 
 
-@pytest.mark.parametrize("env, variable", [
-    ({**WORLD, "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "8"}, "LOCAL_RANK"),
-    (SLURM, "SLURM_LOCALID"),
-    (OMPI, "OMPI_COMM_WORLD_LOCAL_RANK"),
-])
+@pytest.mark.parametrize(
+    "env, variable",
+    [
+        ({**WORLD, "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "8"}, "LOCAL_RANK"),
+        (SLURM, "SLURM_LOCALID"),
+        (OMPI, "OMPI_COMM_WORLD_LOCAL_RANK"),
+    ],
+)
 def test_each_launcher_gives_the_local_rank_and_size(env, variable):
-    assert joined_world(env) == {"rank": 11, "world_size": 16, "local_rank": 3, "local_world_size": 8,
-                                 "local_rank_variable": variable}
+    assert joined_world(env) == {
+        "rank": 11,
+        "world_size": 16,
+        "local_rank": 3,
+        "local_world_size": 8,
+        "local_rank_variable": variable,
+    }
 
 
 def test_torchrun_variables_win_over_the_scheduler_ones():
@@ -73,10 +81,18 @@ def test_an_ordinal_beyond_the_visible_gpus_is_an_error_naming_its_variable(eigh
     import torch.distributed as dist
 
     monkeypatch.setattr(dist, "is_initialized", lambda: False)
-    world = {"rank": 11, "world_size": 16, "local_rank": 11, "local_world_size": 8,
-             "local_rank_variable": "OMPI_COMM_WORLD_LOCAL_RANK"}
-    with pytest.raises(RunError, match=r"rank 11: OMPI_COMM_WORLD_LOCAL_RANK=11 names GPU 11, but this process "
-                                       r"sees 8 .*one visible GPU per rank") as info:
+    world = {
+        "rank": 11,
+        "world_size": 16,
+        "local_rank": 11,
+        "local_world_size": 8,
+        "local_rank_variable": "OMPI_COMM_WORLD_LOCAL_RANK",
+    }
+    with pytest.raises(
+        RunError,
+        match=r"rank 11: OMPI_COMM_WORLD_LOCAL_RANK=11 names GPU 11, but this process "
+        r"sees 8 .*one visible GPU per rank",
+    ) as info:
         joined._join("nccl", world, 10)
     assert info.value.rank == 11
     assert eight_gpus == []  # refused before set_device

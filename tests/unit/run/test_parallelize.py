@@ -12,15 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 
+import model as qwen3
 from harness.load.setup import FSDPSetup, MixedPrecision, ModelSetup, RunSetup
 from harness.run import faults
 from harness.run.build import build_model
 from harness.run.loop import run_steps
 from harness.run.parallelize import ShardUnit, units_from_setup
 from harness.run.recorders.phases import PHASE_HOOKS, Phases
-
-import model as qwen3
-
 from tests.support import REPO
 
 HARNESS = REPO / "harness"
@@ -54,14 +52,20 @@ def test_shard_unit_passes_only_the_options_it_sets():
 def test_units_from_setup_are_each_layer_then_the_root(body, prefix):
     setup = RunSetup(
         model=ModelSetup(body=body, overrides={"num_hidden_layers": 3}),
-        fsdp=FSDPSetup(reshard_after_forward=2, root_reshard_after_forward=None,
-                       mixed_precision=MixedPrecision(param_dtype="bfloat16")),
+        fsdp=FSDPSetup(
+            reshard_after_forward=2,
+            root_reshard_after_forward=None,
+            mixed_precision=MixedPrecision(param_dtype="bfloat16"),
+        ),
     )
     config = qwen3.get_config(setup.model.config, **dict(setup.model.overrides))
     root = build_model(setup, config, torch.float32, torch.device("meta"), init=False)
     units = units_from_setup(setup, root)
     assert [(u.path, u.role, u.layer) for u in units] == [
-        (f"{prefix}.0", "layer", 0), (f"{prefix}.1", "layer", 1), (f"{prefix}.2", "layer", 2), ("", "root", None)
+        (f"{prefix}.0", "layer", 0),
+        (f"{prefix}.1", "layer", 1),
+        (f"{prefix}.2", "layer", 2),
+        ("", "root", None),
     ]
     assert [u.options().get("reshard_after_forward") for u in units] == [2, 2, 2, None]
     assert {u.mp_policy.param_dtype for u in units} == {torch.bfloat16}

@@ -17,20 +17,23 @@ def _setup(**data) -> RunSetup:
     return RunSetup.from_mapping({"mesh": {"shape": [4]}, **data})
 
 
-@pytest.mark.parametrize("data, simulated, expected", [
-    # the walkthrough's default: a replica on every rank, so every rank builds the full model
-    ({}, False, ("real", "full", "each_rank", False)),
-    ({"numerics_reference": "rank_0"}, False, ("real", "meta", "rank_0", True)),
-    ({"numerics": False}, False, ("real", "local", "off", True)),
-    ({"schedule": SCHEDULE}, False, ("real", "full", "schedule", False)),
-    ({"numerics": False, "schedule": SCHEDULE}, False, ("real", "local", "off", True)),
-    ({"init": "meta"}, False, ("real", "meta", "each_rank", True)),
-    ({"init": "full", "numerics": False}, False, ("real", "full", "off", False)),
-    # simulated: no data, so no numerics, and never a meta init of a real rank's kind
-    ({}, True, ("simulated", "local", "off", False)),
-    ({"numerics_reference": "rank_0"}, True, ("simulated", "local", "off", False)),
-    ({"init": "meta"}, True, ("simulated", "meta", "off", False)),
-])
+@pytest.mark.parametrize(
+    "data, simulated, expected",
+    [
+        # the walkthrough's default: a replica on every rank, so every rank builds the full model
+        ({}, False, ("real", "full", "each_rank", False)),
+        ({"numerics_reference": "rank_0"}, False, ("real", "meta", "rank_0", True)),
+        ({"numerics": False}, False, ("real", "local", "off", True)),
+        ({"schedule": SCHEDULE}, False, ("real", "full", "schedule", False)),
+        ({"numerics": False, "schedule": SCHEDULE}, False, ("real", "local", "off", True)),
+        ({"init": "meta"}, False, ("real", "meta", "each_rank", True)),
+        ({"init": "full", "numerics": False}, False, ("real", "full", "off", False)),
+        # simulated: no data, so no numerics, and never a meta init of a real rank's kind
+        ({}, True, ("simulated", "local", "off", False)),
+        ({"numerics_reference": "rank_0"}, True, ("simulated", "local", "off", False)),
+        ({"init": "meta"}, True, ("simulated", "meta", "off", False)),
+    ],
+)
 def test_mode_init_and_numerics(data, simulated, expected):
     plan = plan_rank(_setup(**data), 1, 4, simulated=simulated)
     assert (plan.mode, plan.init, plan.numerics, plan.meta_init) == expected

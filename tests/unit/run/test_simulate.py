@@ -17,7 +17,6 @@ import model as qwen3
 from harness.load.spec import load_spec
 from harness.run.rank import fake
 from harness.run.runner import run_setup
-
 from tests.support import SPECS
 
 
@@ -41,8 +40,9 @@ def test_storage_for_sharding_by_the_rank_shard_size():
     assert fake.storage_for_sharding(small, 4) == "cpu"
     assert {p.device.type for p in small.parameters()} == {"cpu"}
     assert small.lm_head.weight is small.model.embed_tokens.weight  # tied again after to_empty
-    big = qwen3.Qwen3DecoderStack(qwen3.get_config("Qwen3-32B", num_hidden_layers=1), device=torch.device("meta"),
-                                  dtype=torch.bfloat16)  # 975 MB: a 2-rank shard is over the limit
+    big = qwen3.Qwen3DecoderStack(
+        qwen3.get_config("Qwen3-32B", num_hidden_layers=1), device=torch.device("meta"), dtype=torch.bfloat16
+    )  # 975 MB: a 2-rank shard is over the limit
     assert fake.storage_for_sharding(big, 2) == "meta"
     assert {p.device.type for p in big.parameters()} == {"meta"}
     assert fake.storage_for_sharding(big, 1024) == "cpu"
@@ -52,5 +52,7 @@ def test_reshard_after_forward_int_simulates():
     """``reshard_after_forward=2`` builds a sub-mesh in ``fully_shard``: outside FakeTensorMode."""
     setup = load_spec(SPECS / "reshard_after_forward_int.yaml").setup
     doc = run_setup(dataclasses.replace(setup, observe_ranks=(0, 3)), backend="fake")
-    backward_gathers = [c for c in doc["ranks"][0]["collectives"] if c["phase"] == "backward" and c["op"] == "all_gather"]
+    backward_gathers = [
+        c for c in doc["ranks"][0]["collectives"] if c["phase"] == "backward" and c["op"] == "all_gather"
+    ]
     assert backward_gathers and {c["group_size"] for c in backward_gathers} == {2}

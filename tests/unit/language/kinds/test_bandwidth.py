@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.language.bandwidth import bandwidth_rows, bus_factor
 from harness.judge.checks import check
+from harness.language.bandwidth import bandwidth_rows, bus_factor
 from harness.language.entry import make_entry
 from harness.load.spec import SpecError, load_spec
 from harness.report.bandwidth import markdown_table, table_lines
@@ -75,7 +75,9 @@ def test_the_table_has_nccl_tests_columns():
     first = lines[4].split()
     assert first[:9] == ["4720896", "2360448", "bfloat16", "none", "-1", "11500.0", "0.41", "0.31", "0"]
     assert lines[5].split()[3] == "sum"
-    assert markdown_table(bandwidth_rows(timed_observation()))[0].startswith("| size (B) | count (elements) | type | redop")
+    assert markdown_table(bandwidth_rows(timed_observation()))[0].startswith(
+        "| size (B) | count (elements) | type | redop"
+    )
 
 
 SPEC = """\
@@ -95,17 +97,34 @@ tables:
 """
 
 
-@pytest.mark.parametrize("setup_or_entry, key_path, message", [
-    ("{op: all_gather, size: layr, wrong: 0}", "tables[0].entries[0].size",
-     "no size named 'layr'; setup.bandwidth times ['layer', 'step']"),
-    ("{op: allgather, size: layer, wrong: 0}", "tables[0].entries[0].op", "expected one of ['all_gather', 'reduce_scatter', 'all_reduce']"),
-    ("{op: all_gather, busbw: fast}", "tables[0].entries[0]", "busbw: expected a number"),
-    ("layer_of: walkthrough}\n      - {name: layer, numel: 10}", "setup.bandwidth.sizes[1].name", "size name 'layer' is used by sizes[0]"),
-    ("layer_of: Qwen3-9B}", "setup.bandwidth.sizes[0].layer_of", "expected a known config"),
-])
+@pytest.mark.parametrize(
+    "setup_or_entry, key_path, message",
+    [
+        (
+            "{op: all_gather, size: layr, wrong: 0}",
+            "tables[0].entries[0].size",
+            "no size named 'layr'; setup.bandwidth times ['layer', 'step']",
+        ),
+        (
+            "{op: allgather, size: layer, wrong: 0}",
+            "tables[0].entries[0].op",
+            "expected one of ['all_gather', 'reduce_scatter', 'all_reduce']",
+        ),
+        ("{op: all_gather, busbw: fast}", "tables[0].entries[0]", "busbw: expected a number"),
+        (
+            "layer_of: walkthrough}\n      - {name: layer, numel: 10}",
+            "setup.bandwidth.sizes[1].name",
+            "size name 'layer' is used by sizes[0]",
+        ),
+        ("layer_of: Qwen3-9B}", "setup.bandwidth.sizes[0].layer_of", "expected a known config"),
+    ],
+)
 def test_load_errors_name_file_line_and_key(tmp_path, setup_or_entry, key_path, message):
-    text = (SPEC.replace("ENTRY", setup_or_entry) if setup_or_entry.startswith("{")
-            else SPEC.replace("layer_of: walkthrough}", setup_or_entry).replace("ENTRY", "{op: all_gather, wrong: 0}"))
+    text = (
+        SPEC.replace("ENTRY", setup_or_entry)
+        if setup_or_entry.startswith("{")
+        else SPEC.replace("layer_of: walkthrough}", setup_or_entry).replace("ENTRY", "{op: all_gather, wrong: 0}")
+    )
     path = tmp_path / "bw.yaml"
     path.write_text(text, encoding="utf-8")
     with pytest.raises(SpecError) as info:
@@ -117,8 +136,12 @@ def test_load_errors_name_file_line_and_key(tmp_path, setup_or_entry, key_path, 
 
 def test_bandwidth_entries_need_setup_bandwidth(tmp_path):
     path = tmp_path / "bw.yaml"
-    path.write_text(SPEC.replace("  bandwidth:\n    sizes:\n      - {name: layer, layer_of: walkthrough}\n", "")
-                    .replace("ENTRY", "{op: all_gather, wrong: 0}"), encoding="utf-8")
+    path.write_text(
+        SPEC.replace("  bandwidth:\n    sizes:\n      - {name: layer, layer_of: walkthrough}\n", "").replace(
+            "ENTRY", "{op: all_gather, wrong: 0}"
+        ),
+        encoding="utf-8",
+    )
     with pytest.raises(SpecError, match=r"bw.yaml:10: tables\[0\].entries\[0\]: setup.bandwidth is not set"):
         load_spec(path)
 

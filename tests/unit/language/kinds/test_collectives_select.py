@@ -24,20 +24,42 @@ def _with_clip_all_reduce(obs):
         for c in doc["collectives"]:  # the synthetic FSDP collectives name no hook; a real run's do
             c["hook"] = c.get("hook") or ("post_backward_reduce" if c["op"] == "reduce_scatter" else "pre_forward")
         c = dict(doc["collectives"][0])
-        c.update(op="all_reduce", hook=None, unit=None, fsdp_label=None, phase="clip_grad_norm",
-                 reduce_op="sum", numel_in=1, numel_out=1, buffer_bytes=4, dtype="float32", element_size=4)
+        c.update(
+            op="all_reduce",
+            hook=None,
+            unit=None,
+            fsdp_label=None,
+            phase="clip_grad_norm",
+            reduce_op="sum",
+            numel_in=1,
+            numel_out=1,
+            buffer_bytes=4,
+            dtype="float32",
+            element_size=4,
+        )
         doc["collectives"].append(c)
     return obs
 
 
-@pytest.mark.parametrize("select", [{"hook": None}, {"unit": None}, {"fsdp_label": None}, {"reduce_op": None},
-                                    {"unit": [None, "layers.0"]}, {"not": {"hook": None}}])
+@pytest.mark.parametrize(
+    "select",
+    [
+        {"hook": None},
+        {"unit": None},
+        {"fsdp_label": None},
+        {"reduce_op": None},
+        {"unit": [None, "layers.0"]},
+        {"not": {"hook": None}},
+    ],
+)
 def test_null_selects_load(select):
     assert check_select(select, CTX) is None
 
 
-@pytest.mark.parametrize("select, says", [({"hook": 3}, "hook: expected a string, null"),
-                                          ({"unit": [None, "layers.7"]}, "no FSDP unit named 'layers.7'")])
+@pytest.mark.parametrize(
+    "select, says",
+    [({"hook": 3}, "hook: expected a string, null"), ({"unit": [None, "layers.7"]}, "no FSDP unit named 'layers.7'")],
+)
 def test_bad_selects_are_refused(select, says):
     assert says in check_select(select, CTX)
 

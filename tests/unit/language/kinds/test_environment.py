@@ -10,24 +10,35 @@ import copy
 import jsonschema
 import pytest
 
-from harness.judge.checks import check
-from harness.language.entry import make_entry
-from harness.judge.evaluate import FAILING, evaluate_spec
-from harness.load.spec import load_spec
 from harness.contract.observation import load_schema
+from harness.judge.checks import check
+from harness.judge.evaluate import FAILING, evaluate_spec
+from harness.language.entry import make_entry
+from harness.load.spec import load_spec
 from tests.support.observations import walkthrough_observation
 
 
 def rank_env(rank: int, *, hosts=("node-a", "node-b"), per_host=2, device="cuda") -> dict:
     host = hosts[rank // per_host]
-    env = {"host": host, "node_rank": rank // per_host, "local_rank": rank % per_host, "local_world_size": per_host,
-           "pid": 1000 + rank, "torch_version": "2.13.0", "python_version": "3.11.9", "backend": "nccl",
-           "device_type": device, "device_index": rank % per_host if device == "cuda" else None,
-           "device_name": "NVIDIA H200" if device == "cuda" else "a CPU",
-           "device_uuid": f"GPU-{host}-{rank % per_host}" if device == "cuda" else None,
-           "device_pci_bus_id": f"0000:{rank % per_host + 4:02x}:00.0" if device == "cuda" else None,
-           "cuda_version": "12.8" if device == "cuda" else None, "nccl_version": "2.27.3" if device == "cuda" else None,
-           "cuda_visible_devices": None, "variables": {"NCCL_DEBUG": "WARN"}}
+    env = {
+        "host": host,
+        "node_rank": rank // per_host,
+        "local_rank": rank % per_host,
+        "local_world_size": per_host,
+        "pid": 1000 + rank,
+        "torch_version": "2.13.0",
+        "python_version": "3.11.9",
+        "backend": "nccl",
+        "device_type": device,
+        "device_index": rank % per_host if device == "cuda" else None,
+        "device_name": "NVIDIA H200" if device == "cuda" else "a CPU",
+        "device_uuid": f"GPU-{host}-{rank % per_host}" if device == "cuda" else None,
+        "device_pci_bus_id": f"0000:{rank % per_host + 4:02x}:00.0" if device == "cuda" else None,
+        "cuda_version": "12.8" if device == "cuda" else None,
+        "nccl_version": "2.27.3" if device == "cuda" else None,
+        "cuda_visible_devices": None,
+        "variables": {"NCCL_DEBUG": "WARN"},
+    }
     return env
 
 
@@ -47,8 +58,18 @@ def test_the_observation_with_environments_matches_the_schema():
 
 
 def test_ranks_that_agree_pass():
-    result = run(cluster_observation(), same_torch_version=True, same_device_type=True, same_nccl_version=True,
-                 same_variables=True, distinct_devices=True, hosts=2, nodes=2, ranks_per_host=2, ranks_per_node=2)
+    result = run(
+        cluster_observation(),
+        same_torch_version=True,
+        same_device_type=True,
+        same_nccl_version=True,
+        same_variables=True,
+        distinct_devices=True,
+        hosts=2,
+        nodes=2,
+        ranks_per_host=2,
+        ranks_per_node=2,
+    )
     assert result.status == "pass", result.explain()
 
 
@@ -95,7 +116,8 @@ def test_cpu_ranks_do_not_measure_distinct_devices():
     # said once, not once per rank: the report groups the ranks that share a value
     assert result.message.count("share the host's cores") == 1, result.message
     assert {v for f in result.fields for v in f.observed.values()} == {
-        "n/a: runs on cpu: ranks on CPU share the host's cores, devices per rank apply to CUDA"}
+        "n/a: runs on cpu: ranks on CPU share the host's cores, devices per rank apply to CUDA"
+    }
     assert run(obs, distinct_devices=True, ranks_per_host=4).status == "pass"  # the other field is compared
 
 
@@ -122,10 +144,13 @@ tables:
 """
 
 
-@pytest.mark.parametrize("old, new, failing", [
-    ("ranks_per_host: 2", "ranks_per_host: 4", "layout"),
-    ("hosts: 2", "hosts: 1", "layout"),
-])
+@pytest.mark.parametrize(
+    "old, new, failing",
+    [
+        ("ranks_per_host: 2", "ranks_per_host: 4", "layout"),
+        ("hosts: 2", "hosts: 1", "layout"),
+    ],
+)
 def test_one_changed_figure_fails_exactly_that_entry(tmp_path, old, new, failing):
     path = tmp_path / "env.yaml"
     path.write_text(SPEC, encoding="utf-8")
@@ -144,8 +169,10 @@ def test_an_agreement_field_takes_only_true(tmp_path):
     path.write_text(SPEC.replace("same_device_type: true", "same_device_type: cuda"), encoding="utf-8")
     with pytest.raises(SpecError) as info:
         load_spec(path)
-    assert str(info.value) == (f"{path}:10: tables[0].entries[0]: same_device_type: expected true (every selected "
-                               "rank has the value most ranks have), got 'cuda'")
+    assert str(info.value) == (
+        f"{path}:10: tables[0].entries[0]: same_device_type: expected true (every selected "
+        "rank has the value most ranks have), got 'cuda'"
+    )
 
 
 def test_a_copy_is_untouched():

@@ -13,13 +13,18 @@ from harness.judge.checks import check
 from harness.language.entry import make_entry
 from harness.language.expect import ExpectationError, parse_expectation
 from harness.run.recorders.collectives import resolve_mesh_dims
+from tests.support import REPO
 from tests.support.observations import walkthrough_observation
 
-from tests.support import REPO
 SCHEMA = json.loads((REPO / "harness" / "contract" / "observation.schema.json").read_text())
 
-REFUSED = {"type": "RuntimeError", "qualname": "builtins.RuntimeError",
-           "message": "Cannot use ReduceOp.PREMUL_SUM with Gloo", "phase": "backward", "traceback": "..."}
+REFUSED = {
+    "type": "RuntimeError",
+    "qualname": "builtins.RuntimeError",
+    "message": "Cannot use ReduceOp.PREMUL_SUM with Gloo",
+    "phase": "backward",
+    "traceback": "...",
+}
 
 
 def run(kind, obs, **values):
@@ -39,8 +44,14 @@ def test_an_observation_with_errors_is_schema_valid():
 
 def test_the_expected_error_passes():
     obs = with_errors([REFUSED] * 4)
-    result = run("expect_error", obs, raised=True, type="RuntimeError", message={"matches": "PREMUL_SUM with Gloo"},
-                 phase="backward")
+    result = run(
+        "expect_error",
+        obs,
+        raised=True,
+        type="RuntimeError",
+        message={"matches": "PREMUL_SUM with Gloo"},
+        phase="backward",
+    )
     assert result.status == "pass", result.explain()
 
 
@@ -79,8 +90,11 @@ def test_a_pattern_must_be_a_regular_expression():
 def _reduce_obs(op="AVG", factor=None):
     obs = walkthrough_observation()
     for u in obs["fsdp_units"]:
-        u["state"] = {"managed": u["role"] == "layer", "gradient_divide_factor": factor,
-                      "force_sum_reduction_for_comms": False}
+        u["state"] = {
+            "managed": u["role"] == "layer",
+            "gradient_divide_factor": factor,
+            "force_sum_reduction_for_comms": False,
+        }
     for r in obs["ranks"]:
         for c in r["collectives"]:
             c["reduce_op"] = op if c["op"] == "reduce_scatter" else None
@@ -90,15 +104,20 @@ def _reduce_obs(op="AVG", factor=None):
 def test_reduce_op_reads_the_op_and_the_units_state():
     obs = _reduce_obs("PREMUL_SUM", 8.0)
     Draft202012Validator(SCHEMA).validate(obs)
-    assert run("reduce_op", obs, layer=0, count=1, reduce_op="PREMUL_SUM", divide_factor=8, force_sum=False).status == "pass"
+    assert (
+        run("reduce_op", obs, layer=0, count=1, reduce_op="PREMUL_SUM", divide_factor=8, force_sum=False).status
+        == "pass"
+    )
     failed = run("reduce_op", obs, layer=0, reduce_op="AVG")
     assert failed.status == "fail" and "expected AVG; observed PREMUL_SUM" in failed.explain()
     assert run("reduce_op", _reduce_obs(), role="layer", count=2, reduce_op="AVG", divide_factor=None).status == "pass"
 
 
 def test_a_group_shared_by_two_mesh_dims_is_attributed_as_fsdp_issues_it():
-    records = [{"op": "all_reduce", "mesh_dim": ("dp_replicate", "dp_shard")},
-               {"op": "reduce_scatter", "mesh_dim": ("dp_replicate", "dp_shard")},
-               {"op": "all_gather", "mesh_dim": ["dp_replicate", "dp_shard"]},
-               {"op": "all_reduce", "mesh_dim": "dp_shard"}]
+    records = [
+        {"op": "all_reduce", "mesh_dim": ("dp_replicate", "dp_shard")},
+        {"op": "reduce_scatter", "mesh_dim": ("dp_replicate", "dp_shard")},
+        {"op": "all_gather", "mesh_dim": ["dp_replicate", "dp_shard"]},
+        {"op": "all_reduce", "mesh_dim": "dp_shard"},
+    ]
     assert [r["mesh_dim"] for r in resolve_mesh_dims(records)] == ["dp_replicate", "dp_shard", "dp_shard", "dp_shard"]

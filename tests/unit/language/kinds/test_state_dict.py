@@ -16,19 +16,20 @@ import jsonschema
 import pytest
 
 from harness.judge.checks import CheckResult, check
-from harness.language.entry import make_entry
 from harness.judge.evaluate import evaluate_item
+from harness.language.entry import make_entry
 from harness.load.setup import RunSetup, SetupError
 from harness.load.spec import SpecError, SpecItem, load_spec
-from tests.support.observations import layer_param_shapes, walkthrough_observation
-
 from tests.support import REPO
+from tests.support.observations import layer_param_shapes, walkthrough_observation
 from tests.support.specs import write_spec as write
+
 OBSERVATION_SCHEMA = json.loads((REPO / "harness" / "contract" / "observation.schema.json").read_text())
 STATES = ["exp_avg", "exp_avg_sq", "step"]
 
 
 # --- a synthetic observation with the round trip ---------------------------------------------
+
 
 def shard(rows: int, rank: int, world: int) -> tuple[int, int]:
     """(offset, length) of ``rank``'s Shard(0) rows: torch.chunk's chunk = ceil(rows / world),
@@ -45,15 +46,27 @@ def record(rank: int, world: int, saved_world: int, layers: int = 2) -> dict:
             offset, length = shard(full[0], rank, world)
             chunks = sorted({shard(full[0], r, saved_world) for r in range(saved_world)})  # equal offsets kept once
             numel = length * math.prod(full[1:])
-            entries.append({
-                "fqn": f"layers.{layer}.{name}", "full_shape": full, "dtype": "float16",
-                "placements": ["Shard(dim=0)"], "local_shape": [length, *full[1:]],
-                "global_offset": [offset] + [0] * (len(full) - 1), "local_length": length, "local_numel": numel,
-                "equal_before_load": numel == 0, "round_trip_equal": True, "max_abs_diff": 0.0,
-                "checkpoint_offsets": [o for o, _ in chunks], "checkpoint_lengths": [n for _, n in chunks],
-                "optimizer": [{"name": s, "equal": True, "equal_before_load": s == "step" or numel == 0,
-                               "max_abs_diff": 0.0} for s in STATES],
-            })
+            entries.append(
+                {
+                    "fqn": f"layers.{layer}.{name}",
+                    "full_shape": full,
+                    "dtype": "float16",
+                    "placements": ["Shard(dim=0)"],
+                    "local_shape": [length, *full[1:]],
+                    "global_offset": [offset] + [0] * (len(full) - 1),
+                    "local_length": length,
+                    "local_numel": numel,
+                    "equal_before_load": numel == 0,
+                    "round_trip_equal": True,
+                    "max_abs_diff": 0.0,
+                    "checkpoint_offsets": [o for o, _ in chunks],
+                    "checkpoint_lengths": [n for _, n in chunks],
+                    "optimizer": [
+                        {"name": s, "equal": True, "equal_before_load": s == "step" or numel == 0, "max_abs_diff": 0.0}
+                        for s in STATES
+                    ],
+                }
+            )
     return {"saved_world_size": saved_world, "world_size": world, "entries": entries}
 
 
@@ -62,8 +75,14 @@ def round_trip_observation() -> dict:
     obs = walkthrough_observation()
     for doc in obs["ranks"]:
         doc["state_dict"] = record(doc["rank"], 4, 4)
-    obs["reloads"] = [{"world_size": 3, "mesh_shape": [3], "mesh_dim_names": ["dp"],
-                       "ranks": [{"rank": r, "state_dict": record(r, 3, 4)} for r in range(3)]}]
+    obs["reloads"] = [
+        {
+            "world_size": 3,
+            "mesh_shape": [3],
+            "mesh_dim_names": ["dp"],
+            "ranks": [{"rank": r, "state_dict": record(r, 3, 4)} for r in range(3)],
+        }
+    ]
     obs["setup"]["state_dict"] = {"round_trip": True, "reload_world_sizes": [3]}
     return obs
 
@@ -74,8 +93,16 @@ def obs():
 
 
 def run(obs, /, **values) -> CheckResult:
-    entry = make_entry("state_dict", values, id="test-state_dict", says="it says so", section="Some section",
-                       table="some table", spec="specs/x.yaml", line=7)
+    entry = make_entry(
+        "state_dict",
+        values,
+        id="test-state_dict",
+        says="it says so",
+        section="Some section",
+        table="some table",
+        spec="specs/x.yaml",
+        line=7,
+    )
     return check(entry, obs)
 
 
@@ -89,17 +116,38 @@ def test_synthetic_observation_is_schema_valid(obs):
 
 def test_one_shard_pass(obs):
     # q_proj [512, 512] on 4 ranks: 128 rows each, rank 2 starts at 256
-    r = run(obs, layer=0, param="self_attn.q_proj.weight", ranks=[2], local_shape=[128, 512], global_offset=[256, 0],
-            local_length=128, equal_before_load=False, round_trip_equal=True, optimizer_equal=True,
-            optimizer_states=STATES, optimizer_equal_before_load=["step"], checkpoint_chunks=4,
-            checkpoint_offsets=[0, 128, 256, 384], checkpoint_lengths=[128] * 4, placements=["Shard(dim=0)"],
-            full_shape=[512, 512])
+    r = run(
+        obs,
+        layer=0,
+        param="self_attn.q_proj.weight",
+        ranks=[2],
+        local_shape=[128, 512],
+        global_offset=[256, 0],
+        local_length=128,
+        equal_before_load=False,
+        round_trip_equal=True,
+        optimizer_equal=True,
+        optimizer_states=STATES,
+        optimizer_equal_before_load=["step"],
+        checkpoint_chunks=4,
+        checkpoint_offsets=[0, 128, 256, 384],
+        checkpoint_lengths=[128] * 4,
+        placements=["Shard(dim=0)"],
+        full_shape=[512, 512],
+    )
     assert r.status == "pass", r.explain()
 
 
 def test_every_entry_pass(obs):
-    r = run(obs, entries=22, round_trip_equal=True, optimizer_equal=True, max_abs_diff=0, optimizer_max_abs_diff=0,
-            local_numel=2 * 590_112)
+    r = run(
+        obs,
+        entries=22,
+        round_trip_equal=True,
+        optimizer_equal=True,
+        max_abs_diff=0,
+        optimizer_max_abs_diff=0,
+        local_numel=2 * 590_112,
+    )
     assert r.status == "pass", r.explain()
     assert run(obs, layer=1, entries=11, local_numel=590_112).status == "pass"
 
@@ -128,8 +176,17 @@ def test_an_offset_figure_fails_on_the_ranks_it_does_not_match(obs):
 
 def test_reload_world(obs):
     # q_norm [64] on 3 ranks: 22, 22, 20 rows at 0, 22, 44; the checkpoint holds the 4-rank chunks
-    r = run(obs, load_world_size=3, layer=0, param="self_attn.q_norm.weight", ranks=[2], local_shape=[20],
-            global_offset=[44], local_length=20, checkpoint_offsets=[0, 16, 32, 48])
+    r = run(
+        obs,
+        load_world_size=3,
+        layer=0,
+        param="self_attn.q_norm.weight",
+        ranks=[2],
+        local_shape=[20],
+        global_offset=[44],
+        local_length=20,
+        checkpoint_offsets=[0, 16, 32, 48],
+    )
     assert r.status == "pass", r.explain()
     wrong = run(obs, load_world_size=3, fqn="layers.0.self_attn.q_norm.weight", local_length=22)
     assert field(wrong, "local_length").failed_ranks == [2]
@@ -143,11 +200,23 @@ def test_empty_shards_and_deduplicated_chunks():
     assert len(q_norm["checkpoint_offsets"]) == 33 and q_norm["checkpoint_lengths"][-1] == 0
 
 
-@pytest.mark.parametrize("values, words", [
-    (dict(load_world_size=2, round_trip_equal=True), "the checkpoint was not loaded on 2 ranks; loaded on: the run's 4 ranks and [3]"),
-    (dict(load_world_size=3, ranks=[3], round_trip_equal=True), "rank(s) [3] not in the reload on 3 ranks; its ranks: 0-2"),
-    (dict(fqn="layers.0.mlp.gate.weight", round_trip_equal=True), "rank 0: no state-dict entry 'layers.0.mlp.gate.weight'"),
-])
+@pytest.mark.parametrize(
+    "values, words",
+    [
+        (
+            dict(load_world_size=2, round_trip_equal=True),
+            "the checkpoint was not loaded on 2 ranks; loaded on: the run's 4 ranks and [3]",
+        ),
+        (
+            dict(load_world_size=3, ranks=[3], round_trip_equal=True),
+            "rank(s) [3] not in the reload on 3 ranks; its ranks: 0-2",
+        ),
+        (
+            dict(fqn="layers.0.mlp.gate.weight", round_trip_equal=True),
+            "rank 0: no state-dict entry 'layers.0.mlp.gate.weight'",
+        ),
+    ],
+)
 def test_what_the_observation_lacks_is_an_error(obs, values, words):
     r = run(obs, **values)
     assert r.status == "error" and words in r.message, r.message
@@ -202,37 +271,98 @@ def test_entries_that_can_hold_load(tmp_path, entry):
 
 # (replace in BASE, the entry, marker of the line blamed, key path, words)
 BAD = [
-    ("state_dict: {round_trip: true, reload_world_sizes: [2]}", "{round_trip_equal: true}", "- {round_trip_equal",
-     "tables[0].entries[0]", "the setup saves no checkpoint: a 'state_dict' entry needs setup.state_dict: {round_trip: true}"),
-    (None, "{load_world_size: 4, round_trip_equal: true}", "- {load_world_size", "tables[0].entries[0].load_world_size",
-     "the checkpoint is loaded on world size 3 (the run's own) and on [2] (setup.state_dict.reload_world_sizes), not 4"),
-    (None, "{load_world_size: 2, ranks: [2], round_trip_equal: true}", "- {load_world_size", "tables[0].entries[0].ranks",
-     "rank(s) [2] outside the world that loads the checkpoint: world size 2, ranks 0-1"),
-    (None, "{ranks: [3], round_trip_equal: true}", "- {ranks", "tables[0].entries[0].ranks",
-     "rank(s) [3] outside the world that loads the checkpoint: world size 3"),
-    (None, "{global_offset: [0], round_trip_equal: true}", "- {global_offset", "tables[0].entries[0]",
-     "['global_offset'] describe one parameter's shard: name 'param' with 'layer', or 'fqn'"),
-    (None, "{param: self_attn.q_norm.weight, global_offset: [0]}", "- {param", "tables[0].entries[0]",
-     "a 'state_dict' entry names 'param' with its 'layer'"),
-    (None, "{fqn: layers.1.self_attn.q_norm.weight, local_length: 4}", "- {fqn", "tables[0].entries[0].fqn",
-     "the model of this setup has no parameter 'layers.1.self_attn.q_norm.weight'"),
-    (None, "{layer: 0, param: self_attn.q_norm.weight, global_offset: [0, x]}", "- {layer", "tables[0].entries[0]",
-     "global_offset: expected a list of integers"),
-    (None, "{round_trip_equal: equal}", "- {round_trip_equal", "tables[0].entries[0]", "round_trip_equal: expected true or false"),
+    (
+        "state_dict: {round_trip: true, reload_world_sizes: [2]}",
+        "{round_trip_equal: true}",
+        "- {round_trip_equal",
+        "tables[0].entries[0]",
+        "the setup saves no checkpoint: a 'state_dict' entry needs setup.state_dict: {round_trip: true}",
+    ),
+    (
+        None,
+        "{load_world_size: 4, round_trip_equal: true}",
+        "- {load_world_size",
+        "tables[0].entries[0].load_world_size",
+        "the checkpoint is loaded on world size 3 (the run's own) and on [2] (setup.state_dict.reload_world_sizes), not 4",
+    ),
+    (
+        None,
+        "{load_world_size: 2, ranks: [2], round_trip_equal: true}",
+        "- {load_world_size",
+        "tables[0].entries[0].ranks",
+        "rank(s) [2] outside the world that loads the checkpoint: world size 2, ranks 0-1",
+    ),
+    (
+        None,
+        "{ranks: [3], round_trip_equal: true}",
+        "- {ranks",
+        "tables[0].entries[0].ranks",
+        "rank(s) [3] outside the world that loads the checkpoint: world size 3",
+    ),
+    (
+        None,
+        "{global_offset: [0], round_trip_equal: true}",
+        "- {global_offset",
+        "tables[0].entries[0]",
+        "['global_offset'] describe one parameter's shard: name 'param' with 'layer', or 'fqn'",
+    ),
+    (
+        None,
+        "{param: self_attn.q_norm.weight, global_offset: [0]}",
+        "- {param",
+        "tables[0].entries[0]",
+        "a 'state_dict' entry names 'param' with its 'layer'",
+    ),
+    (
+        None,
+        "{fqn: layers.1.self_attn.q_norm.weight, local_length: 4}",
+        "- {fqn",
+        "tables[0].entries[0].fqn",
+        "the model of this setup has no parameter 'layers.1.self_attn.q_norm.weight'",
+    ),
+    (
+        None,
+        "{layer: 0, param: self_attn.q_norm.weight, global_offset: [0, x]}",
+        "- {layer",
+        "tables[0].entries[0]",
+        "global_offset: expected a list of integers",
+    ),
+    (
+        None,
+        "{round_trip_equal: equal}",
+        "- {round_trip_equal",
+        "tables[0].entries[0]",
+        "round_trip_equal: expected true or false",
+    ),
 ]
 
 SETUP_BAD = [
-    ("state_dict: {reload_world_sizes: [2]}", "setup.state_dict.reload_world_sizes",
-     "reloading on world sizes [2] needs the round trip: add round_trip: true"),
-    ("state_dict: {round_trip: true, reload_world_sizes: [3]}", "setup.state_dict.reload_world_sizes",
-     "world size 3 is the run's own (the round trip loads there already); expected other world sizes, got [3]"),
-    ("state_dict: {round_trip: true, reload_world_sizes: [2, 2]}", "setup.state_dict.reload_world_sizes",
-     "expected distinct world sizes, got [2, 2]"),
-    ("state_dict: {round_trip: true, reload_world_sizes: [0]}", "setup.state_dict.reload_world_sizes[0]",
-     "0 is less than the minimum of 1"),
+    (
+        "state_dict: {reload_world_sizes: [2]}",
+        "setup.state_dict.reload_world_sizes",
+        "reloading on world sizes [2] needs the round trip: add round_trip: true",
+    ),
+    (
+        "state_dict: {round_trip: true, reload_world_sizes: [3]}",
+        "setup.state_dict.reload_world_sizes",
+        "world size 3 is the run's own (the round trip loads there already); expected other world sizes, got [3]",
+    ),
+    (
+        "state_dict: {round_trip: true, reload_world_sizes: [2, 2]}",
+        "setup.state_dict.reload_world_sizes",
+        "expected distinct world sizes, got [2, 2]",
+    ),
+    (
+        "state_dict: {round_trip: true, reload_world_sizes: [0]}",
+        "setup.state_dict.reload_world_sizes[0]",
+        "0 is less than the minimum of 1",
+    ),
     ("state_dict: {round_trip: yes please}", "setup.state_dict.round_trip", "'yes please' is not of type 'boolean'"),
-    ("state_dict: {roundtrip: true}", "setup.state_dict.roundtrip",
-     "('roundtrip' was unexpected); allowed keys: ['reload_world_sizes', 'round_trip']"),
+    (
+        "state_dict: {roundtrip: true}",
+        "setup.state_dict.roundtrip",
+        "('roundtrip' was unexpected); allowed keys: ['reload_world_sizes', 'round_trip']",
+    ),
 ]
 
 
@@ -258,7 +388,8 @@ def test_entries_that_can_never_hold_fail_at_load(tmp_path, old, entry, marker, 
 @pytest.mark.parametrize("new, key_path, words", SETUP_BAD, ids=[s[2][:40] for s in SETUP_BAD])
 def test_bad_setup_state_dict_fails_at_load(tmp_path, new, key_path, words):
     text = BASE.replace("state_dict: {round_trip: true, reload_world_sizes: [2]}", new).replace(
-        "ENTRY", "{round_trip_equal: true}")
+        "ENTRY", "{round_trip_equal: true}"
+    )
     path = write(tmp_path, text)
     with pytest.raises(SpecError) as info:
         load_spec(path)

@@ -17,16 +17,27 @@ import pytest
 from rich.console import Console
 
 from harness.judge.checks import CheckResult, check
+from harness.judge.evaluate import counts, evaluate_spec
 from harness.language.entry import make_entry
 from harness.language.observed import ring_bytes, select_collectives
-from harness.judge.evaluate import counts, evaluate_spec
-from harness.report.terminal import print_report, result_to_json, summary_line
 from harness.load.spec import load_spec
-from tests.support.observations import (DOC_LOCAL_NUMEL, DOC_LAYER_NUMEL, DOC_PARAM_ROWS, LAYER_BYTES, LAYER_LOCAL_BYTES,
-                          LAYER_LOCAL_NUMEL, LAYER_NUMEL, find, layer_param_shapes, shard_shape,
-                          walkthrough_observation, with_rank)
-
+from harness.report.terminal import print_report, result_to_json, summary_line
 from tests.support import REPO
+from tests.support.observations import (
+    DOC_LAYER_NUMEL,
+    DOC_LOCAL_NUMEL,
+    DOC_PARAM_ROWS,
+    LAYER_BYTES,
+    LAYER_LOCAL_BYTES,
+    LAYER_LOCAL_NUMEL,
+    LAYER_NUMEL,
+    find,
+    layer_param_shapes,
+    shard_shape,
+    walkthrough_observation,
+    with_rank,
+)
+
 SPEC = REPO / "specs" / "qwen3_walkthrough.yaml"
 OBSERVATION_SCHEMA = json.loads((REPO / "harness" / "contract" / "observation.schema.json").read_text())
 
@@ -38,8 +49,16 @@ def obs():
 
 def run(kind: str, obs, /, **values) -> CheckResult:
     """Check one entry of ``kind`` built from ``values`` (selectors and fields) on ``obs``."""
-    entry = make_entry(kind, values, id=f"test-{kind}", says="the document says so", section="Some section",
-                       table="some table", spec="specs/x.yaml", line=7)
+    entry = make_entry(
+        kind,
+        values,
+        id=f"test-{kind}",
+        says="the document says so",
+        section="Some section",
+        table="some table",
+        spec="specs/x.yaml",
+        line=7,
+    )
     return check(entry, obs)
 
 
@@ -72,6 +91,7 @@ def assert_error(result: CheckResult, *names: str) -> None:
 
 # --- the synthetic observation itself -----------------------------------------------------
 
+
 def test_synthetic_observation_is_schema_valid(obs):
     jsonschema.Draft202012Validator(OBSERVATION_SCHEMA).validate(obs)
 
@@ -94,10 +114,25 @@ def test_synthetic_observation_is_fresh_each_call(obs):
 
 # --- param --------------------------------------------------------------------------------
 
+
 def test_param_pass(obs):
-    r = run("param", obs, param="self_attn.q_proj.weight", layer=0, full_shape=[512, 512], local_shape=[128, 512],
-            numel=262144, local_numel="65,536", dtype="float16", element_size=2, bytes="524 KB",
-            local_bytes=131072, is_dtensor=True, placements=["Shard(dim=0)"], mesh_dim_names=["dp"])
+    r = run(
+        "param",
+        obs,
+        param="self_attn.q_proj.weight",
+        layer=0,
+        full_shape=[512, 512],
+        local_shape=[128, 512],
+        numel=262144,
+        local_numel="65,536",
+        dtype="float16",
+        element_size=2,
+        bytes="524 KB",
+        local_bytes=131072,
+        is_dtensor=True,
+        placements=["Shard(dim=0)"],
+        mesh_dim_names=["dp"],
+    )
     assert r.status == "pass" and r.ok, r.explain()
     assert all(f.observed.keys() == {0, 1, 2, 3} for f in r.fields)
     assert field(r, "local_shape").observed_text() == "[128, 512] (ranks 0-3)"
@@ -114,6 +149,7 @@ def test_param_fail(obs):
 def test_param_fail_on_one_rank(obs):
     def edit(doc):
         find(doc["params"], fqn="layers.0.self_attn.k_proj.weight")["local_shape"] = [63, 512]
+
     odd = with_rank(obs, 2, edit)
     r = run("param", odd, param="self_attn.k_proj.weight", layer=0, local_shape=[64, 512])
     assert_fails(r, "local_shape", "[64, 512]", "[63, 512] (rank 2)", [2])
@@ -122,19 +158,36 @@ def test_param_fail_on_one_rank(obs):
 
 
 def test_param_unknown(obs):
-    assert_error(run("param", obs, param="self_attn.qkv_proj.weight", layer=0, numel=1),
-                 "'layers.0.self_attn.qkv_proj.weight'", "parameters:", "'layers.0.self_attn.q_proj.weight'")
-    assert_error(run("param", obs, param="self_attn.q_proj.weight", layer=5, numel=1),
-                 "decoder layer 5", "layers: [0, 1]")
-    assert_error(run("param", obs, param="self_attn.q_proj.weight", ranks=[4], numel=1),
-                 "rank(s) [4] not observed", "observed ranks: 0-3")
+    assert_error(
+        run("param", obs, param="self_attn.qkv_proj.weight", layer=0, numel=1),
+        "'layers.0.self_attn.qkv_proj.weight'",
+        "parameters:",
+        "'layers.0.self_attn.q_proj.weight'",
+    )
+    assert_error(
+        run("param", obs, param="self_attn.q_proj.weight", layer=5, numel=1), "decoder layer 5", "layers: [0, 1]"
+    )
+    assert_error(
+        run("param", obs, param="self_attn.q_proj.weight", ranks=[4], numel=1),
+        "rank(s) [4] not observed",
+        "observed ranks: 0-3",
+    )
 
 
 # --- params_total -------------------------------------------------------------------------
 
+
 def test_params_total_pass(obs):
-    r = run("params_total", obs, layer=0, count=11, numel="≈2.36M", bytes="4.72 MB", local_numel="≈590K",
-            local_bytes="1.18 MB")
+    r = run(
+        "params_total",
+        obs,
+        layer=0,
+        count=11,
+        numel="≈2.36M",
+        bytes="4.72 MB",
+        local_numel="≈590K",
+        local_bytes="1.18 MB",
+    )
     assert r.status == "pass", r.explain()
     assert run("params_total", obs, layer="all", count=22, numel="2 × 2.36M").ok
     assert run("params_total", obs, unit="layers.1", count=11, numel=LAYER_NUMEL).ok
@@ -155,7 +208,9 @@ def test_params_total_fail_on_one_rank(obs):
 
 
 def test_params_total_unknown(obs):
-    assert_error(run("params_total", obs, unit="layers.7", count=11), "'layers.7'", "units: ['layers.0', 'layers.1', '']")
+    assert_error(
+        run("params_total", obs, unit="layers.7", count=11), "'layers.7'", "units: ['layers.0', 'layers.1', '']"
+    )
     assert_error(run("params_total", obs, layer=2, count=11), "decoder layer 2", "layers: [0, 1]")
 
 
@@ -168,10 +223,18 @@ def test_params_total_of_a_root_without_parameters_is_zero(obs):
 
 # --- input --------------------------------------------------------------------------------
 
+
 def test_input_pass(obs):
     for rank in range(4):
-        r = run("input", obs, rank=rank, name="hidden_states", shape=[2, 8, 512], dtype="float16",
-                samples=[2 * rank, 2 * rank + 1])
+        r = run(
+            "input",
+            obs,
+            rank=rank,
+            name="hidden_states",
+            shape=[2, 8, 512],
+            dtype="float16",
+            samples=[2 * rank, 2 * rank + 1],
+        )
         assert r.status == "pass", r.explain()
         assert list(field(r, "samples").observed) == [rank]
     assert run("input", obs, shape=[2, 8, 512]).ok  # no rank: every rank
@@ -193,6 +256,7 @@ def test_input_unknown(obs):
 
 # --- step ---------------------------------------------------------------------------------
 
+
 def test_step_pass(obs):
     r = run("step", obs, step="step2.k_heads", layer="all", shape=[2, 8, 4, 64], dtype="float16", dim0=2, layers=2)
     assert r.status == "pass", r.explain()
@@ -209,6 +273,7 @@ def test_step_fail(obs):
 def test_step_fail_on_one_rank_and_one_layer(obs):
     def edit(doc):
         find(doc["steps"], name="step2.k_heads", layer=1)["shape"] = [2, 8, 8, 64]
+
     odd = with_rank(obs, 1, edit)
     r = run("step", odd, step="step2.k_heads", layer="all", shape=[2, 8, 4, 64])
     assert_fails(r, "shape", "[2, 8, 4, 64]", "[[2, 8, 4, 64], [2, 8, 8, 64]] (rank 1)", [1])
@@ -216,18 +281,42 @@ def test_step_fail_on_one_rank_and_one_layer(obs):
 
 
 def test_step_unknown(obs):
-    assert_error(run("step", obs, step="step2.kv_heads", shape=[1]),
-                 "'step2.kv_heads'", "observed steps:", "'step2.k_heads'", "'step10.output'")
+    assert_error(
+        run("step", obs, step="step2.kv_heads", shape=[1]),
+        "'step2.kv_heads'",
+        "observed steps:",
+        "'step2.k_heads'",
+        "'step10.output'",
+    )
     assert_error(run("step", obs, step="step1.x_norm", layer=3, shape=[1]), "(layer 3) not observed")
 
 
 # --- param_state --------------------------------------------------------------------------
 
+
 def test_param_state_pass(obs):
-    pre = run("param_state", obs, layer=0, point="pre_forward", count=11, plain_tensors=11, dtensors=0,
-              full_shapes=True, local_shapes=False, bytes="4.72 MB")
-    post = run("param_state", obs, unit="layers.1", point="post_forward", count=11, dtensors=11,
-               local_shapes=True, bytes="1.18 MB")
+    pre = run(
+        "param_state",
+        obs,
+        layer=0,
+        point="pre_forward",
+        count=11,
+        plain_tensors=11,
+        dtensors=0,
+        full_shapes=True,
+        local_shapes=False,
+        bytes="4.72 MB",
+    )
+    post = run(
+        "param_state",
+        obs,
+        unit="layers.1",
+        point="post_forward",
+        count=11,
+        dtensors=11,
+        local_shapes=True,
+        bytes="1.18 MB",
+    )
     assert pre.status == "pass", pre.explain()
     assert post.status == "pass", post.explain()
     assert run("param_state", obs, layer="all", point="post_forward", dtensors=11, bytes=LAYER_LOCAL_BYTES).ok
@@ -243,6 +332,7 @@ def test_param_state_fail_on_one_rank(obs):
     def edit(doc):
         state = find(doc["param_states"], unit="layers.0", point="post_forward")
         state["params"][1].update(is_dtensor=False, shape=[512, 512])
+
     odd = with_rank(obs, 2, edit)
     r = run("param_state", odd, layer=0, point="post_forward", dtensors=11, local_shapes=True)
     assert_fails(r, "dtensors", "11", "10 (rank 2)", [2])
@@ -255,16 +345,34 @@ def test_param_state_fail_on_one_rank(obs):
 def test_param_state_unknown(obs):
     assert_error(run("param_state", obs, unit="layers.9", point="pre_forward", count=11), "'layers.9'", "units:")
     no_states = with_rank(obs, 0, lambda doc: doc["param_states"].clear())
-    assert_error(run("param_state", no_states, layer=0, point="pre_forward", count=11),
-                 "rank 0", "no param state at 'pre_forward'", "layers.0")
+    assert_error(
+        run("param_state", no_states, layer=0, point="pre_forward", count=11),
+        "rank 0",
+        "no param state at 'pre_forward'",
+        "layers.0",
+    )
 
 
 # --- collectives --------------------------------------------------------------------------
 
-FORWARD_GATHER = dict(count=1, op="all_gather", dtype="float16", element_size=2, numel_in=590112, numel_out=2360448,
-                      buffer_bytes="4.72 MB", group_size=4, mesh_dim="dp", fsdp_label="FSDP::all_gather",
-                      unit="layers.0", phase="forward", ring_bytes="3.54 MB", total_buffer_bytes=LAYER_BYTES,
-                      total_ring_bytes="≈3.54 MB", sequence=["all_gather layers.0"])
+FORWARD_GATHER = dict(
+    count=1,
+    op="all_gather",
+    dtype="float16",
+    element_size=2,
+    numel_in=590112,
+    numel_out=2360448,
+    buffer_bytes="4.72 MB",
+    group_size=4,
+    mesh_dim="dp",
+    fsdp_label="FSDP::all_gather",
+    unit="layers.0",
+    phase="forward",
+    ring_bytes="3.54 MB",
+    total_buffer_bytes=LAYER_BYTES,
+    total_ring_bytes="≈3.54 MB",
+    sequence=["all_gather layers.0"],
+)
 
 
 def test_collectives_pass(obs):
@@ -272,25 +380,31 @@ def test_collectives_pass(obs):
     assert r.status == "pass", r.explain()
 
 
-@pytest.mark.parametrize("select, count, sequence", [
-    ({}, 6, None),
-    ({"phase": "backward", "not": {"op": "all_gather"}}, 2, ["reduce_scatter layers.1", "reduce_scatter layers.0"]),
-    ({"not": {"op": ["all_gather", "reduce_scatter"]}}, 0, []),
-    ({"op": "reduce_scatter", "layer": [0, 1]}, 2, ["reduce_scatter layers.1", "reduce_scatter layers.0"]),
-    ({"layer": "all"}, 6, None),
-    ({"role": "layer"}, 6, None),
-    ({"role": "root"}, 0, []),
-    ({"not": {"role": "layer"}}, 0, []),
-    ({"not": {"layer": 1}}, 3, ["all_gather layers.0", "all_gather layers.0", "reduce_scatter layers.0"]),
-    ({"unit": ["layers.0", "layers.1"], "phase": "forward"}, 2, ["all_gather layers.0", "all_gather layers.1"]),
-    ({"unit": "root"}, 0, []),
-    ({"unit": "layers.1", "layer": 0}, 0, []),  # layer ∩ unit
-    ({"group_size": [2, 4], "mesh_dim": "dp", "dtype": "float16"}, 6, None),
-    ({"fsdp_label": "FSDP::post_forward"}, 0, []),
-    ({"phase": "optimizer"}, 0, []),
-    ({"phase": "backward"}, 4, ["all_gather layers.1", "all_gather layers.0", "reduce_scatter layers.1",
-                                "reduce_scatter layers.0"]),
-])
+@pytest.mark.parametrize(
+    "select, count, sequence",
+    [
+        ({}, 6, None),
+        ({"phase": "backward", "not": {"op": "all_gather"}}, 2, ["reduce_scatter layers.1", "reduce_scatter layers.0"]),
+        ({"not": {"op": ["all_gather", "reduce_scatter"]}}, 0, []),
+        ({"op": "reduce_scatter", "layer": [0, 1]}, 2, ["reduce_scatter layers.1", "reduce_scatter layers.0"]),
+        ({"layer": "all"}, 6, None),
+        ({"role": "layer"}, 6, None),
+        ({"role": "root"}, 0, []),
+        ({"not": {"role": "layer"}}, 0, []),
+        ({"not": {"layer": 1}}, 3, ["all_gather layers.0", "all_gather layers.0", "reduce_scatter layers.0"]),
+        ({"unit": ["layers.0", "layers.1"], "phase": "forward"}, 2, ["all_gather layers.0", "all_gather layers.1"]),
+        ({"unit": "root"}, 0, []),
+        ({"unit": "layers.1", "layer": 0}, 0, []),  # layer ∩ unit
+        ({"group_size": [2, 4], "mesh_dim": "dp", "dtype": "float16"}, 6, None),
+        ({"fsdp_label": "FSDP::post_forward"}, 0, []),
+        ({"phase": "optimizer"}, 0, []),
+        (
+            {"phase": "backward"},
+            4,
+            ["all_gather layers.1", "all_gather layers.0", "reduce_scatter layers.1", "reduce_scatter layers.0"],
+        ),
+    ],
+)
 def test_collectives_select(obs, select, count, sequence):
     values = {"count": count} if sequence is None else {"count": count, "sequence": sequence}
     r = run("collectives", obs, select=select, **values)
@@ -298,29 +412,55 @@ def test_collectives_select(obs, select, count, sequence):
 
 
 def test_collectives_reduce_scatter_fields(obs):
-    r = run("collectives", obs, select={"phase": "backward", "op": "reduce_scatter", "layer": 0}, count=1,
-            numel_in=2360448, numel_out=590112, buffer_bytes=LAYER_BYTES, ring_bytes="3.54 MB",
-            fsdp_label="FSDP::post_backward_reduce")
+    r = run(
+        "collectives",
+        obs,
+        select={"phase": "backward", "op": "reduce_scatter", "layer": 0},
+        count=1,
+        numel_in=2360448,
+        numel_out=590112,
+        buffer_bytes=LAYER_BYTES,
+        ring_bytes="3.54 MB",
+        fsdp_label="FSDP::post_backward_reduce",
+    )
     assert r.status == "pass", r.explain()
     r = run("collectives", obs, select={"layer": 0}, count=3, total_ring_bytes="~10.6 MB", total_buffer_bytes="14.2 MB")
     assert r.status == "pass", r.explain()
     assert run("collectives", obs, select={}, total_ring_bytes="2 × 10.6 MB").ok
 
 
-@pytest.mark.parametrize("select, name, value, expected, observed", [
-    ({"phase": "forward"}, "count", 3, "3", "2 (ranks 0-3)"),
-    ({"phase": "forward", "layer": 0}, "op", "reduce_scatter", "reduce_scatter", "all_gather (ranks 0-3)"),
-    ({"phase": "forward"}, "unit", "layers.0", "layers.0", "[layers.0, layers.1] (ranks 0-3)"),
-    ({"phase": "forward"}, "sequence", ["all_gather layers.1", "all_gather layers.0"],
-     "[all_gather layers.1, all_gather layers.0]", "[all_gather layers.0, all_gather layers.1] (ranks 0-3)"),
-    ({"phase": "backward"}, "sequence", ["all_gather layers.1", "reduce_scatter layers.1"],
-     "[all_gather layers.1, reduce_scatter layers.1]", "reduce_scatter layers.0] (ranks 0-3)"),
-    ({"layer": 0, "op": "all_gather"}, "ring_bytes", "3.55 MB", "3.55 MB (= 3.55 MB ± 0.005 MB)",
-     "3,540,672 B = 3.541 MB (ranks 0-3)"),
-    ({"layer": 0}, "total_ring_bytes", "~10.7 MB", "~10.7 MB", "10,622,016 B = 10.62 MB (ranks 0-3)"),
-    ({}, "total_ring_bytes", "2 × 10.7 MB", "2 × 10.7 MB", "21,244,032 B = 21.24 MB (ranks 0-3)"),
-    ({"phase": "optimizer"}, "op", "all_gather", "all_gather", "null (ranks 0-3)"),
-])
+@pytest.mark.parametrize(
+    "select, name, value, expected, observed",
+    [
+        ({"phase": "forward"}, "count", 3, "3", "2 (ranks 0-3)"),
+        ({"phase": "forward", "layer": 0}, "op", "reduce_scatter", "reduce_scatter", "all_gather (ranks 0-3)"),
+        ({"phase": "forward"}, "unit", "layers.0", "layers.0", "[layers.0, layers.1] (ranks 0-3)"),
+        (
+            {"phase": "forward"},
+            "sequence",
+            ["all_gather layers.1", "all_gather layers.0"],
+            "[all_gather layers.1, all_gather layers.0]",
+            "[all_gather layers.0, all_gather layers.1] (ranks 0-3)",
+        ),
+        (
+            {"phase": "backward"},
+            "sequence",
+            ["all_gather layers.1", "reduce_scatter layers.1"],
+            "[all_gather layers.1, reduce_scatter layers.1]",
+            "reduce_scatter layers.0] (ranks 0-3)",
+        ),
+        (
+            {"layer": 0, "op": "all_gather"},
+            "ring_bytes",
+            "3.55 MB",
+            "3.55 MB (= 3.55 MB ± 0.005 MB)",
+            "3,540,672 B = 3.541 MB (ranks 0-3)",
+        ),
+        ({"layer": 0}, "total_ring_bytes", "~10.7 MB", "~10.7 MB", "10,622,016 B = 10.62 MB (ranks 0-3)"),
+        ({}, "total_ring_bytes", "2 × 10.7 MB", "2 × 10.7 MB", "21,244,032 B = 21.24 MB (ranks 0-3)"),
+        ({"phase": "optimizer"}, "op", "all_gather", "all_gather", "null (ranks 0-3)"),
+    ],
+)
 def test_collectives_fail(obs, select, name, value, expected, observed):
     r = run("collectives", obs, select=select, **{name: value})
     assert_fails(r, name, expected, observed, [0, 1, 2, 3])
@@ -328,12 +468,26 @@ def test_collectives_fail(obs, select, name, value, expected, observed):
 
 def test_collectives_fail_on_one_rank(obs):
     def edit(doc):
-        extra = dict(doc["collectives"][-1], index=6, op="all_reduce", c10d_op="c10d.allreduce_.default",
-                     unit=None, fsdp_label=None, fsdp_labels=[], phase="optimizer")
+        extra = dict(
+            doc["collectives"][-1],
+            index=6,
+            op="all_reduce",
+            c10d_op="c10d.allreduce_.default",
+            unit=None,
+            fsdp_label=None,
+            fsdp_labels=[],
+            phase="optimizer",
+        )
         doc["collectives"].append(extra)
+
     odd = with_rank(obs, 3, edit)
-    assert_fails(run("collectives", odd, select={"not": {"op": ["all_gather", "reduce_scatter"]}}, count=0),
-                 "count", "0", "1 (rank 3)", [3])
+    assert_fails(
+        run("collectives", odd, select={"not": {"op": ["all_gather", "reduce_scatter"]}}, count=0),
+        "count",
+        "0",
+        "1 (rank 3)",
+        [3],
+    )
     assert_fails(run("collectives", odd, select={"not": {"role": "layer"}}, count=0), "count", "0", "1 (rank 3)", [3])
     assert_fails(run("collectives", odd, select={"phase": "optimizer"}, count=0), "count", "0", "1 (rank 3)", [3])
     r = run("collectives", odd, select={}, sequence=[f"{c['op']} {c['unit']}" for c in obs["ranks"][0]["collectives"]])
@@ -360,16 +514,23 @@ def test_select_collectives_in_issue_order(obs):
     doc = obs["ranks"][0]
     chosen = select_collectives(obs, doc, {"op": "all_gather"})
     assert [(c["phase"], c["unit"]) for c in chosen] == [
-        ("forward", "layers.0"), ("forward", "layers.1"), ("backward", "layers.1"), ("backward", "layers.0")]
+        ("forward", "layers.0"),
+        ("forward", "layers.1"),
+        ("backward", "layers.1"),
+        ("backward", "layers.0"),
+    ]
 
 
 # --- memory -------------------------------------------------------------------------------
+
 
 def test_memory_pass(obs):
     r = run("memory", obs, layer=0, state="After Pre-Forward", sharded_param="2 × 1.18 MB", unsharded_param="4.72 MB")
     assert r.status == "pass", r.explain()
     assert run("memory", obs, module="layers.0", state="After Post-Forward", unsharded_param=0).ok
-    assert run("memory", obs, unit="layers.1", state="After Post-Backward", sharded_grad="2 × 1.18 MB", unsharded_param=0).ok
+    assert run(
+        "memory", obs, unit="layers.1", state="After Post-Backward", sharded_grad="2 × 1.18 MB", unsharded_param=0
+    ).ok
 
 
 def test_memory_fail(obs):
@@ -380,26 +541,46 @@ def test_memory_fail(obs):
 def test_memory_fail_on_one_rank(obs):
     def edit(doc):
         find(doc["memory"], module="layers.0", state="After Post-Forward")["bytes"]["unsharded_param"] = LAYER_BYTES
+
     odd = with_rank(obs, 1, edit)
     r = run("memory", odd, layer=0, state="After Post-Forward", unsharded_param=0)
     assert_fails(r, "unsharded_param", "0", "4,720,896 (rank 1)", [1])
 
 
 def test_memory_unknown(obs):
-    assert_error(run("memory", obs, layer=0, state="After Pre-Backward", sharded_param=0),
-                 "'After Pre-Backward'", "states: ['After Post-Backward', 'After Post-Forward', 'After Pre-Forward']")
-    assert_error(run("memory", obs, layer=0, state="After Pre-Forward", optstate=0),
-                 "field 'optstate' not observed", "'sharded_param'", "'unsharded_param'")
-    assert_error(run("memory", obs, module="layers.3", state="After Pre-Forward", sharded_param=0),
-                 "module 'layers.3'", "states: []")
+    assert_error(
+        run("memory", obs, layer=0, state="After Pre-Backward", sharded_param=0),
+        "'After Pre-Backward'",
+        "states: ['After Post-Backward', 'After Post-Forward', 'After Pre-Forward']",
+    )
+    assert_error(
+        run("memory", obs, layer=0, state="After Pre-Forward", optstate=0),
+        "field 'optstate' not observed",
+        "'sharded_param'",
+        "'unsharded_param'",
+    )
+    assert_error(
+        run("memory", obs, module="layers.3", state="After Pre-Forward", sharded_param=0),
+        "module 'layers.3'",
+        "states: []",
+    )
 
 
 # --- numerics -----------------------------------------------------------------------------
 
+
 def test_numerics_pass(obs):
-    r = run("numerics", obs, grads_rel_diff="<= 1e-2", grads_count=22, forward_rel_diff="<= 1e-2",
-            grads_max_abs_diff="< 1e-4", forward_max_abs_diff="<= 2e-3", loss_max_abs_diff="<= 1e-3",
-            replica_dtype="float16")
+    r = run(
+        "numerics",
+        obs,
+        grads_rel_diff="<= 1e-2",
+        grads_count=22,
+        forward_rel_diff="<= 1e-2",
+        grads_max_abs_diff="< 1e-4",
+        forward_max_abs_diff="<= 2e-3",
+        loss_max_abs_diff="<= 1e-3",
+        replica_dtype="float16",
+    )
     assert r.status == "pass", r.explain()
 
 
@@ -412,6 +593,7 @@ def test_numerics_fail(obs):
 def test_numerics_fail_on_one_rank(obs):
     def edit(doc):
         doc["numerics"]["grads"][5]["max_abs_diff"] = 0.5
+
     odd = with_rank(obs, 1, edit)
     r = run("numerics", odd, grads_rel_diff="<= 1e-2")
     assert_fails(r, "grads_rel_diff", "<= 0.01", "45.4545 (rank 1)", [1])
@@ -424,12 +606,16 @@ def test_numerics_unknown(obs):
 
 # --- make_entry ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kind, values, message", [
-    ("parm", {"numel": 1}, "unknown check kind 'parm'; expected one of ['param', 'params_total', 'input'"),
-    ("param", {"param": "x", "shap": [1]}, "'shap' is not a selector or field of check kind 'param'"),
-    ("step", {"step": "step1.x_norm"}, "no expected field; fields of 'step': ['dim0', 'dtype', 'layers', 'shape']"),
-    ("params_total", {"layer": 0, "bytes": "4.7.2 MB"}, "cannot read '4.7.2 MB'"),
-])
+
+@pytest.mark.parametrize(
+    "kind, values, message",
+    [
+        ("parm", {"numel": 1}, "unknown check kind 'parm'; expected one of ['param', 'params_total', 'input'"),
+        ("param", {"param": "x", "shap": [1]}, "'shap' is not a selector or field of check kind 'param'"),
+        ("step", {"step": "step1.x_norm"}, "no expected field; fields of 'step': ['dim0', 'dtype', 'layers', 'shape']"),
+        ("params_total", {"layer": 0, "bytes": "4.7.2 MB"}, "cannot read '4.7.2 MB'"),
+    ],
+)
 def test_make_entry_rejects(kind, values, message):
     with pytest.raises(ValueError) as info:
         make_entry(kind, values, id="x")
@@ -443,6 +629,7 @@ def test_make_entry_splits_selectors_and_fields():
 
 
 # --- the walkthrough spec against the synthetic observation --------------------------------
+
 
 @pytest.fixture(scope="module")
 def spec():
@@ -477,19 +664,54 @@ def test_report_of_a_failing_and_passing_run(spec, obs):
 
 MUTATIONS = [
     # (line marker, old, new, section, expected text, observed text)
-    pytest.param("- [self_attn.k_proj.weight, [256, 512], [64, 512], 32768]", "[64, 512]", "[65, 512]",
-                 "每个 rank 上的参数分片", "expected [65, 512]", "observed [64, 512] (ranks 0-3)", id="shard-shape"),
-    pytest.param("id: layer_bytes_fp16", 'bytes: "4.72 MB"', 'bytes: "4.73 MB"', "参数列表（单层）",
-                 "expected 4.73 MB (= 4.73 MB ± 0.005 MB)", "observed 4,720,896 B = 4.721 MB", id="byte-figure"),
-    pytest.param("- [step2.k, [2, 8, 256]", "[step2.k, [2, 8, 256]", "[step2.k, [2, 8, 255]",
-                 "Forward 逐算子 Walkthrough", "expected [2, 8, 255]", "observed [2, 8, 256] (ranks 0-3)", id="step-shape"),
-    pytest.param("id: all_params_full", "plain_tensors: 11", "plain_tensors: 10",
-                 "Step 0：Pre-Forward Hook → All-Gather 层参数", "expected 10", "observed 11 (ranks 0-3)",
-                 id="invariant-count"),
-    pytest.param("grads_count: 22", "22", "20", "Backward 简述", "expected 20", "observed 22 (ranks 0-3)",
-                 id="grads-count"),
-    pytest.param('- [layer_step_total,', '"~10.6 MB"', '"~10.8 MB"', "单层单步通信量汇总",
-                 "expected ~10.8 MB", "observed 10,622,016 B = 10.62 MB", id="rounded-total"),
+    pytest.param(
+        "- [self_attn.k_proj.weight, [256, 512], [64, 512], 32768]",
+        "[64, 512]",
+        "[65, 512]",
+        "每个 rank 上的参数分片",
+        "expected [65, 512]",
+        "observed [64, 512] (ranks 0-3)",
+        id="shard-shape",
+    ),
+    pytest.param(
+        "id: layer_bytes_fp16",
+        'bytes: "4.72 MB"',
+        'bytes: "4.73 MB"',
+        "参数列表（单层）",
+        "expected 4.73 MB (= 4.73 MB ± 0.005 MB)",
+        "observed 4,720,896 B = 4.721 MB",
+        id="byte-figure",
+    ),
+    pytest.param(
+        "- [step2.k, [2, 8, 256]",
+        "[step2.k, [2, 8, 256]",
+        "[step2.k, [2, 8, 255]",
+        "Forward 逐算子 Walkthrough",
+        "expected [2, 8, 255]",
+        "observed [2, 8, 256] (ranks 0-3)",
+        id="step-shape",
+    ),
+    pytest.param(
+        "id: all_params_full",
+        "plain_tensors: 11",
+        "plain_tensors: 10",
+        "Step 0：Pre-Forward Hook → All-Gather 层参数",
+        "expected 10",
+        "observed 11 (ranks 0-3)",
+        id="invariant-count",
+    ),
+    pytest.param(
+        "grads_count: 22", "22", "20", "Backward 简述", "expected 20", "observed 22 (ranks 0-3)", id="grads-count"
+    ),
+    pytest.param(
+        "- [layer_step_total,",
+        '"~10.6 MB"',
+        '"~10.8 MB"',
+        "单层单步通信量汇总",
+        "expected ~10.8 MB",
+        "observed 10,622,016 B = 10.62 MB",
+        id="rounded-total",
+    ),
 ]
 
 
