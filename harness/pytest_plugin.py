@@ -24,6 +24,7 @@ import pytest
 from harness.contract.names import BACKENDS
 from harness.judge.checks import CheckResult
 from harness.judge.evaluate import FAILING, evaluate_item
+from harness.load.backend_choice import chosen_backend, kept_backend_note
 from harness.load.spec import Spec, SpecError, SpecItem, load_spec
 from harness.report.junit import table_slug
 from harness.run.cache import CachedRunError, cached_run, gpu_lock_path, one_at_a_time, run_key
@@ -46,8 +47,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--fsdp2-backend",
         default=None,
         choices=BACKENDS,
-        help="process-group backend for every spec (default: each spec's own, else auto: "
-        "nccl with one GPU per rank when enough GPUs are visible, gloo otherwise)",
+        help="process-group backend for the specs whose backend is auto (default: auto: nccl with one "
+        "GPU per rank when enough GPUs are visible, gloo otherwise); a spec pinned to another "
+        "keeps it unless --fsdp2-force-backend",
+    )
+    group.addoption(
+        "--fsdp2-force-backend",
+        action="store_true",
+        default=False,
+        help="apply --fsdp2-backend also to specs pinned to a backend (the pin is part of what they check)",
     )
     group.addoption(
         "--fsdp2-run-timeout",
@@ -106,6 +114,15 @@ class SpecFile(pytest.File):
         except SpecError as exc:
             yield SpecLoadError.from_parent(self, name="load", error=exc)
             return
+        note = kept_backend_note(
+            spec.name,
+            spec.backend,
+            self.config.getoption("--fsdp2-backend"),
+            self.config.getoption("--fsdp2-force-backend"),
+            force_flag="--fsdp2-force-backend",
+        )
+        if note:  # pytest's warnings summary shows it once, also from xdist workers
+            self.warn(pytest.PytestWarning(note))
         tables: dict[str, list[SpecItem]] = {}
         for item in spec.items:
             tables.setdefault(item.entry.table, []).append(item)
@@ -197,7 +214,9 @@ def observation_of(config: pytest.Config, spec: Spec, setup=None, backend: str |
     from harness.run.runner import run_setup
 
     setup = setup or spec.setup
-    backend = backend or config.getoption("--fsdp2-backend") or spec.backend
+    backend = backend or chosen_backend(
+        spec.backend, config.getoption("--fsdp2-backend"), config.getoption("--fsdp2-force-backend")
+    )
     gpus = _gpu_count() if backend in ("auto", "nccl") else 0
     if backend == "nccl" and gpus < setup.world_size:
         pytest.skip(f"needs {setup.world_size} GPUs for nccl (one per rank); {gpus} visible")

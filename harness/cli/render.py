@@ -14,7 +14,7 @@ from rich.text import Text
 from harness.cli.console import print_mark, print_spec_error, stderr_console
 from harness.cli.output_flags import refuse_unusable_outputs
 from harness.cli.signals import signals_held
-from harness.cli.spec_run import progress, run_spec, timeout_problem
+from harness.cli.spec_run import force_backend_problem, note_kept_backend, progress, run_spec, timeout_problem
 from harness.cli.views import add_view_flags, plot_available, write_views
 from harness.contract.names import BACKENDS
 from harness.report.output import write_atomically
@@ -29,7 +29,18 @@ def add_arguments(sub: argparse._SubParsersAction) -> None:
     render.add_argument(
         "--from-json", metavar="OBS.json", help="read the observation from a 'run --json' file instead of running"
     )
-    render.add_argument("--backend", choices=BACKENDS, default=None, help="override the spec's backend")
+    render.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=None,
+        help="the backend, if the spec's is auto; a spec pinned to another keeps it unless --force-backend",
+    )
+    render.add_argument(
+        "--force-backend",
+        action="store_true",
+        help="apply --backend also to specs pinned to a backend (by default a spec whose backend is "
+        "not auto keeps it: the pin is part of what it checks)",
+    )
     render.add_argument("--timeout", type=float, default=None, help="seconds before a run is declared hung")
     add_view_flags(render)
 
@@ -39,7 +50,7 @@ def argument_problem(args: argparse.Namespace) -> str | None:
     error text; None when all are fine."""
     if args.from_json and args.trace:
         return "--trace needs a run: drop --from-json (a --json file holds no profiler traces)"
-    return timeout_problem(args)
+    return force_backend_problem(args) or timeout_problem(args)
 
 
 def command(args: argparse.Namespace, console: Console) -> int:
@@ -68,6 +79,7 @@ def command(args: argparse.Namespace, console: Console) -> int:
             print_mark(say, False, str(exc))
             return 2
     else:
+        note_kept_backend(say, spec, args)
         with progress(say, spec, args) as shown:
             try:
                 observation = run_spec(spec, args, shown.ranks)

@@ -21,7 +21,14 @@ from rich.text import Text
 from harness.cli.console import print_mark, print_spec_error
 from harness.cli.output_flags import refuse_unusable_outputs
 from harness.cli.signals import files_written_whole, signals_held
-from harness.cli.spec_run import global_rank, progress, run_spec, timeout_problem
+from harness.cli.spec_run import (
+    force_backend_problem,
+    global_rank,
+    note_kept_backend,
+    progress,
+    run_spec,
+    timeout_problem,
+)
 from harness.cli.views import add_view_flags, plot_available, write_views
 from harness.contract.names import BACKENDS
 from harness.report.output import write_atomically, write_temporary
@@ -36,7 +43,14 @@ def add_arguments(sub: argparse._SubParsersAction) -> None:
         "--backend",
         choices=BACKENDS,
         default=None,
-        help="override each spec's backend (auto: nccl with one GPU per rank if enough GPUs, else gloo)",
+        help="backend for specs whose backend is auto (auto: nccl with one GPU per rank if enough GPUs, "
+        "else gloo); a spec pinned to another keeps it unless --force-backend",
+    )
+    run.add_argument(
+        "--force-backend",
+        action="store_true",
+        help="apply --backend also to specs pinned to a backend (by default a spec whose backend is "
+        "not auto keeps it: the pin is part of what it checks)",
     )
     run.add_argument("--timeout", type=float, default=None, help="seconds before a run is declared hung")
     run.add_argument("--json", metavar="PATH", help="write results and observation documents as JSON")
@@ -79,7 +93,7 @@ def argument_problem(args: argparse.Namespace) -> str | None:
         ]
         if given:
             return f"--repeat compares runs and writes no files: drop {', '.join(given)}"
-    return timeout_problem(args)
+    return force_backend_problem(args) or timeout_problem(args)
 
 
 @dataclass
@@ -145,6 +159,7 @@ def _run_one(path: Path, args: argparse.Namespace, console: Console, done: _Runs
         done.status = 2
         return
     started = time.perf_counter()
+    note_kept_backend(console, spec, args)
     with progress(console, spec, args) as shown:
         try:
             observation = run_spec(spec, args, shown.ranks)
@@ -247,6 +262,7 @@ def _command_repeated(args: argparse.Namespace, console: Console) -> int:
             status = 2
             continue
         documents, results = [], []
+        note_kept_backend(console, spec, args)
         try:
             for _ in range(args.repeat):
                 with progress(console, spec, args) as shown:

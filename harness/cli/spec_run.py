@@ -1,5 +1,5 @@
-"""One spec's run as ``run`` and ``render`` flags say: backend, timeout, pre-flight, --trace
-folder, and a progress line."""
+"""One spec's run as ``run`` and ``render`` flags say: backend (a spec's pinned one kept unless
+--force-backend), timeout, pre-flight, --trace folder, and a progress line."""
 
 from __future__ import annotations
 
@@ -8,8 +8,17 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 
-__all__ = ["global_rank", "progress", "run_spec", "timeout_problem"]
+__all__ = [
+    "backend_of",
+    "force_backend_problem",
+    "global_rank",
+    "note_kept_backend",
+    "progress",
+    "run_spec",
+    "timeout_problem",
+]
 
 MAX_TIMEOUT_S = 86400
 """Longest --timeout accepted (seconds: a day)."""
@@ -22,6 +31,13 @@ def timeout_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
+def force_backend_problem(args: argparse.Namespace) -> str | None:
+    """--force-backend without --backend, as argparse's error text; else None."""
+    if getattr(args, "force_backend", False) and args.backend is None:
+        return "--force-backend applies --backend to pinned specs: give --backend too"
+    return None
+
+
 def global_rank() -> int:
     """This process's rank under torchrun (RANK), 0 otherwise."""
     from harness.run.launch.joined import joined_world
@@ -30,12 +46,28 @@ def global_rank() -> int:
     return world["rank"] if world else 0
 
 
+def backend_of(spec: Any, args: argparse.Namespace) -> str:
+    """The backend ``spec`` runs on under --backend / --force-backend (harness.load.backend_choice)."""
+    from harness.load.backend_choice import chosen_backend
+
+    return chosen_backend(spec.backend, args.backend, getattr(args, "force_backend", False))
+
+
+def note_kept_backend(console: Console, spec: Any, args: argparse.Namespace) -> None:
+    """One line when ``spec`` keeps its pinned backend despite --backend (printed by rank 0 only)."""
+    from harness.load.backend_choice import kept_backend_note
+
+    note = kept_backend_note(spec.name, spec.backend, args.backend, getattr(args, "force_backend", False))
+    if note and global_rank() == 0:
+        console.print(Text(note))
+
+
 def progress(console: Console, spec: Any, args: argparse.Namespace) -> Any:
     """A progress line for one spec's run (drawn only on a terminal, never under pytest); a
     context manager whose ``ranks`` is the runner's ``on_progress``."""
     from harness.report.progress import RunProgress
 
-    backend = args.backend or spec.backend
+    backend = backend_of(spec, args)
     return RunProgress(console, f"{spec.name} ({spec.setup.world_size} ranks, {backend})", spec.setup.world_size)
 
 
@@ -54,7 +86,7 @@ def run_spec(spec: Any, args: argparse.Namespace, on_progress: Any) -> dict | No
         trace_dir = str(folder)
     return run_setup(
         spec.setup,
-        backend=args.backend or spec.backend,
+        backend=backend_of(spec, args),
         timeout_s=args.timeout or spec.timeout_s,
         trace_dir=trace_dir,
         on_progress=on_progress,

@@ -130,5 +130,36 @@ def test_options_carry_the_fsdp2_prefix_and_the_old_names_are_gone(pytester, in_
     help_text = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--help").stdout.str()
     group = help_text.split("FSDP2 conformance specs:\n", 1)[1].split("\n\n", 1)[0]
     options = [line.split()[0].split("=")[0] for line in group.splitlines() if line.startswith("  --")]
-    assert options == ["--fsdp2-specs", "--fsdp2-backend", "--fsdp2-run-timeout", "--fsdp2-no-preflight"]
+    assert options == [
+        "--fsdp2-specs",
+        "--fsdp2-backend",
+        "--fsdp2-force-backend",
+        "--fsdp2-run-timeout",
+        "--fsdp2-no-preflight",
+    ]
     assert not any(f"  {old}" in help_text for old in OLD_NAMES)
+
+
+def test_a_spec_pinned_to_a_backend_keeps_it_under_fsdp2_backend(pytester, in_repo_path):
+    """tiny_fake is pinned to fake: --fsdp2-backend nccl leaves it simulated (its items pass here, with a
+    warning naming it); --fsdp2-force-backend sends it to nccl, which skips without the GPUs."""
+    import torch
+
+    pytester.mkdir("specs")
+    (pytester.path / "specs" / "tiny_fake.yaml").write_text(TINY_FAKE, encoding="utf-8")
+    kept = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--fsdp2-backend", "nccl")
+    kept.assert_outcomes(passed=2, warnings=1)
+    kept.stdout.fnmatch_lines(
+        [
+            "*note: tiny_fake keeps its backend fake (pinned in the spec), not nccl; "
+            "--fsdp2-force-backend runs it on nccl*"
+        ]
+    )
+    if torch.cuda.device_count() >= 2:
+        return
+    forced = pytester.runpytest_subprocess(
+        "-rs", "-p", "no:cacheprovider", "--fsdp2-backend", "nccl", "--fsdp2-force-backend"
+    )
+    forced.assert_outcomes(skipped=2)
+    forced.stdout.fnmatch_lines(["*needs 2 GPUs for nccl (one per rank); * visible*"])
+    assert "keeps its backend" not in forced.stdout.str()

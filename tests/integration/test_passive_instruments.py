@@ -30,9 +30,10 @@ TINY = {
 
 def _log():
     log = type("Log", (), {})()
-    log.entered_records, log.completed_records = [], []
+    log.entered_records, log.completed_records, log.open_records = [], [], []
     log.entered = lambda record: log.entered_records.append(dict(record))
     log.completed = lambda record: log.completed_records.append(dict(record))
+    log.oldest_open = lambda record: log.open_records.append(record and dict(record))
     return log
 
 
@@ -74,6 +75,7 @@ def test_hang_progress_keeps_no_work_and_its_buffer_goes_with_the_step(world, op
         recorder.settle()  # the next phase: a work without a future counts as completed
     assert [r["seq"] for r in log.entered_records] == [0]
     assert [(r["seq"], r["op"]) for r in log.completed_records] == [(0, op)]
+    assert [r and r["seq"] for r in log.open_records] == [0, None]  # open from entered until completed
 
 
 def test_a_functional_collective_carries_its_reduce_op(world):

@@ -2,7 +2,9 @@
 
 Each rank's :class:`~harness.run.recorders.collectives.CollectiveRecorder` reports every
 collective twice: when it is issued ("entered": sequence number, op, FSDP unit, phase) and when
-its ``Work`` completes ("completed"). The local launcher gives every rank a slot of a shared
+its ``Work`` completes ("completed"); and the oldest collective it issued that has not completed
+("oldest_open"), which is where it waits: on NCCL the rank's thread runs ahead of the GPU and
+issues collectives past the one its stream is stuck in. The local launcher gives every rank a slot of a shared
 :class:`ProgressBoard`, so that when a run times out it can still read where each rank was, kill
 the ranks, and say which rank is stuck where (:func:`diagnose`); under torchrun each rank
 writes to the process group's store instead (:class:`StoreProgress`) and a rank whose
@@ -22,6 +24,7 @@ import json
 from typing import Any, Mapping
 
 __all__ = [
+    "RECORD_KEYS",
     "SLOT_BYTES",
     "ProgressBoard",
     "RankProgress",
@@ -33,21 +36,26 @@ __all__ = [
 ]
 
 SLOT_BYTES = 256
-"""Bytes of one JSON record (entered or completed) in a rank's slot."""
+"""Bytes of one JSON record (entered, completed or oldest open) in a rank's slot."""
+
+RECORD_KEYS: tuple[str, ...] = ("entered", "completed", "oldest_open")
+"""A rank's records, in slot order: the last collective entered, the furthest completed, and the
+oldest entered and not completed (None when every one it entered completed)."""
 
 
 class RankProgress:
-    """One rank's writer into the board: ``entered(record)`` and ``completed(record)``.
+    """One rank's writer into the board: ``entered(record)``, ``completed(record)`` and
+    ``oldest_open(record or None)``.
 
-    A record is ``{"seq", "op", "unit", "phase"}``; it is written as JSON into the rank's half-slot
-    (cut to :data:`SLOT_BYTES`; a unit name longer than that loses its end).
+    A record is ``{"seq", "op", "unit", "phase"}``; it is written as JSON into the rank's
+    third of a slot (cut to :data:`SLOT_BYTES`; a unit name longer than that loses its end).
     """
 
     def __init__(self, array: Any, rank: int) -> None:
-        self._array, self._base = array, rank * 2 * SLOT_BYTES
+        self._array, self._base = array, rank * len(RECORD_KEYS) * SLOT_BYTES
 
-    def _write(self, offset: int, record: Mapping[str, Any]) -> None:
-        data = json.dumps(dict(record), separators=(",", ":")).encode()[: SLOT_BYTES - 1]
+    def _write(self, offset: int, record: Mapping[str, Any] | None) -> None:
+        data = b"" if record is None else json.dumps(dict(record), separators=(",", ":")).encode()[: SLOT_BYTES - 1]
         start = self._base + offset
         self._array[start : start + SLOT_BYTES] = data + b"\0" * (SLOT_BYTES - len(data))
 
@@ -57,9 +65,13 @@ class RankProgress:
     def completed(self, record: Mapping[str, Any]) -> None:
         self._write(SLOT_BYTES, record)
 
+    def oldest_open(self, record: Mapping[str, Any] | None) -> None:
+        self._write(2 * SLOT_BYTES, record)
+
 
 class ProgressBoard:
-    """Shared memory with two JSON records per rank, written by the ranks, read by the launcher.
+    """Shared memory with three JSON records per rank (:data:`RECORD_KEYS`), written by the ranks,
+    read by the launcher.
 
     Args:
         ctx: the multiprocessing context the ranks are started from.
@@ -68,19 +80,19 @@ class ProgressBoard:
 
     def __init__(self, ctx: Any, world_size: int) -> None:
         self.world_size = world_size
-        self.array = ctx.Array("c", world_size * 2 * SLOT_BYTES, lock=False)
+        self.array = ctx.Array("c", world_size * len(RECORD_KEYS) * SLOT_BYTES, lock=False)
 
     def writer(self, rank: int) -> RankProgress:
         return RankProgress(self.array, rank)
 
     def read(self) -> dict[int, dict[str, Any]]:
-        """``{rank: {"entered": record or None, "completed": record or None}}``."""
+        """``{rank: {"entered": ..., "completed": ..., "oldest_open": ...}}``, each a record or None."""
         out = {}
         raw = bytes(self.array[:])
         for rank in range(self.world_size):
             records = {}
-            for i, key in enumerate(("entered", "completed")):
-                start = (rank * 2 + i) * SLOT_BYTES
+            for i, key in enumerate(RECORD_KEYS):
+                start = (rank * len(RECORD_KEYS) + i) * SLOT_BYTES
                 text = raw[start : start + SLOT_BYTES].split(b"\0", 1)[0]
                 try:
                     records[key] = json.loads(text) if text else None
@@ -93,7 +105,8 @@ class ProgressBoard:
 class StoreProgress:
     """One rank's writer into a c10d store (a joined world: torchrun's ranks share no memory).
 
-    Keys ``fsdp2-harness/progress/<rank>/entered`` and ``.../completed`` hold the JSON records;
+    Keys ``fsdp2-harness/progress/<rank>/entered``, ``.../completed`` and ``.../oldest_open`` hold
+    the JSON records (``null``: none open);
     :func:`read_store` reads every rank's back.
     """
 
@@ -106,6 +119,9 @@ class StoreProgress:
     def completed(self, record: Mapping[str, Any]) -> None:
         self.store.set(f"{STORE_PREFIX}/{self.rank}/completed", json.dumps(dict(record)))
 
+    def oldest_open(self, record: Mapping[str, Any] | None) -> None:
+        self.store.set(f"{STORE_PREFIX}/{self.rank}/oldest_open", json.dumps(None if record is None else dict(record)))
+
 
 STORE_PREFIX = "fsdp2-harness/progress"
 
@@ -115,7 +131,7 @@ def read_store(store: Any, world_size: int) -> dict[int, dict[str, Any]]:
     out = {}
     for rank in range(world_size):
         records = {}
-        for key in ("entered", "completed"):
+        for key in RECORD_KEYS:
             name = f"{STORE_PREFIX}/{rank}/{key}"
             try:
                 records[key] = json.loads(store.get(name)) if store.check([name]) else None
@@ -158,18 +174,29 @@ def diagnose(progress: Mapping[int, Mapping[str, Any]], phases: Mapping[int, str
             rank of the world (:meth:`ProgressBoard.read`).
         phases: each rank's phase when the run was stopped (for ranks outside any collective).
 
-    The collective that most ranks are furthest in is the frontier: ranks that never entered
-    it are named as stuck before it, and the ranks that entered it and did not complete it
-    as waiting in it.
+    The collective the world is stuck in is the frontier: the oldest collective a rank entered
+    and did not complete (records with ``oldest_open``: on NCCL a rank has issued collectives
+    past it), else the furthest any rank entered. Ranks that never entered it are named as stuck
+    before it, and the ranks that entered it and did not complete it as waiting in it.
     """
     phases = phases or {}
     entered = {r: (p.get("entered") or {}).get("seq", -1) for r, p in progress.items()}
     completed = {r: (p.get("completed") or {}).get("seq", -1) for r, p in progress.items()}
+    open_ = {r: p["oldest_open"] for r, p in progress.items() if p.get("oldest_open")}
     frontier = max(entered.values(), default=-1)
     if frontier < 0:
         where = ", ".join(f"rank {r} in {phases.get(r, 'an unknown phase')}" for r in sorted(progress))
         return f"no rank entered a collective ({where})"
-    target = next(p["entered"] for r, p in sorted(progress.items()) if entered[r] == frontier)
+    if open_:
+        frontier = min(record["seq"] for record in open_.values())
+        target = next(record for _, record in sorted(open_.items()) if record["seq"] == frontier)
+        # Past the frontier, a rank's oldest open collective says whether it completed the frontier.
+        completed = {
+            r: frontier - 1 if r in open_ and open_[r]["seq"] == frontier else max(c, frontier)
+            for r, c in completed.items()
+        }
+    else:
+        target = next(p["entered"] for r, p in sorted(progress.items()) if entered[r] == frontier)
     behind = [r for r in progress if entered[r] < frontier]
     # A collective cannot succeed on any member while another member never entered it: a rank
     # that reports it completed saw its Work end in error (gloo marks a timed-out Work completed).
@@ -178,7 +205,7 @@ def diagnose(progress: Mapping[int, Mapping[str, Any]], phases: Mapping[int, str
     waiting = [
         r
         for r in progress
-        if entered[r] == frontier and (completed[r] < frontier or (blocked and (members is None or r in members)))
+        if entered[r] >= frontier and (completed[r] < frontier or (blocked and (members is None or r in members)))
     ]
     if behind:
         head = f"{_ranks(behind)} never entered {describe(target)}"
@@ -197,10 +224,18 @@ def diagnose(progress: Mapping[int, Mapping[str, Any]], phases: Mapping[int, str
 
 
 def per_rank_lines(progress: Mapping[int, Mapping[str, Any]], phases: Mapping[int, str] | None = None) -> list[str]:
-    """One line per rank: its phase, last collective entered and last completed."""
+    """One line per rank: its phase, last collective entered and last completed, and the oldest
+    not completed where that is not the last entered (the rank's thread ran ahead of it)."""
     phases = phases or {}
     return [
         f"rank {r}: {f'phase {phases[r]}; ' if r in phases else ''}last entered {describe(p.get('entered'))}; "
-        f"last completed {describe(p.get('completed'))}"
+        f"last completed {describe(p.get('completed'))}{_behind_its_thread(p)}"
         for r, p in sorted(progress.items())
     ]
+
+
+def _behind_its_thread(records: Mapping[str, Any]) -> str:
+    oldest, entered = records.get("oldest_open"), records.get("entered")
+    if not oldest or (entered and entered.get("seq") == oldest.get("seq")):
+        return ""
+    return f"; oldest not completed {describe(oldest)}"

@@ -17,6 +17,7 @@ from harness.contract.observation import build_observation
 from harness.load.setup import RunSetup
 from harness.run.launch.backend import resolve_backend
 from harness.run.launch.errors import RunError
+from harness.run.local_placement import device_ordinal_problem, local_placement
 
 __all__ = ["joined_world", "run_joined"]
 
@@ -24,19 +25,15 @@ __all__ = ["joined_world", "run_joined"]
 def joined_world(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     """The world torchrun (or any launcher) set up, from its environment; None if not joined.
 
-    Returns ``{"rank", "world_size", "local_rank", "local_world_size"}`` when RANK,
-    WORLD_SIZE and MASTER_ADDR are all set.
+    Returns ``{"rank", "world_size", "local_rank", "local_world_size", "local_rank_variable"}``
+    when RANK, WORLD_SIZE and MASTER_ADDR are all set; the local ones from torchrun's, Slurm's or
+    Open MPI's variables (``harness.run.local_placement``), ``local_rank_variable`` naming the one read.
     """
     env = os.environ if environ is None else environ
     if not all(k in env for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR")):
         return None
-    world_size = int(env["WORLD_SIZE"])
-    return {
-        "rank": int(env["RANK"]),
-        "world_size": world_size,
-        "local_rank": int(env.get("LOCAL_RANK", env["RANK"])),
-        "local_world_size": int(env.get("LOCAL_WORLD_SIZE", world_size)),
-    }
+    rank, world_size = int(env["RANK"]), int(env["WORLD_SIZE"])
+    return {"rank": rank, "world_size": world_size, **local_placement(env, rank, world_size)}
 
 
 def run_joined(
@@ -107,6 +104,11 @@ def _join(backend: str, world: dict[str, Any], timeout_s: float) -> tuple[str, b
     pg_backend, device_type = resolve_backend(backend, world["world_size"], world["local_world_size"])
     if not dist.is_initialized():
         if device_type == "cuda":
+            problem = device_ordinal_problem(
+                world["local_rank"], torch.cuda.device_count(), world.get("local_rank_variable", "LOCAL_RANK")
+            )
+            if problem:  # before set_device, whose "invalid device ordinal" names no variable
+                raise RunError(f"rank {world['rank']}: {problem}", rank=world["rank"])
             torch.cuda.set_device(world["local_rank"])
         dist.init_process_group(pg_backend, init_method="env://", timeout=timedelta(seconds=timeout_s))
         return device_type, True

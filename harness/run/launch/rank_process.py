@@ -23,8 +23,10 @@ from typing import Any, Callable, Mapping
 
 from harness.run.launch import flight_recorder, rank_output
 from harness.run.launch.backend import resolve_backend
+from harness.run.launch.errors import RunError
 from harness.run.launch.hang import ProgressBoard
 from harness.run.launch.phase_trail import PhaseTrail
+from harness.run.local_placement import device_ordinal_problem
 
 __all__ = ["RankLaunch", "rank_main"]
 
@@ -128,7 +130,10 @@ def _join_world(rank: int, launch: RankLaunch, on_phase: Callable[[str], None]) 
     world_size = launch.setup.world_size
     pg_backend, device_type = resolve_backend(launch.backend, world_size)
     if device_type == "cuda":
-        torch.cuda.set_device(rank % torch.cuda.device_count())
+        problem = device_ordinal_problem(rank, torch.cuda.device_count(), "the rank")
+        if problem:  # one GPU per rank: never two ranks on one device by wrapping around
+            raise RunError(f"rank {rank}: {problem}", rank=rank)
+        torch.cuda.set_device(rank)
         if launch.flight_recorder_dir:
             flight_recorder.enable(launch.flight_recorder_dir)
     elif "OMP_NUM_THREADS" not in os.environ:

@@ -137,9 +137,9 @@ class CollectiveRecorder(TorchDispatchMode):
                 self.records.append(
                     record_of(func, op_name, named, None, len(self.records), self.phase(), self.group_dims)
                 )
-                out = func(*args, **kwargs)
+                out = self._run(func, args, kwargs)
             else:
-                out = func(*args, **kwargs)
+                out = self._run(func, args, kwargs)
                 self.records.append(
                     record_of(func, op_name, named, out, len(self.records), self.phase(), self.group_dims)
                 )
@@ -149,6 +149,15 @@ class CollectiveRecorder(TorchDispatchMode):
         if namespace == "profiler" and self.progress is not None:
             return self.progress.label(func, op_name, args, kwargs)
         return func(*args, **kwargs)
+
+    def _run(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """Run a collective; one that raises is not left open in the hang progress."""
+        try:
+            return func(*args, **kwargs)
+        except BaseException:
+            if self.progress is not None:
+                self.progress.raised()
+            raise
 
     def __exit__(self, *exc: Any) -> Any:
         if self.progress is not None:

@@ -27,6 +27,8 @@ from typing import Any, Mapping
 
 import torch
 
+from harness.run.local_placement import local_placement
+
 __all__ = ["VARIABLE_PREFIXES", "rank_environment", "communication_variables", "cpu_name"]
 
 VARIABLE_PREFIXES: tuple[str, ...] = ("NCCL_", "TORCH_NCCL_", "GLOO_")
@@ -94,11 +96,12 @@ def rank_environment(
         None on CPU.
     """
     env = os.environ if environ is None else environ
+    placement = local_placement(env, rank, world_size)  # torchrun's, Slurm's or Open MPI's variables
     out: dict[str, Any] = {
         "host": socket.gethostname(),
         "node_rank": int(env.get("GROUP_RANK", 0)),
-        "local_rank": int(env.get("LOCAL_RANK", rank)),
-        "local_world_size": int(env.get("LOCAL_WORLD_SIZE", world_size)),
+        "local_rank": placement["local_rank"],
+        "local_world_size": placement["local_world_size"],
         "pid": os.getpid(),
         "torch_version": str(torch.__version__),
         "python_version": platform.python_version(),

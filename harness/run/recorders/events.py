@@ -22,7 +22,9 @@ Three kinds of profiler events, on one clock (the profiler's), read after the ru
    look after the change (FSDP reshards inside ``post_forward``, ``post_backward_reshard`` or the
    root's post-backward callback; the marker follows that label).
 3. ``HARNESS::phase <phase> <step_index> <microbatch>`` spans the loop opens around each phase:
-   every event takes the phase, step index and microbatch of the innermost span around it.
+   every event takes the phase, step index and microbatch of the innermost span open while it
+   ran, whatever thread recorded it (on CUDA, backward's hooks run on the autograd engine's
+   device thread, the spans on the loop's).
 
 FSDP's post-backward of a unit whose forward inputs need no gradient (the first decoder layer
 on hidden states) runs in the root's post-backward callback, whose end the probe sees at the
@@ -156,8 +158,13 @@ class _Span:
     end: int
     thread: int
 
+    def spans_in_time(self, other: "_Span") -> bool:
+        """``other`` ran while this span was open, on whichever thread."""
+        return self.start <= other.start and other.end <= self.end
+
     def contains(self, other: "_Span") -> bool:
-        return self.thread == other.thread and self.start <= other.start and other.end <= self.end
+        """``other`` is nested in this span: inside it in time and on its thread."""
+        return self.thread == other.thread and self.spans_in_time(other)
 
 
 def events_from_profiler(prof: Any) -> list[dict[str, Any]]:
@@ -166,8 +173,8 @@ def events_from_profiler(prof: Any) -> list[dict[str, Any]]:
     Each event: ``event`` (the label without ``FSDP::``, or ``reshard``/``unshard``), ``unit``
     (FQN, "" for the root, None for labels that name none), ``source`` ("fsdp" or "harness"),
     ``training_state`` (see :data:`TRAINING_STATES`; None for harness markers), and the
-    ``phase``, ``step_index``, ``microbatch`` of the innermost ``HARNESS::phase`` span around it
-    ("other", None, None outside every span). In start order.
+    ``phase``, ``step_index``, ``microbatch`` of the innermost ``HARNESS::phase`` span open over
+    its start and end, on any thread ("other", None, None outside every span). In start order.
     """
     spans = []
     for ev in prof.kineto_results.events():
@@ -182,7 +189,9 @@ def events_from_profiler(prof: Any) -> list[dict[str, Any]]:
     for sp in spans:
         if id(sp) in phase_ids:
             continue
-        around = [p for p in phases if p.contains(sp)]
+        # By wall time, not by thread: on CUDA backward runs on the autograd engine's device
+        # thread while the loop's thread holds the backward span open.
+        around = [p for p in phases if p.spans_in_time(sp)]
         phase, step, mb = "other", None, None
         if around:
             m = _PHASE.match(around[-1].name)

@@ -2,7 +2,9 @@
 
 For hang diagnosis (``harness.run.launch.hang``) each collective is reported twice to a sink (a
 ``RankProgress`` or ``StoreProgress``): when it is entered (sequence number, op, FSDP unit of
-the ``FSDP::`` labels open at that moment, phase, group span) and when it completes.
+the ``FSDP::`` labels open at that moment, phase, group span) and when it completes; and the
+sink is told the oldest collective entered and not yet completed whenever that changes (on NCCL
+the rank's thread issues collectives ahead of the one its stream waits in).
 
 Completion is counted without keeping the ``Work`` (a ``Work`` keeps the collective's buffers
 alive, so FSDPMemTracker would count them): a callback is attached to the work's future
@@ -32,7 +34,8 @@ __all__ = ["HangProgress"]
 
 
 class HangProgress:
-    """Reports entered and completed collectives to ``sink`` (``entered(record)``, ``completed(record)``).
+    """Reports entered and completed collectives to ``sink`` (``entered(record)``, ``completed(record)``,
+    ``oldest_open(record or None)``).
 
     A record is ``{"seq", "op", "unit", "phase"}`` plus ``"group"`` (``[first, stride, size]``)
     when known. The ``completed`` reports only move forward: a collective that completes after
@@ -46,6 +49,7 @@ class HangProgress:
         self._lock = threading.Lock()  # future callbacks run on the backend's threads
         self._without_future: list[dict[str, Any]] = []  # records only: no Work is kept
         self._last_completed = -1
+        self._open: dict[int, dict[str, Any]] = {}  # seq -> record, entered and not completed
 
     def label(self, func, op_name: str, args, kwargs):
         """Run a ``profiler`` op and keep this thread's open ``record_function`` labels."""
@@ -73,6 +77,10 @@ class HangProgress:
         if group is not None:
             self._current["group"] = group
         self.sink.entered(self._current)
+        with self._lock:
+            self._open[seq] = self._current
+            if len(self._open) == 1:  # nothing older is open: this one is now the oldest
+                self.sink.oldest_open(self._current)
 
     def issued(self, out: Any) -> None:
         """The op returned ``out``: watch its works' futures, or note it done when it has none."""
@@ -103,8 +111,24 @@ class HangProgress:
         for future in futures:
             future.add_done_callback(done)
 
+    def raised(self) -> None:
+        """The op raised instead of returning (gloo refusing PREMUL_SUM): nothing waits in it, so
+        it is no longer open (it stays the last entered)."""
+        record, self._current = self._current, None
+        if record is not None:
+            with self._lock:
+                self._close(record["seq"])
+
+    def _close(self, seq: int) -> None:
+        """``seq`` is no longer open; report the new oldest open one if it was the oldest (under the lock)."""
+        oldest = min(self._open, default=None)
+        self._open.pop(seq, None)
+        if seq == oldest:
+            self.sink.oldest_open(self._open[min(self._open)] if self._open else None)
+
     def _completed(self, record: dict[str, Any]) -> None:
         with self._lock:
+            self._close(record["seq"])
             if record["seq"] <= self._last_completed:
                 return
             self._last_completed = record["seq"]

@@ -86,6 +86,7 @@ def test_joined_world_needs_rank_world_size_and_master_addr():
         "world_size": 8,
         "local_rank": 1,
         "local_world_size": 4,
+        "local_rank_variable": "LOCAL_RANK",
     }
 
 

@@ -75,7 +75,100 @@ def test_the_board_round_trips_records_and_cuts_long_ones():
     board.writer(1).entered(rec(7, unit="layers.12"))
     board.writer(1).completed(rec(6))
     board.writer(0).entered(rec(1, unit="x" * 1000))  # cut: unreadable, read as no record
+    board.writer(1).oldest_open(rec(5))
     assert board.read() == {
-        0: {"entered": None, "completed": None},
-        1: {"entered": rec(7, unit="layers.12"), "completed": rec(6)},
+        0: {"entered": None, "completed": None, "oldest_open": None},
+        1: {"entered": rec(7, unit="layers.12"), "completed": rec(6), "oldest_open": rec(5)},
     }
+    board.writer(1).oldest_open(None)  # every collective it entered completed
+    assert board.read()[1]["oldest_open"] is None
+
+
+# --- NCCL: the rank's thread runs ahead of the GPU ---------------------------------------------------
+
+
+def test_the_verdict_names_the_oldest_collective_not_completed_not_the_last_issued():
+    """On NCCL ranks 0, 1, 3 issued up to #5 while their streams wait in #3, which rank 2 never
+    entered: the verdict is about #3 (the last issued, #5, is not where anyone waits)."""
+    progress = {
+        r: {"entered": rec(5, unit="layers.2"), "completed": rec(2), "oldest_open": rec(3, unit="layers.1")}
+        for r in (0, 1, 3)
+    }
+    progress[2] = {"entered": rec(2), "completed": rec(2), "oldest_open": None}
+    assert diagnose(progress) == "rank 2 never entered all_gather #3 (layers.1, forward); ranks 0, 1, 3 wait in it"
+    lines = per_rank_lines(progress)
+    assert lines[0] == (
+        "rank 0: last entered all_gather #5 (layers.2, forward); last completed all_gather #2 "
+        "(layers.0, forward); oldest not completed all_gather #3 (layers.1, forward)"
+    )
+    assert lines[2].endswith("last completed all_gather #2 (layers.0, forward)")
+
+
+def test_a_rank_past_the_oldest_open_collective_completed_it():
+    """Every rank entered #3; rank 1's stream is past it (its oldest open is #4), ranks 0 and 2 are in it."""
+    progress = {
+        r: {"entered": rec(6), "completed": rec(2), "oldest_open": rec(3, "reduce_scatter", "layers.0", "backward")}
+        for r in (0, 2)
+    }
+    progress[1] = {"entered": rec(6), "completed": rec(3), "oldest_open": rec(4)}
+    assert diagnose(progress) == (
+        "every rank entered reduce_scatter #3 (layers.0, backward) and ranks 0, 2 did not "
+        "complete it (mismatched sizes or a stuck transport)"
+    )
+
+
+def test_no_open_collective_anywhere_is_the_old_verdict():
+    done = {r: {"entered": rec(5, unit=""), "completed": rec(5, unit=""), "oldest_open": None} for r in range(2)}
+    assert diagnose(done, {0: "optimizer", 1: "optimizer"}).startswith("every rank completed all_gather #5 (root")
+
+
+class Sink:
+    def __init__(self):
+        self.oldest = "never written"
+        self.completed_seqs = []
+
+    def entered(self, record):
+        pass
+
+    def completed(self, record):
+        self.completed_seqs.append(record["seq"])
+
+    def oldest_open(self, record):
+        self.oldest = record and record["seq"]
+
+
+class PendingFuture:  # an NCCL work's future: completes when the GPU gets there
+    def __init__(self):
+        self.callbacks = []
+
+    def add_done_callback(self, callback):
+        self.callbacks.append(callback)
+
+    def value(self):
+        return None
+
+    def finish(self):
+        for callback in self.callbacks:
+            callback(self)
+
+
+def test_hang_progress_reports_the_oldest_open_collective_as_works_complete(monkeypatch):
+    from harness.run.recorders import hang_progress
+
+    futures = {}
+    monkeypatch.setattr(hang_progress, "_futures", lambda out: [futures.setdefault(out, PendingFuture())])
+    sink = Sink()
+    progress = hang_progress.HangProgress(sink)
+    for seq in range(3):  # the CPU issues #0, #1, #2 before the GPU finishes any
+        progress.entered(seq, "all_gather", "forward")
+        progress.issued(seq)
+    assert sink.oldest == 0
+    futures[1].finish()  # another stream's #1 finishes first: #0 still open
+    assert (sink.oldest, sink.completed_seqs) == (0, [1])
+    futures[0].finish()
+    assert sink.oldest == 2
+    progress.entered(3, "reduce_scatter", "backward")
+    progress.raised()  # refused (gloo and PREMUL_SUM): nothing waits in it
+    assert sink.oldest == 2
+    futures[2].finish()
+    assert sink.oldest is None
