@@ -106,6 +106,11 @@ def run_step(
         ValueError: ``world_size`` is not the setup's, or the setup names an unknown body or
             optimizer.
     """
+    # MKL's conditional numerical reproducibility: without it a CPU matmul's last bit depends on
+    # its operands' memory alignment, so the same chunk through the same replica could differ
+    # by one float32 ulp from run to run (numerics fields would vary). Read at MKL's first call;
+    # a value the user exported wins.
+    os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
     t_start = time.perf_counter()
     plan = plan_rank(setup, rank, world_size, simulated=simulated)
     body = RankBody(setup, plan, rank, device_type, on_phase, collective_log, checkpoint_dir)
