@@ -40,7 +40,7 @@ from typing import Callable
 
 from harness.run.launch.session import TEMP_PREFIX  # the session folders the harness makes (and sweeps)
 from tests.support import REPO
-from tests.support.specs import TINY, TINY_FAKE
+from tests.support.specs import SIGNAL_WINDOW, TINY, TINY_FAKE
 
 PY = sys.executable
 
@@ -49,24 +49,7 @@ PY = sys.executable
 # TINY (4 real ranks, one step entry) and TINY_FAKE (the same simulated): tests.support.specs, as the tests
 
 # two real ranks, a few seconds of step: signals sent 2 s after the ranks start land inside it
-SLOW2 = """\
-spec: slow2
-title: two ranks
-document: a document
-backend: gloo
-setup:
-  model: {config: walkthrough, overrides: {num_hidden_layers: 6}}
-  mesh: {shape: [2], dim_names: [dp]}
-  batch_per_rank: 4
-  seq_len: 128
-  numerics: false
-tables:
-  - section: "Forward"
-    title: shapes
-    check: step
-    entries:
-      - {id: x_norm, step: step1.x_norm, shape: [4, 128, 512]}
-"""
+SLOW2 = SIGNAL_WINDOW.replace("spec: two", "spec: slow2").replace("BACKEND", "gloo")
 
 # two real ranks, a small step (for rank faults and the concurrency case)
 QUICK2 = """\

@@ -26,29 +26,11 @@ import pytest
 
 from harness.run.launch.session import TEMP_PREFIX, sweep_stale
 from tests.support import REPO
+from tests.support.specs import SIGNAL_WINDOW
 
 pytestmark = pytest.mark.slow
 
-TWO_RANKS = """\
-spec: two
-title: two ranks
-document: a document
-backend: BACKEND
-setup:
-  # long enough (6 fp16 layers, B=4, L=128: seconds of CPU even on an idle machine) that the
-  # signal, sent 2 s after the ranks start, lands inside the step
-  model: {config: walkthrough, overrides: {num_hidden_layers: 6}}
-  mesh: {shape: [2], dim_names: [dp]}
-  batch_per_rank: 4
-  seq_len: 128
-  numerics: false
-tables:
-  - section: "Forward"
-    title: shapes
-    check: step
-    entries:
-      - {id: x_norm, step: step1.x_norm, shape: [4, 128, 512]}
-"""
+TWO_RANKS = SIGNAL_WINDOW  # BACKEND replaced by each test
 
 
 def _env(tmp: Path) -> dict:

@@ -22,6 +22,27 @@ tables:
 # the same on the fake backend: simulated in this process, no rank launched
 TINY_FAKE = TINY.replace("tables:", "backend: fake\ntables:")
 
+# Two real ranks whose step lasts seconds of CPU even on an idle machine (6 fp16 layers, B=4,
+# L=128): a signal sent 2 s after the ranks start lands inside the step. BACKEND is a placeholder.
+SIGNAL_WINDOW = """\
+spec: two
+title: two ranks
+document: a document
+backend: BACKEND
+setup:
+  model: {config: walkthrough, overrides: {num_hidden_layers: 6}}
+  mesh: {shape: [2], dim_names: [dp]}
+  batch_per_rank: 4
+  seq_len: 128
+  numerics: false
+tables:
+  - section: "Forward"
+    title: shapes
+    check: step
+    entries:
+      - {id: x_norm, step: step1.x_norm, shape: [4, 128, 512]}
+"""
+
 # model overrides small enough for a real step in well under a second per rank
 TINY_DIMS = {
     "num_hidden_layers": 2,
