@@ -4,7 +4,8 @@ is, so the launcher's clean-up stops the ranks and the results already computed 
 Exit status 130 for Ctrl-C (one line ``interrupted`` on stderr), 143 for SIGTERM (``terminated``).
 Signal handlers can be set in the main thread only; elsewhere (a test calling ``main`` from a
 thread) the process's own handling stays. Imports only small standard modules (signal,
-threading, contextlib; not typing), so that ``python -m harness`` reaches its handling soon.
+threading, contextlib; not typing) and ``harness.run.launch.held_signals`` (the same), so that
+``python -m harness`` reaches its handling soon.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+from harness.run.launch.held_signals import signals_held  # the CLI holds its imports with it
 
 __all__ = [
     "Terminated",
@@ -35,35 +38,6 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
-
-
-@contextmanager
-def signals_held() -> Iterator[None]:
-    """Within: a Ctrl-C or SIGTERM that Python handles is noted, not raised; on the way out the
-    first one noted goes to its handler, which raises there (KeyboardInterrupt, or Terminated
-    once :func:`interrupts_raised` is in place). Signals left at their default or ignored are
-    not touched.
-
-    For imports (the command line's own and its loaders', a good part of a second on a loaded
-    machine): an interrupt inside one leaves modules half-imported, and one inside the code a
-    dataclass or namedtuple generates (``exec`` of a string) makes CPython end the process by
-    SIGINT once it exits, after the ``interrupted`` line and whatever status was chosen (-2).
-    """
-    if not _in_main_thread():
-        yield
-        return
-    pending: list[int] = []
-    previous: dict[int, object] = {}
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        if callable(signal.getsignal(signum)):
-            previous[signum] = signal.signal(signum, lambda n, frame: pending.append(n))
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        if pending:
-            signal.raise_signal(pending[0])  # its handler runs now, inside this call
 
 
 @contextmanager

@@ -24,65 +24,21 @@ How the simulated rank puts its model on fake storage, and why it is fast: ``har
 
 from __future__ import annotations
 
-import contextlib
-import signal
-import threading
 import time
 import traceback
 import warnings
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from harness.contract.names import RANK_PHASES, rank_phase_code
 from harness.contract.observation import build_observation
 from harness.run.launch.errors import RunError, RunTimeout
+from harness.run.launch.held_signals import signals_held
 
 __all__ = ["run_simulated", "ALL_RANKS_UP_TO"]
 
 # Simulating a rank costs well under a second for the walkthrough: small worlds record them all,
 # so a spec written for real ranks checks every rank when simulated too.
 ALL_RANKS_UP_TO = 8
-
-
-@contextlib.contextmanager
-def _signals_at_safe_points() -> Iterator[Callable[[], None]]:
-    """Hold Ctrl-C (SIGINT) and SIGTERM back until a safe point; yield the check that delivers them.
-
-    A simulated run is this process's own Python code under torch's C++ (autograd, the fake
-    process group): a KeyboardInterrupt raised inside a Python callback that C++ called ends in
-    ``terminate called after throwing an instance of 'python_error'`` (the process aborts, no
-    clean-up) or turns into an unrelated AssertionError inside torch. So while it runs, a signal
-    the process handles in Python is only noted; ``check()`` (called as each simulated rank enters
-    a phase, and between ranks) hands it to the process's own handler there, which raises
-    KeyboardInterrupt (the CLI: ``interrupted``, 130) or the CLI's ``Terminated``. Signals left at
-    their default or ignored, and any other thread than the main one, are not touched.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield lambda: None
-        return
-    pending: list[int] = []
-    previous: dict[int, Any] = {}
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        if callable(signal.getsignal(signum)):
-            previous[signum] = signal.signal(signum, lambda n, frame: pending.append(n))
-
-    def restore() -> None:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        previous.clear()
-
-    def check() -> None:
-        if pending:
-            signum = pending[0]
-            pending.clear()
-            restore()
-            signal.raise_signal(signum)  # the process's own handler runs now, at this safe point
-
-    try:
-        yield check
-    finally:
-        restore()
-        if pending:
-            signal.raise_signal(pending[0])
 
 
 def run_simulated(
@@ -112,7 +68,8 @@ def run_simulated(
     deadline = time.monotonic() + timeout_s
     phases = dict.fromkeys(ranks, RANK_PHASES[0])
 
-    with _signals_at_safe_points() as deliver_signals:
+    # held to the safe points of the run: each simulated rank entering a phase (harness.run.launch.held_signals)
+    with signals_held() as deliver_signals:
         # torch's own import (seconds, in this process) is held too: a Ctrl-C inside it left numpy
         # half-imported (a RecursionError traceback later) or ended the CLI by SIGINT (status -2)
         import torch.distributed as dist
