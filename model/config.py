@@ -484,42 +484,9 @@ def get_moe_config(name_or_mapping: str | Mapping[str, Any] | Qwen3MoeConfig, **
         ValueError: unknown name (lists the known names), unknown or missing field (names it),
             or an invalid value (names the field).
     """
-    unknown = sorted(k for k in overrides if k not in _MOE_FIELDS)
-    if unknown:
-        raise ValueError(
-            f"unknown Qwen3MoeConfig field(s) in overrides: {', '.join(map(repr, unknown))}; "
-            f"known fields: {', '.join(_MOE_FIELDS)}"
-        )
-    if isinstance(name_or_mapping, Qwen3MoeConfig):
-        base = name_or_mapping
-    elif isinstance(name_or_mapping, str):
-        name = known_moe_config_name(name_or_mapping)
-        if name is None:
-            raise ValueError(
-                f"unknown MoE config name {name_or_mapping!r}; known names: {', '.join(KNOWN_MOE_CONFIGS)} "
-                f"(or their hub ids: {', '.join(MOE_HUB_IDS)})"
-            )
-        base = KNOWN_MOE_CONFIGS[name]
-    elif isinstance(name_or_mapping, Mapping):
-        unknown = sorted(k for k in name_or_mapping if k not in _MOE_FIELDS)
-        if unknown:
-            raise ValueError(
-                f"unknown Qwen3MoeConfig field(s) in mapping: {', '.join(map(repr, unknown))}; "
-                f"known fields: {', '.join(_MOE_FIELDS)}"
-            )
-        fields = {**name_or_mapping, **overrides}
-        missing = [k for k in _MOE_REQUIRED if k not in fields]
-        if missing:
-            raise ValueError(f"Qwen3MoeConfig field(s) missing from mapping: {', '.join(missing)}")
-        return Qwen3MoeConfig(**fields)
-    else:
-        raise ValueError(
-            f"get_moe_config expects a config name, a mapping of fields or a Qwen3MoeConfig, "
-            f"got {type(name_or_mapping).__name__}"
-        )
-    if not overrides:
-        return base
-    return dataclasses.replace(base, **overrides)
+    return _resolve_config(
+        name_or_mapping, overrides, cls=Qwen3MoeConfig, known=KNOWN_MOE_CONFIGS, hub_ids=MOE_HUB_IDS, what="MoE config"
+    )
 
 
 def known_config_name(name: str) -> str | None:
@@ -527,15 +494,6 @@ def known_config_name(name: str) -> str | None:
     if name in KNOWN_CONFIGS:
         return name
     return HUB_IDS.get(name)
-
-
-def _check_fields(fields: Mapping[str, Any], what: str) -> None:
-    unknown = sorted(k for k in fields if k not in _FIELDS)
-    if unknown:
-        raise ValueError(
-            f"unknown Qwen3Config field(s) in {what}: {', '.join(map(repr, unknown))}; "
-            f"known fields: {', '.join(_FIELDS)}"
-        )
 
 
 _MOE_ONLY_FIELDS = frozenset(_MOE_FIELDS) - frozenset(_FIELDS)
@@ -571,27 +529,54 @@ def get_config(name_or_mapping: str | Mapping[str, Any] | Qwen3Config, **overrid
         or (isinstance(name_or_mapping, Mapping) and _names_moe_fields(name_or_mapping))
     ):
         return get_moe_config(name_or_mapping, **overrides)
-    _check_fields(overrides, "overrides")
-    if isinstance(name_or_mapping, Qwen3Config):
+    return _resolve_config(
+        name_or_mapping, overrides, cls=Qwen3Config, known=KNOWN_CONFIGS, hub_ids=HUB_IDS, what="config"
+    )
+
+
+def _resolve_config(
+    name_or_mapping: Any,
+    overrides: Mapping[str, Any],
+    *,
+    cls: type[Qwen3Config],
+    known: Mapping[str, Qwen3Config],
+    hub_ids: Mapping[str, str],
+    what: str,
+) -> Any:
+    """The one body of :func:`get_config` (dense) and :func:`get_moe_config`: ``cls`` from a
+    known name or hub id, a mapping of its fields, or an instance, with ``overrides`` applied."""
+    fields_of, required = (_MOE_FIELDS, _MOE_REQUIRED) if cls is Qwen3MoeConfig else (_FIELDS, _REQUIRED)
+
+    def check_fields(fields: Mapping[str, Any], where: str) -> None:
+        unknown = sorted(k for k in fields if k not in fields_of)
+        if unknown:
+            raise ValueError(
+                f"unknown {cls.__name__} field(s) in {where}: {', '.join(map(repr, unknown))}; "
+                f"known fields: {', '.join(fields_of)}"
+            )
+
+    check_fields(overrides, "overrides")
+    if isinstance(name_or_mapping, cls):
         base = name_or_mapping
     elif isinstance(name_or_mapping, str):
-        name = known_config_name(name_or_mapping)
+        name = name_or_mapping if name_or_mapping in known else hub_ids.get(name_or_mapping)
         if name is None:
             raise ValueError(
-                f"unknown config name {name_or_mapping!r}; known names: {', '.join(KNOWN_CONFIGS)} "
-                f"(or their hub ids: {', '.join(HUB_IDS)})"
+                f"unknown {what} name {name_or_mapping!r}; known names: {', '.join(known)} "
+                f"(or their hub ids: {', '.join(hub_ids)})"
             )
-        base = KNOWN_CONFIGS[name]
+        base = known[name]
     elif isinstance(name_or_mapping, Mapping):
-        _check_fields(name_or_mapping, "mapping")
+        check_fields(name_or_mapping, "mapping")
         fields = {**name_or_mapping, **overrides}
-        missing = [k for k in _REQUIRED if k not in fields]
+        missing = [k for k in required if k not in fields]
         if missing:
-            raise ValueError(f"Qwen3Config field(s) missing from mapping: {', '.join(missing)}")
-        return Qwen3Config(**fields)
+            raise ValueError(f"{cls.__name__} field(s) missing from mapping: {', '.join(missing)}")
+        return cls(**fields)
     else:
+        caller = "get_moe_config" if cls is Qwen3MoeConfig else "get_config"
         raise ValueError(
-            f"get_config expects a config name, a mapping of fields or a Qwen3Config, "
+            f"{caller} expects a config name, a mapping of fields or a {cls.__name__}, "
             f"got {type(name_or_mapping).__name__}"
         )
     if not overrides:
