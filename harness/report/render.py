@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from harness.language.observed import ring_bytes
 from harness.report.figures import count_exact, fraction, mb, mb_exact, ranks_text, shape, thousands
+from model.names import LAYER_PARAM_NAMES_DOCUMENT
 
 __all__ = ["render_markdown", "SECTIONS"]
 
@@ -45,22 +46,6 @@ SECTIONS = {
     "backward": "Backward 简述",
     "summary": "单层单步通信量汇总",
 }
-
-# A decoder layer's parameters in the order its forward uses them (the document's order);
-# names not listed keep their observed order after these.
-_FORWARD_ORDER = (
-    "input_layernorm.weight",
-    "self_attn.q_proj.weight",
-    "self_attn.k_proj.weight",
-    "self_attn.v_proj.weight",
-    "self_attn.q_norm.weight",
-    "self_attn.k_norm.weight",
-    "self_attn.o_proj.weight",
-    "post_attention_layernorm.weight",
-    "mlp.gate_proj.weight",
-    "mlp.up_proj.weight",
-    "mlp.down_proj.weight",
-)
 
 # What each step of a layer's forward computes (model/steps.py numbers the tensors).
 _STEP_WHAT = {
@@ -134,7 +119,8 @@ def _rel(fqn: str, unit: str) -> str:
 
 def _unit_params(rank_doc: Mapping[str, Any], unit: str) -> list[Mapping[str, Any]]:
     params = [p for p in rank_doc["params"] if p["unit"] == unit]
-    order = {name: i for i, name in enumerate(_FORWARD_ORDER)}
+    # the document's order (forward order of use); names not listed keep their observed order after these
+    order = {name: i for i, name in enumerate(LAYER_PARAM_NAMES_DOCUMENT)}
     return sorted(params, key=lambda p: order.get(_rel(p["fqn"], unit), len(order)))
 
 
