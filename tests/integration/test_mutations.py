@@ -473,6 +473,20 @@ CASES = [
         "all_gather root",
     ),
     ("clip_grad_norm", "numel_in: 22", "numel_in: 11", "one_all_reduce_of_22_norms", "expected 11"),
+    (
+        "activation_checkpointing_reentrant",
+        "count: 5, numel_out: 37024}",
+        "count: 3, numel_out: 37024}",
+        "five_backward_all_gathers",
+        "expected 3",
+    ),
+    (
+        "activation_checkpointing_forward",
+        "count: 3, numel_out: 37024,",
+        "count: 5, numel_out: 37024,",
+        "three_backward_all_gathers",
+        "expected 5",
+    ),
     ("clip_grad_norm_inf", "reduce_op: MAX", "reduce_op: SUM", "one_max_all_reduce_of_the_norm", "SUM"),
     (
         "clip_grad_norm",
@@ -660,6 +674,29 @@ SETUP_CASES = [
         "- {}",  # a schedule step's call: layers.0 stays frozen
         ["step1_layer0_trains", "unfrozen_step_reduces_all", "all_gradients_right"],
     ),
+    (
+        "activation_checkpointing_reentrant",
+        "checkpoint_style: call, checkpoint_use_reentrant: true}",
+        "checkpoint_style: call, checkpoint_use_reentrant: false}",  # non-reentrant: no duplicate
+        [
+            "five_backward_all_gathers",
+            "duplicates_by_forward_prefetch",
+            "backward_order",
+            "recompute_prefetches",
+            "no_copy_out_after",
+        ],
+    ),  # checkpoint_use_reentrant
+    (
+        "activation_checkpointing_forward",
+        "checkpoint: true, checkpoint_style: forward}",
+        "checkpoint: true, checkpoint_style: call}",  # FSDP's hooks inside the checkpoint: the duplicates
+        [
+            "three_backward_all_gathers",
+            "no_forward_prefetch_in_backward",
+            "backward_order",
+            "no_pre_forward_in_backward",
+        ],
+    ),  # checkpoint_style
 ]
 
 
