@@ -114,8 +114,8 @@ class UnitOptions:
             4's ``GradientCheckpointingLayer``) or "forward" (around ``module.forward``, inside
             FSDP's hooks: transformers 5's).
         checkpoint_use_reentrant: ``use_reentrant=`` of ``torch.utils.checkpoint.checkpoint``
-            (the "call" and "forward" styles; transformers' ``gradient_checkpointing_enable``
-            passes True).
+            (the "call" and "forward" styles; transformers 4's ``gradient_checkpointing_enable``
+            defaulted to True, 5.24's to False).
         compile: ``module.compile()`` on each module of the unit, after ``fully_shard``.
     """
 
@@ -177,8 +177,8 @@ class UnitOptions:
     )
     checkpoint_use_reentrant: bool = key(
         False,
-        doc="use_reentrant= of torch.utils.checkpoint.checkpoint (checkpoint_style call or forward; transformers' "
-        "gradient_checkpointing_enable passes true). Needs checkpoint: true",
+        doc="use_reentrant= of torch.utils.checkpoint.checkpoint (checkpoint_style call or forward; transformers 4's "
+        "gradient_checkpointing_enable defaulted to true, 5.24's to false). Needs checkpoint: true",
     )
     compile: bool = key(False, doc="module.compile() on each module of the unit after fully_shard (slow on CPU)")
 
