@@ -26,7 +26,7 @@ Each step of ``schedule.steps`` (one by default) is, in order:
    c. ``reshard``: ``FSDPModule.reshard()`` on the named units;
    d. unless ``forward_only`` (implied by ``no_grad``): one backward of the mean of the
       microbatch's losses divided by ``microbatches`` (so the accumulated gradient is the mean
-      over the step's samples);
+      over the step's samples), times ``loss_scale`` (default 1);
 3. ``clip_grad_norm: {max_norm, norm_type}``: ``torch.nn.utils.clip_grad_norm_`` over the
    model's parameters (the returned total norm is observed);
 4. ``optimizer.step()`` unless ``optimizer_step: false`` or ``forward_only``.
@@ -77,6 +77,7 @@ class ScheduleStep:
         forward_only: no backward, no optimizer step.
         no_grad: forwards under ``torch.no_grad()`` (implies ``forward_only``).
         loss_on: ``"<decoder layer path>:<step name>"`` or None for the model output.
+        loss_scale: the factor each microbatch's loss is multiplied by before its backward.
         used_only_in: decoder layer path (``layers.1``) or one of its blocks (``layers.1.mlp``,
             ``layers.1.self_attn``) -> the microbatches (0-based) it runs in.
         clip_grad_norm: None, or the clipping before the optimizer step.
@@ -113,6 +114,12 @@ class ScheduleStep:
         doc="decoder layer path (layers.1) or one of its blocks (layers.1.mlp: post_attention_layernorm + MLP; "
         "layers.1.self_attn: input_layernorm + attention) -> the microbatches it runs in; in the others it is "
         "skipped (its input passes on unchanged)",
+    )
+    loss_scale: float = key(
+        1.0,
+        exclusiveMinimum=0,
+        doc="each microbatch's loss is multiplied by this before its backward (the reference's too), so the "
+        "gradients are scaled by it: 1e-30 reaches clip_grad_norm_'s eps regime (its 1e-6 dominates the norm)",
     )
     clip_grad_norm: ClipGradNorm | None = key(
         None, doc="torch.nn.utils.clip_grad_norm_ over the model's parameters before the optimizer step"
@@ -161,6 +168,10 @@ class ScheduleStep:
         if self.no_grad and "forward_only" in given and not self.forward_only:
             problems.append(
                 (f"{where}.forward_only", "no_grad: true runs no backward; expected forward_only true or left out")
+            )
+        if not self.backward and "loss_scale" in given:
+            problems.append(
+                (f"{where}.loss_scale", "a forward-only step runs no backward to scale; expected no loss_scale")
             )
         if not self.backward and self.clip_grad_norm is not None:
             problems.append(

@@ -50,7 +50,11 @@ __all__ = [
     "match_params",
     "unit_label",
     "DTYPES",
+    "CHECKPOINT_STYLES",
 ]
+
+CHECKPOINT_STYLES: tuple[str, ...] = ("composable", "call", "forward")
+"""How ``checkpoint: true`` checkpoints a unit's modules (:class:`UnitOptions`)."""
 
 DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)
 """The dtypes a setup names (model, mixed precision, bandwidth sweep): the calculator's table."""
@@ -102,8 +106,16 @@ class UnitOptions:
         reshard_after_backward: ``set_reshard_after_backward(v, recurse=False)``; None: not called.
         set_reshard_after_forward: ``set_reshard_after_forward(v, recurse=False)`` after every
             ``fully_shard`` (a runtime change); None: not called.
-        checkpoint: activation checkpointing (``torch.distributed._composable.checkpoint``) on
-            each module of the unit, before ``fully_shard``.
+        checkpoint: activation checkpointing on each module of the unit, applied before
+            ``fully_shard``, in the form ``checkpoint_style`` says.
+        checkpoint_style: "composable" (``torch.distributed._composable.checkpoint(module)``),
+            "call" (``torch.utils.checkpoint.checkpoint`` around the module's ``__call__``, so
+            FSDP's hooks run inside the checkpoint and again in its recomputation: transformers
+            4's ``GradientCheckpointingLayer``) or "forward" (around ``module.forward``, inside
+            FSDP's hooks: transformers 5's).
+        checkpoint_use_reentrant: ``use_reentrant=`` of ``torch.utils.checkpoint.checkpoint``
+            (the "call" and "forward" styles; transformers 4's ``gradient_checkpointing_enable``
+            defaulted to True, 5.24's to False).
         compile: ``module.compile()`` on each module of the unit, after ``fully_shard``.
     """
 
@@ -152,8 +164,21 @@ class UnitOptions:
     )
     checkpoint: bool = key(
         False,
-        doc="activation checkpointing (torch.distributed._composable.checkpoint) on each "
-        "module of the unit, applied before fully_shard",
+        doc="activation checkpointing on each module of the unit, applied before fully_shard, in the form "
+        "checkpoint_style says (default: torch.distributed._composable.checkpoint)",
+    )
+    checkpoint_style: str = key(
+        "composable",
+        enum=list(CHECKPOINT_STYLES),
+        doc="composable: torch.distributed._composable.checkpoint(module); call: torch.utils.checkpoint.checkpoint "
+        "around the module's __call__, FSDP's hooks inside the checkpoint (run again by its recomputation; "
+        "transformers 4's GradientCheckpointingLayer); forward: around module.forward, inside FSDP's hooks "
+        "(transformers 5's). Needs checkpoint: true",
+    )
+    checkpoint_use_reentrant: bool = key(
+        False,
+        doc="use_reentrant= of torch.utils.checkpoint.checkpoint (checkpoint_style call or forward; transformers 4's "
+        "gradient_checkpointing_enable defaulted to true, 5.24's to false). Needs checkpoint: true",
     )
     compile: bool = key(False, doc="module.compile() on each module of the unit after fully_shard (slow on CPU)")
 
@@ -340,6 +365,7 @@ def resolve_units(
             continue
         given = dict(spec.given)
         options = UnitOptions(**{**base, **{k: _option(k, v) for k, v in given.items()}})
+        problems += _checkpoint_problems(options, given, where)
         found: list[str] = []
         for j, pattern in enumerate(spec.modules):
             key = f"{where}.modules" + (f"[{j}]" if spec.grouped else "")
@@ -381,12 +407,55 @@ def resolve_units(
         "reshard_after_forward": root_reshard_after_forward,
         **{k: _option(k, v) for k, v in root_given.items()},
     }
+    root_where = f"setup.fsdp.units[{len(specs) - 1}]" if root_spec is not None else "setup.fsdp"
+    problems += _checkpoint_problems(UnitOptions(**root_options), root_given, root_where)
     plans.append(
         UnitPlan(
             ("",), "", "root", None, UnitOptions(**root_options), len(specs) - 1 if root_spec is not None else None
         )
     )
-    return plans, problems
+    problems += _unused_checkpoint_defaults(defaults, plans)
+    return plans, _distinct(problems)
+
+
+def _distinct(problems: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``problems`` without repeats (an fsdp-level option is resolved once per unit)."""
+    return list(dict.fromkeys(problems))
+
+
+def _checkpoint_problems(options: UnitOptions, given: Mapping[str, Any], where: str) -> list[tuple[str, str]]:
+    """A unit entry that names a checkpoint form without ``checkpoint: true``, or ``use_reentrant``
+    for the composable form (``torch.distributed._composable.checkpoint`` raises NotImplementedError
+    for it, torch 2.13)."""
+    out = []
+    if not options.checkpoint:
+        for name in ("checkpoint_style", "checkpoint_use_reentrant"):
+            if name in given:
+                out.append((f"{where}.{name}", _NEEDS_CHECKPOINT))
+    elif options.checkpoint_use_reentrant and options.checkpoint_style == "composable":
+        name = "checkpoint_use_reentrant"
+        out.append(
+            (
+                f"{where}.{name}" if name in given else f"setup.fsdp.{name}",
+                "torch.distributed._composable.checkpoint has no reentrant form; expected checkpoint_style call "
+                "or forward (torch.utils.checkpoint.checkpoint) beside it",
+            )
+        )
+    return out
+
+
+_NEEDS_CHECKPOINT = "applies to a checkpointed unit; expected checkpoint: true beside it (or at fsdp level)"
+
+
+def _unused_checkpoint_defaults(defaults: Mapping[str, Any], plans: Sequence[UnitPlan]) -> list[tuple[str, str]]:
+    """fsdp-level checkpoint forms when no unit is checkpointed."""
+    if any(p.options.checkpoint for p in plans):
+        return []
+    return [
+        (f"setup.fsdp.{n}", _NEEDS_CHECKPOINT)
+        for n in ("checkpoint_style", "checkpoint_use_reentrant")
+        if n in defaults
+    ]
 
 
 def _near(pattern: str, module_paths: Sequence[str]) -> str:

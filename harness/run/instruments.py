@@ -214,8 +214,11 @@ class Instruments:
         if self._memory is not None and self.track_memory:
             self._memory.mark_state("After Zero Grad", step_index)
 
-    def record_grad_norm(self, step_index: int, norm: torch.Tensor, clip: Any) -> None:
-        """Record what ``clip_grad_norm_`` returned: a DTensor (its placements) or a tensor.
+    def record_grad_norm(
+        self, step_index: int, norm: torch.Tensor, clip: Any, *, clip_coef: float | None = None
+    ) -> None:
+        """Record what ``clip_grad_norm_`` returned: a DTensor (its placements) or a tensor;
+        ``clip_coef``: the factor it scaled this rank's gradients by (``harness.run.loop``).
 
         Read from the local value only: ``full_tensor()`` of a ``Partial(max)`` norm (``norm_type:
         inf``) would issue an all-reduce of the harness's own, recorded as the run's. ``value`` is
@@ -240,6 +243,9 @@ class Instruments:
                 "placements": placements,
                 "dtype": dtype_name(norm.dtype),
                 "reference": None,
+                "clip_coef": clip_coef,
+                "reference_clip_coef": None,
+                "shard_reference": None,
             }
         )
 

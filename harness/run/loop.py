@@ -10,7 +10,8 @@
   under ``torch.no_grad()`` for ``no_grad``); the manual ``reshard()`` calls (phase
   ``reshard``); one ``backward()`` of the mean loss divided by the microbatch count (phase
   ``backward``) unless the step is forward-only;
-- ``clip_grad_norm_`` (phase ``clip_grad_norm``), its returned total norm recorded;
+- ``clip_grad_norm_`` (phase ``clip_grad_norm``), its returned total norm recorded, and the factor
+  it scaled the gradients by (the largest local gradient element after over before);
 - ``optimizer.step()`` (phase ``optimizer``) unless the step is forward-only or says
   ``optimizer_step: false``, then the "After Optimizer Step" snapshot.
 
@@ -36,7 +37,7 @@ from harness.run.instruments import Instruments
 from harness.run.plan import PlannedMicrobatch, PlannedStep, StepCapture
 from harness.run.recorders.phases import Phases
 
-__all__ = ["PlannedStep", "StepOutcome", "run_steps"]
+__all__ = ["PlannedStep", "StepOutcome", "run_steps", "local_grad_peak"]
 
 
 @dataclass(frozen=True)
@@ -90,11 +91,14 @@ def run_steps(
             if hooks is not None:
                 hooks.call("after_microbatch", model=root, step_index=step.index, microbatch=mb.index)
         if spec.clip_grad_norm is not None:
+            peak_before = local_grad_peak(root)
             with instruments.phase("clip_grad_norm", step.index):
                 norm = torch.nn.utils.clip_grad_norm_(
                     root.parameters(), spec.clip_grad_norm.max_norm, norm_type=spec.clip_grad_norm.norm_type
                 )
-            instruments.record_grad_norm(step.index, norm, spec.clip_grad_norm)
+            instruments.record_grad_norm(
+                step.index, norm, spec.clip_grad_norm, clip_coef=_ratio(local_grad_peak(root), peak_before)
+            )
         if spec.steps_optimizer:
             with instruments.phase("optimizer", step.index):
                 optimizer.step()
@@ -105,6 +109,29 @@ def run_steps(
                 hooks.observe(root, step.index)
         instruments.end_step(step.index)
     return outcome
+
+
+def local_grad_peak(root: nn.Module) -> float | None:
+    """The largest |element| of this rank's local gradient shards (float64), read with no grad and no
+    dispatch mode (the recorders do not see it; no collective: ``to_local()``); None when simulated."""
+    peak = 0.0
+    try:
+        with torch.no_grad(), _disable_current_modes():
+            for p in root.parameters():
+                g = p.grad
+                if g is None:
+                    continue
+                g = g.to_local() if hasattr(g, "to_local") else g
+                if g.numel():
+                    peak = max(peak, float(g.detach().abs().max().double()))
+    except Exception:  # FakeTensorMode (the fake backend): no value to read
+        return None
+    return peak
+
+
+def _ratio(after: float | None, before: float | None) -> float | None:
+    """after / before, None where either is unknown or before is 0."""
+    return after / before if after is not None and before else None
 
 
 def _run_microbatch(
@@ -145,6 +172,8 @@ def _run_microbatch(
                 outcome = StepOutcome(output, losses[-1])
         scale = len(losses) * n_mb
         loss = losses[0] if scale == 1 else torch.stack(losses).sum() / scale
+        if spec.loss_scale != 1.0:
+            loss = loss * spec.loss_scale
     if spec.reshard:
         with instruments.phase("reshard", step.index, mb.index):
             for unit in spec.reshard:

@@ -20,6 +20,7 @@ reshard_after_forward, mp_policy, ...)`` (torch 2.13).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -41,6 +42,7 @@ __all__ = [
     "units_from_setup",
     "mixed_precision_policy",
     "apply_fsdp",
+    "apply_checkpoint",
     "freeze_params",
     "init_local_shards",
     "init_shards_like_full",
@@ -282,19 +284,59 @@ def _fully_shard_units(
 ) -> None:
     """Activation checkpointing (where asked), then ``fully_shard`` of each unit's modules, in order
     (``after_each`` after each call)."""
-    from torch.distributed._composable import checkpoint
-
     names = {id(p): fqn for fqn, p in root.named_parameters()}
     for unit, modules in zip(units, groups):
         if unit.after is not None and unit.after.checkpoint:
             for m in modules:
-                checkpoint(m)
+                apply_checkpoint(m, unit.after.checkpoint_style, unit.after.checkpoint_use_reentrant)
         kwargs = unit.options()
         if unit.shard_placement:
             kwargs["shard_placement_fn"] = _placement_fn(unit.shard_placement, names)
         fully_shard(modules if len(modules) > 1 else modules[0], mesh=mesh, **kwargs)
         if after_each is not None:
             after_each(unit, modules[0])
+
+
+def apply_checkpoint(module: nn.Module, style: str, use_reentrant: bool) -> None:
+    """Activation checkpointing of ``module``, before its ``fully_shard`` (``setup.fsdp.units[].checkpoint``).
+
+    ``style``: "composable" applies ``torch.distributed._composable.checkpoint(module)`` (its
+    hooks register before FSDP's); "call" makes ``module(...)`` run as
+    ``torch.utils.checkpoint.checkpoint(nn.Module.__call__, ...)``, FSDP's hooks inside the
+    checkpoint, as transformers 4's ``GradientCheckpointingLayer.__call__``; "forward" wraps
+    ``module.forward`` alone, inside FSDP's hooks, as transformers 5's. The functional forms
+    checkpoint only in training with grad enabled (transformers' condition) and pass keyword
+    arguments bound (``use_reentrant=True`` takes positional tensors only).
+
+    Raises:
+        ValueError: an unknown style.
+    """
+    if style == "composable":
+        from torch.distributed._composable import checkpoint
+
+        checkpoint(module)
+        return
+    from torch.utils.checkpoint import checkpoint
+
+    def checkpointed(call: Callable[..., Any], owner: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        if owner.training and torch.is_grad_enabled():
+            return checkpoint(functools.partial(call, **kwargs), *args, use_reentrant=use_reentrant)
+        return call(*args, **kwargs)
+
+    if style == "forward":
+        forward = module.forward  # bound: an instance attribute, so nn.Module's call (and FSDP's hooks) wraps it
+        module.forward = functools.partial(checkpointed, forward, module)
+    elif style == "call":
+        # __call__ is looked up on the type: a subclass of the module's class (fully_shard then
+        # subclasses this one in turn, FSDP<name>, and keeps the override)
+        base = type(module)
+
+        def __call__(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            return checkpointed(functools.partial(nn.Module.__call__, self), self, *args, **kwargs)
+
+        module.__class__ = type(f"Checkpointed{base.__name__}", (base,), {"__call__": __call__})
+    else:
+        raise ValueError(f"checkpoint_style {style!r}: expected composable, call or forward")
 
 
 def _set_unit_options(units: Sequence[ShardUnit], groups: list[list[nn.Module]]) -> None:

@@ -473,6 +473,48 @@ CASES = [
         "all_gather root",
     ),
     ("clip_grad_norm", "numel_in: 22", "numel_in: 11", "one_all_reduce_of_22_norms", "expected 11"),
+    (
+        "clip_grad_norm_eps",
+        'clip_coef: "≈0.1000000", reference_clip_coef: "≈0.1000000"}',
+        'clip_coef: "≈0.1000001", reference_clip_coef: "≈0.1000000"}',
+        "l2_scaled_by_max_norm_over_eps",
+        "0.1000001",
+    ),
+    (
+        "clip_grad_norm_local_value",
+        'placements: ["Replicate()"], local_equals_value: true,',
+        'placements: ["Replicate()"], local_equals_value: false,',
+        "l2_every_rank_holds_the_full_norm",
+        "expected false",
+    ),
+    (
+        "clip_grad_norm_local_value",
+        'step_index: 0, placements: ["Partial(max)"], rel_diff',
+        'step_index: 0, placements: ["Replicate()"], rel_diff',
+        "inf_partial_max",
+        "Replicate()",
+    ),
+    (
+        "clip_grad_norm_inf_empty_shard",
+        "ranks: [2, 3], raised: true, type: RuntimeError,",
+        "ranks: [2, 3], raised: true, type: ValueError,",
+        "empty_shards_refused",
+        "ValueError",
+    ),
+    (
+        "activation_checkpointing_reentrant",
+        "count: 5, numel_out: 37024}",
+        "count: 3, numel_out: 37024}",
+        "five_backward_all_gathers",
+        "expected 3",
+    ),
+    (
+        "activation_checkpointing_forward",
+        "count: 3, numel_out: 37024,",
+        "count: 5, numel_out: 37024,",
+        "three_backward_all_gathers",
+        "expected 5",
+    ),
     ("clip_grad_norm_inf", "reduce_op: MAX", "reduce_op: SUM", "one_max_all_reduce_of_the_norm", "SUM"),
     (
         "clip_grad_norm",
@@ -660,6 +702,35 @@ SETUP_CASES = [
         "- {}",  # a schedule step's call: layers.0 stays frozen
         ["step1_layer0_trains", "unfrozen_step_reduces_all", "all_gradients_right"],
     ),
+    (
+        "activation_checkpointing_reentrant",
+        "checkpoint_style: call, checkpoint_use_reentrant: true}",
+        "checkpoint_style: call, checkpoint_use_reentrant: false}",  # non-reentrant: no duplicate
+        [
+            "five_backward_all_gathers",
+            "duplicates_by_forward_prefetch",
+            "backward_order",
+            "recompute_prefetches",
+            "no_copy_out_after",
+        ],
+    ),  # checkpoint_use_reentrant
+    (
+        "activation_checkpointing_forward",
+        "checkpoint: true, checkpoint_style: forward}",
+        "checkpoint: true, checkpoint_style: call}",  # FSDP's hooks inside the checkpoint: the duplicates
+        [
+            "three_backward_all_gathers",
+            "no_forward_prefetch_in_backward",
+            "backward_order",
+            "no_pre_forward_in_backward",
+        ],
+    ),  # checkpoint_style
+    (
+        "clip_grad_norm_eps",
+        "- {loss_scale: 1.0e-30, clip_grad_norm: {max_norm: 1.0e-7, norm_type: .inf}}",
+        "- {clip_grad_norm: {max_norm: 1.0e-7, norm_type: .inf}}",  # unscaled: a norm of ~4e-3, no eps regime
+        ["inf_norm_tiny", "inf_scaled_by_max_norm_over_eps"],
+    ),  # loss_scale
 ]
 
 

@@ -268,6 +268,8 @@ class RankBody:
             trained.updates.against(schedule_ref)
             for norm in pieces["grad_norms"]:
                 norm["reference"] = schedule_ref.grad_norms.get(norm["step_index"])
+                norm["reference_clip_coef"] = schedule_ref.clip_coefs.get(norm["step_index"])
+                norm["shard_reference"] = schedule_ref.shard_norms.get(norm["step_index"])
         return pieces, numerics
 
     def result(

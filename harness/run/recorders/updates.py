@@ -85,6 +85,9 @@ class ScheduleReference:
         rows_before: fqn -> this shard's rows before the first step.
         rows_after: step_index -> fqn -> this shard's rows after that step.
         grad_norms: step_index -> the total norm ``clip_grad_norm_`` returned (float).
+        clip_coefs: step_index -> the factor it scaled the gradients by (largest |element| after
+            over before; None when every gradient element is 0).
+        shard_norms: step_index -> the norm of this rank's shard rows alone, before clipping.
         output: this rank's chunk of the last forward's output (or ``loss_on`` tensor).
         loss: that forward's loss (float32 scalar).
         grad_rows: fqn -> this shard's rows of the gradient after the last step (None: no gradient).
@@ -94,6 +97,8 @@ class ScheduleReference:
     rows_before: dict[str, torch.Tensor] = field(default_factory=dict)
     rows_after: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
     grad_norms: dict[int, float] = field(default_factory=dict)
+    clip_coefs: dict[int, float | None] = field(default_factory=dict)
+    shard_norms: dict[int, float] = field(default_factory=dict)
     output: torch.Tensor | None = None
     loss: torch.Tensor | None = None
     grad_rows: dict[str, torch.Tensor | None] = field(default_factory=dict)
@@ -131,6 +136,21 @@ def _diff(actual: torch.Tensor, expected: torch.Tensor) -> dict[str, float]:
     if a.numel() == 0:
         return {"max_abs_diff": 0.0, "max_abs_ref": 0.0}
     return {"max_abs_diff": float((a - e).abs().max()), "max_abs_ref": float(e.abs().max())}
+
+
+def _grad_peak(params: Any) -> float:
+    """The largest |element| of the parameters' gradients (float64); 0 without any."""
+    peaks = [float(p.grad.detach().abs().max().double()) for p in params if p.grad is not None and p.grad.numel()]
+    return max(peaks, default=0.0)
+
+
+def _shard_norm(params: Any, norm_type: float, shard_count: int, shard_index: int) -> float:
+    """The ``norm_type``-norm of shard ``shard_index``'s rows of every gradient, combined as
+    ``clip_grad_norm_`` combines per-tensor norms (the norm of the norms), in the gradients' dtype;
+    an empty shard counts as norm 0 (``vector_norm`` refuses the inf norm of an empty tensor)."""
+    rows = [shard_rows(p.grad.detach(), shard_count, shard_index) for p in params if p.grad is not None]
+    norms = [torch.linalg.vector_norm(r, norm_type) for r in rows if r.numel()]
+    return float(torch.linalg.vector_norm(torch.stack(norms), norm_type)) if norms else 0.0
 
 
 def schedule_reference(
@@ -203,7 +223,8 @@ def schedule_reference(
                 if not spec.backward:
                     continue
                 scale = len(losses) * n_mb
-                (losses[0] if scale == 1 else torch.stack(losses).sum() / scale).backward()
+                loss = losses[0] if scale == 1 else torch.stack(losses).sum() / scale
+                (loss * spec.loss_scale if spec.loss_scale != 1.0 else loss).backward()
                 for fqn, p in replica.named_parameters():
                     if p.grad is not None:
                         g = p.grad.to(reduce_dtype)
@@ -225,10 +246,15 @@ def schedule_reference(
             if on_step is not None:
                 on_step("after_microbatch", master, step.index, mb.index)
         if spec.clip_grad_norm is not None:
+            norm_type = spec.clip_grad_norm.norm_type
+            ref.shard_norms[step.index] = _shard_norm(params.values(), norm_type, shard_count, shard_index)
+            peak_before = _grad_peak(params.values())
             norm = torch.nn.utils.clip_grad_norm_(
-                master.parameters(), spec.clip_grad_norm.max_norm, norm_type=spec.clip_grad_norm.norm_type
+                master.parameters(), spec.clip_grad_norm.max_norm, norm_type=norm_type
             )
             ref.grad_norms[step.index] = float(norm)
+            peak_after = _grad_peak(params.values())
+            ref.clip_coefs[step.index] = peak_after / peak_before if peak_before else None
         if spec.steps_optimizer:
             optimizer.step()
         if on_step is not None:

@@ -113,6 +113,13 @@ BAD = [
         "setup.schedule.steps[0].clip_grad_norm",
         "no gradients to clip",
     ),
+    ("steps: [{loss_scale: 0}]", "setup.schedule.steps[0].loss_scale", "less than or equal to the minimum of 0"),
+    ("steps: [{loss_scale: big}]", "setup.schedule.steps[0].loss_scale", "is not of type 'number'"),
+    (
+        "steps: [{forward_only: true, loss_scale: 1.0e-30}]",
+        "setup.schedule.steps[0].loss_scale",
+        "a forward-only step runs no backward to scale",
+    ),
     ("steps: [{microbatches: 0}]", "setup.schedule.steps[0].microbatches", "0 is less than the minimum of 1"),
     ("steps: [{gradient_sync: first}]", "setup.schedule.steps[0].gradient_sync", "expected one of ['last', 'every']"),
     ("steps: [{zero_grad: maybe}]", "setup.schedule.steps[0].zero_grad", "expected one of [True, False, 'zeros']"),

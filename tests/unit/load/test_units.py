@@ -233,6 +233,36 @@ def test_meta_init_gives_the_full_inits_values_and_inv_freq(tmp_path: Path):
             "setup.fsdp.units[0].shard_placement.layers.*.mlp.*.weight",
             "less than the minimum of 0",
         ),
+        (
+            "  fsdp: {units: [{modules: layers.*, checkpoint_style: around}]}\n",
+            "setup.fsdp.units[0].checkpoint_style",
+            "expected one of ['composable', 'call', 'forward']",
+        ),
+        (
+            "  fsdp: {units: [{modules: layers.*, checkpoint_style: call}]}\n",
+            "setup.fsdp.units[0].checkpoint_style",
+            "applies to a checkpointed unit; expected checkpoint: true beside it",
+        ),
+        (
+            "  fsdp: {units: [{modules: layers.*, checkpoint: true, checkpoint_use_reentrant: true}]}\n",
+            "setup.fsdp.units[0].checkpoint_use_reentrant",
+            "torch.distributed._composable.checkpoint has no reentrant form; expected checkpoint_style call or forward",
+        ),
+        (
+            "  fsdp: {checkpoint_use_reentrant: true, units: [{modules: layers.*, checkpoint: true}]}\n",
+            "setup.fsdp.checkpoint_use_reentrant",
+            "has no reentrant form",
+        ),
+        (
+            "  fsdp: {checkpoint_style: forward, units: [layers.*]}\n",
+            "setup.fsdp.checkpoint_style",
+            "applies to a checkpointed unit",
+        ),
+        (
+            "  fsdp: {checkpoint_use_reentrant: yes please}\n",
+            "setup.fsdp.checkpoint_use_reentrant",
+            "is not of type 'boolean'",
+        ),
     ],
 )
 def test_bad_values_of_the_new_keys_are_load_errors_at_their_line(tmp_path: Path, setup_yaml, key, words):
@@ -248,3 +278,22 @@ def test_bad_values_of_the_new_keys_are_load_errors_at_their_line(tmp_path: Path
         load_spec(path)
     assert str(info.value).startswith(f"{path}:6: {key}: "), str(info.value)
     assert words in str(info.value), str(info.value)
+
+
+def test_a_checkpoint_form_at_fsdp_level_is_every_checkpointed_units_default():
+    run = RunSetup.from_mapping(
+        {
+            "model": {"overrides": {"num_hidden_layers": 2}},
+            "fsdp": {
+                "checkpoint_style": "call",
+                "checkpoint_use_reentrant": True,
+                "units": [{"modules": "layers.0", "checkpoint": True}, "layers.1"],
+            },
+        }
+    )
+    plans = run.unit_plan(2)
+    assert [(p.name, p.options.checkpoint, p.options.checkpoint_style) for p in plans] == [
+        ("layers.0", True, "call"),
+        ("layers.1", False, "call"),
+        ("", False, "call"),
+    ]

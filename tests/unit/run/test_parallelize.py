@@ -104,3 +104,48 @@ def test_phases_call_the_hooks_at_each_start():
     finally:
         PHASE_HOOKS.remove(seen.append)
     assert seen == ["setup", "forward"]
+
+
+class _Counted(torch.nn.Module):
+    """A linear layer counting its forward calls and the runs of a forward pre-hook (a stand-in for
+    FSDP's: a module hook that a checkpoint around __call__ reruns, one around forward does not)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.forwards = self.hooks = 0
+        self.register_forward_pre_hook(lambda module, args: setattr(module, "hooks", module.hooks + 1))
+
+    def forward(self, x: torch.Tensor, *, scale: float = 1.0) -> torch.Tensor:
+        self.forwards += 1
+        return self.linear(x) * scale
+
+
+@pytest.mark.parametrize(
+    "style, reentrant, hooks",
+    [("call", True, 2), ("call", False, 2), ("forward", True, 1), ("forward", False, 1)],
+)
+def test_the_functional_checkpoint_forms_recompute_inside_or_outside_the_module_hooks(style, reentrant, hooks):
+    from harness.run.parallelize import apply_checkpoint
+
+    torch.manual_seed(0)
+    plain, checkpointed = _Counted(), _Counted()
+    checkpointed.load_state_dict(plain.state_dict())
+    apply_checkpoint(checkpointed, style, reentrant)
+    x = torch.randn(2, 4, requires_grad=True)  # a reentrant checkpoint needs an input that requires grad
+    for m in (plain, checkpointed):
+        m(x, scale=2.0).square().sum().backward()  # a keyword argument passes through the checkpoint
+    assert (checkpointed.forwards, checkpointed.hooks) == (2, hooks)  # forward recomputed in backward
+    assert isinstance(checkpointed, _Counted)
+    for a, b in zip(plain.parameters(), checkpointed.parameters()):
+        assert torch.equal(a.grad, b.grad)
+    with torch.no_grad():  # no grad: no checkpoint, no recomputation
+        checkpointed(x)
+    assert checkpointed.forwards == 3
+
+
+def test_an_unknown_checkpoint_style_is_refused():
+    from harness.run.parallelize import apply_checkpoint
+
+    with pytest.raises(ValueError, match="checkpoint_style 'around'"):
+        apply_checkpoint(_Counted(), "around", False)

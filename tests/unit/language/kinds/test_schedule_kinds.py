@@ -230,3 +230,50 @@ def test_position_selectors_on_existing_kinds(obs):
     assert run("memory", later, layer=0, state="After Pre-Forward", unsharded_param=7).status == "fail"  # the first one
     result = run("memory", later, layer=0, state="After Pre-Forward", step_index=2, unsharded_param=7)
     assert result.status == "error" and "at {'step_index': 2}" in result.message
+
+
+def _partial_max_obs(obs):
+    """The hand-written observation with an inf norm: Partial(max), each rank's local value its own
+    shard's maximum (rank r: 1 + r, so rank 3 holds the full norm 4), gradients scaled by 0.1."""
+    doc = copy.deepcopy(obs)
+    for r in doc["ranks"]:
+        local = 1.0 + r["rank"]
+        r["grad_norms"][0].update(
+            norm_type=float("inf"),
+            placements=["Partial(max)"],
+            value=4.0,
+            local_value=local,
+            reference=4.0,
+            shard_reference=local * (1 + 1e-7),
+            clip_coef=0.1 * (1 + 2e-7 * r["rank"]),
+            reference_clip_coef=0.1,
+        )
+    return doc
+
+
+def test_grad_norm_local_value_per_rank(obs):
+    doc = _partial_max_obs(obs)
+    assert run("grad_norm", doc, ranks=[3], local_value=4.0, local_equals_value=True).status == "pass"
+    result = run("grad_norm", doc, local_equals_value=True)
+    assert result.status == "fail" and result.fields[0].failed_ranks == [0, 1, 2]
+    assert run("grad_norm", doc, ranks=[1], local_value=2.0, local_shard_rel_diff="<= 2e-7").status == "pass"
+    result = run("grad_norm", doc, local_shard_rel_diff="<= 1e-8")
+    assert result.status == "fail" and result.fields[0].failed_ranks == [0, 1, 2, 3]
+    # a Replicate() norm: every rank's local value is the full one
+    replicated = copy.deepcopy(obs)
+    for r in replicated["ranks"]:
+        r["grad_norms"][0]["local_value"] = 3.0
+    assert run("grad_norm", replicated, local_equals_value=True, local_value=3.0).status == "pass"
+
+
+def test_grad_norm_clip_coef(obs):
+    doc = _partial_max_obs(obs)
+    assert run("grad_norm", doc, ranks=[0], clip_coef="≈0.1000000", reference_clip_coef=0.1).status == "pass"
+    result = run("grad_norm", doc, clip_coef_rel_diff="<= 3e-7")
+    assert result.status == "fail" and result.fields[0].failed_ranks == [2, 3]
+    result = run("grad_norm", obs, clip_coef=1)  # not recorded (a record without the field)
+    assert result.status == "error" and "clip_coef" in result.message
+
+
+def test_grad_norm_records_with_the_new_fields_are_schema_valid(obs):
+    jsonschema.Draft202012Validator(load_schema()).validate(_partial_max_obs(obs))
