@@ -597,6 +597,16 @@ class RunSetup:
                     f"expected other world sizes, got {list(self.state_dict.reload_world_sizes)}",
                 )
             )
+        if len(shape) != 2 and self.schedule is not None:
+            for i, step in enumerate(self.schedule.steps):
+                if step.all_reduce == "last":
+                    problems.append(
+                        (
+                            f"{where}.schedule.steps[{i}].all_reduce",
+                            f"all_reduce: last defers HSDP's all-reduce across replicas; mesh shape {shape} has no "
+                            "replicate dim: expected a 2-D mesh (dp_replicate, dp_shard)",
+                        )
+                    )
         if self.numerics_reference != "each_rank" and given.get("schedule"):
             problems.append(
                 (

@@ -100,6 +100,13 @@ CASES = [
         "dp_shard",
     ),
     (
+        "hsdp_all_reduce_last",
+        "step_index: 0, microbatch: 0, sharded_grad: 0}",
+        "step_index: 0, microbatch: 0, sharded_grad: 74048}",
+        "mb0_held_back",
+        "74,048",
+    ),
+    (
         "whole_model",
         "        numel_out: 524800\n",
         "        numel_out: 524288\n",
@@ -635,6 +642,12 @@ SETUP_CASES = [
         "used_only_in: {layers.0: [1]}",
         ["mb0_gathers_layer0_only"],
     ),  # used_only_in
+    (
+        "hsdp_all_reduce_last",
+        "- {microbatches: 2, gradient_sync: every, all_reduce: last}",
+        "- {microbatches: 2, gradient_sync: every, all_reduce: every}",
+        ["mb0_no_all_reduce", "step0_all_reduce_bytes", "mb0_held_back"],
+    ),  # all_reduce
     (
         "clip_grad_norm",
         "{max_norm: 1.0, norm_type: 1.0}",
