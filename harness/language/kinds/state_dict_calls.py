@@ -27,6 +27,8 @@ def call_selector(name: str, setup_key: str, known: Callable[[Context], "tuple[s
         ids = known(ctx)
         if not isinstance(value, str):
             return f"expected the id of one of setup.state_dict.{setup_key}, got {value!r}"
+        if ids == ():
+            return f"the setup makes no {setup_key} calls: add setup.state_dict.{setup_key}: [{{id: {value}, ...}}]"
         if ids is not None and value not in ids:
             return f"no setup.state_dict.{setup_key} call with id {value!r}; ids: {list(ids)}"
         return None
