@@ -20,7 +20,9 @@ phase ``state_dict`` (the recorders stopped: none of this is recorded as the ste
    raised or the missing and unexpected keys it returned, then what the fresh model holds per
    key (read from ``fresh.state_dict()``): type, device, local shape, placements, whether its
    local shard is bitwise the trained one (and was before the call), and which parameters and
-   buffers are still on the meta device.
+   buffers are still on the meta device; then, where on every rank the call returned and no
+   parameter is left on meta, what FSDP's own all-gather makes of the loaded shards
+   (``FSDPModule.unshard()`` on every unit: each full parameter bitwise the trained one?).
 
 The record (observation schema ``$defs/state_dict_options``)::
 
@@ -30,12 +32,14 @@ The record (observation schema ``$defs/state_dict_options``)::
          "equal": true}, ...]}],
      "set_model": [{"id": "into_meta", "given_keys": 11, "error": null,
         "missing_keys": [], "unexpected_keys": [], "meta_params": [],
-        "meta_buffers": ["rotary_emb.inv_freq"], "entries": [
+        "meta_buffers": ["rotary_emb.inv_freq"], "gathered": true, "entries": [
         {"fqn": ..., "is_dtensor": true, "device": "cpu", "local_shape": [22, 64],
-         "placements": ["Shard(dim=0)"], "equal": true, "equal_before_load": false}, ...]}]}
+         "placements": ["Shard(dim=0)"], "equal": true, "equal_before_load": false,
+         "gathered_equal": true}, ...]}]}
 
 ``error`` is ``{"type": "RuntimeError", "message": ...}`` when the call raised; then
-``missing_keys`` and ``unexpected_keys`` are null. Shapes are in elements. Source: torch 2.13's
+``missing_keys`` and ``unexpected_keys`` are null. ``gathered_equal`` is null where nothing was
+gathered (``gathered`` false). Shapes are in elements. Source: torch 2.13's
 ``torch.distributed.checkpoint.state_dict`` (``StateDictOptions``: full_state_dict,
 cpu_offload, strict, broadcast_from_rank0) and FSDP2's rank-0 broadcast meta-device flow
 (pytorch/pytorch#124651).
@@ -46,8 +50,10 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
+from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
 from harness.load.setup import GetModelStateDict, SetModelStateDict, StateDictSetup
@@ -133,8 +139,33 @@ def _set(call: SetModelStateDict, rank: int, fresh: Fresh, sharded: dict, local:
         entries.append({"fqn": fqn, **described, "equal": equal, "equal_before_load": before.get(fqn, False)})
     record["meta_params"] = [n for n, p in model.named_parameters() if p.device.type == "meta"]
     record["meta_buffers"] = [n for n, b in model.named_buffers() if b.device.type == "meta"]
+    gathered = _gathered_equal(model, full, ready=record["error"] is None and not record["meta_params"])
+    record["gathered"] = gathered is not None
+    for e in entries:
+        e["gathered_equal"] = None if gathered is None else gathered.get(e["fqn"])
     record["entries"] = entries
     return record
+
+
+def _gathered_equal(model: nn.Module, full: dict, *, ready: bool) -> "dict[str, bool] | None":
+    """What FSDP's own all-gather makes of the loaded shards: ``FSDPModule.unshard()`` on every
+    unit, each unsharded parameter compared bitwise with the trained full tensor, then
+    ``reshard()``. Only where every rank is ``ready`` (the call returned, nothing left on meta):
+    the ranks agree on that first (a one-element MIN all-reduce), as the gathers are collective.
+    None: not gathered."""
+    device = next(iter(full.values())).device if full else torch.device("cpu")
+    flag = torch.tensor([1 if ready else 0], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    if not int(flag.item()):
+        return None
+    units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    with torch.no_grad():
+        for unit in units:
+            unit.unshard()
+        out = {n: n in full and _same(p, full[n]) for n, p in model.named_parameters()}
+        for unit in units:
+            unit.reshard()
+    return out
 
 
 def state_dict_options(root: nn.Module, setup: StateDictSetup, fresh: Fresh, rank: int) -> dict[str, Any]:

@@ -181,7 +181,13 @@ CASES = [
         "[3]",
     ),
     ("state_dict_empty_shards", "checkpoint_chunks: 3,", "checkpoint_chunks: 4,", "q_norm_chunks", "expected 4"),
-    ("state_dict_options", "keys: 0, devices: []}", "keys: 11, devices: []}", "full_on_cpu_others_empty", "expected 11"),
+    (
+        "state_dict_options",
+        "keys: 0, devices: []}",
+        "keys: 11, devices: []}",
+        "full_on_cpu_others_empty",
+        "expected 11",
+    ),
     (
         "state_dict_options",
         "set: broadcast_lenient, error: null, missing_keys: [],",

@@ -5,7 +5,9 @@ options=StateDictOptions(...))`` did on each rank after the step (``setup.state_
 An entry names its call (``set: <id>``). Without a key it checks the call: what it raised
 (``error``, ``error_type``; null when it returned), the missing and unexpected keys it returned,
 how many keys this rank handed over, which parameters and buffers of the fresh model are still
-on the meta device, how many keys hold the trained values afterwards. With a key (``param`` +
+on the meta device, how many keys hold the trained values afterwards, and whether FSDP's own
+all-gather of the loaded shards gives back the trained parameters (``gathered``,
+``gathered_equal_entries``). With a key (``param`` +
 ``layer``, or ``fqn``) it checks what the fresh model holds for it: DTensor or plain, device,
 local shape, placements, the trained values (and whether it already did before the call).
 """
@@ -20,7 +22,7 @@ from harness.language.kinds.state_dict_calls import RANKS, call_records, call_se
 from harness.language.observed import CheckError, param_fqn
 from harness.language.vocabulary import BOOL, COUNT, MESSAGE, SHAPE, TEXT, TEXTS, CheckKind, Field, Selector
 
-ONE_KEY = ("is_dtensor", "device", "local_shape", "placements", "equal", "equal_before_load")
+ONE_KEY = ("is_dtensor", "device", "local_shape", "placements", "equal", "equal_before_load", "gathered_equal")
 WHOLE = (
     "error",
     "error_type",
@@ -31,6 +33,8 @@ WHOLE = (
     "meta_buffers",
     "equal_entries",
     "entries",
+    "gathered",
+    "gathered_equal_entries",
 )
 
 
@@ -55,6 +59,8 @@ def measure(sel, obs):
             "meta_buffers": record["meta_buffers"],
             "equal_entries": sum(e["equal"] for e in record["entries"]),
             "entries": len(record["entries"]),
+            "gathered": record["gathered"],
+            "gathered_equal_entries": sum(bool(e["gathered_equal"]) for e in record["entries"]),
         }
     return out
 
@@ -80,6 +86,13 @@ KIND = CheckKind(
         Field("meta_buffers", TEXTS, "buffers of the fresh model still on the meta device afterwards"),
         Field("equal_entries", COUNT, "keys of the fresh model holding the trained values bitwise afterwards"),
         Field("entries", COUNT, "keys of the fresh model's state dict"),
+        Field(
+            "gathered",
+            BOOL,
+            "FSDP's all-gather ran on the fresh model afterwards (FSDPModule.unshard() on every unit): only where "
+            "the call returned on every rank and no parameter was left on meta",
+        ),
+        Field("gathered_equal_entries", COUNT, "parameters that all-gather gave back bitwise as trained"),
         Field("is_dtensor", BOOL, "the fresh model's tensor for the key is a DTensor"),
         Field("device", TEXT, "its (local) device type: cpu, cuda, meta"),
         Field("local_shape", SHAPE, "this rank's local shard of it"),
@@ -89,6 +102,11 @@ KIND = CheckKind(
             "equal_before_load",
             BOOL,
             "it already was before the call (true for an empty shard; false on meta): then equal proves nothing",
+        ),
+        Field(
+            "gathered_equal",
+            BOOL,
+            "FSDP's all-gather of the loaded shards gave back the trained full parameter bitwise (null: not gathered)",
         ),
     ),
     measure=measure,

@@ -41,7 +41,7 @@ def tensor(fqn: str, *, dtensor: bool, device: str = "cpu", equal: bool = True, 
     }
 
 
-def loaded(fqn: str, *, device: str = "cpu", equal: bool = True) -> dict:
+def loaded(fqn: str, *, device: str = "cpu", equal: bool = True, gathered=None) -> dict:
     return {
         "fqn": fqn,
         "is_dtensor": True,
@@ -50,6 +50,7 @@ def loaded(fqn: str, *, device: str = "cpu", equal: bool = True) -> dict:
         "placements": ["Shard(dim=0)"],
         "equal": equal,
         "equal_before_load": False,
+        "gathered_equal": gathered,
     }
 
 
@@ -69,6 +70,7 @@ def record(rank: int) -> dict:
                 "unexpected_keys": None,
                 "meta_params": [],
                 "meta_buffers": [],
+                "gathered": False,
                 "entries": [loaded(Q), loaded(UP, equal=False)],
             },
             {
@@ -79,7 +81,19 @@ def record(rank: int) -> dict:
                 "unexpected_keys": ["extra"] if rank == 0 else [],
                 "meta_params": [UP],
                 "meta_buffers": ["rotary_emb.inv_freq"],
+                "gathered": False,
                 "entries": [loaded(Q), loaded(UP, device="meta", equal=False)],
+            },
+            {
+                "id": "recipe",
+                "given_keys": 2 if rank == 0 else 0,
+                "error": None,
+                "missing_keys": [],
+                "unexpected_keys": [],
+                "meta_params": [],
+                "meta_buffers": ["rotary_emb.inv_freq"],
+                "gathered": True,
+                "entries": [loaded(Q, gathered=True), loaded(UP, gathered=True)],
             },
         ],
     }
@@ -132,6 +146,13 @@ def test_set_error_and_keys(obs):
     assert run(obs, "state_dict_set", set="broadcast", equal_entries=1, entries=2, given_keys=0, ranks=[3]).status == (
         "pass"
     )
+
+
+def test_set_gathered(obs):
+    assert run(obs, "state_dict_set", set="recipe", gathered=True, gathered_equal_entries=2).status == "pass"
+    assert run(obs, "state_dict_set", set="recipe", fqn=Q, gathered_equal=True).status == "pass"
+    assert run(obs, "state_dict_set", set="broadcast", gathered=True).status == "fail"
+    assert run(obs, "state_dict_set", set="broadcast", fqn=Q, gathered_equal=True).status == "fail"  # not gathered
 
 
 def test_set_one_key(obs):
