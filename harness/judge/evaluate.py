@@ -28,6 +28,8 @@ def evaluate_item(item: "SpecItem", observation: Mapping[str, Any]) -> CheckResu
         return CheckResult(item.entry, "skip", message="a simulated run (fake backend) records no numerics")
     if item.entry.check == "state_dict" and env["simulated"]:
         return CheckResult(item.entry, "skip", message="a simulated run (fake backend) saves no checkpoint")
+    if item.entry.check in ("state_dict_get", "state_dict_set") and env["simulated"]:
+        return CheckResult(item.entry, "skip", message="a simulated run (fake backend) makes no state-dict calls")
     wanted = _explicit_ranks(item.entry.selectors)
     if env["simulated"] and wanted and not set(wanted) & set(env["observed_ranks"]):
         return CheckResult(

@@ -52,6 +52,8 @@ class Context:
             None if unknown.
         microbatches: microbatches of each step the schedule runs, by ``step_index`` (the
             default schedule: ``(1,)``), or None if unknown.
+        state_dict_gets, state_dict_sets: the ids of ``setup.state_dict.get_model`` /
+            ``set_model`` calls (() when there are none), or None if unknown.
     """
 
     world_size: int | None = None
@@ -62,6 +64,8 @@ class Context:
     bandwidth_sizes: tuple[str, ...] | None = None
     state_dict_loads: tuple[int, ...] | None = None
     microbatches: tuple[int, ...] | None = None
+    state_dict_gets: tuple[str, ...] | None = None
+    state_dict_sets: tuple[str, ...] | None = None
 
 
 Check = Callable[[Any, Context], "str | None"]

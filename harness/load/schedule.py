@@ -14,7 +14,11 @@ Each step of ``schedule.steps`` (one by default) is, in order:
 2. for each of ``microbatches`` (default 1): with ``gradient_sync: last`` (default)
    ``set_requires_gradient_sync(False)`` on the root before every microbatch but the last and
    ``True`` before the last (FSDP2 then reduce-scatters once, after the last backward); with
-   ``every``, sync stays on and every microbatch reduce-scatters;
+   ``every``, sync stays on and every microbatch reduce-scatters; with ``all_reduce: last``
+   (HSDP, with ``gradient_sync: every``) ``set_requires_all_reduce(False)`` before every
+   microbatch but the last and ``True`` before the last: every microbatch reduce-scatters
+   within the shard group, FSDP2 adds the reduced shards up and all-reduces them across the
+   replicas once, after the last backward;
 
    a. ``unshard``: ``FSDPModule.unshard()`` on the named units;
    b. ``forwards`` forwards (default 1), each on its own inputs, under ``torch.no_grad()`` if
@@ -34,7 +38,8 @@ Each step of ``schedule.steps`` (one by default) is, in order:
 ``repeat: K`` writes the step K times. Step indices (``step_index`` in the observation and in
 selectors) count the repeated steps, from 0; microbatch indices count within a step.
 
-Source: torch 2.13 ``FSDPModule.set_requires_gradient_sync``, ``unshard``, ``reshard``;
+Source: torch 2.13 ``FSDPModule.set_requires_gradient_sync``, ``set_requires_all_reduce``,
+``unshard``, ``reshard``;
 ``torch.nn.utils.clip_grad_norm_``; ``torch.optim.Optimizer.zero_grad``.
 Imports nothing heavy (no torch): loading a spec stays fast.
 """
@@ -47,13 +52,25 @@ from typing import Any, Mapping, Sequence
 from harness.load.declare import Problems, build, key
 from model.steps import STEP_NAMES
 
-__all__ = ["LOSSES", "GRADIENT_SYNC", "ZERO_GRAD", "ClipGradNorm", "ScheduleStep", "Schedule", "schedule_problems"]
+__all__ = [
+    "LOSSES",
+    "GRADIENT_SYNC",
+    "ALL_REDUCE",
+    "ZERO_GRAD",
+    "ClipGradNorm",
+    "ScheduleStep",
+    "Schedule",
+    "schedule_problems",
+]
 
 LOSSES: tuple[str, ...] = ("mean_square", "sum", "cross_entropy")
 """Loss functions: ``out.float().pow(2).mean()``, ``out.float().sum()``, and cross-entropy of the
 causal LM's logits at positions 0..L-2 against the tokens at 1..L-1 (``causal_lm`` only)."""
 
 GRADIENT_SYNC: tuple[str, ...] = ("last", "every")
+ALL_REDUCE: tuple[str, ...] = ("every", "last")
+"""``all_reduce``: HSDP's all-reduce across replicas after every microbatch (FSDP2's default) or
+after the last only (``set_requires_all_reduce(False)`` before the others)."""
 ZERO_GRAD: tuple[Any, ...] = (True, False, "zeros")
 
 
@@ -73,6 +90,8 @@ class ScheduleStep:
     Attributes:
         microbatches: backward passes per step (gradient accumulation).
         gradient_sync: "last" (sync off on all microbatches but the last) or "every".
+        all_reduce: "every" (FSDP2's default) or "last": ``set_requires_all_reduce(False)`` on
+            all microbatches but the last (HSDP; needs ``gradient_sync: every``).
         forwards: forwards per microbatch before its one backward.
         forward_only: no backward, no optimizer step.
         no_grad: forwards under ``torch.no_grad()`` (implies ``forward_only``).
@@ -97,6 +116,13 @@ class ScheduleStep:
         enum=list(GRADIENT_SYNC),
         doc="last: set_requires_gradient_sync(False) on all microbatches but the last; every: "
         "reduce-scatter after every microbatch",
+    )
+    all_reduce: str = key(
+        "every",
+        enum=list(ALL_REDUCE),
+        doc="HSDP only, with gradient_sync: every. every: all-reduce across replicas after every microbatch; "
+        "last: set_requires_all_reduce(False) on all microbatches but the last (each still reduce-scatters; "
+        "the all-reduce runs once, after the last backward)",
     )
     forwards: int = key(
         1, minimum=1, doc="forwards per microbatch, each on its own inputs, before one backward of their mean loss"
@@ -177,6 +203,26 @@ class ScheduleStep:
             problems.append(
                 (f"{where}.clip_grad_norm", "a forward-only step has no gradients to clip; expected no clip_grad_norm")
             )
+        if self.all_reduce == "last":
+            if self.gradient_sync != "every":
+                problems.append(
+                    (
+                        f"{where}.all_reduce",
+                        "all_reduce: last defers only HSDP's all-reduce and needs gradient_sync: every "
+                        "(gradient_sync: last already turns off the reduce-scatter and the all-reduce "
+                        "on all microbatches but the last)",
+                    )
+                )
+            if self.microbatches < 2:
+                problems.append(
+                    (
+                        f"{where}.all_reduce",
+                        f"all_reduce: last defers the all-reduce to the last microbatch; expected microbatches "
+                        f">= 2, got {self.microbatches}",
+                    )
+                )
+            if not self.backward:
+                problems.append((f"{where}.all_reduce", "a forward-only step reduces nothing; expected no all_reduce"))
         for path, mbs in self.used_only_in.items():
             outside = [m for m in mbs if not 0 <= m < self.microbatches]
             if outside:

@@ -321,6 +321,85 @@ class BandwidthSetup:
         return made
 
 
+STATE_DICT_INTO: tuple[str, ...] = ("sharded", "meta")
+"""``set_model[].into``: a model sharded and filled from another seed, or one left on the meta device."""
+
+
+@dataclass(frozen=True)
+class GetModelStateDict:
+    """One ``torch.distributed.checkpoint.state_dict.get_model_state_dict(model,
+    options=StateDictOptions(...))`` call on the trained model after the step
+    (``harness/run/state_dict_options.py``); checked with check kind state_dict_get.
+
+    Attributes:
+        id: the name entries select it by (``get: <id>``).
+        full_state_dict: gather every entry into a plain full tensor (no DTensor).
+        cpu_offload: move every entry to the CPU; with ``full_state_dict`` only rank 0 gets
+            the entries, the others an empty dict (torch's ``StateDictOptions`` docs).
+    """
+
+    id: str = key(doc="the name state_dict_get entries select this call by", pattern=r"^[A-Za-z0-9_.-]+$")
+    full_state_dict: bool = key(False, doc="StateDictOptions.full_state_dict: gather plain full tensors")
+    cpu_offload: bool = key(
+        False, doc="StateDictOptions.cpu_offload: tensors on the CPU; with full_state_dict on rank 0 only"
+    )
+
+
+@dataclass(frozen=True)
+class SetModelStateDict:
+    """One ``set_model_state_dict(fresh model, state dict, options=StateDictOptions(...))`` call
+    after the step (``harness/run/state_dict_options.py``); checked with check kind state_dict_set.
+
+    The state dict handed over is the trained model's: its full state dict
+    (``get_model_state_dict(full_state_dict=True)``) with ``full_state_dict``, on every rank, or
+    on rank 0 alone with ``broadcast_from_rank0`` (the other ranks pass ``{}``: torch's
+    documented recipe), else its sharded state dict (DTensors); less the ``drop`` keys, plus
+    one-element ``add`` keys.
+
+    Attributes:
+        id: the name entries select it by (``set: <id>``).
+        into: "sharded": a fresh model built on meta, ``fully_shard``-ed with the run's units and
+            filled from another seed; "meta": the same left on the meta device (FSDP2's
+            meta-device init, loaded without ``to_empty``).
+        full_state_dict, broadcast_from_rank0, cpu_offload, strict: ``StateDictOptions``.
+        drop: parameter FQNs left out of the handed-over state dict (missing keys).
+        add: extra keys added to it, each a one-element float32 zero tensor (unexpected keys).
+    """
+
+    id: str = key(doc="the name state_dict_set entries select this call by", pattern=r"^[A-Za-z0-9_.-]+$")
+    into: str = key(
+        "sharded",
+        enum=list(STATE_DICT_INTO),
+        doc="sharded: a fresh model sharded like the run's, filled from another seed; meta: the same left on the "
+        "meta device (fully_shard on meta, no to_empty), the documented recipe for broadcast_from_rank0",
+    )
+    full_state_dict: bool = key(
+        False, doc="StateDictOptions.full_state_dict: hand over the trained model's full state dict (plain tensors)"
+    )
+    broadcast_from_rank0: bool = key(
+        False,
+        doc="StateDictOptions.broadcast_from_rank0: only rank 0 hands over the full state dict, the others {}; "
+        "needs full_state_dict",
+    )
+    cpu_offload: bool = key(False, doc="StateDictOptions.cpu_offload")
+    strict: bool = key(True, doc="StateDictOptions.strict: load_state_dict's strict (missing/unexpected keys raise)")
+    drop: tuple[str, ...] = key((), doc="parameter FQNs left out of the handed-over state dict (missing keys)")
+    add: tuple[str, ...] = key(
+        (), doc="extra keys added to the handed-over state dict, one-element float32 zeros (unexpected keys)"
+    )
+
+    def _rules(self, given: Mapping[str, Any], where: str) -> Problems:
+        problems: Problems = []
+        if self.broadcast_from_rank0 and not self.full_state_dict:
+            problems.append(
+                (
+                    f"{where}.broadcast_from_rank0",
+                    "torch broadcasts a full state dict from rank 0: expected full_state_dict: true with it",
+                )
+            )
+        return problems
+
+
 @dataclass(frozen=True)
 class StateDictSetup:
     """torch.distributed.checkpoint round trip after the optimizer step (harness/run/checkpoint.py):
@@ -337,6 +416,10 @@ class StateDictSetup:
         reload_world_sizes: also load the same checkpoint in a second launch of this many
             ranks each (a 1-D mesh named as the run's shard dim), e.g. ``(2,)``; needs
             ``round_trip`` and a local launch.
+        get_model: ``get_model_state_dict`` calls on the trained model after the step, each
+            with its ``StateDictOptions`` (:class:`GetModelStateDict`).
+        set_model: ``set_model_state_dict`` calls into fresh models after the step
+            (:class:`SetModelStateDict`).
     """
 
     round_trip: bool = key(False, doc="save and load on the run's own world (false: no checkpoint)")
@@ -347,10 +430,31 @@ class StateDictSetup:
         "shard dim); needs round_trip: true, sizes other than the run's; local launches only (not under "
         "torchrun)",
     )
+    get_model: tuple[GetModelStateDict, ...] = key(
+        (),
+        doc="get_model_state_dict(model, options=StateDictOptions(...)) on the trained model after the step, one "
+        "call per item; checked with check kind state_dict_get (harness/run/state_dict_options.py)",
+    )
+    set_model: tuple[SetModelStateDict, ...] = key(
+        (),
+        doc="set_model_state_dict(fresh model, the trained model's state dict, options=StateDictOptions(...)) after "
+        "the step, one call per item; checked with check kind state_dict_set",
+    )
+
+    @property
+    def calls(self) -> bool:
+        """Whether the setup asks for any state-dict work after the step."""
+        return self.round_trip or bool(self.get_model) or bool(self.set_model)
 
     def _rules(self, given: Mapping[str, Any], where: str) -> Problems:
         sizes = list(self.reload_world_sizes)
         problems: Problems = []
+        for name, calls in (("get_model", self.get_model), ("set_model", self.set_model)):
+            seen: set[str] = set()
+            for i, call in enumerate(calls):
+                if call.id in seen:
+                    problems.append((f"{where}.{name}[{i}].id", f"id {call.id!r} used twice; expected distinct ids"))
+                seen.add(call.id)
         if sizes and not self.round_trip:
             problems.append(
                 (
@@ -597,6 +701,16 @@ class RunSetup:
                     f"expected other world sizes, got {list(self.state_dict.reload_world_sizes)}",
                 )
             )
+        if len(shape) != 2 and self.schedule is not None:
+            for i, step in enumerate(self.schedule.steps):
+                if step.all_reduce == "last":
+                    problems.append(
+                        (
+                            f"{where}.schedule.steps[{i}].all_reduce",
+                            f"all_reduce: last defers HSDP's all-reduce across replicas; mesh shape {shape} has no "
+                            "replicate dim: expected a 2-D mesh (dp_replicate, dp_shard)",
+                        )
+                    )
         if self.numerics_reference != "each_rank" and given.get("schedule"):
             problems.append(
                 (
@@ -614,7 +728,8 @@ def _unit_key(name: str) -> str:
 
 
 def _param_pattern_problems(setup: RunSetup, plans: list[UnitPlan], fqns: tuple[str, ...]) -> list[tuple[str, str]]:
-    """``shard_placement`` and ``freeze`` patterns that name no parameter of the model."""
+    """``shard_placement`` and ``freeze`` patterns that name no parameter of the model; state-dict
+    keys to drop that are not parameters, keys to add that are."""
     from harness.load.units import match_params
 
     def hint(pattern: str) -> str:
@@ -638,4 +753,16 @@ def _param_pattern_problems(setup: RunSetup, plans: list[UnitPlan], fqns: tuple[
     for j, pattern in enumerate(setup.freeze.params):
         if not match_params(pattern, fqns):
             out.append((f"setup.freeze.params[{j}]", hint(pattern)))
+    for i, call in enumerate(setup.state_dict.set_model):
+        where = f"setup.state_dict.set_model[{i}]"
+        for j, name in enumerate(call.drop):
+            if name not in fqns:
+                out.append(
+                    (f"{where}.drop[{j}]", f"no parameter {name!r} to leave out; parameters: {list(fqns[:3])}...")
+                )
+        for j, name in enumerate(call.add):
+            if name in fqns:
+                out.append(
+                    (f"{where}.add[{j}]", f"{name!r} is a parameter of the model; expected a key it does not have")
+                )
     return out

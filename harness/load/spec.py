@@ -289,6 +289,8 @@ def load_spec(path: str | Path) -> Spec:
                 for key_path, message in exc.errors:
                     errors.add(_undotted(key_path), message)
                 context = Context(world_size=setup.world_size, mesh_dim_names=tuple(setup.mesh_dim_names))
+            if any(b[:2] == ("setup", "state_dict") for b in broken):  # its calls unknown, not absent
+                context = dataclasses.replace(context, state_dict_gets=None, state_dict_sets=None)
             if setup.schedule is not None and config is not None and context.unit_names is not None:
                 for key_path, message in schedule_problems(
                     setup.schedule,
@@ -361,12 +363,17 @@ def _context(setup: RunSetup, config: Any) -> Context:
     if setup.bandwidth is not None:
         sizes = tuple(s.name for s in setup.bandwidth.sizes) + (("step",) if setup.bandwidth.step else ())
     loads = (setup.world_size, *setup.state_dict.reload_world_sizes) if setup.state_dict.round_trip else ()
+    calls = {
+        "state_dict_gets": tuple(c.id for c in setup.state_dict.get_model),
+        "state_dict_sets": tuple(c.id for c in setup.state_dict.set_model),
+    }
     if config is None:
         return Context(
             world_size=setup.world_size,
             mesh_dim_names=tuple(setup.mesh_dim_names),
             bandwidth_sizes=sizes,
             state_dict_loads=loads,
+            **calls,
         )
     n = config.num_hidden_layers
     fqns = param_fqns(
@@ -395,6 +402,7 @@ def _context(setup: RunSetup, config: Any) -> Context:
         bandwidth_sizes=sizes,
         state_dict_loads=loads,
         microbatches=microbatches,
+        **calls,
     )
 
 

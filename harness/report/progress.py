@@ -26,7 +26,7 @@ _READ_AS = {
     "init_process_group": "launching ranks",
     "setup": "building the model and fully_shard",
     "replica": "replica for numerics",
-    "state_dict": "state-dict round trip",
+    "state_dict": "state-dict round trip and calls",
     "bandwidth": "timing collectives",
 }
 

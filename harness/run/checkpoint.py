@@ -76,6 +76,7 @@ __all__ = [
     "round_trip",
     "reload_step",
     "fresh_sharded",
+    "sharded_model",
     "shared_folder",
 ]
 
@@ -249,21 +250,33 @@ def _load_and_compare(fresh: Fresh, path: str, expected: Expected, *, saved_worl
     return {"saved_world_size": saved_world_size, "world_size": dist.get_world_size(), "entries": entries}
 
 
+def sharded_model(setup: RunSetup, mesh: Any, device: torch.device, rank: int, *, materialize: bool) -> nn.Module:
+    """The setup's model built on the meta device and ``fully_shard``-ed on ``mesh`` with the
+    setup's units (``harness.run.parallelize.apply_fsdp``); with ``materialize`` each rank's
+    shards are allocated on ``device`` and drawn with ``setup.seed + FRESH_SEED_OFFSET``
+    (``init_local_shards``), else every parameter and buffer stays on meta (FSDP2's meta-device
+    init before ``to_empty``)."""
+    config = qwen3.get_config(setup.model.config, **dict(setup.model.overrides))
+    root = build_model(setup, config, torch_dtype(setup.model.dtype), torch.device("meta"), init=False)
+    fill = None
+    if materialize:
+        fill = functools.partial(
+            init_local_shards,
+            device=device,
+            std=config.initializer_range,
+            seed=setup.seed + FRESH_SEED_OFFSET,
+            rank=rank,
+        )
+    apply_fsdp(root, mesh, units_from_setup(setup, root), materialize=fill)
+    return root
+
+
 def fresh_sharded(
     setup: RunSetup, mesh: Any, device: torch.device, rank: int
 ) -> tuple[nn.Module, torch.optim.Optimizer]:
-    """A model and optimizer as the run builds them, sharded on ``mesh``, values from another seed.
-
-    Built on the meta device, ``fully_shard`` with the setup's units
-    (``harness.run.parallelize.apply_fsdp``), each rank's shards drawn with
-    ``setup.seed + FRESH_SEED_OFFSET`` (``init_local_shards``); the optimizer is the setup's.
-    """
-    config = qwen3.get_config(setup.model.config, **dict(setup.model.overrides))
-    root = build_model(setup, config, torch_dtype(setup.model.dtype), torch.device("meta"), init=False)
-    materialize = functools.partial(
-        init_local_shards, device=device, std=config.initializer_range, seed=setup.seed + FRESH_SEED_OFFSET, rank=rank
-    )
-    apply_fsdp(root, mesh, units_from_setup(setup, root), materialize=materialize)
+    """A model and optimizer as the run builds them, sharded on ``mesh``, values from another seed
+    (:func:`sharded_model` with ``materialize``); the optimizer is the setup's."""
+    root = sharded_model(setup, mesh, device, rank, materialize=True)
     return root, make_optimizer(setup, root.parameters())
 
 

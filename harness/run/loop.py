@@ -5,7 +5,8 @@
 
 - ``zero_grad`` (not before the first step): ``optimizer.zero_grad(set_to_none=...)``, then a
   whole-rank memory snapshot "After Zero Grad";
-- per microbatch: ``set_requires_gradient_sync`` on the root if the plan says so; the manual
+- per microbatch: ``set_requires_gradient_sync``, then ``set_requires_all_reduce``, on the root
+  if the plan says so; the manual
   ``unshard()`` calls (phase ``unshard``); the forwards and their losses (phase ``forward``,
   under ``torch.no_grad()`` for ``no_grad``); the manual ``reshard()`` calls (phase
   ``reshard``); one ``backward()`` of the mean loss divided by the microbatch count (phase
@@ -146,6 +147,8 @@ def _run_microbatch(
     spec, n_mb = step.step, len(step.microbatches)
     if mb.sync is not None:
         root.set_requires_gradient_sync(mb.sync)
+    if mb.all_reduce is not None:
+        root.set_requires_all_reduce(mb.all_reduce)
     if spec.unshard:
         with instruments.phase("unshard", step.index, mb.index):
             for unit in spec.unshard:

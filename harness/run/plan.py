@@ -94,12 +94,15 @@ class PlannedMicrobatch:
         skip_layers: decoder layers (indices) or their blocks ((index, "mlp" | "self_attn")) not run
             in it (``used_only_in``); the model's ``skip_layers`` argument.
         sync: the value for ``set_requires_gradient_sync`` before it; None: not called.
+        all_reduce: the value for ``set_requires_all_reduce`` before it (after ``sync``); None:
+            not called.
     """
 
     index: int
     forwards: tuple[PlannedForward, ...]
     skip_layers: tuple[int | tuple[int, str], ...] = ()
     sync: bool | None = None
+    all_reduce: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -185,6 +188,9 @@ def step_plan(
             sync = None
             if step.microbatches > 1 and step.gradient_sync == "last" and step.backward:
                 sync = m == step.microbatches - 1
-            microbatches.append(PlannedMicrobatch(m, forwards, skip, sync))
+            all_reduce = None
+            if step.microbatches > 1 and step.all_reduce == "last" and step.backward:
+                all_reduce = m == step.microbatches - 1
+            microbatches.append(PlannedMicrobatch(m, forwards, skip, sync, all_reduce))
         plan.append(PlannedStep(index, microbatches[0].forwards[0].inputs, tuple(microbatches), step))
     return plan

@@ -100,6 +100,13 @@ CASES = [
         "dp_shard",
     ),
     (
+        "hsdp_all_reduce_last",
+        "step_index: 0, microbatch: 0, sharded_grad: 0}",
+        "step_index: 0, microbatch: 0, sharded_grad: 74048}",
+        "mb0_held_back",
+        "74,048",
+    ),
+    (
         "whole_model",
         "        numel_out: 524800\n",
         "        numel_out: 524288\n",
@@ -174,6 +181,20 @@ CASES = [
         "[3]",
     ),
     ("state_dict_empty_shards", "checkpoint_chunks: 3,", "checkpoint_chunks: 4,", "q_norm_chunks", "expected 4"),
+    (
+        "state_dict_options",
+        "keys: 0, devices: []}",
+        "keys: 11, devices: []}",
+        "full_on_cpu_others_empty",
+        "expected 11",
+    ),
+    (
+        "state_dict_options",
+        "set: broadcast_lenient, error: null, missing_keys: [],",
+        "set: broadcast_lenient, error: null, missing_keys: [layers.0.mlp.up_proj.weight],",
+        "broadcast_lenient_reports_no_missing_key",
+        "layers.0.mlp.up_proj.weight",
+    ),
     # a selector changed to another that the setup does produce: the entry then measures something else
     (
         "qwen3_0_6b_8_ranks",
@@ -677,6 +698,30 @@ SETUP_CASES = [
         "used_only_in: {layers.0: [1]}",
         ["mb0_gathers_layer0_only"],
     ),  # used_only_in
+    (
+        "hsdp_all_reduce_last",
+        "- {microbatches: 2, gradient_sync: every, all_reduce: last}",
+        "- {microbatches: 2, gradient_sync: every, all_reduce: every}",
+        ["mb0_no_all_reduce", "step0_all_reduce_bytes", "mb0_held_back"],
+    ),  # all_reduce
+    (
+        "state_dict_options",
+        "- {id: full_on_cpu, full_state_dict: true, cpu_offload: true}",
+        "- {id: full_on_cpu, full_state_dict: true}",
+        ["full_on_cpu_others_empty", "full_on_cpu_q_norm_absent"],
+    ),  # get_model[].cpu_offload: without it every rank gets the full state dict
+    (
+        "state_dict_options",
+        "- {id: strict_missing, drop: [layers.0.mlp.up_proj.weight]}",
+        "- {id: strict_missing, strict: false, drop: [layers.0.mlp.up_proj.weight]}",
+        ["strict_raises"],
+    ),  # set_model[].strict
+    (
+        "state_dict_options",
+        "- {id: broadcast_into_meta, into: meta, full_state_dict: true, broadcast_from_rank0: true}",
+        "- {id: broadcast_into_meta, into: meta, full_state_dict: true}",
+        ["recipe_others_hand_over_nothing"],
+    ),  # set_model[].broadcast_from_rank0: every rank hands over the full state dict
     (
         "clip_grad_norm",
         "{max_norm: 1.0, norm_type: 1.0}",

@@ -24,6 +24,8 @@ from harness.language.kinds import (
     params_total,
     reduce_op,
     state_dict,
+    state_dict_get,
+    state_dict_set,
     step,
 )
 from harness.language.vocabulary import CheckKind
@@ -43,6 +45,8 @@ REGISTRY: dict[str, CheckKind] = {
         param_update,
         grad_norm,
         state_dict,
+        state_dict_get,
+        state_dict_set,
         environment,
         bandwidth,
         reduce_op,

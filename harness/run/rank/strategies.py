@@ -48,7 +48,8 @@ class RealRank:
         pass
 
     def after_step(self, body: "RankBody", trained: "Trained", collectives: list[dict[str, Any]]) -> dict[str, Any]:
-        """The state-dict round trip and the bandwidth rows where the setup asks, and ``environment``."""
+        """The state-dict round trip, the state-dict options calls and the bandwidth rows where the
+        setup asks, and ``environment``."""
         setup, phases, parts = body.setup, body.phases, {}
         if setup.state_dict.round_trip:
             from harness.run.checkpoint import fresh_sharded, round_trip, shared_folder
@@ -62,6 +63,15 @@ class RealRank:
                     folder,
                     write_reference=bool(setup.state_dict.reload_world_sizes),
                 )
+        if setup.state_dict.get_model or setup.state_dict.set_model:
+            from harness.run.checkpoint import sharded_model
+            from harness.run.state_dict_options import state_dict_options
+
+            def fresh(into: str) -> torch.nn.Module:
+                return sharded_model(setup, body.mesh, body.device, body.rank, materialize=into == "sharded")
+
+            with phases.phase("state_dict"):
+                parts["state_dict_options"] = state_dict_options(trained.root, setup.state_dict, fresh, body.rank)
         if setup.bandwidth is not None:
             with phases.phase("bandwidth"):
                 parts["bandwidth"] = _time_collectives(body, collectives)

@@ -34,7 +34,7 @@ title: a schedule
 document: a document
 setup:
   model: {config: walkthrough, overrides: {num_hidden_layers: 2}, body: BODY}
-  mesh: {shape: [2], dim_names: [dp]}
+  mesh: MESH
   schedule:
     SCHEDULE
 tables:
@@ -51,12 +51,11 @@ def write(
     check: str = "collectives",
     entry: str = "{select: {op: all_gather}, count: 4}",
     body: str = "decoder_layers",
+    mesh: str = "{shape: [2], dim_names: [dp]}",
 ) -> Path:
     path = tmp_path / "spec.yaml"
-    path.write_text(
-        SPEC.replace("SCHEDULE", schedule).replace("CHECK", check).replace("ENTRY", entry).replace("BODY", body),
-        encoding="utf-8",
-    )
+    text = SPEC.replace("SCHEDULE", schedule).replace("CHECK", check).replace("ENTRY", entry).replace("BODY", body)
+    path.write_text(text.replace("MESH", mesh), encoding="utf-8")
     return path
 
 
@@ -140,6 +139,56 @@ def test_a_bad_schedule_is_a_load_error_naming_the_key(tmp_path, schedule, key_p
     assert str(info.value).startswith(f"{path}:{line}: {key_path}: ") and line >= 7
 
 
+HSDP = "{shape: [2, 2], dim_names: [dp_replicate, dp_shard]}"
+
+# (schedule, mesh, key path blamed, words): all_reduce: last defers HSDP's all-reduce only
+BAD_ALL_REDUCE = [
+    (
+        "steps: [{microbatches: 2, gradient_sync: every, all_reduce: last}]",
+        "{shape: [4], dim_names: [dp]}",
+        "setup.schedule.steps[0].all_reduce",
+        "mesh shape [4] has no replicate dim: expected a 2-D mesh",
+    ),
+    (
+        "steps: [{microbatches: 2, all_reduce: last}]",
+        HSDP,
+        "setup.schedule.steps[0].all_reduce",
+        "needs gradient_sync: every (gradient_sync: last already turns off",
+    ),
+    (
+        "steps: [{}, {gradient_sync: every, all_reduce: last}]",
+        HSDP,
+        "setup.schedule.steps[1].all_reduce",
+        "expected microbatches >= 2, got 1",
+    ),
+    (
+        "steps: [{microbatches: 2, gradient_sync: every, all_reduce: last, forward_only: true}]",
+        HSDP,
+        "setup.schedule.steps[0].all_reduce",
+        "a forward-only step reduces nothing",
+    ),
+    ("steps: [{all_reduce: first}]", HSDP, "setup.schedule.steps[0].all_reduce", "expected one of ['every', 'last']"),
+]
+
+
+@pytest.mark.parametrize("schedule, mesh, key_path, words", BAD_ALL_REDUCE, ids=range(len(BAD_ALL_REDUCE)))
+def test_all_reduce_last_is_refused_where_there_is_no_all_reduce_to_defer(tmp_path, schedule, mesh, key_path, words):
+    path = write(tmp_path, schedule, mesh=mesh)
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert len(info.value.errors) == 1, str(info.value)
+    line, key, message = info.value.errors[0]
+    assert key == key_path and words in message, str(info.value)
+    assert str(info.value).startswith(f"{path}:{line}: {key_path}: ") and line >= 7
+
+
+def test_all_reduce_last_loads_on_an_hsdp_mesh(tmp_path):
+    spec = load_spec(
+        write(tmp_path, "steps: [{microbatches: 3, gradient_sync: every, all_reduce: last}, {}]", mesh=HSDP)
+    )
+    assert [s.all_reduce for s in spec.setup.schedule.steps] == ["last", "every"]
+
+
 # (check kind, entry, key path blamed, words): selectors that no step or microbatch of the schedule has
 BAD_SELECTORS = [
     (
@@ -221,6 +270,17 @@ def test_the_plan_expands_repeats_microbatches_and_forwards():
     assert [mb.sync for mb in plan[3].microbatches] == [None, None]  # sync on every microbatch: never switched
     assert [mb.skip_layers for mb in plan[0].microbatches] == [(1,), ((0, "mlp"), 1), ((0, "mlp"),)]
     assert torch.equal(plan[1].microbatches[0].forwards[1].inputs, batches[4][:2])
+    assert {mb.all_reduce for s in plan for mb in s.microbatches} == {None}  # FSDP2's default: never switched
+
+
+def test_all_reduce_last_switches_the_all_reduce_off_on_all_microbatches_but_the_last():
+    steps = [{"microbatches": 3, "gradient_sync": "every", "all_reduce": "last"}, {"microbatches": 2}]
+    setup = tiny_setup({"steps": steps}, mesh={"shape": [2, 2], "dim_names": ["dp_replicate", "dp_shard"]})
+    config = qwen3.get_config("walkthrough", **TINY)
+    batches = global_batches(setup, config, torch.float32, 5)
+    plan = step_plan(setup, batches[0][:2], lambda n: [b[:2] for b in batches[:n]])
+    assert [(mb.sync, mb.all_reduce) for mb in plan[0].microbatches] == [(None, False), (None, False), (None, True)]
+    assert [(mb.sync, mb.all_reduce) for mb in plan[1].microbatches] == [(False, None), (True, None)]
 
 
 def test_forward_0_sees_the_default_runs_inputs():

@@ -362,7 +362,7 @@ SETUP_BAD = [
     (
         "state_dict: {roundtrip: true}",
         "setup.state_dict.roundtrip",
-        "('roundtrip' was unexpected); allowed keys: ['reload_world_sizes', 'round_trip']",
+        "('roundtrip' was unexpected); allowed keys: ['get_model', 'reload_world_sizes', 'round_trip', 'set_model']",
     ),
 ]
 
@@ -401,7 +401,12 @@ def test_bad_setup_state_dict_fails_at_load(tmp_path, new, key_path, words):
 def test_setup_defaults_to_no_round_trip():
     setup = RunSetup.from_mapping({})
     assert not setup.state_dict.round_trip and setup.state_dict.reload_world_sizes == ()
-    assert setup.to_dict()["state_dict"] == {"round_trip": False, "reload_world_sizes": []}
+    assert setup.to_dict()["state_dict"] == {
+        "round_trip": False,
+        "reload_world_sizes": [],
+        "get_model": [],
+        "set_model": [],
+    }
     with pytest.raises(SetupError) as info:
         RunSetup.from_mapping({"mesh": {"shape": [2]}, "state_dict": {"reload_world_sizes": [2, 2]}})
     assert [k for k, _ in info.value.errors] == ["setup.state_dict.reload_world_sizes"] * 3

@@ -1,0 +1,193 @@
+"""``torch.distributed.checkpoint.state_dict``'s options on the trained FSDP2 model, after the step.
+
+When ``setup.state_dict`` lists ``get_model`` or ``set_model`` calls, every rank of the run, in
+phase ``state_dict`` (the recorders stopped: none of this is recorded as the step's):
+
+1. takes the trained model's values: each state-dict entry's local shard (``DTensor.to_local()``)
+   and its full tensor (``DTensor.full_tensor()``, DTensor's own all-gather, independent of the
+   state-dict helpers under test);
+2. per ``get_model`` item, calls ``get_model_state_dict(model, options=StateDictOptions(
+   full_state_dict=..., cpu_offload=...))`` and records, per returned key, the tensor's type
+   (DTensor or plain), device, shape, local shape, placements, dtype and whether it holds the
+   trained values (a full tensor bitwise the full tensor, a DTensor's local shard bitwise this
+   rank's shard); a rank handed an empty dict records no entries (``keys: 0``);
+3. per ``set_model`` item, builds a fresh model (``into: sharded``: on meta, ``fully_shard``-ed
+   with the run's units, shards filled from another seed; ``into: meta``: the same left on the
+   meta device), hands it the trained model's state dict (full tensors with
+   ``full_state_dict``, on rank 0 only with ``broadcast_from_rank0``, the other ranks ``{}``;
+   else the sharded DTensors), less the ``drop`` keys and plus the ``add`` keys, through
+   ``set_model_state_dict(fresh, state_dict, options=StateDictOptions(...))``; records what it
+   raised or the missing and unexpected keys it returned, then what the fresh model holds per
+   key (read from ``fresh.state_dict()``): type, device, local shape, placements, whether its
+   local shard is bitwise the trained one (and was before the call), and which parameters and
+   buffers are still on the meta device; then, where on every rank the call returned and no
+   parameter is left on meta, what FSDP's own all-gather makes of the loaded shards
+   (``FSDPModule.unshard()`` on every unit: each full parameter bitwise the trained one?).
+
+The record (observation schema ``$defs/state_dict_options``)::
+
+    {"get_model": [{"id": "full_on_cpu", "keys": 11, "entries": [
+        {"fqn": "layers.0.self_attn.q_proj.weight", "is_dtensor": false, "device": "cpu",
+         "shape": [64, 64], "local_shape": [64, 64], "placements": [], "dtype": "float32",
+         "equal": true}, ...]}],
+     "set_model": [{"id": "into_meta", "given_keys": 11, "error": null,
+        "missing_keys": [], "unexpected_keys": [], "meta_params": [],
+        "meta_buffers": ["rotary_emb.inv_freq"], "gathered": true, "entries": [
+        {"fqn": ..., "is_dtensor": true, "device": "cpu", "local_shape": [22, 64],
+         "placements": ["Shard(dim=0)"], "equal": true, "equal_before_load": false,
+         "gathered_equal": true}, ...]}]}
+
+``error`` is ``{"type": "RuntimeError", "message": ...}`` when the call raised; then
+``missing_keys`` and ``unexpected_keys`` are null. ``gathered_equal`` is null where nothing was
+gathered (``gathered`` false). Shapes are in elements. Source: torch 2.13's
+``torch.distributed.checkpoint.state_dict`` (``StateDictOptions``: full_state_dict,
+cpu_offload, strict, broadcast_from_rank0) and FSDP2's rank-0 broadcast meta-device flow
+(pytorch/pytorch#124651).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.tensor import DTensor
+
+from harness.load.setup import GetModelStateDict, SetModelStateDict, StateDictSetup
+from harness.run.recorders.collectives import dtype_name
+
+__all__ = ["state_dict_options"]
+
+Fresh = Callable[[str], nn.Module]
+"""``fresh(into)`` -> a model sharded like the run's: "sharded" (filled) or "meta" (left on meta)."""
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equal (dtype, shape, values); a tensor on the meta device holds no values."""
+    if a.device.type == "meta" or b.device.type == "meta":
+        return False
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.detach().cpu(), b.detach().cpu())
+
+
+def _describe(t: torch.Tensor) -> dict[str, Any]:
+    local = _local(t)
+    return {
+        "is_dtensor": isinstance(t, DTensor),
+        "device": local.device.type,
+        "shape": list(t.shape),
+        "local_shape": list(local.shape),
+        "placements": [repr(p) for p in t.placements] if isinstance(t, DTensor) else [],
+        "dtype": dtype_name(t.dtype),
+    }
+
+
+def _get(root: nn.Module, call: GetModelStateDict, local: dict, full: dict) -> dict[str, Any]:
+    options = StateDictOptions(full_state_dict=call.full_state_dict, cpu_offload=call.cpu_offload)
+    state = get_model_state_dict(root, options=options)
+    entries = []
+    for fqn, t in state.items():
+        if not isinstance(t, torch.Tensor):
+            continue
+        if isinstance(t, DTensor):
+            equal = fqn in local and _same(t.to_local(), local[fqn])
+        else:
+            equal = fqn in full and _same(t, full[fqn])
+        entries.append({"fqn": fqn, **_describe(t), "equal": equal})
+    return {"id": call.id, "keys": len(state), "entries": entries}
+
+
+def _given(call: SetModelStateDict, rank: int, sharded: dict, full: dict) -> dict[str, Any]:
+    """The state dict this rank hands over (module docstring, step 3)."""
+    if call.broadcast_from_rank0 and rank != 0:
+        return {}
+    source = full if call.full_state_dict else sharded
+    given = {k: v for k, v in source.items() if k not in call.drop}
+    for name in call.add:
+        given[name] = torch.zeros(1)
+    return given
+
+
+def _set(call: SetModelStateDict, rank: int, fresh: Fresh, sharded: dict, local: dict, full: dict) -> dict[str, Any]:
+    model = fresh(call.into)
+    before = {fqn: _same(_local(t), local[fqn]) for fqn, t in model.state_dict().items() if fqn in local}
+    given = _given(call, rank, sharded, full)
+    options = StateDictOptions(
+        full_state_dict=call.full_state_dict,
+        broadcast_from_rank0=call.broadcast_from_rank0,
+        cpu_offload=call.cpu_offload,
+        strict=call.strict,
+    )
+    record: dict[str, Any] = {"id": call.id, "given_keys": len(given), "error": None}
+    try:
+        result = set_model_state_dict(model, given, options=options)
+        record["missing_keys"] = sorted(result.missing_keys)
+        record["unexpected_keys"] = sorted(result.unexpected_keys)
+    except Exception as exc:  # what torch raised is the observation; the ranks go on in step
+        record.update(error={"type": type(exc).__name__, "message": str(exc)}, missing_keys=None, unexpected_keys=None)
+    entries = []
+    for fqn, t in model.state_dict().items():
+        described = _describe(t)
+        del described["shape"], described["dtype"]
+        equal = fqn in local and _same(_local(t), local[fqn])
+        entries.append({"fqn": fqn, **described, "equal": equal, "equal_before_load": before.get(fqn, False)})
+    record["meta_params"] = [n for n, p in model.named_parameters() if p.device.type == "meta"]
+    record["meta_buffers"] = [n for n, b in model.named_buffers() if b.device.type == "meta"]
+    gathered = _gathered_equal(model, full, ready=record["error"] is None and not record["meta_params"])
+    record["gathered"] = gathered is not None
+    for e in entries:
+        e["gathered_equal"] = None if gathered is None else gathered.get(e["fqn"])
+    record["entries"] = entries
+    return record
+
+
+def _gathered_equal(model: nn.Module, full: dict, *, ready: bool) -> "dict[str, bool] | None":
+    """What FSDP's own all-gather makes of the loaded shards: ``FSDPModule.unshard()`` on every
+    unit, each unsharded parameter compared bitwise with the trained full tensor, then
+    ``reshard()``. Only where every rank is ``ready`` (the call returned, nothing left on meta):
+    the ranks agree on that first (a one-element MIN all-reduce), as the gathers are collective.
+    None: not gathered."""
+    device = next(iter(full.values())).device if full else torch.device("cpu")
+    flag = torch.tensor([1 if ready else 0], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    if not int(flag.item()):
+        return None
+    units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    with torch.no_grad():
+        for unit in units:
+            unit.unshard()
+        out = {n: n in full and _same(p, full[n]) for n, p in model.named_parameters()}
+        for unit in units:
+            unit.reshard()
+    return out
+
+
+def state_dict_options(root: nn.Module, setup: StateDictSetup, fresh: Fresh, rank: int) -> dict[str, Any]:
+    """Run ``setup.get_model`` and ``setup.set_model`` on the trained ``root``; this rank's record.
+
+    Collective: every rank of the world calls it, after the optimizer step, with the same setup
+    (each torch call inside is collective).
+
+    Args:
+        root: the trained FSDP2 model (parameters are ``DTensor``).
+        setup: ``setup.state_dict``.
+        fresh: builds another model sharded like ``root`` (see :data:`Fresh`).
+        rank: this rank's global rank (rank 0 alone hands over a state dict to broadcast).
+
+    Returns:
+        ``{"get_model": [...], "set_model": [...]}`` (module docstring).
+    """
+    with torch.no_grad():
+        sharded = {k: v.detach() for k, v in root.state_dict().items() if isinstance(v, torch.Tensor)}
+        local = {k: _local(v).clone() for k, v in sharded.items()}
+        full = {k: v.full_tensor() if isinstance(v, DTensor) else v.clone() for k, v in sharded.items()}
+    return {
+        "get_model": [_get(root, call, local, full) for call in setup.get_model],
+        "set_model": [_set(call, rank, fresh, sharded, local, full) for call in setup.set_model],
+    }
