@@ -3,6 +3,8 @@
 :func:`run_steps` runs the plan of ``harness.run.plan.step_plan``. For each step, in order
 (``harness.load.schedule`` says what each key does):
 
+- ``freeze`` / ``unfreeze``: ``requires_grad_`` on the matching parameters, then the spec's
+  ``before_step`` hook and the step's ``call``;
 - ``zero_grad`` (not before the first step): ``optimizer.zero_grad(set_to_none=...)``, then a
   whole-rank memory snapshot "After Zero Grad";
 - per microbatch: ``set_requires_gradient_sync`` on the root if the plan says so; the manual
@@ -33,6 +35,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 import model as qwen3
 from harness.run.hooks import RunHooks
 from harness.run.instruments import Instruments
+from harness.run.parallelize import step_requires_grad
 from harness.run.plan import PlannedMicrobatch, PlannedStep, StepCapture
 from harness.run.recorders.phases import Phases
 
@@ -75,6 +78,7 @@ def run_steps(
     for step in plan:
         spec = step.step
         instruments.begin_step(step.index)
+        step_requires_grad(root, spec)
         if hooks is not None:
             hooks.call("before_step", model=root, step_index=step.index)
             if spec.call is not None:
@@ -145,6 +149,7 @@ def _run_microbatch(
                 outcome = StepOutcome(output, losses[-1])
         scale = len(losses) * n_mb
         loss = losses[0] if scale == 1 else torch.stack(losses).sum() / scale
+    instruments.after_forward(step.index, mb.index)
     if spec.reshard:
         with instruments.phase("reshard", step.index, mb.index):
             for unit in spec.reshard:

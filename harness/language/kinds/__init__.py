@@ -15,6 +15,7 @@ from harness.language.kinds import (
     expect_error,
     experts,
     grad_norm,
+    grads,
     input,
     memory,
     numerics,
@@ -25,6 +26,7 @@ from harness.language.kinds import (
     reduce_op,
     state_dict,
     step,
+    unit_dtypes,
 )
 from harness.language.vocabulary import CheckKind
 
@@ -42,6 +44,8 @@ REGISTRY: dict[str, CheckKind] = {
         events,
         param_update,
         grad_norm,
+        grads,
+        unit_dtypes,
         state_dict,
         environment,
         bandwidth,
