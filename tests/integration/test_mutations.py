@@ -548,6 +548,13 @@ CASES = [
         "layer0_unfrozen_still_unresolved",
         "float32",
     ),
+    (
+        "unfreeze_after_frozen_first_forward_bf16",
+        "[layer1_resolved, 0, 1, 11, bfloat16, float32]",
+        "[layer1_resolved, 0, 1, 11, float32, float32]",
+        "layer1_resolved",
+        "float32",
+    ),
     # grads: Parameter.grad_dtype as fully_shard left it
     (
         "grad_dtype_dropped",
@@ -708,6 +715,12 @@ SETUP_CASES = [
             "layer0_reduces_bf16_after_unfreeze",
             "bf16_gradient_refused",
         ],
+    ),
+    (
+        "unfreeze_after_frozen_first_forward_bf16",
+        '- {unfreeze: ["layers.0.**"]}',
+        "- {}",  # layers.0 stays frozen: no bf16 reduce-scatter, 11 gradients only
+        ["layer0_unfrozen_still_unresolved", "layer0_reduces_bf16", "every_gradient_bf16"],
     ),
 ]
 
