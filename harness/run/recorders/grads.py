@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 from torch.distributed.fsdp import fully_shard
+from torch.utils._python_dispatch import _disable_current_modes
 
 from .collectives import dtype_name
 from .params import Unit
@@ -42,7 +43,15 @@ def _local_shape(t: torch.Tensor) -> list[int]:
 def grad_records(root: nn.Module, step_index: int) -> list[dict[str, Any]]:
     """One record per parameter of ``root``: ``step_index``, ``fqn``, ``requires_grad``,
     ``grad_dtype`` and ``grad_local_shape`` (None without a gradient), ``param_grad_dtype``
-    (``Parameter.grad_dtype``; None where torch has none)."""
+    (``Parameter.grad_dtype``; None where torch has none).
+
+    Read under ``no_grad`` with the dispatch modes off: a DTensor gradient's ``to_local()`` is
+    neither a graph node nor anything FSDPMemTracker or the collective recorder sees."""
+    with torch.no_grad(), _disable_current_modes():
+        return _grad_records(root, step_index)
+
+
+def _grad_records(root: nn.Module, step_index: int) -> list[dict[str, Any]]:
     out = []
     for fqn, p in root.named_parameters():
         grad = p.grad
