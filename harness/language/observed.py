@@ -127,6 +127,17 @@ def param_fqn(obs: Mapping[str, Any], sel: Mapping[str, Any]) -> str:
     return f"{prefix}.{sel['param']}" if prefix else sel["param"]
 
 
+def selected_fqns(obs: Mapping[str, Any], sel: Mapping[str, Any]) -> set[str] | None:
+    """The parameter FQNs an entry selects: one (``fqn``, or ``param`` in ``layer``), every parameter
+    of the units ``layer``/``unit``/``role`` select, or None (every parameter)."""
+    if "fqn" in sel or "param" in sel:
+        return {param_fqn(obs, sel)}
+    names = unit_names(obs, sel)
+    if names is None:
+        return None
+    return {p for u in obs["fsdp_units"] if u["name"] in names for p in u["params"]}
+
+
 def find_param(rank_doc: Mapping[str, Any], fqn: str) -> Mapping[str, Any]:
     for p in rank_doc["params"]:
         if p["fqn"] == fqn:

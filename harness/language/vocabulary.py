@@ -134,6 +134,14 @@ SHAPE = ValueType(
     _exact(lambda v: isinstance(v, list) and all(_is_int(d) and d >= 0 for d in v)),
 )
 DTYPE = ValueType("dtype", f"a dtype name, one of {list(DTYPE_NAMES)}", _exact(lambda v: v in DTYPE_NAMES))
+OPTIONAL_DTYPE = ValueType(
+    "dtype", f"a dtype name, one of {list(DTYPE_NAMES)}, or null", _exact(lambda v: v is None or v in DTYPE_NAMES)
+)
+OPTIONAL_SHAPE = ValueType(
+    "shape",
+    "a shape (a list of integers >= 0) or null",
+    _exact(lambda v: v is None or (isinstance(v, list) and all(_is_int(d) and d >= 0 for d in v))),
+)
 BOOL = ValueType("bool", "true or false", _exact(lambda v: isinstance(v, bool)))
 TEXT = ValueType("text", "a string", _exact(lambda v: isinstance(v, str)))
 OPTIONAL_TEXT = ValueType("text", "a string or null", _exact(lambda v: v is None or isinstance(v, str)))

@@ -7,7 +7,10 @@ body's loss on the output, ``loss.backward()``, ``optimizer.step()``.
 
 Each step of ``schedule.steps`` (one by default) is, in order:
 
-0. ``call``: the named function of ``setup.hooks.file`` (``harness.load.hooks``);
+0. ``freeze`` then ``unfreeze``: ``requires_grad_(False)`` / ``requires_grad_(True)`` on the
+   parameters whose FQN matches one of the patterns (the sharded parameters, and the single-process
+   reference's), before the step's ``setup.hooks.before_step`` and ``call``: the named function of
+   ``setup.hooks.file`` (``harness.load.hooks``);
 1. ``zero_grad`` (not before the plan's first step): ``optimizer.zero_grad(set_to_none=True)``
    (``true``, the default), ``set_to_none=False`` (``zeros``) or nothing (``false``: gradients
    accumulate across steps);
@@ -108,6 +111,9 @@ class ScheduleStep:
         call: a top-level function of ``setup.hooks.file`` called as ``f(model, step_index, rank,
             world_size)`` at the start of the step, after ``setup.hooks.before_step`` (the
             schedule's reference makes the same call); None: none.
+        freeze, unfreeze: parameter FQN patterns (``*`` one component, ``**`` several) made
+            ``requires_grad=False`` / ``True`` at the start of the step, before ``before_step``
+            and ``call`` (a repeated step applies them at each repeat).
     """
 
     microbatches: int = key(1, doc="backward passes accumulated into the step's gradient", minimum=1)
@@ -172,6 +178,17 @@ class ScheduleStep:
         "call)",
     )
 
+    freeze: tuple[str, ...] = key(
+        (),
+        doc="parameter FQN patterns (relative to the root; * one component, ** several) made requires_grad=False "
+        "at the start of the step, before setup.hooks.before_step and call (the single-process reference too)",
+    )
+    unfreeze: tuple[str, ...] = key(
+        (),
+        doc="parameter FQN patterns made requires_grad=True at the start of the step, after freeze (the "
+        "single-process reference too)",
+    )
+
     @property
     def backward(self) -> bool:
         """Whether the step runs backward (not forward-only, not under no_grad)."""
@@ -223,6 +240,14 @@ class ScheduleStep:
                 )
             if not self.backward:
                 problems.append((f"{where}.all_reduce", "a forward-only step reduces nothing; expected no all_reduce"))
+        both = [p for p in self.freeze if p in self.unfreeze]
+        if both:
+            problems.append(
+                (
+                    f"{where}.unfreeze",
+                    f"pattern(s) {both} are in freeze too; expected each pattern in freeze or in unfreeze",
+                )
+            )
         for path, mbs in self.used_only_in.items():
             outside = [m for m in mbs if not 0 <= m < self.microbatches]
             if outside:

@@ -181,6 +181,11 @@ class FSDPSetup:
         return out
 
 
+def _grad_dtypes(value: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """``{pattern: dtype}`` -> ((pattern, dtype), ...), in the order written."""
+    return tuple((str(k), str(v)) for k, v in dict(value).items())
+
+
 @dataclass(frozen=True)
 class FreezeSetup:
     """Parameters made ``requires_grad=False`` by pattern (:func:`harness.load.units.match_params`).
@@ -502,6 +507,8 @@ class RunSetup:
             draws its own shards (fast, values unlike "full"'s).
         track_memory: run ``FSDPMemTracker`` over the step (the ``memory`` observation).
         freeze: see :class:`FreezeSetup`.
+        grad_dtype: ((parameter pattern, dtype name), ...): ``Parameter.grad_dtype`` set on the
+            built model before ``fully_shard`` (the first matching pattern wins); empty: not set.
         record_errors: set by the loader when a spec has an ``expect_error`` entry: an error
             raised by a rank is recorded in its observation (type, message, phase) instead of
             failing the run (not a spec key).
@@ -568,6 +575,14 @@ class RunSetup:
         "what a unit of several modules does (torch 2.13): turn it off to observe such a unit as torch runs it",
     )
     freeze: FreezeSetup = key(default_factory=FreezeSetup, doc="parameters made requires_grad=False")
+    grad_dtype: tuple[tuple[str, str], ...] = key(
+        (),
+        parse=_grad_dtypes,
+        whole=lambda: {"type": "object", "minProperties": 1, "additionalProperties": {"enum": list(DTYPES)}},
+        doc="Parameter.grad_dtype set on the built model before fully_shard (and on the numerics replica): "
+        "parameter FQN pattern (relative to the root; * one component, ** several) -> the dtype autograd is asked "
+        "to give its gradient in; the first matching pattern wins",
+    )
     record_errors: bool = False
     schedule: Schedule | None = key(
         None,
@@ -728,8 +743,8 @@ def _unit_key(name: str) -> str:
 
 
 def _param_pattern_problems(setup: RunSetup, plans: list[UnitPlan], fqns: tuple[str, ...]) -> list[tuple[str, str]]:
-    """``shard_placement`` and ``freeze`` patterns that name no parameter of the model; state-dict
-    keys to drop that are not parameters, keys to add that are."""
+    """``shard_placement``, ``freeze``, ``grad_dtype`` and schedule ``freeze``/``unfreeze`` patterns that
+    name no parameter of the model; state-dict keys to drop that are not parameters, keys to add that are."""
     from harness.load.units import match_params
 
     def hint(pattern: str) -> str:
@@ -765,4 +780,12 @@ def _param_pattern_problems(setup: RunSetup, plans: list[UnitPlan], fqns: tuple[
                 out.append(
                     (f"{where}.add[{j}]", f"{name!r} is a parameter of the model; expected a key it does not have")
                 )
+    for pattern, _ in setup.grad_dtype:
+        if not match_params(pattern, fqns):
+            out.append((f"setup.grad_dtype.{pattern}", hint(pattern)))
+    for i, step in enumerate(setup.schedule.steps if setup.schedule is not None else ()):
+        for change in ("freeze", "unfreeze"):
+            for j, pattern in enumerate(getattr(step, change)):
+                if not match_params(pattern, fqns):
+                    out.append((f"setup.schedule.steps[{i}].{change}[{j}]", hint(pattern)))
     return out

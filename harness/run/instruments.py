@@ -15,7 +15,9 @@
 - the :class:`~harness.run.recorders.events.ShardStateProbe` (a unit's reshard/unshard as a
   profiler marker beside FSDP's own labels: the ``events`` list), installed for the steps;
 - optionally a :class:`~harness.run.recorders.updates.ParamUpdates` (which rows of each shard
-  each step changed), passed to :meth:`Instruments.observing`.
+  each step changed), passed to :meth:`Instruments.observing`;
+- the gradient dtypes of every parameter after each step and the units' resolved
+  mixed-precision dtypes after each forward (:mod:`harness.run.recorders.grads`).
 
 The loop enters every phase through :meth:`Instruments.phase`, which tells the recorders the
 step index and microbatch: collectives, memory snapshots, step tensors and events carry them.
@@ -29,7 +31,8 @@ Use::
     pieces = instruments.pieces()                              # the rank's observation parts
 
 :meth:`pieces` returns the rank entry's ``params``, ``param_states``, ``steps``,
-``collectives``, ``memory``, ``events``, ``grad_norms`` and (if tracked) ``param_updates``
+``collectives``, ``memory``, ``events``, ``grad_norms``, ``grads``, ``unit_dtypes`` and (if tracked)
+``param_updates``
 (``harness/contract/observation.schema.json``, ``$defs/rank``).
 """
 
@@ -53,6 +56,7 @@ from harness.run.recorders.collectives import (
 )
 from harness.run.recorders.events import ShardStateProbe, events_from_profiler, phase_span
 from harness.run.recorders.experts import ExpertRecorder
+from harness.run.recorders.grads import grad_records, unit_dtype_records
 from harness.run.recorders.memory import MemoryRecorder, tracker_limit_note
 from harness.run.recorders.params import ParamStateHooks, Unit, param_table
 from harness.run.recorders.phases import Phases
@@ -127,6 +131,10 @@ class Instruments:
         self._position: tuple[int | None, int | None] = (0, 0)
         self._marks: list[tuple[int, int | None, int | None]] = []  # (first collective index, step, microbatch)
         self.grad_norms: list[dict[str, Any]] = []
+        self.grads: list[dict[str, Any]] = []  # per step and parameter (recorders/grads.py)
+        self.unit_dtypes: list[dict[str, Any]] = []  # per forward phase and unit
+        self._root: nn.Module | None = None
+        self._units: list[Unit] = []
         self._experts: ExpertRecorder | None = None  # a MoE model's experts (recorders/experts.py)
 
     def __enter__(self) -> "Instruments":
@@ -155,6 +163,7 @@ class Instruments:
         step's start and end (None: parameter updates are not tracked).
         """
         self._updates = updates
+        self._root, self._units = root, list(units)
         # fully_shard has no FSDP:: labels to attribute to, and under the fake backend at
         # 4096 ranks it dispatches ~10^5 ops: the profiler starts after it. The collectives
         # recorded so far are setup's.
@@ -173,6 +182,8 @@ class Instruments:
             finally:
                 self._probe.remove()
                 self._hooks.remove()
+                self._root = None  # what grads/unit_dtypes read, let go with the steps
+                self._units = []
 
     @contextlib.contextmanager
     def phase(self, name: str, step_index: int, microbatch: int | None = None) -> Iterator[None]:
@@ -250,9 +261,16 @@ class Instruments:
         )
 
     def end_step(self, step_index: int) -> None:
-        """A step ended: the parameter-update tracker compares the shards with their start."""
+        """A step ended: the parameter-update tracker compares the shards with their start; every
+        parameter's gradient dtype is recorded (``grads``)."""
         if self._updates is not None:
             self._updates.after_step(step_index)
+        if self._root is not None:
+            self.grads += grad_records(self._root, step_index)
+
+    def after_forward(self, step_index: int, microbatch: int | None) -> None:
+        """A forward phase ended (FSDP's lazy init has run): each unit's resolved dtypes (``unit_dtypes``)."""
+        self.unit_dtypes += unit_dtype_records(self._units, step_index, microbatch)
 
     def forward_steps(self, root: nn.Module) -> ContextManager[Any]:
         """Around a forward: record the walkthrough's Steps 1-10 (name, layer, shape, dtype)."""
@@ -313,6 +331,8 @@ class Instruments:
             "memory": self._memory.snapshots() if self.track_memory else [],
             "events": events_from_profiler(self.profiler),
             "grad_norms": self.grad_norms,
+            "grads": self.grads,
+            "unit_dtypes": self.unit_dtypes,
         }
         if self._updates is not None:
             pieces["param_updates"] = self._updates.records

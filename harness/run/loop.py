@@ -3,6 +3,8 @@
 :func:`run_steps` runs the plan of ``harness.run.plan.step_plan``. For each step, in order
 (``harness.load.schedule`` says what each key does):
 
+- ``freeze`` / ``unfreeze``: ``requires_grad_`` on the matching parameters, then the spec's
+  ``before_step`` hook and the step's ``call``;
 - ``zero_grad`` (not before the first step): ``optimizer.zero_grad(set_to_none=...)``, then a
   whole-rank memory snapshot "After Zero Grad";
 - per microbatch: ``set_requires_gradient_sync``, then ``set_requires_all_reduce``, on the root
@@ -35,6 +37,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 import model as qwen3
 from harness.run.hooks import RunHooks
 from harness.run.instruments import Instruments
+from harness.run.parallelize import step_requires_grad
 from harness.run.plan import PlannedMicrobatch, PlannedStep, StepCapture
 from harness.run.recorders.phases import Phases
 
@@ -77,6 +80,7 @@ def run_steps(
     for step in plan:
         spec = step.step
         instruments.begin_step(step.index)
+        step_requires_grad(root, spec)
         if hooks is not None:
             hooks.call("before_step", model=root, step_index=step.index)
             if spec.call is not None:
@@ -177,6 +181,7 @@ def _run_microbatch(
         loss = losses[0] if scale == 1 else torch.stack(losses).sum() / scale
         if spec.loss_scale != 1.0:
             loss = loss * spec.loss_scale
+    instruments.after_forward(step.index, mb.index)
     if spec.reshard:
         with instruments.phase("reshard", step.index, mb.index):
             for unit in spec.reshard:

@@ -44,6 +44,8 @@ __all__ = [
     "apply_fsdp",
     "apply_checkpoint",
     "freeze_params",
+    "set_grad_dtypes",
+    "step_requires_grad",
     "init_local_shards",
     "init_shards_like_full",
 ]
@@ -166,24 +168,65 @@ def units_from_setup(setup: RunSetup, root: nn.Module) -> list[ShardUnit]:
     return units
 
 
-def freeze_params(root: nn.Module, patterns: Sequence[str]) -> list[str]:
-    """``requires_grad_(False)`` on every parameter whose FQN matches one of ``patterns``.
+def freeze_params(
+    root: nn.Module, patterns: Sequence[str], *, requires_grad: bool = False, where: str = "setup.freeze.params"
+) -> list[str]:
+    """``requires_grad_(requires_grad)`` on every parameter whose FQN matches one of ``patterns``
+    (``requires_grad=True``: a schedule step's ``unfreeze``).
 
-    Returns the FQNs frozen (``named_parameters()`` order).
+    Returns the FQNs changed (``named_parameters()`` order).
 
     Raises:
-        ValueError: a pattern matches no parameter.
+        ValueError: a pattern matches no parameter (the message starts with ``where``).
     """
     named = dict(root.named_parameters())
     frozen: list[str] = []
     for pattern in patterns:
         hits = match_params(pattern, list(named))
         if not hits:
-            raise ValueError(f"setup.freeze.params: {pattern!r} matches no parameter")
+            raise ValueError(f"{where}: {pattern!r} matches no parameter")
         frozen += [h for h in hits if h not in frozen]
     for fqn in frozen:
-        named[fqn].requires_grad_(False)
+        named[fqn].requires_grad_(requires_grad)
     return [f for f in named if f in frozen]
+
+
+def step_requires_grad(root: nn.Module, step: Any) -> None:
+    """A schedule step's ``freeze`` then ``unfreeze`` patterns (``harness.load.schedule.ScheduleStep``)
+    applied to ``root``'s parameters, at the start of the step.
+
+    Raises:
+        ValueError: a pattern matches no parameter (the loader refuses such a spec first).
+    """
+    if step.freeze:
+        freeze_params(root, step.freeze, where="setup.schedule.steps[].freeze")
+    if step.unfreeze:
+        freeze_params(root, step.unfreeze, requires_grad=True, where="setup.schedule.steps[].unfreeze")
+
+
+def set_grad_dtypes(root: nn.Module, rules: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """``Parameter.grad_dtype = dtype`` for each parameter matching a rule (``setup.grad_dtype``;
+    the first matching pattern wins), on the built model before ``fully_shard``.
+
+    Returns FQN -> the dtype name set. ``grad_dtype`` (torch >= 2.9) asks autograd to accumulate a
+    leaf's gradient in that dtype whatever the dtype of the parameter.
+
+    Raises:
+        ValueError: a pattern matches no parameter; or this torch has no ``Parameter.grad_dtype``.
+    """
+    named = dict(root.named_parameters())
+    chosen: dict[str, str] = {}
+    for pattern, dtype in rules:
+        hits = match_params(pattern, list(named))
+        if not hits:
+            raise ValueError(f"setup.grad_dtype: {pattern!r} matches no parameter")
+        for fqn in hits:
+            chosen.setdefault(fqn, dtype)
+    for fqn, dtype in chosen.items():
+        if not hasattr(named[fqn], "grad_dtype"):
+            raise ValueError(f"setup.grad_dtype: torch {torch.__version__} has no Parameter.grad_dtype (torch >= 2.9)")
+        named[fqn].grad_dtype = torch_dtype(dtype)
+    return chosen
 
 
 def _placement_fn(rules: Sequence[tuple[str, int]], names: Mapping[int, str]) -> Callable[[nn.Parameter], Shard | None]:
@@ -218,6 +261,7 @@ def apply_fsdp(
     backward_prefetch: Sequence[tuple[str, Sequence[str]]] = (),
     freeze: Sequence[str] = (),
     freeze_after: bool = False,
+    grad_dtypes: Sequence[tuple[str, str]] = (),
     after_each: Callable[[ShardUnit, nn.Module], None] | None = None,
 ) -> list[Unit]:
     """Call ``fully_shard(modules, mesh=mesh, **unit.options())`` for each unit, in order.
@@ -239,6 +283,8 @@ def apply_fsdp(
         forward_prefetch, backward_prefetch: (unit name, unit names) pairs ("" is the root).
         freeze: parameter FQN patterns to make ``requires_grad=False``.
         freeze_after: freeze after every ``fully_shard`` (the DTensor parameters) instead of before.
+        grad_dtypes: (FQN pattern, dtype name) pairs: ``Parameter.grad_dtype`` set before the first
+            ``fully_shard`` (:func:`set_grad_dtypes`).
         after_each: called with (the unit, its first module) right after each ``fully_shard`` call
             (the spec's ``setup.hooks.after_fully_shard``); a meta-built model is not yet materialized.
 
@@ -254,6 +300,8 @@ def apply_fsdp(
     """
     if freeze and not freeze_after:
         freeze_params(root, freeze)
+    if grad_dtypes:
+        set_grad_dtypes(root, grad_dtypes)
     groups = [[root.get_submodule(p) for p in u.module_paths] for u in units]
     _fully_shard_units(root, mesh, units, groups, after_each)
     if materialize is not None:

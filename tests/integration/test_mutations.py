@@ -588,6 +588,44 @@ CASES = [
         "step1_layer0_trains",
         "[64, 64]",
     ),
+    # grads: a count and a gradient shard after a schedule step's unfreeze
+    (
+        "unfreeze_between_steps",
+        "[step1_layer0_trains, 1, 0, 11, 11, float32]",
+        "[step1_layer0_trains, 1, 0, 11, 10, float32]",
+        "step1_layer0_trains",
+        "expected 10",
+    ),
+    (
+        "unfreeze_between_steps",
+        "[q_proj_shard_step1, 1, [32, 64]]",
+        "[q_proj_shard_step1, 1, [64, 64]]",
+        "q_proj_shard_step1",
+        "[64, 64]",
+    ),
+    # unit_dtypes: a unit frozen at its first forward resolved nothing
+    (
+        "unfreeze_after_frozen_first_forward",
+        "[layer0_unfrozen_still_unresolved, 1, 0, 11, null, null]",
+        "[layer0_unfrozen_still_unresolved, 1, 0, 11, float32, null]",
+        "layer0_unfrozen_still_unresolved",
+        "float32",
+    ),
+    (
+        "unfreeze_after_frozen_first_forward_bf16",
+        "[layer1_resolved, 0, 1, 11, bfloat16, float32]",
+        "[layer1_resolved, 0, 1, 11, float32, float32]",
+        "layer1_resolved",
+        "float32",
+    ),
+    # grads: Parameter.grad_dtype as fully_shard left it
+    (
+        "grad_dtype_dropped",
+        "params: 22, param_grad_dtype: bfloat16}",
+        "params: 22, param_grad_dtype: float32}",
+        "grad_dtype_reset_to_bf16",
+        "float32",
+    ),
 ]
 
 
@@ -776,6 +814,30 @@ SETUP_CASES = [
         "- {clip_grad_norm: {max_norm: 1.0e-7, norm_type: .inf}}",  # unscaled: a norm of ~4e-3, no eps regime
         ["inf_norm_tiny", "inf_scaled_by_max_norm_over_eps"],
     ),  # loss_scale
+    (
+        "unfreeze_between_steps",
+        '- {unfreeze: ["layers.0.**"]}',
+        "- {}",  # a schedule step's unfreeze: layers.0 stays frozen
+        ["step1_layer0_trains", "q_proj_shard_step1", "unfrozen_step_reduces_all", "all_gradients_right"],
+    ),
+    (
+        "unfreeze_after_frozen_first_forward",
+        '- {freeze: ["layers.0.**"]}',
+        "- {}",  # a schedule step's freeze: layers.0 trainable at its first forward resolves float32
+        [
+            "layer0_frozen_unresolved",
+            "layer0_unfrozen_still_unresolved",
+            "step0_layer0_none",
+            "layer0_reduces_bf16_after_unfreeze",
+            "bf16_gradient_refused",
+        ],
+    ),
+    (
+        "unfreeze_after_frozen_first_forward_bf16",
+        '- {unfreeze: ["layers.0.**"]}',
+        "- {}",  # layers.0 stays frozen: no bf16 reduce-scatter, 11 gradients only
+        ["layer0_unfrozen_still_unresolved", "layer0_reduces_bf16", "every_gradient_bf16"],
+    ),
 ]
 
 

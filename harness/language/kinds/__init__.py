@@ -15,6 +15,7 @@ from harness.language.kinds import (
     expect_error,
     experts,
     grad_norm,
+    grads,
     input,
     memory,
     numerics,
@@ -27,6 +28,7 @@ from harness.language.kinds import (
     state_dict_get,
     state_dict_set,
     step,
+    unit_dtypes,
 )
 from harness.language.vocabulary import CheckKind
 
@@ -44,6 +46,8 @@ REGISTRY: dict[str, CheckKind] = {
         events,
         param_update,
         grad_norm,
+        grads,
+        unit_dtypes,
         state_dict,
         state_dict_get,
         state_dict_set,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from harness.language.kinds.common import LAYER, RANKS, STEP_INDEX, UNIT, position_matches
 from harness.language.kinds.param import _check_fqn, _check_param
-from harness.language.observed import CheckError, param_fqn, rank_docs, unit_names
+from harness.language.observed import CheckError, rank_docs, selected_fqns
 from harness.language.vocabulary import BOOL, COUNT, INTS, NUMBER, CheckKind, Field, Selector
 
 
@@ -21,17 +21,8 @@ def _param_needs_layer(values, ctx):
     return []
 
 
-def _selected_fqns(obs, sel) -> set[str] | None:
-    if "fqn" in sel or "param" in sel:
-        return {param_fqn(obs, sel)}
-    names = unit_names(obs, sel)
-    if names is None:
-        return None
-    return {p for u in obs["fsdp_units"] if u["name"] in names for p in u["params"]}
-
-
 def measure(sel, obs):
-    fqns = _selected_fqns(obs, sel)
+    fqns = selected_fqns(obs, sel)
     out = {}
     for r in rank_docs(obs, sel.get("ranks")):
         if "param_updates" not in r:

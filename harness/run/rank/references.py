@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from harness.run.build import build_model, make_optimizer, reference_from_rank_0, replica_reference, torch_dtype
-from harness.run.parallelize import ShardUnit, freeze_params
+from harness.run.parallelize import ShardUnit, freeze_params, set_grad_dtypes
 from harness.run.recorders.updates import schedule_reference
 
 if TYPE_CHECKING:
@@ -38,13 +38,16 @@ def numerics_references(body: "RankBody", root: torch.nn.Module, shard_units: li
 
 
 def _replica(body: "RankBody", root: torch.nn.Module) -> torch.nn.Module:
-    """The model itself under a full init, else a full model of its own; frozen as the setup says."""
+    """The model itself under a full init, else a full model of its own; frozen and given its
+    gradient dtypes (``setup.grad_dtype``) as the setup says."""
     setup = body.setup
     replica = root if not body.plan.meta_init else build_model(setup, body.config, body.dtype, body.device, init=True)
     if replica is not root:  # the spec's after_build hook already ran on root
         body.hooks.call("after_build", model=replica)
     if setup.freeze.params:
         freeze_params(replica, setup.freeze.params)
+    if setup.grad_dtype:
+        set_grad_dtypes(replica, setup.grad_dtype)
     return replica
 
 

@@ -235,6 +235,7 @@ class RankBody:
                     backward_prefetch=setup.fsdp.backward_prefetch,
                     freeze=setup.freeze.params,
                     freeze_after=setup.freeze.after_fully_shard,
+                    grad_dtypes=setup.grad_dtype,
                     after_each=lambda unit, module: self.hooks.call(
                         "after_fully_shard", model=root, unit=unit.path or "root", module=module
                     ),

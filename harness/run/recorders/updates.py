@@ -6,18 +6,19 @@ of each step and compares it with the shard at the step's end: which rows (indic
 :meth:`ParamUpdates.against` puts each step's shard against the reference's rows of the same
 shard after the same step.
 
-:func:`schedule_reference` is that reference: the full model (the same tensors FSDP then
-shards, copied before ``fully_shard``), one process, the plan's global batches, the same
-schedule. For each microbatch it runs every rank's chunk of the global batch (rows
-``c*B .. c*B+B-1``) on a copy of the weights cast to the compute dtype (the mixed-precision
-policy's ``param_dtype``, else the parameters' dtype), as the ranks do; each chunk's gradient
-is cast to the reduce dtype (the policy's ``reduce_dtype``, else the compute dtype) and kept
-per chunk across microbatches while gradient sync is off (FSDP2 keeps the unsharded gradient
-in the reduce dtype then); at a synced microbatch the chunks' gradients are summed in the
-reduce dtype and divided by the world size, cast to the parameters' dtype and added to their
-``.grad``. Then ``clip_grad_norm_`` (its total norm recorded) and the optimizer step (same
-class and learning rate) as the schedule says. So every rank's FSDP step has the reference
-it should equal, within the rounding of the reduce dtype and of summation order.
+:func:`schedule_reference` is that reference: the full model (the same tensors FSDP then shards,
+copied before ``fully_shard``), one process, the plan's global batches, the same schedule (each
+step's ``freeze`` / ``unfreeze`` applied to the full model first). For each microbatch it runs
+every rank's chunk of the global batch (rows ``c*B .. c*B+B-1``) on a copy of the weights cast
+to the compute dtype (the mixed-precision policy's ``param_dtype``, else the parameters' dtype),
+as the ranks do; each chunk's gradient is cast to the reduce dtype (the policy's
+``reduce_dtype``, else the compute dtype) and kept per chunk across microbatches while gradient
+sync is off (FSDP2 keeps the unsharded gradient in the reduce dtype then); at a synced
+microbatch the chunks' gradients are summed in the reduce dtype and divided by the world size,
+cast to the parameters' dtype and added to their ``.grad``. Then ``clip_grad_norm_`` (its total
+norm recorded) and the optimizer step (same class and learning rate) as the schedule says. So
+every rank's FSDP step has the reference it should equal, within the rounding of the reduce
+dtype and of summation order.
 
 Every rank computes the same reference (deterministic, no communication): W chunk passes per
 microbatch per rank; meant for small models (the ``overrides`` of a spec), not Qwen3-8B.
@@ -37,6 +38,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 import model as qwen3
 from harness.load.schedule import ScheduleStep
+from harness.run.parallelize import step_requires_grad
 from harness.run.plan import StepCapture
 
 from .collectives import dtype_name
@@ -190,6 +192,7 @@ def schedule_reference(
     ref.rows_before = {fqn: shard_rows(p.detach(), shard_count, shard_index).clone() for fqn, p in params.items()}
     for step in plan:
         spec: ScheduleStep = step.step
+        step_requires_grad(master, spec)  # the step's freeze / unfreeze, as the sharded run does
         if on_step is not None:
             on_step("before_step", master, step.index)
         if step.index > 0 and spec.zero_grad is not False:

@@ -66,7 +66,8 @@ def test_a_schedule_loads_with_every_key(tmp_path):
     schedule = (
         "steps: [{microbatches: 2, gradient_sync: every, forwards: 2, used_only_in: {layers.1.mlp: [1]}, "
         "clip_grad_norm: {max_norm: 1.0, norm_type: 2}, optimizer_step: false, zero_grad: zeros, "
-        "unshard: [layers.0], reshard: [root], repeat: 3}, {no_grad: true}, {loss_on: 'layers.1:step9.gate'}]\n"
+        "unshard: [layers.0], reshard: [root], repeat: 3}, {no_grad: true, freeze: ['layers.0.**']}, "
+        "{loss_on: 'layers.1:step9.gate', unfreeze: ['layers.0.mlp.*.weight'], freeze: ['layers.1.**']}]\n"
         "    loss: sum"
     )
     spec = load_spec(write(tmp_path, schedule))
@@ -75,6 +76,8 @@ def test_a_schedule_loads_with_every_key(tmp_path):
     assert s.steps[0].used_only_in == {"layers.1.mlp": (1,)} and s.steps[0].unshard == ("layers.0",)
     assert s.steps[1].no_grad and not s.steps[1].backward and s.steps[2].loss_target() == ("layers.1", "step9.gate")
     assert spec.setup.to_dict()["schedule"]["steps"][0]["clip_grad_norm"] == {"max_norm": 1.0, "norm_type": 2}
+    assert s.steps[0].freeze == () and s.steps[1].freeze == ("layers.0.**",)
+    assert s.steps[2].unfreeze == ("layers.0.mlp.*.weight",) and s.steps[2].freeze == ("layers.1.**",)
 
 
 # (schedule, key path blamed, words of the message)
@@ -123,6 +126,17 @@ BAD = [
     ("steps: [{gradient_sync: first}]", "setup.schedule.steps[0].gradient_sync", "expected one of ['last', 'every']"),
     ("steps: [{zero_grad: maybe}]", "setup.schedule.steps[0].zero_grad", "expected one of [True, False, 'zeros']"),
     ("steps: [{microbatch: 2}]", "setup.schedule.steps[0].microbatch", "'microbatch' was unexpected"),
+    (
+        "steps: [{freeze: ['layers.0.**', 'layers.1.mlp.*'], unfreeze: ['layers.0.**']}]",
+        "setup.schedule.steps[0].unfreeze",
+        "pattern(s) ['layers.0.**'] are in freeze too",
+    ),
+    (
+        "steps: [{}, {unfreeze: ['layers.2.**']}]",
+        "setup.schedule.steps[1].unfreeze[0]",
+        "'layers.2.**' matches no parameter; parameters look like ['layers.0.self_attn.q_proj.weight'",
+    ),
+    ("steps: [{freeze: 'layers.0.**'}]", "setup.schedule.steps[0].freeze", "is not of type 'array'"),
 ]
 
 
@@ -217,6 +231,11 @@ BAD_SELECTORS = [
     ("param_update", "{fqn: layers.0.mlp.up.weight, rows: 1}", "tables[0].entries[0].fqn", "has no parameter"),
     ("grad_norm", "{step_index: 7, value: 1.0}", "tables[0].entries[0].step_index", "do not exist"),
     ("grad_norm", "{placements: Replicate()}", "tables[0].entries[0]", "placements: expected a list of strings"),
+    ("grads", "{param: mlp.up_proj.weight, with_grad: 1}", "tables[0].entries[0]", "names its 'layer' too"),
+    ("grads", "{step_index: 3, with_grad: 1}", "tables[0].entries[0].step_index", "do not exist"),
+    ("grads", "{grad_dtype: fp32}", "tables[0].entries[0]", "grad_dtype: expected a dtype name"),
+    ("unit_dtypes", "{layer: 2, orig_dtype: null}", "tables[0].entries[0].layer", "layer(s) [2] do not exist"),
+    ("unit_dtypes", "{microbatch: 2, reduce_dtype: null}", "tables[0].entries[0].microbatch", "do not exist"),
 ]
 
 
@@ -326,3 +345,32 @@ def test_the_reference_is_one_sgd_step_on_the_mean_gradient():
         torch.testing.assert_close(ref.rows_after[0][fqn], expected, rtol=1e-5, atol=1e-7)
         torch.testing.assert_close(ref.grad_rows[fqn], shard_rows(p.grad, 2, 1), rtol=1e-5, atol=1e-7)
     assert all(p.grad is None for p in model.parameters())  # the model itself is left as it was
+
+
+def test_the_reference_freezes_and_unfreezes_as_the_steps_say():
+    """Step 0 freezes layers.0 (its rows stay, layers.1's move), step 1 unfreezes it (its rows move):
+    the reference applies each step's freeze / unfreeze to its own copy, the model is left as it was."""
+    setup = tiny_setup({"steps": [{"freeze": ["layers.0.**"]}, {"unfreeze": ["layers.0.**"]}]})
+    config = qwen3.get_config("walkthrough", **TINY)
+    model = build_model(setup, config, torch.float32, torch.device("cpu"), init=True)
+    batches = global_batches(setup, config, torch.float32, 2)
+    plan = step_plan(setup, batches[0][:2], lambda n: [b[:2] for b in batches[:n]])
+    ref = schedule_reference(
+        model,
+        plan,
+        batches,
+        loss_fn=loss_function("mean_square"),
+        make_optimizer=lambda ps: torch.optim.SGD(ps, lr=0.5),
+        world_size=2,
+        rank=0,
+        shard_count=2,
+        shard_index=0,
+        compute_dtype=torch.float32,
+        reduce_dtype=torch.float32,
+    )
+    q0, q1 = "layers.0.self_attn.q_proj.weight", "layers.1.self_attn.q_proj.weight"
+    assert torch.equal(ref.rows_after[0][q0], ref.rows_before[q0])
+    assert not torch.equal(ref.rows_after[0][q1], ref.rows_before[q1])
+    assert not torch.equal(ref.rows_after[1][q0], ref.rows_after[0][q0])
+    assert ref.grad_rows[q0] is not None
+    assert all(p.requires_grad for p in model.parameters())

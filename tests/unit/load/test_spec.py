@@ -19,6 +19,12 @@ from tests.support.specs import edit, line_of
 from tests.support.specs import write_spec as write
 
 
+def test_a_spec_cites_its_public_sources(tmp_path):
+    for source in ("https://github.com/pytorch/pytorch/issues/170648", "[https://a.example/1, https://a.example/2]"):
+        text = BASE.replace("document: a document\n", f"document: a document\nsource: {source}\n")
+        assert len(load_spec(write(tmp_path, text)).items) == 5
+
+
 def test_the_base_spec_loads(tmp_path):
     spec = load_spec(write(tmp_path, BASE))
     assert [i.entry.id for i in spec.items] == [
@@ -288,6 +294,34 @@ MALFORMED = [
         "setup.numerics_reference",
         "expected one of ['each_rank', 'rank_0'], got 'rank0'",
         id="one-replica-misspelt",
+    ),
+    pytest.param(
+        edit("document: a document\n", "document: a document\nsource: 170648\n"),
+        "source:",
+        "source",
+        "170648 is not of type 'string'",
+        id="source-not-an-address",
+    ),
+    pytest.param(
+        edit("  mesh: {shape: [4]", '  grad_dtype: {"layers.*.mlp.*.weight": float64}\n  mesh: {shape: [4]'),
+        "grad_dtype",
+        "setup.grad_dtype.layers.*.mlp.*.weight",
+        "expected one of ['float16', 'bfloat16', 'float32'], got 'float64'",
+        id="grad-dtype-not-a-dtype",
+    ),
+    pytest.param(
+        edit("  mesh: {shape: [4]", '  grad_dtype: {"layers.*.mlp.*.bias": float32}\n  mesh: {shape: [4]'),
+        "grad_dtype",
+        "setup.grad_dtype.layers.*.mlp.*.bias",
+        "'layers.*.mlp.*.bias' matches no parameter; parameters look like",
+        id="grad-dtype-pattern-names-nothing",
+    ),
+    pytest.param(
+        edit("  mesh: {shape: [4]", "  grad_dtype: {}\n  mesh: {shape: [4]"),
+        "grad_dtype",
+        "setup.grad_dtype",
+        "should be non-empty",
+        id="grad-dtype-empty",
     ),
     pytest.param(
         edit("- {id: x_norm, step: step1.x_norm, shape: [2, 8, 512]}", "- x_norm"),

@@ -143,6 +143,12 @@ tables:
         ),
         ({"fsdp": {"shard_placement": {"layers.*.mlp.*.weight": 1}}}, "setup.fsdp.shard_placement"),
         ({"freeze": {"params": ["model.layers.0.self_attn.q_proj"]}}, "setup.freeze.params[0]"),
+        ({"grad_dtype": {"model.layers.*.weight": "float32"}}, "setup.grad_dtype.model.layers.*.weight"),
+        (
+            {"schedule": {"steps": [{}, {"freeze": ["model.layers.**"], "unfreeze": ["layers.0.**"]}]}},
+            "setup.schedule.steps[1].unfreeze[0]",
+        ),
+        ({"schedule": {"steps": [{"freeze": ["model.layers.2.**"]}]}}, "setup.schedule.steps[0].freeze[0]"),
     ],
 )
 def test_a_parameter_pattern_that_names_nothing_is_refused(setup, key):

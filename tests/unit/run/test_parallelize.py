@@ -149,3 +149,25 @@ def test_an_unknown_checkpoint_style_is_refused():
 
     with pytest.raises(ValueError, match="checkpoint_style 'around'"):
         apply_checkpoint(_Counted(), "around", False)
+
+
+def test_grad_dtypes_and_step_freezes_act_on_the_matching_parameters():
+    """setup.grad_dtype: the first matching pattern sets Parameter.grad_dtype, and autograd then keeps a
+    bf16 parameter's gradient in float32 (what fully_shard drops, specs/grad_dtype_dropped.yaml); a
+    schedule step's freeze then unfreeze set requires_grad; a pattern naming nothing is refused."""
+    from harness.load.schedule import ScheduleStep
+    from harness.run.parallelize import set_grad_dtypes, step_requires_grad
+
+    layer = torch.nn.Sequential(
+        torch.nn.Linear(4, 4, dtype=torch.bfloat16), torch.nn.Linear(4, 2, dtype=torch.bfloat16)
+    )
+    chosen = set_grad_dtypes(layer, [("0.*", "float32"), ("*.weight", "float16")])
+    assert chosen == {"0.weight": "float32", "0.bias": "float32", "1.weight": "float16"}
+    layer(torch.ones(3, 4, dtype=torch.bfloat16)).float().sum().backward()
+    assert [p.grad.dtype for p in layer.parameters()] == [torch.float32, torch.float32, torch.float16, torch.bfloat16]
+    with pytest.raises(ValueError, match="setup.grad_dtype: '2.\\*' matches no parameter"):
+        set_grad_dtypes(layer, [("2.*", "float32")])
+    step_requires_grad(layer, ScheduleStep(freeze=("**",), unfreeze=("1.bias",)))
+    assert [p.requires_grad for p in layer.parameters()] == [False, False, False, True]
+    with pytest.raises(ValueError, match="unfreeze: '3.bias' matches no parameter"):
+        step_requires_grad(layer, ScheduleStep(unfreeze=("3.bias",)))
