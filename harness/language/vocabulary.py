@@ -131,6 +131,7 @@ SHAPE = ValueType(
 )
 DTYPE = ValueType("dtype", f"a dtype name, one of {list(DTYPE_NAMES)}", _exact(lambda v: v in DTYPE_NAMES))
 BOOL = ValueType("bool", "true or false", _exact(lambda v: isinstance(v, bool)))
+OPTIONAL_BOOL = ValueType("bool", "true, false or null", _exact(lambda v: v is None or isinstance(v, bool)))
 TEXT = ValueType("text", "a string", _exact(lambda v: isinstance(v, str)))
 OPTIONAL_TEXT = ValueType("text", "a string or null", _exact(lambda v: v is None or isinstance(v, str)))
 MESSAGE = ValueType(

@@ -152,5 +152,6 @@ def _run_microbatch(
     if spec.backward:
         with instruments.phase("backward", step.index, mb.index):
             loss.backward()
+        instruments.after_backward()
     instruments.end_microbatch()
     return outcome

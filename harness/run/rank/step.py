@@ -225,6 +225,7 @@ class RankBody:
                 phases, self.group_dims, self.collective_log, track_memory=setup.track_memory
             )
             strategy.before_sharding(self, stack, instruments)
+            instruments.fully_shard_calls.before(root, device=self.device.type if self.plan.simulated else None)
             with phases.phase("setup"):
                 units = self.got["units"] = apply_fsdp(
                     root,
@@ -235,8 +236,9 @@ class RankBody:
                     backward_prefetch=setup.fsdp.backward_prefetch,
                     freeze=setup.freeze.params,
                     freeze_after=setup.freeze.after_fully_shard,
-                    after_each=lambda unit, module: self.hooks.call(
-                        "after_fully_shard", model=root, unit=unit.path or "root", module=module
+                    after_each=lambda unit, module: (
+                        instruments.fully_shard_calls.after(unit.path, root),
+                        self.hooks.call("after_fully_shard", model=root, unit=unit.path or "root", module=module),
                     ),
                 )
             strategy.after_sharding(self, stack, instruments, root)
