@@ -58,7 +58,7 @@ from harness.run.recorders.events import ShardStateProbe, events_from_profiler, 
 from harness.run.recorders.experts import ExpertRecorder
 from harness.run.recorders.memory import MemoryRecorder, tracker_limit_note
 from harness.run.recorders.param_states import FullyShardCalls, ParamStateHooks
-from harness.run.recorders.params import Unit, param_table
+from harness.run.recorders.params import Unit, buffer_table, param_table
 from harness.run.recorders.phases import Phases
 
 __all__ = ["Instruments"]
@@ -123,6 +123,7 @@ class Instruments:
         self.steps: list[dict[str, Any]] = []
         self._n_setup: int | None = None
         self._params: list[dict[str, Any]] = []
+        self._buffers: list[dict[str, Any]] = []
         self._memory: MemoryRecorder | None = None
         self._hooks: ParamStateHooks | None = None
         self.fully_shard_calls = FullyShardCalls()
@@ -154,7 +155,7 @@ class Instruments:
     ) -> Iterator["Instruments"]:
         """Observe the training steps: enter after ``fully_shard`` and the optimizer exist.
 
-        Takes the parameter table (sharded, before any step), then starts the profiler, the
+        Takes the parameter and buffer tables (sharded, before any step), then starts the profiler, the
         memory tracker, the parameter-state hooks and the shard-state probe, in that order.
         ``updates``: a :class:`~harness.run.recorders.updates.ParamUpdates` to call at each
         step's start and end (None: parameter updates are not tracked).
@@ -165,6 +166,7 @@ class Instruments:
         # recorded so far are setup's.
         self._n_setup = len(self.collectives.records)
         self._params = param_table(root, {fqn: u.name for u in units for fqn in u.params})
+        self._buffers = buffer_table(root)
         self._experts = ExpertRecorder(root)
         modules = {m: u.name for u in units for m in (u.modules or (u.module,))}
         self._memory = MemoryRecorder(root, optimizer, modules, inputs=inputs)
@@ -317,6 +319,7 @@ class Instruments:
             record.update(step_index=step_index, microbatch=microbatch)
         pieces = {
             "params": self._params,
+            "buffers": self._buffers,
             "param_states": self._hooks.states,
             "fully_shard_calls": self.fully_shard_calls.record,
             "steps": self.steps,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from harness.language.kinds import (
     bandwidth,
+    buffer,
     collectives,
     custom,
     environment,
@@ -32,6 +33,7 @@ REGISTRY: dict[str, CheckKind] = {
     m.KIND.name: m.KIND
     for m in (
         param,
+        buffer,
         params_total,
         input,
         step,

@@ -92,6 +92,7 @@ def measure(sel, obs):
             "optstate_device": p.get("optstate_device"),
             "pinned": p.get("pinned"),
             "grad_pinned": p.get("grad_pinned"),
+            "finite": p.get("finite"),
         }
     return out
 
@@ -139,6 +140,12 @@ KIND = CheckKind(
             "grad_pinned",
             OPTIONAL_BOOL,
             "after the step: its sharded gradient's storage is pinned host memory (null: no gradient)",
+        ),
+        Field(
+            "finite",
+            OPTIONAL_BOOL,
+            "before the first step: every element of the shard is finite (false: NaN or inf, e.g. memory "
+            "to_empty left uninitialized); null on meta or simulated",
         ),
     ),
     measure=measure,

@@ -201,7 +201,9 @@ class RankBody:
     def _materializer(self) -> Callable[..., Any] | None:
         """How ``apply_fsdp`` gives a meta-built model its shards' values; None for a full init."""
         if self.plan.init == "meta":
-            return functools.partial(init_shards_like_full, device=self.device, seed=self.setup.seed)
+            return functools.partial(
+                init_shards_like_full, device=self.device, seed=self.setup.seed, repair=self.setup.init_repair
+            )
         if self.plan.meta_init:
             return functools.partial(
                 init_local_shards,

@@ -19,7 +19,7 @@ from torch.distributed.tensor import DTensor
 
 from .collectives import dtype_name
 
-__all__ = ["Unit", "param_owner", "param_table", "pinned", "tensor_state", "flat_tensors"]
+__all__ = ["Unit", "param_owner", "param_table", "buffer_table", "pinned", "finite", "tensor_state", "flat_tensors"]
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,30 @@ def pinned(t: torch.Tensor) -> bool | None:
     return bool(local.is_pinned()) if local.device.type == "cpu" else False
 
 
+def finite(t: torch.Tensor) -> bool | None:
+    """Whether every element of ``t``'s local storage is finite (no NaN, no inf); None on ``meta``
+    or under ``FakeTensorMode``, where no values exist."""
+    local = _local(t)
+    if local.device.type == "meta" or is_fake(local):
+        return None
+    return bool(torch.isfinite(local.detach()).all()) if local.is_floating_point() else True
+
+
+def buffer_table(root: nn.Module) -> list[dict[str, Any]]:
+    """The schema's ``buffers`` list: every buffer of ``root`` (``named_buffers()`` order, RoPE's
+    ``inv_freq``): ``fqn``, ``shape``, ``dtype``, ``device`` (type), ``finite`` (:func:`finite`)."""
+    return [
+        {
+            "fqn": fqn,
+            "shape": list(b.shape),
+            "dtype": dtype_name(b.dtype),
+            "device": b.device.type,
+            "finite": finite(b),
+        }
+        for fqn, b in root.named_buffers()
+    ]
+
+
 def param_table(root: nn.Module, unit_names: list[str] | dict[str, str]) -> list[dict[str, Any]]:
     """The schema's ``params`` list: every parameter of ``root``, ``named_parameters()`` order.
 
@@ -127,6 +151,7 @@ def param_table(root: nn.Module, unit_names: list[str] | dict[str, str]) -> list
                 "requires_grad": bool(p.requires_grad),
                 "device": p.device.type,
                 "pinned": pinned(p),
+                "finite": finite(p),
             }
         )
     return rows
