@@ -20,7 +20,7 @@ from harness.judge.evaluate import FAILING, evaluate_spec
 from harness.load.spec import load_spec
 from tests.support import SPECS
 from tests.support.mutation_cases_moe import MOE_CASES
-from tests.support.mutation_cases_observability import OBSERVABILITY_CASES
+from tests.support.mutation_cases_observability import OBSERVABILITY_CASES, OBSERVABILITY_SETUP_CASES
 
 # (spec, text in the spec, replacement, failing entry id, text the failure must show)
 CASES = [
@@ -663,6 +663,7 @@ SETUP_CASES = [
         ["step1_layer0_trains", "unfrozen_step_reduces_all", "all_gradients_right"],
     ),
 ]
+SETUP_CASES += OBSERVABILITY_SETUP_CASES  # tests/support/mutation_cases_observability.py
 
 
 @pytest.mark.slow
