@@ -33,7 +33,6 @@ REGISTRY: dict[str, CheckKind] = {
     m.KIND.name: m.KIND
     for m in (
         param,
-        buffer,
         params_total,
         input,
         step,
@@ -51,6 +50,7 @@ REGISTRY: dict[str, CheckKind] = {
         expect_error,
         experts,
         custom,
+        buffer,
     )
 }
 """Check kind name -> definition, in the order the README lists them."""
