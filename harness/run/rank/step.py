@@ -227,7 +227,9 @@ class RankBody:
                 phases, self.group_dims, self.collective_log, track_memory=setup.track_memory
             )
             strategy.before_sharding(self, stack, instruments)
-            instruments.fully_shard_calls.before(root, device=self.device.type if self.plan.simulated else None)
+            # a simulated rank's storage is the harness's choice: record what a real rank would hold
+            stands_for = ("meta" if self.plan.init != "full" else self.device.type) if self.plan.simulated else None
+            instruments.fully_shard_calls.before(root, device=stands_for)
             with phases.phase("setup"):
                 units = self.got["units"] = apply_fsdp(
                     root,
