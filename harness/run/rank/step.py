@@ -230,6 +230,12 @@ class RankBody:
             # a simulated rank's storage is the harness's choice: record what a real rank would hold
             stands_for = ("meta" if self.plan.init != "full" else self.device.type) if self.plan.simulated else None
             instruments.fully_shard_calls.before(root, device=stands_for)
+
+            def after_each(unit: ShardUnit, module: torch.nn.Module) -> None:
+                # what the call did, before the spec's hook can change anything
+                instruments.fully_shard_calls.after(unit.path, root)
+                self.hooks.call("after_fully_shard", model=root, unit=unit.path or "root", module=module)
+
             with phases.phase("setup"):
                 units = self.got["units"] = apply_fsdp(
                     root,
@@ -240,10 +246,7 @@ class RankBody:
                     backward_prefetch=setup.fsdp.backward_prefetch,
                     freeze=setup.freeze.params,
                     freeze_after=setup.freeze.after_fully_shard,
-                    after_each=lambda unit, module: (
-                        instruments.fully_shard_calls.after(unit.path, root),
-                        self.hooks.call("after_fully_shard", model=root, unit=unit.path or "root", module=module),
-                    ),
+                    after_each=after_each,
                 )
             strategy.after_sharding(self, stack, instruments, root)
             with phases.phase("setup"):
