@@ -13,8 +13,8 @@ hooks only:
 - ``post_forward``: a forward hook, appended after FSDP's post-forward (Step 11: resharded
   unless ``reshard_after_forward`` is False);
 - ``pre_backward``: a gradient hook on the unit's first output that requires grad, registered
-  in that forward hook, after the one FSDP registers there (``_register_pre_backward_hook``):
-  tensor hooks run in registration order, so it runs right after FSDP's pre-backward unshard;
+  in that forward hook, after the one FSDP registers there: right after FSDP's pre-backward
+  unshard (``harness.run.recorders.backward_points``);
 - ``post_backward``: a hook on the ``RegisterPostBackwardFunction`` node FSDP wraps the unit's
   forward inputs in, whose backward runs FSDP's post-backward (reduce-scatter, reshard). A
   unit whose inputs need no gradient (the first decoder layer on hidden states) has no such
@@ -39,9 +39,9 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-import torch
 from torch import nn
 
+from .backward_points import after_post_backward, after_pre_backward
 from .collectives import dtype_name
 from .params import Unit, flat_tensors, tensor_state
 
@@ -113,24 +113,14 @@ class ParamStateHooks:
         if self._is_backward():
             return
         self._snapshot(unit, "pre_forward", args)
-        # FSDP wraps the unit's inputs in RegisterPostBackwardFunction when one needs a gradient;
-        # that node's backward runs the unit's post-backward: look right after it (once per call).
-        for value in list(args) + list(kwargs.values()):
-            node = getattr(value, "grad_fn", None) if isinstance(value, torch.Tensor) else None
-            if node is not None and "RegisterPostBackward" in node.name():
-                node.register_hook(lambda grad_inputs, grad_outputs, u=unit: self._snapshot(u, "post_backward"))
-                break
+        after_post_backward(args, kwargs, lambda: self._snapshot(unit, "post_backward"))
 
     def _post_forward(self, unit: Unit, output: Any) -> None:
         if self._is_backward():
             return
         self._snapshot(unit, "post_forward", output)
-        # FSDP's pre-backward hook sits on the unit's outputs (registered in its post-forward,
-        # which ran before this hook): one registered now runs right after it in backward.
-        for t in flat_tensors(output):
-            if t.requires_grad:
-                t.register_hook(lambda grad, u=unit: self._snapshot(u, "pre_backward"))
-                break
+        # once per call, on the first output that needs a gradient (FSDP unshards once)
+        after_pre_backward(output, lambda: self._snapshot(unit, "pre_backward"), every_output=False)
 
     def install(self) -> "ParamStateHooks":
         for unit in self.units:
