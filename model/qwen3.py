@@ -580,7 +580,12 @@ def _normal_(weight: torch.Tensor, std: float, generator: torch.Generator | None
 
 @torch.no_grad()
 def init_weights(
-    module: nn.Module, std: float | None = None, generator: torch.Generator | None = None, fill=None
+    module: nn.Module,
+    std: float | None = None,
+    generator: torch.Generator | None = None,
+    fill=None,
+    *,
+    reset_norms_and_rope: bool = True,
 ) -> nn.Module:
     """transformers' Qwen3 initialization, deterministic given a ``torch.Generator``.
 
@@ -600,6 +605,9 @@ def init_weights(
         fill: ``fill(weight, sample)`` puts a drawn float32 ``sample`` of the weight's full
             shape into the weight (default: ``weight.copy_(sample)``); for a sharded (DTensor)
             weight it keeps this rank's slice, so the draws and values are a full init's.
+        reset_norms_and_rope: False leaves RMSNorm weights and RoPE's ``inv_freq`` as they are:
+            what an init of only the Linear and Embedding weights does to a model materialized
+            with ``to_empty()`` (the repair forgotten).
 
     Returns:
         ``module``, for chaining.
@@ -619,10 +627,11 @@ def init_weights(
             if isinstance(m, nn.Embedding) and m.padding_idx is not None:
                 m.weight[m.padding_idx].zero_()
         elif isinstance(m, Qwen3RMSNorm):
-            if not m.weight.is_meta:
+            if not m.weight.is_meta and reset_norms_and_rope:
                 m.reset_parameters()
         elif isinstance(m, Qwen3RotaryEmbedding):
-            m.reset_parameters()
+            if reset_norms_and_rope:
+                m.reset_parameters()
         else:
             # Parameters that are not a Linear's or an Embedding's but drawn like them
             # (model/qwen3_moe.py: the experts' 3-D gate_up_proj/down_proj, the router's weight;

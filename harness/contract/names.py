@@ -121,9 +121,23 @@ MEMORY_ROOT_STATES: tuple[str, ...] = MEMORY_UNIT_STATES + (
 )
 """States recorded under the root unit (module ""): the unit states plus three whole-rank snapshots."""
 
-PARAM_STATE_POINTS: tuple[str, ...] = ("pre_forward", "post_forward")
-"""Where recorders.params captures what a unit holds: after FSDP's pre-forward hook (the
-document's Step 0) and after its post-forward hook (Step 11)."""
+PARAM_STATE_POINTS: tuple[str, ...] = (
+    "pre_forward",
+    "post_forward",
+    "pre_backward",
+    "post_backward",
+    "after_backward",
+    "after_optimizer_step",
+    "after_zero_grad",
+    "after_fully_shard",
+)
+"""Where a unit's parameters are looked at (``harness/run/recorders/param_states.py``): after a
+``fully_shard`` call (the ``fully_shard_calls`` record); right after FSDP's pre-forward hook (the
+document's Step 0), its post-forward hook (Step 11), its pre-backward hook and its post-backward;
+after ``loss.backward()``, ``optimizer.step()`` and ``optimizer.zero_grad()`` return."""
+
+PARAM_STATE_STEP_POINTS: tuple[str, ...] = ("after_optimizer_step", "after_zero_grad")
+"""The points a step takes once, outside its microbatches (their ``microbatch`` is null)."""
 
 UNIT_ROLES: tuple[str, ...] = ("layer", "root", "module")
 """What an FSDP unit is: a decoder layer, the root module (the last ``fully_shard`` call), or any

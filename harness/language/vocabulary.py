@@ -143,6 +143,7 @@ OPTIONAL_SHAPE = ValueType(
     _exact(lambda v: v is None or (isinstance(v, list) and all(_is_int(d) and d >= 0 for d in v))),
 )
 BOOL = ValueType("bool", "true or false", _exact(lambda v: isinstance(v, bool)))
+OPTIONAL_BOOL = ValueType("bool", "true, false or null", _exact(lambda v: v is None or isinstance(v, bool)))
 TEXT = ValueType("text", "a string", _exact(lambda v: isinstance(v, str)))
 OPTIONAL_TEXT = ValueType("text", "a string or null", _exact(lambda v: v is None or isinstance(v, str)))
 MESSAGE = ValueType(

@@ -316,7 +316,7 @@ def key_rows(cls: type, prefix: str = "setup") -> list[tuple[str, dict[str, Any]
         for name, sub in schema.get("properties", {}).items():
             here = f"{path}.{name}"
             rows.append((here, sub))
-            walk(sub, here)
+            walk(sub.get("then", sub) if "if" in sub else sub, here)  # a mapping form's keys (setup.init)
             items = sub.get("items")
             if isinstance(items, Mapping):
                 walk(items.get("then", items), here + "[]")

@@ -41,6 +41,8 @@ def _type_text(schema: Mapping[str, Any]) -> str:
         return "one of " + ", ".join(
             f"`{json.dumps(v)}`" if not isinstance(v, str) else f"`{v}`" for v in schema["enum"]
         )
+    if "if" in schema and "enum" in schema["else"]:  # a value or a mapping of keys (setup.init)
+        return _type_text(schema["else"]) + " or mapping"
     if "if" in schema:  # an FSDP unit entry, or its modules
         then = schema["then"]
         return "string, list of strings" + (" or mapping" if then.get("type") == "object" else "")

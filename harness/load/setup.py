@@ -12,7 +12,7 @@ declarations (``python -m harness.load.docs``). A validated mapping becomes a :c
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping
 
 from harness.contract.names import BANDWIDTH_OPS
@@ -472,6 +472,38 @@ class StateDictSetup:
         return problems
 
 
+INIT_DEVICES = ("full", "meta")
+"""``setup.init``'s values, or its ``device`` key's."""
+
+
+def _init_schema() -> dict[str, Any]:
+    """``setup.init``: one of :data:`INIT_DEVICES`, or ``{device, repair}``."""
+    return {
+        "if": {"type": "object"},
+        "then": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["device"],
+            "properties": {
+                "device": {"enum": list(INIT_DEVICES), "description": "full or meta, as setup.init's value"},
+                "repair": {
+                    "type": "boolean",
+                    "default": True,
+                    "description": "meta only: after to_empty, fill RMSNorm weights with 1 and recompute RoPE's "
+                    "inv_freq (false: leave them as to_empty leaves them, with that memory filled with NaN by "
+                    "torch.utils.deterministic.fill_uninitialized_memory so that a read of it shows)",
+                },
+            },
+        },
+        "else": {"enum": list(INIT_DEVICES)},
+    }
+
+
+def _init_device(value: Any) -> str | None:
+    """``setup.init`` as written -> the device it names ("full", "meta") or None."""
+    return value.get("device") if isinstance(value, Mapping) else value
+
+
 @dataclass(frozen=True)
 class RunSetup:
     """How the harness runs the step: one FSDP2 training step, fully specified.
@@ -504,7 +536,9 @@ class RunSetup:
             ``fully_shard``), "meta" (built on ``meta``, ``fully_shard``, ``to_empty``, then each
             rank fills its shards with exactly the values "full" gives: same seed, same numbers;
             RoPE's ``inv_freq`` recomputed), or None: "full" with numerics on, else each rank
-            draws its own shards (fast, values unlike "full"'s).
+            draws its own shards (fast, values unlike "full"'s). Written ``{device, repair}``.
+        init_repair: with init "meta": fill the RMSNorm weights and recompute RoPE's ``inv_freq``
+            after ``to_empty`` (``setup.init.repair``, default true; not a key of its own).
         track_memory: run ``FSDPMemTracker`` over the step (the ``memory`` observation).
         freeze: see :class:`FreezeSetup`.
         grad_dtype: ((parameter pattern, dtype name), ...): ``Parameter.grad_dtype`` set on the
@@ -564,11 +598,15 @@ class RunSetup:
     )
     init: str | None = key(
         None,
-        enum=["full", "meta"],
+        whole=lambda: _init_schema(),
+        parse=lambda value: _init_device(value),
         doc="full: build on the device, init, then fully_shard; meta: build on meta, fully_shard, to_empty, then each "
         "rank fills its shards with exactly the full init's values (same seed) and recomputes RoPE's inv_freq. "
-        "Default: full with numerics on, else each rank draws its own shards",
+        "{device: meta, repair: false}: the same without the repairs a meta-built model needs (RMSNorm weights "
+        "and RoPE's inv_freq left as to_empty leaves them, NaN). Default: full with numerics on, else each rank "
+        "draws its own shards",
     )
+    init_repair: bool = True
     track_memory: bool = key(
         True,
         doc="run FSDPMemTracker over the step. It re-registers FSDP's forward hooks per module, which changes "
@@ -683,6 +721,9 @@ class RunSetup:
         setup, problems = build(cls, data)
         if problems:
             raise SetupError(*problems[0], errors=problems)
+        init = data.get("init")
+        if isinstance(init, Mapping) and init.get("repair") is False:  # not a key of its own: part of init's
+            setup = replace(setup, init_repair=False)
         return setup
 
     def _rules(self, given: Mapping[str, Any], where: str) -> Problems:
@@ -726,6 +767,15 @@ class RunSetup:
                             "replicate dim: expected a 2-D mesh (dp_replicate, dp_shard)",
                         )
                     )
+        init = given.get("init")
+        if isinstance(init, Mapping) and init.get("repair") is False and init.get("device") != "meta":
+            problems.append(
+                (
+                    f"{where}.init.repair",
+                    f"device {init.get('device')!r} builds the model with its values: nothing to repair; "
+                    "repair: false goes with device: meta",
+                )
+            )
         if self.numerics_reference != "each_rank" and given.get("schedule"):
             problems.append(
                 (

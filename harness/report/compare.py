@@ -45,6 +45,8 @@ KINDS: dict[str, str] = {
     "collectives": "collectives",
     "params": "param",
     "param_states": "param_state",
+    "fully_shard_calls": "param_state",
+    "buffers": "buffer",
     "steps": "step",
     "events": "events",
     "grad_norms": "grad_norm",

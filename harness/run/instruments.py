@@ -9,8 +9,11 @@
   file descriptor 2 muted;
 - the :class:`~harness.run.recorders.memory.MemoryRecorder` (``FSDPMemTracker``), around the
   training steps;
-- the :class:`~harness.run.recorders.params.ParamStateHooks` (what each unit holds right after
-  FSDP's pre- and post-forward hooks), installed for the training steps;
+- the :class:`~harness.run.recorders.param_states.FullyShardCalls` (every parameter before the
+  first ``fully_shard`` call and after each one), told of each call by the rank;
+- the :class:`~harness.run.recorders.param_states.ParamStateHooks` (what each unit holds right
+  after FSDP's forward and backward hooks, and after backward, the optimizer step and
+  ``zero_grad``), installed for the training steps;
 - the walkthrough's step observer (``model.observe_steps``), around each forward;
 - the :class:`~harness.run.recorders.events.ShardStateProbe` (a unit's reshard/unshard as a
   profiler marker beside FSDP's own labels: the ``events`` list), installed for the steps;
@@ -30,7 +33,7 @@ Use::
             ...                                                # the step loop
     pieces = instruments.pieces()                              # the rank's observation parts
 
-:meth:`pieces` returns the rank entry's ``params``, ``param_states``, ``steps``,
+:meth:`pieces` returns the rank entry's ``params``, ``param_states``, ``fully_shard_calls``, ``steps``,
 ``collectives``, ``memory``, ``events``, ``grad_norms``, ``grads``, ``unit_dtypes`` and (if tracked)
 ``param_updates``
 (``harness/contract/observation.schema.json``, ``$defs/rank``).
@@ -58,7 +61,8 @@ from harness.run.recorders.events import ShardStateProbe, events_from_profiler, 
 from harness.run.recorders.experts import ExpertRecorder
 from harness.run.recorders.grads import grad_records, unit_dtype_records
 from harness.run.recorders.memory import MemoryRecorder, tracker_limit_note
-from harness.run.recorders.params import ParamStateHooks, Unit, param_table
+from harness.run.recorders.param_states import FullyShardCalls, ParamStateHooks
+from harness.run.recorders.params import Unit, buffer_table, param_table
 from harness.run.recorders.phases import Phases
 
 __all__ = ["Instruments"]
@@ -123,8 +127,10 @@ class Instruments:
         self.steps: list[dict[str, Any]] = []
         self._n_setup: int | None = None
         self._params: list[dict[str, Any]] = []
+        self._buffers: list[dict[str, Any]] = []
         self._memory: MemoryRecorder | None = None
         self._hooks: ParamStateHooks | None = None
+        self.fully_shard_calls = FullyShardCalls()
         self._phases = phases
         self._probe: ShardStateProbe | None = None
         self._updates: Any = None
@@ -157,7 +163,7 @@ class Instruments:
     ) -> Iterator["Instruments"]:
         """Observe the training steps: enter after ``fully_shard`` and the optimizer exist.
 
-        Takes the parameter table (sharded, before any step), then starts the profiler, the
+        Takes the parameter and buffer tables (sharded, before any step), then starts the profiler, the
         memory tracker, the parameter-state hooks and the shard-state probe, in that order.
         ``updates``: a :class:`~harness.run.recorders.updates.ParamUpdates` to call at each
         step's start and end (None: parameter updates are not tracked).
@@ -169,13 +175,16 @@ class Instruments:
         # recorded so far are setup's.
         self._n_setup = len(self.collectives.records)
         self._params = param_table(root, {fqn: u.name for u in units for fqn in u.params})
+        self._buffers = buffer_table(root)
         self._experts = ExpertRecorder(root)
         modules = {m: u.name for u in units for m in (u.modules or (u.module,))}
         self._memory = MemoryRecorder(root, optimizer, modules, inputs=inputs)
         with _quiet(self.profiler), self._memory if self.track_memory else contextlib.nullcontext():
             # After entering FSDPMemTracker: it re-registers FSDP's forward hooks, and these
             # hooks must run after FSDP's (pre-forward prepended, post-forward appended).
-            self._hooks = ParamStateHooks(list(units), is_backward=_in_backward).install()
+            self._hooks = ParamStateHooks(
+                list(units), is_backward=_in_backward, position=lambda: self._position
+            ).install()
             self._probe = ShardStateProbe(list(units)).install()
             try:
                 yield self
@@ -221,9 +230,18 @@ class Instruments:
             self._experts.after_backward(*self._position)
 
     def after_zero_grad(self, step_index: int) -> None:
-        """Take the whole-rank memory snapshot that follows ``optimizer.zero_grad()``."""
+        """Take the whole-rank memory snapshot that follows ``optimizer.zero_grad()`` and each unit's
+        ``after_zero_grad`` parameter state."""
         if self._memory is not None and self.track_memory:
             self._memory.mark_state("After Zero Grad", step_index)
+        if self._hooks is not None:
+            self._hooks.snapshot_all("after_zero_grad")
+
+    def after_backward(self) -> None:
+        """``loss.backward()`` returned (the root's post-backward callback ran): each unit's
+        ``after_backward`` parameter state."""
+        if self._hooks is not None:
+            self._hooks.snapshot_all("after_backward")
 
     def record_grad_norm(
         self, step_index: int, norm: torch.Tensor, clip: Any, *, clip_coef: float | None = None
@@ -297,6 +315,8 @@ class Instruments:
             raise RuntimeError("after_optimizer_step outside Instruments.observing")
         if self.track_memory:
             self._memory.mark_after_step(step_index)
+        if self._hooks is not None:
+            self._hooks.snapshot_all("after_optimizer_step")
 
     def pieces(self) -> dict[str, Any]:
         """The rank entry's ``params``, ``param_states``, ``steps``, ``collectives``, ``memory``.
@@ -323,7 +343,9 @@ class Instruments:
             record.update(step_index=step_index, microbatch=microbatch)
         pieces = {
             "params": self._params,
+            "buffers": self._buffers,
             "param_states": self._hooks.states,
+            "fully_shard_calls": self.fully_shard_calls.record,
             "steps": self.steps,
             "collectives": resolve_mesh_dims(
                 setup + attribute(records[self._n_setup :], profiler_spans(self.profiler))

@@ -189,5 +189,6 @@ def _run_microbatch(
     if spec.backward:
         with instruments.phase("backward", step.index, mb.index):
             loss.backward()
+        instruments.after_backward()
     instruments.end_microbatch()
     return outcome

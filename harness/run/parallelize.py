@@ -20,9 +20,10 @@ reshard_after_forward, mp_policy, ...)`` (torch 2.13).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -48,6 +49,7 @@ __all__ = [
     "step_requires_grad",
     "init_local_shards",
     "init_shards_like_full",
+    "uninitialized_memory_as_nan",
 ]
 
 
@@ -450,8 +452,34 @@ def _local_slices(p: torch.Tensor) -> tuple[slice, ...] | None:
     return tuple(slice(o, o + n) for o, n in zip(offset, shape))
 
 
+@contextlib.contextmanager
+def uninitialized_memory_as_nan() -> Iterator[None]:
+    """Inside the block, memory torch allocates without initializing (``torch.empty``,
+    ``empty_like``: what ``to_empty()`` uses) is filled with NaN (integers: their maximum), so a
+    value read before anything wrote it shows as NaN instead of whatever the allocator left.
+
+    torch's own switch for it: ``torch.utils.deterministic.fill_uninitialized_memory`` under
+    ``torch.use_deterministic_algorithms(True)`` (torch docs, "torch.utils.deterministic"); both
+    are restored on exit.
+    """
+    import torch.utils.deterministic as deterministic
+
+    enabled, warn_only = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
+    fill = deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True)
+    deterministic.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        deterministic.fill_uninitialized_memory = fill
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+
+
 @torch.no_grad()
-def init_shards_like_full(root: nn.Module, device: torch.device, *, seed: int) -> None:
+def init_shards_like_full(root: nn.Module, device: torch.device, *, seed: int, repair: bool = True) -> None:
     """Materialize a model sharded on ``meta`` with the values a full init gives (``setup.init: meta``).
 
     ``root.to_empty(device)`` allocates every (local) tensor; then ``model.init_weights`` runs
@@ -461,15 +489,23 @@ def init_shards_like_full(root: nn.Module, device: torch.device, *, seed: int) -
     ``Shard(1)``, padding, HSDP) is kept. Same draws in the same order: the same numbers as a
     full init. RMSNorm weights are filled with 1 and RoPE's ``inv_freq`` recomputed (a buffer
     ``to_empty`` leaves uninitialized).
+
+    ``repair`` False (``setup.init: {device: meta, repair: false}``): only the Linear and
+    Embedding weights are filled, as an init that forgets the rest; the RMSNorm weights and
+    ``inv_freq`` keep what ``to_empty`` left, which :func:`uninitialized_memory_as_nan` makes NaN.
     """
-    root.to_empty(device=device)
+    if repair:
+        root.to_empty(device=device)
+    else:
+        with uninitialized_memory_as_nan():
+            root.to_empty(device=device)
 
     def fill(weight: torch.Tensor, sample: torch.Tensor) -> None:
         slices = _local_slices(weight)
         target = weight.to_local() if slices is not None else weight
         target.copy_(sample[slices] if slices is not None else sample)
 
-    qwen3.init_weights(root, generator=torch.Generator().manual_seed(seed), fill=fill)
+    qwen3.init_weights(root, generator=torch.Generator().manual_seed(seed), fill=fill, reset_norms_and_rope=repair)
 
 
 def unit_state(unit: Unit) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from harness.judge.evaluate import FAILING, evaluate_spec
 from harness.load.spec import load_spec
 from tests.support import SPECS
 from tests.support.mutation_cases_moe import MOE_CASES
+from tests.support.mutation_cases_observability import OBSERVABILITY_CASES, OBSERVABILITY_SETUP_CASES
 
 # (spec, text in the spec, replacement, failing entry id, text the failure must show)
 CASES = [
@@ -361,8 +362,8 @@ CASES = [
     ),
     (
         "cpu_offload",
-        "[mlp.up_proj.weight, cpu, cpu, cpu, [64, 64]]",
-        "[mlp.up_proj.weight, cpu, cuda, cpu, [64, 64]]",
+        "[mlp.up_proj.weight, cpu, cpu, cpu, [64, 64], false, false]",
+        "[mlp.up_proj.weight, cpu, cuda, cpu, [64, 64], false, false]",
         "mlp.up_proj.weight",
         "expected cuda",
     ),
@@ -630,6 +631,7 @@ CASES = [
 
 
 CASES += MOE_CASES  # tests/support/mutation_cases_moe.py
+CASES += OBSERVABILITY_CASES  # tests/support/mutation_cases_observability.py
 
 
 def _copy_hooks_file(spec: Path, folder: Path) -> None:
@@ -839,6 +841,7 @@ SETUP_CASES = [
         ["layer0_unfrozen_still_unresolved", "layer0_reduces_bf16", "every_gradient_bf16"],
     ),
 ]
+SETUP_CASES += OBSERVABILITY_SETUP_CASES  # tests/support/mutation_cases_observability.py
 
 
 @pytest.mark.slow

@@ -207,3 +207,23 @@ def test_the_parameter_update_tracker_changes_nothing_the_others_record():
     steps = {"schedule": {"steps": [{"repeat": 2}]}, "numerics": False}
     on, off = _run(_small(**steps)), _run(_small(**steps), step="tests.support.passive_bodies:without_param_updates")
     assert _without(flatten_observation(on), "param_updates") == _without(flatten_observation(off), "param_updates")
+
+
+@pytest.mark.slow
+def test_the_parameter_state_hooks_change_nothing_the_others_record():
+    """Forward and backward hooks, the loop's points and the fully_shard call record: memory included."""
+    steps = {"schedule": {"steps": [{"microbatches": 2}, {}]}, "numerics": False}
+    on = _run(_small(**steps))
+    off = _run(_small(**steps), step="tests.support.passive_bodies:without_param_states")
+    parts = ("param_states", "fully_shard_calls")
+    assert _without(flatten_observation(on), *parts) == _without(flatten_observation(off), *parts)
+    points = {s["point"] for s in on["ranks"][0]["param_states"]}
+    assert points == {
+        "pre_forward",
+        "post_forward",
+        "pre_backward",
+        "post_backward",
+        "after_backward",
+        "after_optimizer_step",
+        "after_zero_grad",
+    }

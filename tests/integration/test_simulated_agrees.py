@@ -4,7 +4,9 @@ The Qwen3-0.6B spec runs on 8 real gloo ranks (specs/qwen3_0_6b_8_ranks.yaml); t
 on the fake backend, observing all 8 ranks, must record the same parameters, parameter states,
 step tensors, FSDP units, inputs and collectives. What legitimately differs is left out and
 named here: timings; numerics (a simulation has none); the environment's backend fields and
-each real rank's own environment record (host, device: one simulating process has none); and
+each real rank's own environment record (host, device: one simulating process has none); the
+fields read from a tensor's values or storage (a parameter's or buffer's ``finite``, ``pinned``,
+``grad_pinned``: null in a simulation); and
 in FSDPMemTracker's snapshots, the peaks ("Peak", "Peak Backward") and the ``temp`` category
 (with the ``total`` that includes it). A fake collective completes at once, a real one
 asynchronously: a real rank was seen still holding a reduce-scatter-sized temporary buffer
@@ -27,8 +29,13 @@ PEAK_STATES = {"Peak", "Peak Backward"}
 TIMING_DEPENDENT = {"temp", "total"}
 
 
+VALUE_FIELDS = {"finite", "pinned", "grad_pinned"}  # read from the values: null in a simulation, which has none
+
+
 def _comparable(rank_doc: dict) -> dict:
     doc = {k: v for k, v in rank_doc.items() if k not in ("timings_s", "numerics", "environment")}
+    for part in ("params", "buffers"):
+        doc[part] = [{k: v for k, v in row.items() if k not in VALUE_FIELDS} for row in rank_doc.get(part, [])]
     doc["memory"] = [
         {**m, "bytes": {k: v for k, v in m["bytes"].items() if k not in TIMING_DEPENDENT}}
         for m in rank_doc["memory"]

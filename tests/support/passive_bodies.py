@@ -40,3 +40,25 @@ def without_param_updates(setup: Any, rank: int, world_size: int, device_type: s
 
     rank_step.ParamUpdates = lambda *args, **kw: None  # this rank process only
     return run_step(setup, rank, world_size, device_type, **kwargs)
+
+
+def without_param_states(setup: Any, rank: int, world_size: int, device_type: str, **kwargs: Any) -> dict:
+    """The step with no parameter-state hooks (no forward, backward or loop points) and no fully_shard call record."""
+    import harness.run.instruments as instruments
+
+    class Nothing:
+        states: list = []
+        record: dict = {"before": [], "calls": []}
+
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            pass
+
+        def install(self) -> "Nothing":
+            return self
+
+        def __getattr__(self, name: str) -> Any:
+            return lambda *args, **kw: None  # remove, snapshot_all, before, after
+
+    instruments.ParamStateHooks = Nothing  # this rank process only
+    instruments.FullyShardCalls = Nothing
+    return run_step(setup, rank, world_size, device_type, **kwargs)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from harness.language.kinds import (
     bandwidth,
+    buffer,
     collectives,
     custom,
     environment,
@@ -57,6 +58,7 @@ REGISTRY: dict[str, CheckKind] = {
         expect_error,
         experts,
         custom,
+        buffer,
     )
 }
 """Check kind name -> definition, in the order the README lists them."""

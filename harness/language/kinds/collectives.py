@@ -123,6 +123,10 @@ _FIELDS_PER_COLLECTIVE = (
 )
 
 
+LABEL_CHAIN_SEPARATOR = " > "
+"""Joins a collective's enclosing ``FSDP::`` labels, outermost first, in a ``label_chains`` item."""
+
+
 def _unit_label(unit: str | None) -> str:
     """How a sequence names a collective's unit: its FQN, 'root' for the root ('') and '-' for none."""
     if unit is None:
@@ -140,6 +144,8 @@ def measure(sel, obs):
             "total_buffer_bytes": sum(c["buffer_bytes"] for c in cs),
             "total_ring_bytes": sum(ring_bytes(c) for c in cs),
             "sequence": [f"{c['op']} {_unit_label(c['unit'])}" for c in cs],
+            "fsdp_labels": common([list(c.get("fsdp_labels") or []) for c in cs]),
+            "label_chains": [LABEL_CHAIN_SEPARATOR.join(c.get("fsdp_labels") or []) or "-" for c in cs],
         }
         # per-collective fields: the common value, or the list when they differ
         for key in _FIELDS_PER_COLLECTIVE + ("ring_bytes",):
@@ -184,6 +190,19 @@ KIND = CheckKind(
         Field("element_size", COUNT, "bytes per element"),
         Field("reduce_op", OPTIONAL_TEXT, "the ReduceOp it was called with (SUM, AVG, PREMUL_SUM, ...; null for none)"),
         Field("sequence", TEXTS, "'op unit' of each selected collective in issue order"),
+        Field(
+            "fsdp_labels",
+            TEXTS,
+            "every FSDP:: profiler label enclosing them, outermost first, verbatim (e.g. ['FSDP::pre_backward "
+            "(layers.1)', 'FSDP::backward_prefetch for layers.0', 'FSDP::all_gather (layers.0)']); the list of "
+            "chains when the selected collectives' chains differ",
+        ),
+        Field(
+            "label_chains",
+            TEXTS,
+            "each selected collective's label chain in issue order, its labels joined by ' > ' "
+            "('-' for one outside every FSDP label)",
+        ),
     ),
     measure=measure,
 )

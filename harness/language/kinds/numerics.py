@@ -32,6 +32,9 @@ def measure(sel, obs):
             "grads_rel_diff": max((_rel(g) for g in grads), default=0.0),
             "grads_count": len(grads),
             "loss_max_abs_diff": (n.get("loss") or {}).get("max_abs_diff"),
+            "forward_nonfinite": n["forward_output"].get("nonfinite"),
+            "loss_nonfinite": (n.get("loss") or {}).get("nonfinite"),
+            "grads_nonfinite": sum(bool(g.get("nonfinite")) for g in grads),
             "replica_dtype": n["replica_dtype"],
             "reduce_dtype": n.get("reduce_dtype", "float32"),
         }
@@ -49,6 +52,9 @@ KIND = CheckKind(
         Field("grads_rel_diff", NUMBER, "the worst gradient's max abs diff / its largest |reference|"),
         Field("grads_count", COUNT, "gradient shards compared"),
         Field("loss_max_abs_diff", NUMBER, "|loss - replica loss|"),
+        Field("forward_nonfinite", COUNT, "elements of this rank's output that are NaN or infinite"),
+        Field("loss_nonfinite", COUNT, "1 when this rank's loss is NaN or infinite, else 0"),
+        Field("grads_nonfinite", COUNT, "gradient shards holding a NaN or infinite element"),
         Field("replica_dtype", DTYPE, "the dtype the replica computed in"),
         Field(
             "reduce_dtype",

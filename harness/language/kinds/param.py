@@ -12,6 +12,7 @@ from harness.language.vocabulary import (
     BYTES,
     COUNT,
     DTYPE,
+    OPTIONAL_BOOL,
     OPTIONAL_TEXT,
     SHAPE,
     TEXT,
@@ -89,6 +90,9 @@ def measure(sel, obs):
             "device": p.get("device"),
             "grad_device": p.get("grad_device"),
             "optstate_device": p.get("optstate_device"),
+            "pinned": p.get("pinned"),
+            "grad_pinned": p.get("grad_pinned"),
+            "finite": p.get("finite"),
         }
     return out
 
@@ -125,6 +129,23 @@ KIND = CheckKind(
             "optstate_device",
             OPTIONAL_TEXT,
             "after the step: device type of its optimizer state (null: none, e.g. SGD)",
+        ),
+        Field(
+            "pinned",
+            OPTIONAL_BOOL,
+            "before the first step: the shard's storage is pinned host memory (Tensor.is_pinned(); "
+            "CPUOffloadPolicy(pin_memory=True)); false on a device; null on meta or simulated",
+        ),
+        Field(
+            "grad_pinned",
+            OPTIONAL_BOOL,
+            "after the step: its sharded gradient's storage is pinned host memory (null: no gradient)",
+        ),
+        Field(
+            "finite",
+            OPTIONAL_BOOL,
+            "before the first step: every element of the shard is finite (false: NaN or inf, e.g. memory "
+            "to_empty left uninitialized); null on meta or simulated",
         ),
     ),
     measure=measure,

@@ -17,6 +17,7 @@ import torch.distributed as dist
 from harness.run.parallelize import unit_state
 from harness.run.recorders.collectives import resolve_mesh_dims
 from harness.run.recorders.environment import cpu_name
+from harness.run.recorders.params import pinned
 from harness.run.recorders.phases import Phases
 
 __all__ = ["environment", "group_dims", "where_after_step", "compile_counts", "error_result"]
@@ -53,7 +54,8 @@ def where_after_step(
 ) -> None:
     """Add to each ``params`` row where its gradient and optimizer state live after the step
     (``grad_device``: None without a gradient; ``optstate_device``: None without state), beside
-    the shard's ``device``: what ``CPUOffloadPolicy`` moves."""
+    the shard's ``device``: what ``CPUOffloadPolicy`` moves; and whether the gradient's local
+    storage is pinned host memory (``grad_pinned``: ``Tensor.is_pinned()``, None without one)."""
     by_fqn = dict(sharded)
     for row in rows:
         p = by_fqn.get(row["fqn"])
@@ -61,6 +63,7 @@ def where_after_step(
             continue
         grad = p.grad
         row["grad_device"] = grad.device.type if grad is not None else None
+        row["grad_pinned"] = pinned(grad) if grad is not None else None
         devices = sorted(
             {v.device.type for v in optimizer.state.get(p, {}).values() if isinstance(v, torch.Tensor) and v.dim() > 0}
         )
@@ -99,6 +102,7 @@ def error_result(
                 dict(r, unit=None, fsdp_label=None, fsdp_labels=[], hook=None) for r in instruments.collectives.records
             ]
             pieces["collectives"] = resolve_mesh_dims(records)
+            pieces["fully_shard_calls"] = instruments.fully_shard_calls.record  # what sharding did before the error
     inputs = got.get("inputs")
     timings = dict(phases.timings_s)
     timings["total"] = time.perf_counter() - t_start

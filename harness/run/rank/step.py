@@ -201,7 +201,9 @@ class RankBody:
     def _materializer(self) -> Callable[..., Any] | None:
         """How ``apply_fsdp`` gives a meta-built model its shards' values; None for a full init."""
         if self.plan.init == "meta":
-            return functools.partial(init_shards_like_full, device=self.device, seed=self.setup.seed)
+            return functools.partial(
+                init_shards_like_full, device=self.device, seed=self.setup.seed, repair=self.setup.init_repair
+            )
         if self.plan.meta_init:
             return functools.partial(
                 init_local_shards,
@@ -225,6 +227,15 @@ class RankBody:
                 phases, self.group_dims, self.collective_log, track_memory=setup.track_memory
             )
             strategy.before_sharding(self, stack, instruments)
+            # a simulated rank's storage is the harness's choice: record what a real rank would hold
+            stands_for = ("meta" if self.plan.init != "full" else self.device.type) if self.plan.simulated else None
+            instruments.fully_shard_calls.before(root, device=stands_for)
+
+            def after_each(unit: ShardUnit, module: torch.nn.Module) -> None:
+                # what the call did, before the spec's hook can change anything
+                instruments.fully_shard_calls.after(unit.path, root)
+                self.hooks.call("after_fully_shard", model=root, unit=unit.path or "root", module=module)
+
             with phases.phase("setup"):
                 units = self.got["units"] = apply_fsdp(
                     root,
@@ -236,9 +247,7 @@ class RankBody:
                     freeze=setup.freeze.params,
                     freeze_after=setup.freeze.after_fully_shard,
                     grad_dtypes=setup.grad_dtype,
-                    after_each=lambda unit, module: self.hooks.call(
-                        "after_fully_shard", model=root, unit=unit.path or "root", module=module
-                    ),
+                    after_each=after_each,
                 )
             strategy.after_sharding(self, stack, instruments, root)
             with phases.phase("setup"):

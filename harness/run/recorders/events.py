@@ -42,6 +42,7 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from .backward_points import after_post_backward, after_pre_backward
 from .collectives import parse_fsdp_label
 from .params import Unit
 
@@ -117,26 +118,11 @@ class ShardStateProbe:
 
     def _after_pre_forward(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         self.probe()
-        # FSDP wraps the unit's inputs in RegisterPostBackwardFunction when one needs a
-        # gradient; that node's backward runs the unit's post-backward: look right after it.
-        # The inputs of one call share that node: hook it once per call.
-        for value in list(args) + list(kwargs.values()):
-            node = getattr(value, "grad_fn", None) if isinstance(value, torch.Tensor) else None
-            if node is not None and "RegisterPostBackward" in node.name():
-                node.register_hook(lambda grad_inputs, grad_outputs: self.probe())
-                break
+        after_post_backward(args, kwargs, self.probe)  # the unit's post-backward: look right after it
 
     def _after_post_forward(self, module: nn.Module, args: tuple, output: Any) -> None:
         self.probe()
-        # FSDP's pre-backward hook sits on the unit's outputs (registered in its post-forward):
-        # a tensor hook registered after it runs right after it in backward.
-        outputs = output if isinstance(output, (tuple, list)) else (output,)
-        for t in outputs:
-            if isinstance(t, torch.Tensor) and t.requires_grad:
-                t.register_hook(self._after_pre_backward)
-
-    def _after_pre_backward(self, grad: torch.Tensor) -> None:
-        self.probe()
+        after_pre_backward(output, self.probe)  # and right after its pre-backward
 
     def install(self) -> "ShardStateProbe":
         """Register the forward hooks (after FSDP's: install after ``FSDPMemTracker`` is entered)."""

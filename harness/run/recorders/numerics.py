@@ -155,6 +155,12 @@ def compute_reference(
     )
 
 
+def nonfinite(t: torch.Tensor) -> int:
+    """Elements of ``t`` that are NaN or infinite (what a read of uninitialized memory made NaN
+    spreads to): the ``nonfinite`` of a ``numerics`` comparison's sharded side."""
+    return int((~torch.isfinite(t.detach())).sum()) if t.is_floating_point() else 0
+
+
 def _diff(actual: torch.Tensor, expected: torch.Tensor) -> dict[str, float]:
     a, e = actual.detach().double(), expected.detach().double()
     if a.shape != e.shape:
@@ -268,10 +274,10 @@ def compare(
             diff = _diff(grad, expected)
         except ValueError as exc:
             raise ValueError(f"{fqn}: {exc}") from None
-        grads.append({"fqn": fqn, **diff})
+        grads.append({"fqn": fqn, **diff, "nonfinite": nonfinite(grad)})
     return {
         "replica_dtype": dtype_name(reference.replica_dtype),
-        "forward_output": _diff(output, reference.output),
-        "loss": _diff(loss.reshape(1), reference.loss.reshape(1)),
+        "forward_output": {**_diff(output, reference.output), "nonfinite": nonfinite(output)},
+        "loss": {**_diff(loss.reshape(1), reference.loss.reshape(1)), "nonfinite": nonfinite(loss)},
         "grads": grads,
     }

@@ -1,26 +1,25 @@
-"""Parameters as FSDP leaves them: the table after ``fully_shard`` and each unit at its hooks.
+"""Parameters as FSDP leaves them: the units, the table after ``fully_shard``, one parameter's state.
 
 ``fully_shard`` replaces every managed parameter by a ``DTensor`` (``Shard(0)`` on the
-shard mesh dim). FSDP's pre-forward hook (registered with ``prepend=True``) swaps the
-module's parameters for unsharded plain tensors (the document's Step 0); its post-forward
-hook (appended) swaps the ``DTensor`` shards back when the unit reshards (Step 11). A module
-hook registered after ``fully_shard`` (and after entering ``FSDPMemTracker``, which
-re-registers FSDP's hooks) therefore runs right after FSDP's own: :class:`ParamStateHooks`
-records what the module holds at those two points.
+shard mesh dim). :func:`param_table` is the observation's ``params`` list (taken before the
+first step); :func:`tensor_state` is what one parameter is at a moment (plain tensor or
+``DTensor``, local shape, placements, device), the row of ``param_states`` and
+``fully_shard_calls`` (``harness.run.recorders.param_states``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import is_fake
 from torch.distributed.tensor import DTensor
 
 from .collectives import dtype_name
 
-__all__ = ["Unit", "param_owner", "param_table", "ParamStateHooks"]
+__all__ = ["Unit", "param_owner", "param_table", "buffer_table", "pinned", "finite", "tensor_state", "flat_tensors"]
 
 
 @dataclass(frozen=True)
@@ -76,19 +75,53 @@ def param_owner(fqn: str, unit_names: list[str]) -> str:
     return best
 
 
-def _flat_tensors(value: Any) -> list[torch.Tensor]:
+def flat_tensors(value: Any) -> list[torch.Tensor]:
     """Every floating-point tensor in a (nested) tuple/list/dict, in order."""
     if isinstance(value, torch.Tensor):
         return [value] if value.is_floating_point() else []
     if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _flat_tensors(v)]
+        return [t for v in value for t in flat_tensors(v)]
     if isinstance(value, dict):
-        return [t for v in value.values() for t in _flat_tensors(v)]
+        return [t for v in value.values() for t in flat_tensors(v)]
     return []
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if isinstance(t, DTensor) else t
+
+
+def pinned(t: torch.Tensor) -> bool | None:
+    """Whether ``t``'s local storage is page-locked host memory (``Tensor.is_pinned()``: what
+    ``CPUOffloadPolicy(pin_memory=True)`` asks for); False for device memory; None on ``meta``
+    or under ``FakeTensorMode``, where no storage exists to ask about."""
+    local = _local(t)
+    if local.device.type == "meta" or is_fake(local):
+        return None
+    return bool(local.is_pinned()) if local.device.type == "cpu" else False
+
+
+def finite(t: torch.Tensor) -> bool | None:
+    """Whether every element of ``t``'s local storage is finite (no NaN, no inf); None on ``meta``
+    or under ``FakeTensorMode``, where no values exist."""
+    local = _local(t)
+    if local.device.type == "meta" or is_fake(local):
+        return None
+    return bool(torch.isfinite(local.detach()).all()) if local.is_floating_point() else True
+
+
+def buffer_table(root: nn.Module) -> list[dict[str, Any]]:
+    """The schema's ``buffers`` list: every buffer of ``root`` (``named_buffers()`` order, RoPE's
+    ``inv_freq``): ``fqn``, ``shape``, ``dtype``, ``device`` (type), ``finite`` (:func:`finite`)."""
+    return [
+        {
+            "fqn": fqn,
+            "shape": list(b.shape),
+            "dtype": dtype_name(b.dtype),
+            "device": b.device.type,
+            "finite": finite(b),
+        }
+        for fqn, b in root.named_buffers()
+    ]
 
 
 def param_table(root: nn.Module, unit_names: list[str] | dict[str, str]) -> list[dict[str, Any]]:
@@ -117,73 +150,27 @@ def param_table(root: nn.Module, unit_names: list[str] | dict[str, str]) -> list
                 "mesh_dim_names": list(p.device_mesh.mesh_dim_names or ()) if is_dtensor else [],
                 "requires_grad": bool(p.requires_grad),
                 "device": p.device.type,
+                "pinned": pinned(p),
+                "finite": finite(p),
             }
         )
     return rows
 
 
-class ParamStateHooks:
-    """Forward pre-/post-hooks on every unit recording what the unit's module holds.
-
-    Register with :meth:`install` after ``fully_shard`` (and after entering
-    ``FSDPMemTracker``); remove with :meth:`remove`. :attr:`states` collects the schema's
-    ``param_states`` entries in the order the hooks fired (forward only: a recomputation in
-    backward, under activation checkpointing, is not recorded).
-
-    Args:
-        units: the FSDP units.
-        is_backward: returns True while autograd runs backward.
-    """
-
-    def __init__(self, units: list[Unit], is_backward: Callable[[], bool] = lambda: False) -> None:
-        self.units = units
-        self.states: list[dict[str, Any]] = []
-        self._handles: list[Any] = []
-        self._is_backward = is_backward
-
-    def _snapshot(self, unit: Unit, point: str, tensors: Any = ()) -> None:
-        if self._is_backward():
-            return
-        params = []
-        total = 0
-        for fqn in unit.params:
-            t = unit.get_parameter(fqn)
-            local = _local(t)
-            total += int(local.numel()) * int(local.element_size())
-            params.append(
-                {
-                    "fqn": fqn,
-                    "is_dtensor": isinstance(t, DTensor),
-                    "shape": list(local.shape),
-                    "dtype": dtype_name(t.dtype),
-                }
-            )
-        # the module's tensor inputs (after FSDP's pre-forward: cast_forward_inputs applied) or
-        # outputs (after its post-forward: output_dtype applied)
-        dtypes = [dtype_name(t.dtype) for t in _flat_tensors(tensors)]
-        self.states.append(
-            {
-                "unit": unit.name,
-                "point": point,
-                "params": params,
-                "bytes": total,
-                ("input_dtypes" if point == "pre_forward" else "output_dtypes"): dtypes,
-            }
-        )
-
-    def install(self) -> "ParamStateHooks":
-        for unit in self.units:
-            if len(unit.modules) > 1:  # a unit of several modules has no one module to hook
-                continue
-            self._handles.append(
-                unit.module.register_forward_pre_hook(lambda m, args, u=unit: self._snapshot(u, "pre_forward", args))
-            )
-            self._handles.append(
-                unit.module.register_forward_hook(lambda m, args, out, u=unit: self._snapshot(u, "post_forward", out))
-            )
-        return self
-
-    def remove(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
+def tensor_state(fqn: str, t: torch.Tensor) -> dict[str, Any]:
+    """What parameter ``fqn`` is now, as ``t`` (the tensor a module holds under that name):
+    ``is_dtensor``, ``shape`` (a DTensor's local shape, else its shape), ``full_shape``,
+    ``placements`` (``repr`` of each; [] for a plain tensor), ``device`` (type), ``dtype``,
+    ``grad`` (a gradient is attached: ``t.grad is not None``)."""
+    is_dtensor = isinstance(t, DTensor)
+    local = _local(t)
+    return {
+        "fqn": fqn,
+        "is_dtensor": is_dtensor,
+        "shape": list(local.shape),
+        "full_shape": list(t.shape),
+        "placements": [repr(pl) for pl in t.placements] if is_dtensor else [],
+        "device": local.device.type,
+        "dtype": dtype_name(t.dtype),
+        "grad": t.grad is not None if t.is_leaf else False,
+    }

@@ -42,6 +42,7 @@ from harness.run.parallelize import step_requires_grad
 from harness.run.plan import StepCapture
 
 from .collectives import dtype_name
+from .numerics import nonfinite
 
 __all__ = ["ParamUpdates", "ScheduleReference", "schedule_reference", "shard_rows"]
 
@@ -121,12 +122,12 @@ class ScheduleReference:
                 continue
             actual = _local(grad) if grad is not None else torch.zeros_like(expected)
             expected = expected if expected is not None else torch.zeros_like(actual)
-            grads.append({"fqn": fqn, **_diff(actual, expected)})
+            grads.append({"fqn": fqn, **_diff(actual, expected), "nonfinite": nonfinite(actual)})
         return {
             "replica_dtype": dtype_name(self.compute_dtype),
             "reduce_dtype": dtype_name(self.reduce_dtype),
-            "forward_output": _diff(output, self.output),
-            "loss": _diff(loss.reshape(1), self.loss.reshape(1)),
+            "forward_output": {**_diff(output, self.output), "nonfinite": nonfinite(output)},
+            "loss": {**_diff(loss.reshape(1), self.loss.reshape(1)), "nonfinite": nonfinite(loss)},
             "grads": grads,
         }
 

@@ -1,0 +1,189 @@
+"""What each unit's module holds at each point of the run, and every parameter between ``fully_shard`` calls.
+
+:class:`ParamStateHooks` records the observation's ``param_states``: for one unit at one point,
+every parameter the unit manages as its module holds it then (:func:`~.params.tensor_state`:
+plain tensor or ``DTensor``, local shape, placements, device, gradient attached or not). The
+points (:data:`harness.contract.names.PARAM_STATE_POINTS`), each taken with torch's public
+hooks only:
+
+- ``pre_forward``: a forward pre-hook registered after ``fully_shard`` (and after entering
+  ``FSDPMemTracker``, which re-registers FSDP's hooks): FSDP's own pre-forward hook is
+  registered with ``prepend=True``, so this one runs right after it (the document's Step 0:
+  the unit holds unsharded plain tensors);
+- ``post_forward``: a forward hook, appended after FSDP's post-forward (Step 11: resharded
+  unless ``reshard_after_forward`` is False);
+- ``pre_backward``: a gradient hook on the unit's first output that requires grad, registered
+  in that forward hook, after the one FSDP registers there: right after FSDP's pre-backward
+  unshard (``harness.run.recorders.backward_points``);
+- ``post_backward``: a hook on the ``RegisterPostBackwardFunction`` node FSDP wraps the unit's
+  forward inputs in, whose backward runs FSDP's post-backward (reduce-scatter, reshard). A
+  unit whose inputs need no gradient (the first decoder layer on hidden states) has no such
+  node: FSDP runs its post-backward in the root's post-backward callback, and only
+  ``after_backward`` sees it;
+- ``after_backward``, ``after_optimizer_step``, ``after_zero_grad``: every unit, taken by the
+  training loop when ``loss.backward()``, ``optimizer.step()`` and ``optimizer.zero_grad()``
+  have returned.
+
+Forward points are not taken while autograd runs backward (a recomputation under activation
+checkpointing). A unit of several modules has no one module to hook: it has only the loop's
+points. Each entry carries the step index and microbatch it was taken in.
+
+:class:`FullyShardCalls` records ``fully_shard_calls``: every parameter of the root before the
+first ``fully_shard`` call, then after each call the parameters whose state that call changed.
+
+Both keep no tensor: each entry holds names, shapes and flags; the hooks hold the units.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from torch import nn
+
+from .backward_points import after_post_backward, after_pre_backward
+from .collectives import dtype_name
+from .params import Unit, flat_tensors, tensor_state
+
+__all__ = ["ParamStateHooks", "FullyShardCalls"]
+
+_LOOP_POINTS = ("after_backward", "after_optimizer_step", "after_zero_grad")
+
+
+class ParamStateHooks:
+    """Module and autograd hooks on every unit recording what the unit's module holds.
+
+    Register with :meth:`install` after ``fully_shard`` (and after entering
+    ``FSDPMemTracker``); remove with :meth:`remove`. :attr:`states` collects the schema's
+    ``param_states`` entries in the order they were taken; the loop calls :meth:`snapshot_all`
+    for the points it takes itself.
+
+    Args:
+        units: the FSDP units.
+        is_backward: returns True while autograd runs backward.
+        position: returns the (step index, microbatch) the run is in (None, None: outside steps).
+    """
+
+    def __init__(
+        self,
+        units: list[Unit],
+        is_backward: Callable[[], bool] = lambda: False,
+        position: Callable[[], tuple[int | None, int | None]] = lambda: (None, None),
+    ) -> None:
+        self.units = units
+        self.states: list[dict[str, Any]] = []
+        self._handles: list[Any] = []
+        self._is_backward = is_backward
+        self._position = position
+
+    def _snapshot(self, unit: Unit, point: str, tensors: Any = ()) -> None:
+        params, total = [], 0
+        for fqn in unit.params:
+            t = unit.get_parameter(fqn)
+            row = tensor_state(fqn, t)
+            del row["full_shape"]  # the params table has it
+            params.append(row)
+            total += math.prod(row["shape"]) * int(t.element_size())
+        step_index, microbatch = self._position()
+        state: dict[str, Any] = {
+            "unit": unit.name,
+            "point": point,
+            "params": params,
+            "bytes": total,
+            "step_index": step_index,
+            "microbatch": microbatch,
+        }
+        # the module's tensor inputs (after FSDP's pre-forward: cast_forward_inputs applied) or
+        # outputs (after its post-forward: output_dtype applied)
+        if point in ("pre_forward", "post_forward"):
+            dtypes = [dtype_name(t.dtype) for t in flat_tensors(tensors)]
+            state["input_dtypes" if point == "pre_forward" else "output_dtypes"] = dtypes
+        self.states.append(state)
+
+    def snapshot_all(self, point: str) -> None:
+        """Take ``point`` (one of the loop's: after_backward, after_optimizer_step, after_zero_grad)
+        for every unit that manages parameters."""
+        if point not in _LOOP_POINTS:
+            raise ValueError(f"{point!r} is not a point the loop takes; expected one of {list(_LOOP_POINTS)}")
+        for unit in self.units:
+            if unit.params:
+                self._snapshot(unit, point)
+
+    def _pre_forward(self, unit: Unit, args: tuple, kwargs: dict) -> None:
+        if self._is_backward():
+            return
+        self._snapshot(unit, "pre_forward", args)
+        after_post_backward(args, kwargs, lambda: self._snapshot(unit, "post_backward"))
+
+    def _post_forward(self, unit: Unit, output: Any) -> None:
+        if self._is_backward():
+            return
+        self._snapshot(unit, "post_forward", output)
+        # once per call, on the first output that needs a gradient (FSDP unshards once)
+        after_pre_backward(output, lambda: self._snapshot(unit, "pre_backward"), every_output=False)
+
+    def install(self) -> "ParamStateHooks":
+        for unit in self.units:
+            if len(unit.modules) > 1:  # a unit of several modules has no one module to hook
+                continue
+            self._handles.append(
+                unit.module.register_forward_pre_hook(
+                    lambda m, args, kwargs, u=unit: self._pre_forward(u, args, kwargs), with_kwargs=True
+                )
+            )
+            self._handles.append(
+                unit.module.register_forward_hook(lambda m, args, out, u=unit: self._post_forward(u, out))
+            )
+        return self
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+
+class FullyShardCalls:
+    """Every parameter of the root before the first ``fully_shard`` call and after each one.
+
+    :meth:`before` takes every parameter (``named_parameters()`` order); :meth:`after` takes
+    them again after a call and keeps those whose state (:func:`~.params.tensor_state`) differs
+    from the last one seen: ``record`` is the schema's ``fully_shard_calls`` object,
+    ``{"before": [state, ...], "calls": [{"unit": name, "changed": [state, ...]}, ...]}``, calls
+    in the order the harness makes them (a unit's name is "" for the root). What a parameter is
+    after call k is its last state at or before k.
+    """
+
+    def __init__(self) -> None:
+        self.record: dict[str, Any] = {"before": [], "calls": []}
+        self._last: dict[str, dict[str, Any]] = {}
+        self._device: str | None = None
+
+    def _states(self, root: nn.Module) -> list[dict[str, Any]]:
+        rows = []
+        for fqn, p in root.named_parameters():
+            row = tensor_state(fqn, p)
+            del row["grad"]  # no gradient exists before the first step
+            if self._device is not None:
+                row["device"] = self._device
+            rows.append(row)
+        return rows
+
+    def before(self, root: nn.Module, *, device: str | None = None) -> None:
+        """Take every parameter of the built model, before any ``fully_shard`` call.
+
+        ``device``: the device type to record instead of the tensors' own, where the storage is
+        the harness's choice and not the run's (a simulated rank shards a data-less model on
+        ``meta`` or the CPU, whichever is cheaper, for a run on ``device``)."""
+        self._device = device
+        rows = self._states(root)
+        self.record = {"before": rows, "calls": []}
+        self._last = {r["fqn"]: r for r in rows}
+
+    def after(self, unit: str, root: nn.Module) -> None:
+        """After the ``fully_shard`` call of ``unit``: keep the parameters whose state changed."""
+        changed = []
+        for row in self._states(root):
+            if self._last.get(row["fqn"]) != row:
+                changed.append(row)
+                self._last[row["fqn"]] = row
+        self.record["calls"].append({"unit": unit, "changed": changed})
