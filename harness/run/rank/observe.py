@@ -69,13 +69,16 @@ def where_after_step(
         row["optstate_device"] = devices[0] if len(devices) == 1 else (None if not devices else ",".join(devices))
 
 
-def compile_counts() -> dict[str, int]:
-    """What dynamo captured in this process (0 graphs under a dispatch mode)."""
+def compile_counts() -> dict[str, Any]:
+    """What dynamo captured in this process (0 graphs under a dispatch mode, as the step's
+    collective recorder is: ``ran_eager`` then says the compiled units ran eagerly)."""
     from torch._dynamo.utils import counters
 
+    graphs = int(counters["stats"].get("unique_graphs", 0))
     return {
-        "unique_graphs": int(counters["stats"].get("unique_graphs", 0)),
+        "unique_graphs": graphs,
         "graph_breaks": int(sum(counters["graph_break"].values())),
+        "ran_eager": graphs == 0,
     }
 
 
