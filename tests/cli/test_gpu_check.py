@@ -95,3 +95,43 @@ def test_contexts_fail_when_the_launcher_or_two_ranks_share_a_gpu():
     assert "2 contexts on GPU-a" in gc.check_contexts("c", sampler, facts, 2).figure
     sampler.seen = {4242: {"GPU-a"}}  # a container: nvidia-smi lists the host's PIDs
     assert gc.check_contexts("c", sampler, facts, 2).status == "SKIP"
+
+
+def test_memory_accounting_holds_the_unrounded_bytes_to_the_storages():
+    gc = load_script()
+    params = [{"local_numel": 16, "element_size": 4}, {"local_numel": 4096, "element_size": 4}]  # 64 B, 16,384 B
+
+    def snapshot(tracked, unrounded):
+        memory = [{"bytes": {"sharded_param": tracked}, "unrounded_bytes": {"sharded_param": unrounded}}]
+        return payload(rank(params=params, memory=memory))
+
+    check = gc.check_memory_accounting(snapshot(16_896, 16_448), "cuda")
+    assert check.status == "PASS" and check.detail["unrounded"] == 16_448
+    assert gc.check_memory_accounting(snapshot(16_896, 16_896), "cuda").status == "FAIL"  # rounded: not the storages
+    assert gc.check_memory_accounting(snapshot(16_448, 16_448), "cpu").status == "PASS"
+
+
+def test_trace_device_needs_kernels_in_the_trace(tmp_path):
+    gc = load_script()
+    folder = tmp_path / "trace" / "gpu_one_rank"
+    folder.mkdir(parents=True)
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm"}]
+    (folder / "rank0.json").write_text(json.dumps({"traceEvents": events}))
+    assert gc.check_trace_device(0, tmp_path / "trace", "").status == "FAIL"  # CPU events only
+    events += [{"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce"}, {"ph": "X", "cat": "gpu_memcpy"}]
+    (folder / "rank0.json").write_text(json.dumps({"traceEvents": events}))
+    check = gc.check_trace_device(0, tmp_path / "trace", "")
+    assert check.status == "PASS" and check.detail["counts"] == {"kernel": 1, "gpu_memcpy": 1}
+    assert gc.check_trace_device(2, tmp_path / "trace", "").status == "FAIL"
+
+
+def test_compile_note_is_said_exactly_when_the_units_ran_eager():
+    gc = load_script()
+    note = "note: setup.fsdp.units[].compile: ... so the compiled units ran eagerly; ..."
+    eager = payload(rank(compile={"unique_graphs": 0, "graph_breaks": 0, "ran_eager": True}))
+    compiled = payload(rank(compile={"unique_graphs": 3, "graph_breaks": 0, "ran_eager": False}))
+    assert gc.check_compile_note(0, eager, note).status == "PASS"
+    assert gc.check_compile_note(0, eager, "").status == "FAIL"  # eager, silently
+    assert gc.check_compile_note(0, compiled, "").status == "PASS"
+    assert gc.check_compile_note(0, compiled, note).status == "FAIL"
+    assert gc.check_compile_note(0, payload(rank(compile={"unique_graphs": 0})), note).status == "FAIL"
