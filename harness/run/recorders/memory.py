@@ -108,8 +108,8 @@ def _bytes(snapshot: Mapping[Any, Mapping[Any, int]], unrounded: bool = False) -
     the tracker's own bytes (keys ``torch.device``), or with ``unrounded`` the storages' real
     bytes (keys :class:`Unrounded`)."""
     out = {name: 0 for name in CATEGORIES.values()}
-    for key, per_device in snapshot.items():
-        if isinstance(key, Unrounded) != unrounded:
+    for device, per_device in snapshot.items():
+        if isinstance(device, Unrounded) != unrounded:
             continue
         for reftype, value in per_device.items():
             key = getattr(reftype, "value", reftype)
