@@ -142,7 +142,7 @@ def _join(
         )
         return device_type, True, folder
     if dist.get_backend() != pg_backend:
-        device_type = "cuda" if str(dist.get_backend()) == "nccl" else "cpu"
+        device_type = "cuda" if "nccl" in str(dist.get_backend()) else "cpu"  # "nccl" or "cuda:nccl,cpu:gloo"
     return device_type, False, None
 
 

@@ -52,3 +52,16 @@ def test_values_and_errors_of_the_comparison():
     assert max_abs_diff(actual[:0], expected[:0]) == {"max_abs_diff": 0.0, "max_abs_ref": 0.0}
     with pytest.raises(ValueError, match=r"shape \[2, 2\] is compared with the replica's \[1, 2\]"):
         max_abs_diff(actual, expected[:1], "the replica's")
+
+
+def test_the_state_dict_round_trip_compares_on_one_device():
+    from harness.run.checkpoint import _same
+
+    with FakeTensorMode():
+        loaded, saved = torch.ones(4, 3), torch.ones(4, 3, device="cuda")  # an offloaded shard, a GPU reference
+        with pytest.raises(DataDependentOutputException):  # past every op, at reading the value
+            _same(loaded, saved)
+    a = torch.tensor([1.0, 2.0], dtype=torch.bfloat16)
+    assert _same(a, a.clone()) == (True, 0.0)
+    assert _same(a, a.float()) == (False, 0.0)  # same values, another dtype: not bitwise equal
+    assert _same(a, torch.tensor([1.0, 3.0], dtype=torch.bfloat16)) == (False, 1.0)
