@@ -123,6 +123,10 @@ def test_trace_device_needs_kernels_in_the_trace(tmp_path):
     check = gc.check_trace_device(0, tmp_path / "trace", "")
     assert check.status == "PASS" and check.detail["counts"] == {"kernel": 1, "gpu_memcpy": 1}
     assert gc.check_trace_device(2, tmp_path / "trace", "").status == "FAIL"
+    forward = {"event": "pre_forward", "unit": "layers.0", "phase": "forward"}
+    once, twice = payload(rank(events=[forward])), payload(rank(events=[forward, forward]))
+    assert gc.check_trace_device(0, tmp_path / "trace", "", once, once).status == "PASS"
+    assert gc.check_trace_device(0, tmp_path / "trace", "", twice, once).status == "FAIL"  # GPU copies read as events
 
 
 def test_compile_note_is_said_exactly_when_the_units_ran_eager():
