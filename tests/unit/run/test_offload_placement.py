@@ -111,3 +111,19 @@ def test_materializers_put_offloaded_shards_on_the_cpu_and_buffers_on_the_gpu(on
 def test_without_offload_everything_goes_to_the_compute_device(one_rank):
     root = _sharded_on_meta({}, materialize=lambda root: init_local_shards(root, STAND_IN, std=0.02, seed=0, rank=0))
     assert {p.to_local().device for p in root.parameters()} | {b.device for b in root.buffers()} == {STAND_IN}
+
+
+def test_a_local_nccl_rank_of_an_offloading_setup_gets_a_cpu_backend_too(monkeypatch):
+    """The local launcher's rank joins with the same string (no GPU here: torch.cuda as a node of
+    8 GPUs shows it, init_process_group recorded, not called)."""
+    from harness.run.launch import rank_process
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda index: None)
+    groups: list[tuple] = []
+    monkeypatch.setattr(dist, "init_process_group", lambda *a, **k: groups.append(a))
+    for fsdp in (OFFLOAD, {}):
+        launch = rank_process.RankLaunch(_setup(fsdp), "nccl", "/nonexistent/store", 10.0, None, None)
+        assert rank_process._join_world(0, launch, lambda phase: None) == "cuda"
+    assert groups == [("cuda:nccl,cpu:gloo",), ("nccl",)]
