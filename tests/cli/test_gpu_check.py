@@ -139,3 +139,17 @@ def test_compile_note_is_said_exactly_when_the_units_ran_eager():
     assert gc.check_compile_note(0, compiled, "").status == "PASS"
     assert gc.check_compile_note(0, compiled, note).status == "FAIL"
     assert gc.check_compile_note(0, payload(rank(compile={"unique_graphs": 0})), note).status == "FAIL"
+
+
+def test_joined_hang_needs_the_diagnosis_and_the_dumps_before_the_groups_timeout():
+    gc = load_script()
+    output = (
+        "rank 0: the run did not finish within its timeout of 60 s (joined world)\n"
+        "Diagnosis: rank 1 never entered all_gather #0 (layers.0, forward); ranks 0, 2, 3 wait in it.\n"
+        "NCCL flight recorder dumps (read with torchfrtrace): /tmp/fsdp2-flight-recorder-x/nccl_trace_rank_0\n"
+    )
+    assert gc.judge_joined_hang(1, output, 70).status == "PASS"
+    assert gc.judge_joined_hang(1, output, 125).status == "FAIL"  # at the process group's timeout: the watchdog's
+    assert gc.judge_joined_hang(0, output, 70).status == "FAIL"
+    assert gc.judge_joined_hang(1, output.replace("NCCL flight recorder dumps", "no dumps"), 70).status == "FAIL"
+    assert gc.judge_joined_hang(1, "Watchdog caught collective operation timeout", 70).status == "FAIL"
