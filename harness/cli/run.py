@@ -31,6 +31,7 @@ from harness.cli.spec_run import (
 )
 from harness.cli.views import add_view_flags, plot_available, write_views
 from harness.contract.names import BACKENDS
+from harness.report.notes import compile_ran_eager_note
 from harness.report.output import write_atomically, write_temporary
 
 __all__ = ["add_arguments", "argument_problem", "command", "save_results"]
@@ -193,6 +194,9 @@ def _run_one(path: Path, args: argparse.Namespace, console: Console, done: _Runs
             f"{time.perf_counter() - started:.1f} s)"
         )
     )
+    note = compile_ran_eager_note(observation)
+    if note:
+        console.print(Text(note))
     if any(r.status in FAILING for r in results):
         done.status = max(done.status, 1)
     done.results.extend(results)

@@ -180,6 +180,13 @@ class FSDPSetup:
         out.update(dict(self.defaults))
         return out
 
+    @property
+    def offloads(self) -> bool:
+        """Whether a unit may take a ``CPUOffloadPolicy``: the ``fsdp``-level policy or a unit's own."""
+        return self.offload_policy is not None or any(
+            dict(u.given).get("offload_policy") is not None for u in self.units or ()
+        )
+
 
 def _grad_dtypes(value: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     """``{pattern: dtype}`` -> ((pattern, dtype), ...), in the order written."""

@@ -68,6 +68,7 @@ from harness.run.build import build_model, make_optimizer, torch_dtype
 from harness.run.parallelize import apply_fsdp, build_mesh, init_local_shards, units_from_setup
 from harness.run.recorders.collectives import dtype_name
 from harness.run.recorders.phases import Phases
+from harness.run.recorders.tensor_diff import on_one_device
 
 __all__ = [
     "DCP_FOLDER",
@@ -107,13 +108,16 @@ def _where(t: torch.Tensor) -> tuple[list[int], list[int], int]:
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, float | None]:
-    """(bitwise equal: same dtype, shape and values; largest |a - b|, None if not comparable)."""
+    """(bitwise equal: same dtype, shape and values; largest |a - b|, None if not comparable).
+    Compared on the CPU (:func:`on_one_device`): a CPU-offloaded shard, or AdamW's CPU step
+    counter, against a reference on the GPU, or the reverse."""
     if a.shape != b.shape:
         return False, None
     if a.numel() == 0:
         return a.dtype == b.dtype, 0.0
-    diff = float((a.detach().double() - b.detach().double()).abs().max())
-    return a.dtype == b.dtype and torch.equal(a, b), diff if math.isfinite(diff) else None
+    a64, b64 = on_one_device(a, b)  # float64 holds every value of the narrower dtypes exactly
+    diff = float((a64 - b64).abs().max())
+    return a.dtype == b.dtype and torch.equal(a64, b64), diff if math.isfinite(diff) else None
 
 
 def _chunks(metadata: Any, key: str, dim: int) -> tuple[list[int], list[int]]:

@@ -65,7 +65,7 @@ from harness.run.recorders.param_states import FullyShardCalls, ParamStateHooks
 from harness.run.recorders.params import Unit, buffer_table, param_table
 from harness.run.recorders.phases import Phases
 
-__all__ = ["Instruments"]
+__all__ = ["Instruments", "profiler_options", "trace_device_activity"]
 
 
 @contextlib.contextmanager
@@ -80,6 +80,24 @@ def _muted_stderr_fd() -> Iterator[None]:
         os.dup2(saved, 2)
         os.close(saved)
         os.close(devnull)
+
+
+def profiler_options(device_activity: str | None) -> dict[str, Any]:
+    """Keyword arguments of ``torch.autograd.profiler.profile`` for the step's profiler: the CPU
+    activity always (FSDP's ``record_function`` labels and the c10d ops are CPU events), and
+    with ``device_activity`` ("cuda": a ``--trace`` of a CUDA rank) the device's as well
+    (``use_device="cuda"``: kineto's ``ProfilerActivity.CUDA``, the kernels and NCCL's work on
+    the GPU's streams). Without a trace nothing reads device events, and collecting them costs."""
+    options: dict[str, Any] = {"use_cpu": True, "use_kineto": True}
+    if device_activity is not None:
+        options["use_device"] = device_activity
+    return options
+
+
+def trace_device_activity(tracing: bool, device_type: str) -> str | None:
+    """The device whose activity the profiler records: "cuda" for a ``--trace`` of a CUDA
+    rank, else None (CPU ranks' work is all CPU events; without a trace none is kept)."""
+    return device_type if tracing and device_type == "cuda" else None
 
 
 @contextlib.contextmanager
@@ -117,13 +135,19 @@ class Instruments:
     """
 
     def __init__(
-        self, phases: Phases, group_dims: Mapping[str, Any], collective_log: Any = None, *, track_memory: bool = True
+        self,
+        phases: Phases,
+        group_dims: Mapping[str, Any],
+        collective_log: Any = None,
+        *,
+        track_memory: bool = True,
+        device_activity: str | None = None,
     ) -> None:
         self.collectives = CollectiveRecorder(lambda: phases.current, group_dims, collective_log)
         self.track_memory = track_memory
         # torch.autograd.profiler.profile is what torch.profiler.profile wraps; the wrapper's
         # start also touches torch._inductor (a 1.5 s import on first use in a process).
-        self.profiler = torch.autograd.profiler.profile(use_cpu=True, use_kineto=True)
+        self.profiler = torch.autograd.profiler.profile(**profiler_options(device_activity))
         self.steps: list[dict[str, Any]] = []
         self._n_setup: int | None = None
         self._params: list[dict[str, Any]] = []

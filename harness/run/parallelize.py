@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 from torch.distributed.tensor import DTensor, Shard
 
 import model as qwen3
@@ -50,6 +50,9 @@ __all__ = [
     "init_local_shards",
     "init_shards_like_full",
     "uninitialized_memory_as_nan",
+    "materialization_devices",
+    "materialize_empty",
+    "offloaded_params",
 ]
 
 
@@ -416,6 +419,46 @@ def _managed(root: nn.Module, units: Sequence[ShardUnit], groups: list[list[nn.M
     return out
 
 
+def offloaded_params(root: nn.Module) -> set[int]:
+    """``id`` of every parameter an FSDP unit of ``root`` manages under a ``CPUOffloadPolicy``
+    (the unit's ``FSDPParamGroup``, as :func:`unit_state` reads it)."""
+    ids: set[int] = set()
+    for module in root.modules():
+        if not isinstance(module, FSDPModule):
+            continue
+        group = getattr(fully_shard.state(module), "_fsdp_param_group", None)
+        if group is not None and isinstance(group.offload_policy, CPUOffloadPolicy):
+            ids.update(id(fsdp_param.sharded_param) for fsdp_param in group.fsdp_params)
+    return ids
+
+
+def materialization_devices(root: nn.Module, device: torch.device) -> dict[str, torch.device]:
+    """Module FQN (``""``: the root) -> the device :func:`materialize_empty` allocates that
+    module's own parameters on: the CPU for a module whose parameters a unit offloads
+    (FSDP2 refuses, at its lazy init, offloaded parameters materialized anywhere else), else
+    ``device``. Buffers are not FSDP's to offload: they always go to ``device``, where the
+    forward runs (torchtitan materializes offloaded models the same way)."""
+    offloaded = offloaded_params(root)
+    cpu = torch.device("cpu")
+    return {
+        fqn: cpu if any(id(p) in offloaded for p in module.parameters(recurse=False)) else device
+        for fqn, module in root.named_modules()
+    }
+
+
+def materialize_empty(root: nn.Module, device: torch.device) -> None:
+    """``root.to_empty(device=device)`` for a model sharded on ``meta``, except that the
+    parameters of offloaded units are allocated on the CPU (:func:`materialization_devices`).
+    Module by module (``to_empty(recurse=False)``: the same per-module ``_apply`` a recursive
+    call makes, so tied parameters stay tied)."""
+    devices = materialization_devices(root, device)
+    for fqn, module in root.named_modules():
+        module.to_empty(device=devices[fqn], recurse=False)
+        if devices[fqn] != device:  # its buffers, allocated with its parameters, go where compute runs
+            for name, buffer in module.named_buffers(recurse=False):
+                setattr(module, name, torch.empty_like(buffer, device=device))
+
+
 def init_local_shards(root: nn.Module, device: torch.device, *, std: float, seed: int, rank: int) -> None:
     """Materialize a model sharded on ``meta``: allocate on ``device``, fill this rank's shards.
 
@@ -425,9 +468,10 @@ def init_local_shards(root: nn.Module, device: torch.device, *, std: float, seed
     (``seed``, ``rank``), so the full weights are not those of ``init_weights``: used only
     when numerics are off and ``setup.init`` is not set, where no value is observed. RoPE's
     ``inv_freq`` buffer (not sharded) is recomputed. See :func:`init_shards_like_full` for
-    values identical to a full init.
+    values identical to a full init. Offloaded units' parameters on the CPU
+    (:func:`materialize_empty`).
     """
-    root.to_empty(device=device)
+    materialize_empty(root, device)
     generator = torch.Generator().manual_seed(seed * 1_000_003 + rank)
     with torch.no_grad():
         for p in root.parameters():
@@ -488,17 +532,18 @@ def init_shards_like_full(root: nn.Module, device: torch.device, *, seed: int, r
     time) and only this rank's slice (DTensor local shape and global offset: ``Shard(0)``,
     ``Shard(1)``, padding, HSDP) is kept. Same draws in the same order: the same numbers as a
     full init. RMSNorm weights are filled with 1 and RoPE's ``inv_freq`` recomputed (a buffer
-    ``to_empty`` leaves uninitialized).
+    ``to_empty`` leaves uninitialized). Offloaded units' parameters on the CPU
+    (:func:`materialize_empty`).
 
     ``repair`` False (``setup.init: {device: meta, repair: false}``): only the Linear and
     Embedding weights are filled, as an init that forgets the rest; the RMSNorm weights and
     ``inv_freq`` keep what ``to_empty`` left, which :func:`uninitialized_memory_as_nan` makes NaN.
     """
     if repair:
-        root.to_empty(device=device)
+        materialize_empty(root, device)
     else:
         with uninitialized_memory_as_nan():
-            root.to_empty(device=device)
+            materialize_empty(root, device)
 
     def fill(weight: torch.Tensor, sample: torch.Tensor) -> None:
         slices = _local_slices(weight)

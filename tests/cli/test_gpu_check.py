@@ -95,3 +95,61 @@ def test_contexts_fail_when_the_launcher_or_two_ranks_share_a_gpu():
     assert "2 contexts on GPU-a" in gc.check_contexts("c", sampler, facts, 2).figure
     sampler.seen = {4242: {"GPU-a"}}  # a container: nvidia-smi lists the host's PIDs
     assert gc.check_contexts("c", sampler, facts, 2).status == "SKIP"
+
+
+def test_memory_accounting_holds_the_unrounded_bytes_to_the_storages():
+    gc = load_script()
+    params = [{"local_numel": 16, "element_size": 4}, {"local_numel": 4096, "element_size": 4}]  # 64 B, 16,384 B
+
+    def snapshot(tracked, unrounded):
+        memory = [{"bytes": {"sharded_param": tracked}, "unrounded_bytes": {"sharded_param": unrounded}}]
+        return payload(rank(params=params, memory=memory))
+
+    check = gc.check_memory_accounting(snapshot(16_896, 16_448), "cuda")
+    assert check.status == "PASS" and check.detail["unrounded"] == 16_448
+    assert gc.check_memory_accounting(snapshot(16_896, 16_896), "cuda").status == "FAIL"  # rounded: not the storages
+    assert gc.check_memory_accounting(snapshot(16_448, 16_448), "cpu").status == "PASS"
+
+
+def test_trace_device_needs_kernels_in_the_trace(tmp_path):
+    gc = load_script()
+    folder = tmp_path / "trace" / "gpu_one_rank"
+    folder.mkdir(parents=True)
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm"}]
+    (folder / "rank0.json").write_text(json.dumps({"traceEvents": events}))
+    assert gc.check_trace_device(0, tmp_path / "trace", "").status == "FAIL"  # CPU events only
+    events += [{"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce"}, {"ph": "X", "cat": "gpu_memcpy"}]
+    (folder / "rank0.json").write_text(json.dumps({"traceEvents": events}))
+    check = gc.check_trace_device(0, tmp_path / "trace", "")
+    assert check.status == "PASS" and check.detail["counts"] == {"kernel": 1, "gpu_memcpy": 1}
+    assert gc.check_trace_device(2, tmp_path / "trace", "").status == "FAIL"
+    forward = {"event": "pre_forward", "unit": "layers.0", "phase": "forward"}
+    once, twice = payload(rank(events=[forward])), payload(rank(events=[forward, forward]))
+    assert gc.check_trace_device(0, tmp_path / "trace", "", once, once).status == "PASS"
+    assert gc.check_trace_device(0, tmp_path / "trace", "", twice, once).status == "FAIL"  # GPU copies read as events
+
+
+def test_compile_note_is_said_exactly_when_the_units_ran_eager():
+    gc = load_script()
+    note = "note: setup.fsdp.units[].compile: ... so the compiled units ran eagerly; ..."
+    eager = payload(rank(compile={"unique_graphs": 0, "graph_breaks": 0, "ran_eager": True}))
+    compiled = payload(rank(compile={"unique_graphs": 3, "graph_breaks": 0, "ran_eager": False}))
+    assert gc.check_compile_note(0, eager, note).status == "PASS"
+    assert gc.check_compile_note(0, eager, "").status == "FAIL"  # eager, silently
+    assert gc.check_compile_note(0, compiled, "").status == "PASS"
+    assert gc.check_compile_note(0, compiled, note).status == "FAIL"
+    assert gc.check_compile_note(0, payload(rank(compile={"unique_graphs": 0})), note).status == "FAIL"
+
+
+def test_joined_hang_needs_the_diagnosis_and_the_dumps_before_the_groups_timeout():
+    gc = load_script()
+    output = (
+        "rank 0: the run did not finish within its timeout of 60 s (joined world)\n"
+        "Diagnosis: rank 1 never entered all_gather #0 (layers.0, forward); ranks 0, 2, 3 wait in it.\n"
+        "NCCL flight recorder dumps (read with torchfrtrace): /tmp/fsdp2-flight-recorder-x/nccl_trace_rank_0\n"
+    )
+    assert gc.judge_joined_hang(1, output, 70).status == "PASS"
+    assert gc.judge_joined_hang(1, output, 125).status == "FAIL"  # at the process group's timeout: the watchdog's
+    assert gc.judge_joined_hang(0, output, 70).status == "FAIL"
+    assert gc.judge_joined_hang(1, output.replace("NCCL flight recorder dumps", "no dumps"), 70).status == "FAIL"
+    assert gc.judge_joined_hang(1, "Watchdog caught collective operation timeout", 70).status == "FAIL"

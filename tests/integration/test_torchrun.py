@@ -76,6 +76,7 @@ def agents(
     join_timeout: int = 60,
     timeout: float = 400,
     extra: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> list[subprocess.CompletedProcess]:
     """Start ``started`` (default ``nodes``) torchrun agents of a ``nodes``-node world; wait for all."""
     port = free_port()
@@ -105,7 +106,12 @@ def agents(
         "gloo",
         *extra,
     ]
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), "COLUMNS": "200"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "COLUMNS": "200",
+        **(env or {}),
+    }
     procs = [
         subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for _ in range(started or nodes)
@@ -154,3 +160,24 @@ def test_a_node_that_never_joins_ends_at_the_rendezvous_timeout(spec):
     assert run.returncode != 0
     assert "RendezvousTimeoutError" in run.stdout, run.stdout
     assert time.monotonic() - start < 90
+
+
+def test_a_hang_is_diagnosed_at_the_runs_timeout_before_the_process_groups(spec):
+    """Rank 1 hangs before its forward; at the run's timeout (30 s, the process group's is 90 s)
+    each rank prints the verdict from the store and the run ends: under NCCL the watchdog would
+    otherwise abort the ranks at the group's timeout with no diagnosis."""
+    from tests.support.hang_rank import sitecustomize as hang_rank
+
+    site = str(REPO / "tests" / "support" / "hang_rank")
+    env = {
+        hang_rank.RANK: "1:forward",
+        "PYTHONPATH": os.pathsep.join([site, str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    started = time.monotonic()
+    (run,) = agents(spec, 1, 4, env=env, extra=("--timeout", "30"), timeout=300)
+    elapsed = time.monotonic() - started
+    assert run.returncode != 0, run.stdout
+    assert "rank 0: the run did not finish within its timeout of 30 s (joined world)" in run.stdout, run.stdout
+    verdict = "Diagnosis: rank 1 never entered all_gather #0 (layers.0, forward); ranks 0, 2, 3 wait in it."
+    assert verdict in run.stdout, run.stdout
+    assert elapsed < 30 + 60, f"ended after {elapsed:.0f} s: at the process group's timeout, not the run's"

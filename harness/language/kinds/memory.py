@@ -1,5 +1,10 @@
 """``memory``: FSDPMemTracker's snapshot of a rank's bytes by category at a unit's state.
 
+The bytes are the tracked storages' real sizes (a snapshot's ``unrounded_bytes``), the same on
+every device: on CUDA the tracker's own figure (``bytes``) rounds each storage up to 512 B, so
+a spec written on CPU ranks would not hold on GPUs against it. A document written before
+``unrounded_bytes`` existed (CPU ranks only) is read from ``bytes``, which equals it there.
+
 With several steps or microbatches a state is snapshotted again each time: ``step_index`` and
 ``microbatch`` choose one; without them the first is measured."""
 
@@ -77,13 +82,16 @@ def measure(sel, obs):
                 f"rank {r['rank']}: no memory snapshot {state!r} for module {module!r}"
                 f"{' at ' + str(where) if where else ''}; states: {states}"
             )
-        out[r["rank"]] = dict(snaps[0]["bytes"])
+        out[r["rank"]] = dict(snaps[0].get("unrounded_bytes", snaps[0]["bytes"]))
     return out
 
 
 KIND = CheckKind(
     name="memory",
-    doc="FSDPMemTracker's whole-rank bytes by category at a unit's state (a snapshot counts the whole rank)",
+    doc=(
+        "FSDPMemTracker's whole-rank bytes by category at a unit's state (a snapshot counts the whole rank; "
+        "storages at their real sizes, without CUDA's 512-B rounding)"
+    ),
     selectors=(
         Selector("module", "the unit's module FQN ('' for the root)", _check_module),
         LAYER,

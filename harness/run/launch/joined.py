@@ -2,9 +2,11 @@
 
 Under ``torchrun`` (RANK, WORLD_SIZE and MASTER_ADDR set) every rank runs the step, rank 0
 gathers all ranks' entries (``gather_object``) and returns the document, the other ranks
-return None. The launcher owns failure handling there; a hang ends at the process group's
-timeout with an error that says which rank is stuck where (each rank's collectives are
-reported to the process group's store, ``harness.run.launch.hang.StoreProgress``).
+return None. The launcher owns failure handling there; a hang ends at the run's timeout, when
+each rank prints which rank is stuck where (each rank's collectives are reported to the
+process group's store, ``harness.run.launch.hang.StoreProgress``) and exits
+(``harness.run.launch.joined_deadline``): the process group's own timeout is longer, so NCCL's
+watchdog does not abort the process first.
 """
 
 from __future__ import annotations
@@ -15,9 +17,12 @@ from typing import Any, Mapping
 
 from harness.contract.observation import build_observation
 from harness.load.setup import RunSetup
+from harness.run.launch import flight_recorder
 from harness.run.launch.backend import resolve_backend
 from harness.run.launch.errors import RunError
+from harness.run.launch.joined_deadline import JoinedDeadline, process_group_timeout_s
 from harness.run.local_placement import device_ordinal_problem, local_placement
+from harness.run.process_group import group_backend
 
 __all__ = ["joined_world", "run_joined"]
 
@@ -52,27 +57,36 @@ def run_joined(
 
     rank, world_size = world["rank"], world["world_size"]
     _check_world_size(setup, world)
-    device_type, created = _join(backend, world, timeout_s)
+    device_type, created, recorder_dir = _join(backend, world, timeout_s, setup.fsdp.offloads)
     try:
-        _check_same_setup(setup, rank, world_size)
-        from harness.run.launch.hang import StoreProgress
+        from harness.run.launch.hang import StoreProgress, read_store
 
         store = dist.distributed_c10d._get_default_store()
-        try:
-            result = run_step(
-                setup, rank, world_size, device_type, trace_dir=trace_dir, collective_log=StoreProgress(store, rank)
-            )
-        except Exception as exc:
-            tb = traceback.format_exc()
-            raise RunError.rank_raised(rank, tb, after=_joined_diagnosis(store, world_size)) from exc
-        gathered: list[Any] | None = [None] * world_size if rank == 0 else None
-        dist.gather_object(result, gathered, dst=0)
+        deadline = JoinedDeadline(
+            timeout_s,
+            rank,
+            lambda: read_store(store, world_size),
+            dump=(lambda: flight_recorder.dump(recorder_dir, world_size)) if recorder_dir else None,
+        )
+        with deadline:
+            _check_same_setup(setup, rank, world_size)
+            try:
+                result = run_step(
+                    setup, rank, world_size, device_type, trace_dir=trace_dir, collective_log=StoreProgress(store, rank)
+                )
+            except Exception as exc:
+                tb = traceback.format_exc()
+                raise RunError.rank_raised(rank, tb, after=_joined_diagnosis(store, world_size)) from exc
+            gathered: list[Any] | None = [None] * world_size if rank == 0 else None
+            dist.gather_object(result, gathered, dst=0)
         if rank != 0:
             return None
         return build_observation(setup, gathered, launcher="joined", simulated=False)
     finally:
         if created:
             dist.destroy_process_group()
+        if recorder_dir:
+            flight_recorder.clean_up(recorder_dir)
 
 
 def _check_world_size(setup: RunSetup, world: dict[str, Any]) -> None:
@@ -94,8 +108,16 @@ def _check_world_size(setup: RunSetup, world: dict[str, Any]) -> None:
     )
 
 
-def _join(backend: str, world: dict[str, Any], timeout_s: float) -> tuple[str, bool]:
-    """(device type, whether this call made the default process group), joining the world if needed."""
+def _join(
+    backend: str, world: dict[str, Any], timeout_s: float, offloads: bool = False
+) -> tuple[str, bool, str | None]:
+    """(device type, whether this call made the default process group, the flight recorder's
+    folder or None), joining the world if needed.
+
+    The group's timeout is longer than the run's (:func:`process_group_timeout_s`), so that the
+    run's deadline diagnoses a hang first; NCCL ranks keep the flight recorder
+    (:func:`flight_recorder.enable`, the user's variables kept) and, with ``offloads``, get a
+    ``"cuda:nccl,cpu:gloo"`` group (:func:`group_backend`)."""
     from datetime import timedelta
 
     import torch
@@ -103,6 +125,7 @@ def _join(backend: str, world: dict[str, Any], timeout_s: float) -> tuple[str, b
 
     pg_backend, device_type = resolve_backend(backend, world["world_size"], world["local_world_size"])
     if not dist.is_initialized():
+        folder = None
         if device_type == "cuda":
             problem = device_ordinal_problem(
                 world["local_rank"], torch.cuda.device_count(), world.get("local_rank_variable", "LOCAL_RANK")
@@ -110,11 +133,17 @@ def _join(backend: str, world: dict[str, Any], timeout_s: float) -> tuple[str, b
             if problem:  # before set_device, whose "invalid device ordinal" names no variable
                 raise RunError(f"rank {world['rank']}: {problem}", rank=world["rank"])
             torch.cuda.set_device(world["local_rank"])
-        dist.init_process_group(pg_backend, init_method="env://", timeout=timedelta(seconds=timeout_s))
-        return device_type, True
+            folder = flight_recorder.make_folder()
+            flight_recorder.enable(folder)
+        dist.init_process_group(
+            group_backend(pg_backend, offloads),
+            init_method="env://",
+            timeout=timedelta(seconds=process_group_timeout_s(timeout_s)),
+        )
+        return device_type, True, folder
     if dist.get_backend() != pg_backend:
-        device_type = "cuda" if str(dist.get_backend()) == "nccl" else "cpu"
-    return device_type, False
+        device_type = "cuda" if "nccl" in str(dist.get_backend()) else "cpu"  # "nccl" or "cuda:nccl,cpu:gloo"
+    return device_type, False, None
 
 
 def _joined_diagnosis(store: Any, world_size: int) -> str:

@@ -27,6 +27,7 @@ from harness.run.launch.errors import RunError
 from harness.run.launch.hang import ProgressBoard
 from harness.run.launch.phase_trail import PhaseTrail
 from harness.run.local_placement import device_ordinal_problem
+from harness.run.process_group import group_backend
 
 __all__ = ["RankLaunch", "rank_main"]
 
@@ -142,7 +143,7 @@ def _join_world(rank: int, launch: RankLaunch, on_phase: Callable[[str], None]) 
         torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // world_size))
     on_phase("init_process_group")
     dist.init_process_group(
-        pg_backend,
+        group_backend(pg_backend, launch.setup.fsdp.offloads),
         init_method="file://" + launch.init_file,
         rank=rank,
         world_size=world_size,

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from harness.run.parallelize import unit_state
+from harness.run.process_group import device_backend
 from harness.run.recorders.collectives import resolve_mesh_dims
 from harness.run.recorders.environment import cpu_name
 from harness.run.recorders.params import pinned
@@ -25,11 +26,12 @@ __all__ = ["environment", "group_dims", "where_after_step", "compile_counts", "e
 
 def environment(device_type: str, device: torch.device) -> dict[str, Any]:
     """``{torch_version, python_version, backend, device_type, device_name}`` (the GPU's name, or the
-    CPU model from /proc/cpuinfo, no subprocess)."""
+    CPU model from /proc/cpuinfo, no subprocess); ``backend`` is the one serving ``device_type``
+    ("nccl" for an offloading run's ``"cuda:nccl,cpu:gloo"`` group)."""
     return {
         "torch_version": str(torch.__version__),
         "python_version": platform.python_version(),
-        "backend": str(dist.get_backend()),
+        "backend": device_backend(str(dist.get_backend()), device_type),
         "device_type": device_type,
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
     }
@@ -70,13 +72,16 @@ def where_after_step(
         row["optstate_device"] = devices[0] if len(devices) == 1 else (None if not devices else ",".join(devices))
 
 
-def compile_counts() -> dict[str, int]:
-    """What dynamo captured in this process (0 graphs under a dispatch mode)."""
+def compile_counts() -> dict[str, Any]:
+    """What dynamo captured in this process (0 graphs under a dispatch mode, as the step's
+    collective recorder is: ``ran_eager`` then says the compiled units ran eagerly)."""
     from torch._dynamo.utils import counters
 
+    graphs = int(counters["stats"].get("unique_graphs", 0))
     return {
-        "unique_graphs": int(counters["stats"].get("unique_graphs", 0)),
+        "unique_graphs": graphs,
         "graph_breaks": int(sum(counters["graph_break"].values())),
+        "ran_eager": graphs == 0,
     }
 
 

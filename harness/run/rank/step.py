@@ -41,7 +41,7 @@ from harness.load.setup import RunSetup
 from harness.run.aux_loss import with_router_aux_loss
 from harness.run.build import make_inputs, make_loss, make_optimizer, torch_dtype
 from harness.run.hooks import load_hooks
-from harness.run.instruments import Instruments
+from harness.run.instruments import Instruments, trace_device_activity
 from harness.run.loop import StepOutcome, run_steps
 from harness.run.parallelize import (
     ShardUnit,
@@ -113,7 +113,7 @@ def run_step(
     os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
     t_start = time.perf_counter()
     plan = plan_rank(setup, rank, world_size, simulated=simulated)
-    body = RankBody(setup, plan, rank, device_type, on_phase, collective_log, checkpoint_dir)
+    body = RankBody(setup, plan, rank, device_type, on_phase, collective_log, checkpoint_dir, trace_dir is not None)
     strategy = strategy_for(plan.mode)
     try:
         trained = body.train(strategy)
@@ -159,8 +159,10 @@ class RankBody:
         on_phase: Callable[[str], None] | None,
         collective_log: Any,
         checkpoint_dir: str | None,
+        tracing: bool = False,
     ) -> None:
         self.setup, self.plan, self.rank, self.world_size = setup, plan, rank, setup.world_size
+        self.tracing = tracing  # --trace: the profiler also records the device's activity
         self.collective_log, self.checkpoint_dir = collective_log, checkpoint_dir
         self.phases = Phases(sync=torch.cuda.synchronize if device_type == "cuda" else None, on_enter=on_phase)
         self.device_type = device_type
@@ -224,7 +226,11 @@ class RankBody:
             shard_units = units_from_setup(setup, root)
             references = numerics_references(self, root, shard_units)
             instruments = self.got["instruments"] = Instruments(
-                phases, self.group_dims, self.collective_log, track_memory=setup.track_memory
+                phases,
+                self.group_dims,
+                self.collective_log,
+                track_memory=setup.track_memory,
+                device_activity=trace_device_activity(self.tracing, self.device_type),
             )
             strategy.before_sharding(self, stack, instruments)
             # a simulated rank's storage is the harness's choice: record what a real rank would hold

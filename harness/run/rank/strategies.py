@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 from harness.run.build import build_model, torch_dtype
 from harness.run.instruments import Instruments
+from harness.run.process_group import device_backend
 from harness.run.rank.fake import materialize_fake, storage_for_sharding
 from harness.run.recorders.environment import rank_environment
 
@@ -75,7 +76,9 @@ class RealRank:
         if setup.bandwidth is not None:
             with phases.phase("bandwidth"):
                 parts["bandwidth"] = _time_collectives(body, collectives)
-        parts["environment"] = rank_environment(body.rank, body.world_size, body.device, str(dist.get_backend()))
+        parts["environment"] = rank_environment(
+            body.rank, body.world_size, body.device, device_backend(str(dist.get_backend()), body.device.type)
+        )
         return parts
 
 

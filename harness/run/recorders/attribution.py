@@ -16,11 +16,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from .c10d_ops import NAMESPACES, OP_KIND
 
-__all__ = ["AttributionError", "Span", "attribute", "parse_fsdp_label", "profiler_spans", "resolve_mesh_dims"]
+__all__ = [
+    "AttributionError",
+    "Span",
+    "attribute",
+    "host_events",
+    "parse_fsdp_label",
+    "profiler_spans",
+    "resolve_mesh_dims",
+]
 
 # Labels FSDP builds with FSDPParamGroup._with_fqn: "FSDP::<name>" for the root (module FQN
 # ''), "FSDP::<name> (<fqn>)" otherwise, with " [pg=<n>]" appended when a module has several
@@ -90,6 +98,17 @@ def _profiler_name(c10d_op: str) -> str:
 _COLLECTIVE_EVENT_NAMES = {f"{ns}::{op}" for ns in NAMESPACES for op in OP_KIND}
 
 
+def host_events(prof: Any) -> Iterator[Any]:
+    """The raw Kineto events of a finished ``torch.autograd.profiler.profile`` that ran on the
+    CPU (``device_type() == DeviceType.CPU``). With the device's activity on (``--trace`` of a
+    CUDA rank) Kineto adds GPU-side events, among them a ``gpu_user_annotation`` copy of each
+    ``record_function`` range on the stream its kernels ran on (named ``FSDP::all_gather`` as
+    well); attribution and phases read the CPU ranges only."""
+    from torch.autograd import DeviceType
+
+    return (ev for ev in prof.kineto_results.events() if ev.device_type() == DeviceType.CPU)
+
+
 def profiler_spans(prof: Any) -> list[Span]:
     """The FSDP label and collective events of a finished ``torch.autograd.profiler.profile``.
 
@@ -97,7 +116,7 @@ def profiler_spans(prof: Any) -> list[Span]:
     ``FunctionEvent`` tree costs ~50x more (about 1.5 s for 30k events on this machine).
     """
     spans = []
-    for ev in prof.kineto_results.events():
+    for ev in host_events(prof):
         name = ev.name()
         if name.startswith("FSDP::") or name in _COLLECTIVE_EVENT_NAMES:
             spans.append(Span(name, ev.start_ns(), ev.end_ns(), ev.start_thread_id()))

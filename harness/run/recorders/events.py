@@ -42,6 +42,7 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from .attribution import host_events
 from .backward_points import after_post_backward, after_pre_backward
 from .collectives import parse_fsdp_label
 from .params import Unit
@@ -163,7 +164,7 @@ def events_from_profiler(prof: Any) -> list[dict[str, Any]]:
     its start and end, on any thread ("other", None, None outside every span). In start order.
     """
     spans = []
-    for ev in prof.kineto_results.events():
+    for ev in host_events(prof):  # a trace of a CUDA rank also holds GPU copies of the ranges
         name = ev.name()
         if name.startswith("FSDP::") or name.startswith(MARK):
             spans.append(_Span(name, ev.start_ns(), ev.end_ns(), ev.start_thread_id()))

@@ -32,6 +32,17 @@ holding parameters before one backward raise NotImplementedError; a unit whose p
 runs (from the root's post-backward callback) without a forward since the tracker last saw it
 raises KeyError (after a reset) or AttributeError ``_unsharded_param`` (never gathered yet).
 
+Bytes with and without CUDA's rounding: on CUDA, FSDPMemTracker counts every storage rounded up
+to the caching allocator's 512-B block (``_WeakRefInfo._calculate_mem_consumed`` in
+``torch/distributed/_tools/mem_tracker.py``; ``_PYTORCH_MIN_ALLOCATE``), on the CPU its real
+size. Every snapshot therefore carries two figures: ``bytes``, the tracker's own, and
+``unrounded_bytes``, the same categories summed from the tracked storages' real sizes (numel of
+the storage x element size), which is what the specs pin and what the ``memory`` check reads: it
+is the same on every device. :class:`StorageBytesTracker` keeps the second figure beside the
+first, through every update the tracker makes, so that the per-unit snapshots, the peaks and the
+whole-rank snapshots carry both (on the CPU they are equal). A peak snapshot of each figure is
+taken when that figure is highest, so on CUDA the two figures of a ``Peak`` may be two moments.
+
 Note: the tracker re-registers FSDP's forward hooks on entry (pre-hook prepended, post-hook
 appended), so any module hook that must run after FSDP's post-forward hook has to be
 registered after entering it.
@@ -39,31 +50,78 @@ registered after entering it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Mapping
 
 import torch
 from torch import nn
 from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+from torch.distributed._tools.mem_tracker import _UpdateType
 
 from harness.contract.names import MEMORY_CATEGORIES
 
 from .quiesce import settle_threads
 
-__all__ = ["MemoryRecorder", "CATEGORIES", "TRACKER_LIMIT_NOTE", "tracker_limit_note"]
+__all__ = ["MemoryRecorder", "StorageBytesTracker", "CATEGORIES", "TRACKER_LIMIT_NOTE", "tracker_limit_note"]
 
 # FSDPMemTracker's reference types (_FSDPRefType values) -> the schema's category names.
 CATEGORIES = MEMORY_CATEGORIES
 
 
-def _bytes(snapshot: Mapping[Any, Mapping[Any, int]]) -> dict[str, int]:
-    """Sum a ``{device: {reftype: bytes}}`` snapshot over devices, with schema category names."""
+@dataclass(frozen=True)
+class Unrounded:
+    """The key, beside each ``torch.device`` of a tracker snapshot, of that device's bytes
+    counted at the storages' real sizes (:class:`StorageBytesTracker`)."""
+
+    device: str
+
+
+class StorageBytesTracker(FSDPMemTracker):
+    """``FSDPMemTracker`` whose snapshots also count every storage at its real size.
+
+    Each update of the tracker's running snapshot (a storage added, freed, re-typed or resized:
+    ``MemTracker._update_snap``) is applied twice: as torch applies it, under the storage's
+    ``torch.device`` (rounded up to 512 B on CUDA), and with the storage's real bytes
+    (``size x element_size``) under :class:`Unrounded` of that device. Every snapshot the tracker
+    takes (a deep copy of the running one) and every peak it keeps (per key, by its total) so
+    carries both. The bytes last counted for a storage ride on its ``_WeakRefInfo`` (needed when
+    it is resized or freed)."""
+
+    def _update_snap(
+        self,
+        u_type: _UpdateType,
+        winfo: Any,
+        old_mem_consumed: int | None = None,
+        old_reftype: Any = None,
+    ) -> None:
+        super()._update_snap(u_type, winfo, old_mem_consumed, old_reftype)
+        counted = getattr(winfo, "_unrounded_bytes", 0)
+        real = winfo.size * winfo.element_size if u_type != _UpdateType.DEL else counted
+        shadow = SimpleNamespace(device=Unrounded(str(winfo.device)), reftype=winfo.reftype, mem_consumed=real)
+        super()._update_snap(u_type, shadow, counted if u_type == _UpdateType.SIZE else None, old_reftype)
+        winfo._unrounded_bytes = real
+
+
+def _bytes(snapshot: Mapping[Any, Mapping[Any, int]], unrounded: bool = False) -> dict[str, int]:
+    """Sum a ``{device: {reftype: bytes}}`` snapshot over devices, with schema category names:
+    the tracker's own bytes (keys ``torch.device``), or with ``unrounded`` the storages' real
+    bytes (keys :class:`Unrounded`)."""
     out = {name: 0 for name in CATEGORIES.values()}
-    for per_device in snapshot.values():
+    for device, per_device in snapshot.items():
+        if isinstance(device, Unrounded) != unrounded:
+            continue
         for reftype, value in per_device.items():
             key = getattr(reftype, "value", reftype)
             name = CATEGORIES.get(key, str(key).lower().replace(" ", "_"))
             out[name] = out.get(name, 0) + int(value)
     return out
+
+
+def _figures(snapshot: Mapping[Any, Mapping[Any, int]]) -> dict[str, dict[str, int]]:
+    """A schema ``memory`` entry's two figures of ``snapshot``: ``bytes`` (the tracker's) and
+    ``unrounded_bytes`` (the storages' real sizes)."""
+    return {"bytes": _bytes(snapshot), "unrounded_bytes": _bytes(snapshot, unrounded=True)}
 
 
 TRACKER_LIMIT_NOTE = (
@@ -121,7 +179,7 @@ class MemoryRecorder:
     ) -> None:
         self._unit_names = {id(m): name for m, name in unit_names.items()}
         self._order = list(dict.fromkeys(unit_names.values()))
-        self.tracker = FSDPMemTracker(root, optimizer)
+        self.tracker = StorageBytesTracker(root, optimizer)
         _settle_before_snapshots(self.tracker)
         if inputs:
             self.tracker.track_inputs(inputs)
@@ -151,7 +209,7 @@ class MemoryRecorder:
                 "state": state,
                 "step_index": step_index,
                 "microbatch": None,
-                "bytes": _bytes(self.tracker.get_tracker_snapshot("current")),
+                **_figures(self.tracker.get_tracker_snapshot("current")),
             }
         )
 
@@ -184,7 +242,7 @@ class MemoryRecorder:
                             "state": label,
                             "step_index": step_index,
                             "microbatch": microbatch,
-                            "bytes": _bytes(snap),
+                            **_figures(snap),
                         }
                     )
                 self._taken[key] = len(snaps)
@@ -201,7 +259,7 @@ class MemoryRecorder:
                 "state": "Peak",
                 "step_index": None,
                 "microbatch": None,
-                "bytes": _bytes(self.tracker.get_tracker_snapshot("peak")),
+                **_figures(self.tracker.get_tracker_snapshot("peak")),
             }
         )
         return out

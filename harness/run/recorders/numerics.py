@@ -42,6 +42,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from .collectives import dtype_name
+from .tensor_diff import max_abs_diff
 
 __all__ = ["Reference", "compute_reference", "compute_references_on_one_rank", "compare"]
 
@@ -161,15 +162,6 @@ def nonfinite(t: torch.Tensor) -> int:
     return int((~torch.isfinite(t.detach())).sum()) if t.is_floating_point() else 0
 
 
-def _diff(actual: torch.Tensor, expected: torch.Tensor) -> dict[str, float]:
-    a, e = actual.detach().double(), expected.detach().double()
-    if a.shape != e.shape:
-        raise ValueError(f"shape {list(a.shape)} is compared with the replica's {list(e.shape)}")
-    if a.numel() == 0:
-        return {"max_abs_diff": 0.0, "max_abs_ref": 0.0}
-    return {"max_abs_diff": float((a - e).abs().max()), "max_abs_ref": float(e.abs().max())}
-
-
 def compute_references_on_one_rank(
     model: nn.Module,
     inputs_of: Callable[[int], torch.Tensor],
@@ -271,13 +263,16 @@ def compare(
                 raise ValueError(f"{fqn}: gradient placements {placements}, expected {want} on the shard dim")
             grad = grad.to_local()
         try:
-            diff = _diff(grad, expected)
+            diff = max_abs_diff(grad, expected, "the replica's")
         except ValueError as exc:
             raise ValueError(f"{fqn}: {exc}") from None
         grads.append({"fqn": fqn, **diff, "nonfinite": nonfinite(grad)})
     return {
         "replica_dtype": dtype_name(reference.replica_dtype),
-        "forward_output": {**_diff(output, reference.output), "nonfinite": nonfinite(output)},
-        "loss": {**_diff(loss.reshape(1), reference.loss.reshape(1)), "nonfinite": nonfinite(loss)},
+        "forward_output": {**max_abs_diff(output, reference.output, "the replica's"), "nonfinite": nonfinite(output)},
+        "loss": {
+            **max_abs_diff(loss.reshape(1), reference.loss.reshape(1), "the replica's"),
+            "nonfinite": nonfinite(loss),
+        },
         "grads": grads,
     }

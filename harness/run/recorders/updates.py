@@ -43,6 +43,7 @@ from harness.run.plan import StepCapture
 
 from .collectives import dtype_name
 from .numerics import nonfinite
+from .tensor_diff import max_abs_diff
 
 __all__ = ["ParamUpdates", "ScheduleReference", "schedule_reference", "shard_rows"]
 
@@ -74,10 +75,13 @@ def _unobserved() -> Iterator[None]:
 
 
 def _changed_rows(after: torch.Tensor, before: torch.Tensor) -> torch.Tensor:
-    """Bool [rows]: the rows where any element differs."""
+    """Bool [rows] on the CPU: the rows where any element differs. ``after`` and ``before`` are
+    one side's (the rank's, or the reference's: one device each); the result is compared with
+    the other side's, which may have been on another device (a CPU-offloaded shard against a
+    reference on the GPU)."""
     if after.numel() == 0:
         return torch.zeros(after.shape[0] if after.dim() else 0, dtype=torch.bool)
-    return (after != before).reshape(after.shape[0], -1).any(dim=1)
+    return (after != before).reshape(after.shape[0], -1).any(dim=1).cpu()
 
 
 @dataclass
@@ -122,23 +126,14 @@ class ScheduleReference:
                 continue
             actual = _local(grad) if grad is not None else torch.zeros_like(expected)
             expected = expected if expected is not None else torch.zeros_like(actual)
-            grads.append({"fqn": fqn, **_diff(actual, expected), "nonfinite": nonfinite(actual)})
+            grads.append({"fqn": fqn, **max_abs_diff(actual, expected), "nonfinite": nonfinite(actual)})
         return {
             "replica_dtype": dtype_name(self.compute_dtype),
             "reduce_dtype": dtype_name(self.reduce_dtype),
-            "forward_output": {**_diff(output, self.output), "nonfinite": nonfinite(output)},
-            "loss": {**_diff(loss.reshape(1), self.loss.reshape(1)), "nonfinite": nonfinite(loss)},
+            "forward_output": {**max_abs_diff(output, self.output), "nonfinite": nonfinite(output)},
+            "loss": {**max_abs_diff(loss.reshape(1), self.loss.reshape(1)), "nonfinite": nonfinite(loss)},
             "grads": grads,
         }
-
-
-def _diff(actual: torch.Tensor, expected: torch.Tensor) -> dict[str, float]:
-    a, e = actual.detach().double(), expected.detach().double()
-    if a.shape != e.shape:
-        raise ValueError(f"shape {list(a.shape)} is compared with the reference's {list(e.shape)}")
-    if a.numel() == 0:
-        return {"max_abs_diff": 0.0, "max_abs_ref": 0.0}
-    return {"max_abs_diff": float((a - e).abs().max()), "max_abs_ref": float(e.abs().max())}
 
 
 def _grad_peak(params: Any) -> float:
@@ -333,6 +328,6 @@ class ParamUpdates:
             actual = self._after[s][fqn]
             ref_changed = _changed_rows(expected, before)
             ours = _changed_rows(actual, self._before[s][fqn])
-            record.update(_diff(actual, expected))
+            record.update(max_abs_diff(actual, expected))
             record["ref_rows_changed"] = int(ref_changed.sum())
             record["same_rows_as_reference"] = bool(torch.equal(ref_changed, ours))

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from torch.autograd import DeviceType
+
+from harness.run.recorders.attribution import profiler_spans
 from harness.run.recorders.events import events_from_profiler
 
 LOOP, DEVICE = 1, 2  # the loop's thread; the autograd engine's CUDA device thread
@@ -18,6 +21,7 @@ class Event:  # the part of a kineto event that events_from_profiler reads
     start: int
     end: int
     tid: int
+    device: DeviceType = DeviceType.CPU
 
     def name(self) -> str:
         return self.label
@@ -30,6 +34,9 @@ class Event:  # the part of a kineto event that events_from_profiler reads
 
     def start_thread_id(self) -> int:
         return self.tid
+
+    def device_type(self) -> DeviceType:
+        return self.device
 
 
 class Profile:
@@ -77,4 +84,22 @@ def test_a_data_label_still_takes_the_state_of_the_hook_on_its_own_thread():
     assert [(g["phase"], g["training_state"]) for g in gathers] == [
         ("forward", "FORWARD"),
         ("backward", "PRE_BACKWARD"),
+    ]
+
+
+def test_the_devices_copies_of_the_ranges_are_not_events_twice():
+    """A ``--trace`` of a CUDA rank records the device's activity too: Kineto then adds a GPU-side
+    copy (``gpu_user_annotation``, same name, on the stream) of every ``record_function`` range.
+    No GPU here to make one; these stand-ins are the only way to show it."""
+    ranges = [
+        Event("HARNESS::phase forward 0 0", 0, 100, LOOP),
+        Event("FSDP::pre_forward (layers.0)", 10, 40, LOOP),
+        Event("FSDP::all_gather (layers.0)", 12, 30, LOOP),
+    ]
+    copies = [Event(e.label, e.start + 5, e.end + 5, 0, DeviceType.CUDA) for e in ranges]
+    prof = Profile(ranges + copies)
+    assert [sp.name for sp in profiler_spans(prof)] == ["FSDP::pre_forward (layers.0)", "FSDP::all_gather (layers.0)"]
+    assert [(e["event"], e["unit"], e["phase"]) for e in events_from_profiler(prof)] == [
+        ("pre_forward", "layers.0", "forward"),
+        ("all_gather", "layers.0", "forward"),
     ]

@@ -4,12 +4,16 @@ torch.cuda's counts are emulated."""
 
 from __future__ import annotations
 
+import os
+from datetime import timedelta
+
 import pytest
 
 from harness.run.launch import joined
 from harness.run.launch.backend import resolve_backend
 from harness.run.launch.errors import RunError
 from harness.run.launch.joined import joined_world
+from harness.run.launch.joined_deadline import JOINED_GRACE_S
 from harness.run.local_placement import device_ordinal_problem, local_placement
 
 WORLD = {"RANK": "11", "WORLD_SIZE": "16", "MASTER_ADDR": "n0"}  # 2 nodes x 8 ranks, rank 11 = node 1's 4th
@@ -72,9 +76,31 @@ def test_the_joined_rank_drives_the_gpu_its_launcher_named(eight_gpus, monkeypat
     import torch.distributed as dist
 
     monkeypatch.setattr(dist, "is_initialized", lambda: False)
-    monkeypatch.setattr(dist, "init_process_group", lambda *a, **k: None)
-    assert joined._join("auto", joined_world(SLURM), 10) == ("cuda", True)
+    groups: list[tuple] = []
+    monkeypatch.setattr(dist, "init_process_group", lambda *a, **k: groups.append((a, k)))
+    recorders: list[str] = []
+    monkeypatch.setattr(joined.flight_recorder, "enable", recorders.append)  # it would set this process's variables
+    device_type, created, folder = joined._join("auto", joined_world(SLURM), 10)
+    os.rmdir(folder)
+    assert (device_type, created) == ("cuda", True)
     assert eight_gpus == [3]  # SLURM_LOCALID, not RANK (11: an invalid ordinal on an 8-GPU node)
+    assert recorders == [folder]  # the flight recorder kept, to be dumped at the run's deadline
+    ((args, kwargs),) = groups
+    assert args == ("nccl",)
+    # longer than the run's 10 s: the run's deadline diagnoses a hang before NCCL's watchdog aborts
+    assert kwargs["timeout"] == timedelta(seconds=10 + JOINED_GRACE_S)
+
+
+def test_an_offloading_joined_rank_gets_a_cpu_backend_too(eight_gpus, monkeypatch):
+    import torch.distributed as dist
+
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    groups: list[tuple] = []
+    monkeypatch.setattr(dist, "init_process_group", lambda *a, **k: groups.append(a))
+    monkeypatch.setattr(joined.flight_recorder, "enable", lambda folder: None)
+    _, _, folder = joined._join("auto", joined_world(SLURM), 10, offloads=True)
+    os.rmdir(folder)
+    assert groups == [("cuda:nccl,cpu:gloo",)]
 
 
 def test_an_ordinal_beyond_the_visible_gpus_is_an_error_naming_its_variable(eight_gpus, monkeypatch):

@@ -1,0 +1,99 @@
+"""The run's deadline in a joined world (torchrun): diagnose a hang before NCCL's watchdog ends it.
+
+Under torchrun the launcher that supervises local ranks is absent: a rank stuck in a collective
+waits until its process group times out. On NCCL that timeout is the watchdog's, which aborts
+the process from a C++ thread, so no Python diagnosis would ever print. So the process group's
+timeout is the run's plus :data:`JOINED_GRACE_S` (:func:`process_group_timeout_s`), and
+:class:`JoinedDeadline`, a timer at the run's own timeout, prints on stderr the rank, the
+verdict (:func:`harness.run.launch.hang.diagnose` over every rank's collectives, read from the
+process group's store) and the flight recorder's dumps it asked for, then ends the process
+with exit status 2 (a failed run; torchrun then stops the other ranks).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any, Callable, Mapping
+
+from harness.run.launch.hang import diagnose, per_rank_lines
+
+__all__ = ["JOINED_GRACE_S", "JoinedDeadline", "deadline_message", "process_group_timeout_s"]
+
+JOINED_GRACE_S = 60.0
+"""Seconds the process group's timeout exceeds the run's: the diagnosis and the flight
+recorder's dump (up to 5 s) happen first."""
+
+EXIT_STATUS = 2  # a run that failed (the CLI's status for a run error)
+
+
+def process_group_timeout_s(timeout_s: float) -> float:
+    """The joined process group's timeout (seconds) for a run of ``timeout_s``: longer, so that
+    :class:`JoinedDeadline` fires first."""
+    return timeout_s + JOINED_GRACE_S
+
+
+def deadline_message(rank: int, timeout_s: float, progress: Mapping[int, Mapping[str, Any]], dumps: list[str]) -> str:
+    """What a rank prints when the run's deadline passes: the rank, the verdict and every
+    rank's collectives (``progress``: :func:`harness.run.launch.hang.read_store`), the dumps."""
+    lines = [f"rank {rank}: the run did not finish within its timeout of {timeout_s:g} s (joined world)"]
+    if any(p.get("entered") for p in progress.values()):
+        lines += [f"Diagnosis: {diagnose(progress)}.", *per_rank_lines(progress)]
+    else:
+        lines.append("no rank entered a collective")
+    if dumps:
+        lines.append(f"NCCL flight recorder dumps (read with torchfrtrace): {', '.join(dumps)}")
+    return "\n".join(lines) + "\n"
+
+
+class JoinedDeadline:
+    """A daemon timer that fires ``timeout_s`` after :meth:`start` unless :meth:`cancel`\\ ed
+    (also a context manager).
+
+    Args:
+        timeout_s: the run's timeout (seconds).
+        rank: this process's global rank.
+        read_progress: every rank's collectives now (``lambda: read_store(store, world_size)``).
+        dump: asks the flight recorder to dump; returns the files written (None: nothing to ask, gloo).
+        write: where the message goes (stderr).
+        end: how the process ends after it (``os._exit``: the main thread is blocked in a collective).
+    """
+
+    def __init__(
+        self,
+        timeout_s: float,
+        rank: int,
+        read_progress: Callable[[], Mapping[int, Mapping[str, Any]]],
+        dump: Callable[[], list[str]] | None = None,
+        write: Callable[[str], Any] | None = None,
+        end: Callable[[int], Any] = os._exit,
+    ) -> None:
+        self.timeout_s, self.rank = timeout_s, rank
+        self._read, self._dump, self._end = read_progress, dump, end
+        self._write = write or (lambda text: (sys.stderr.write(text), sys.stderr.flush()))
+        self._timer = threading.Timer(timeout_s, self._fire)
+        self._timer.daemon = True
+        self._timer.name = "fsdp2-joined-deadline"
+
+    def start(self) -> "JoinedDeadline":
+        self._timer.start()
+        return self
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def __enter__(self) -> "JoinedDeadline":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.cancel()
+
+    def _fire(self) -> None:
+        try:
+            progress = self._read()
+        except Exception:  # the store went away: say what is known
+            progress = {}
+        dumps = self._dump() if self._dump is not None else []
+        self._write(deadline_message(self.rank, self.timeout_s, progress, dumps))
+        self._end(EXIT_STATUS)
