@@ -227,3 +227,14 @@ def test_the_parameter_state_hooks_change_nothing_the_others_record():
         "after_optimizer_step",
         "after_zero_grad",
     }
+
+
+@pytest.mark.slow
+def test_the_gradient_and_unit_dtype_records_change_nothing_the_others_record():
+    """They read every gradient after each step and each unit's dtypes after each forward: memory included."""
+    steps = {"schedule": {"steps": [{"microbatches": 2}, {}]}, "numerics": False}
+    on = _run(_small(**steps))
+    off = _run(_small(**steps), step="tests.support.passive_bodies:without_grad_records")
+    parts = ("grads", "unit_dtypes")
+    assert _without(flatten_observation(on), *parts) == _without(flatten_observation(off), *parts)
+    assert on["ranks"][0]["grads"] and on["ranks"][0]["unit_dtypes"] and not off["ranks"][0]["grads"]

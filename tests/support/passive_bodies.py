@@ -62,3 +62,12 @@ def without_param_states(setup: Any, rank: int, world_size: int, device_type: st
     instruments.ParamStateHooks = Nothing  # this rank process only
     instruments.FullyShardCalls = Nothing
     return run_step(setup, rank, world_size, device_type, **kwargs)
+
+
+def without_grad_records(setup: Any, rank: int, world_size: int, device_type: str, **kwargs: Any) -> dict:
+    """The step with no gradient (``grads``) and no resolved-dtype (``unit_dtypes``) records."""
+    import harness.run.instruments as instruments
+
+    instruments.grad_records = lambda *args, **kw: []  # this rank process only
+    instruments.unit_dtype_records = lambda *args, **kw: []
+    return run_step(setup, rank, world_size, device_type, **kwargs)
