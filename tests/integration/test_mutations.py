@@ -589,6 +589,13 @@ CASES = [
         "step1_layer0_trains",
         "[64, 64]",
     ),
+    (
+        "hooks_freeze_between_microbatches",
+        "[frozen_layer0_keeps_a_gradient, 0, 0, 11, float32]",
+        "[frozen_layer0_keeps_a_gradient, 0, 0, 0, float32]",
+        "frozen_layer0_keeps_a_gradient",
+        "expected 0",
+    ),
     # grads: a count and a gradient shard after a schedule step's unfreeze
     (
         "unfreeze_between_steps",
@@ -786,6 +793,18 @@ SETUP_CASES = [
         "- {call: unfreeze_layer0}",
         "- {}",  # a schedule step's call: layers.0 stays frozen
         ["step1_layer0_trains", "unfrozen_step_reduces_all", "all_gradients_right"],
+    ),
+    (
+        "hooks_freeze_between_microbatches",
+        "    after_microbatch: freeze_layer0_after_first_microbatch\n",
+        "",  # no hook: layers.0 trains in both microbatches
+        ["frozen_layer0_keeps_a_gradient"],
+    ),
+    (
+        "hooks_freeze_between_microbatches",
+        "- {microbatches: 2}",
+        "- {microbatches: 2, gradient_sync: every}",  # microbatch 0 reduces layers.0; microbatch 1 has nothing of it
+        ["mb0_reduces_nothing", "mb1_reduces_frozen_layer0"],
     ),
     (
         "activation_checkpointing_reentrant",
