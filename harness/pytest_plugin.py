@@ -219,9 +219,10 @@ def _gpu_count() -> int:
 def observation_of(config: pytest.Config, spec: Spec, setup=None, backend: str | None = None) -> dict:
     """The observation document of ``spec``'s setup (or ``setup``, on ``backend``), run once per
     pytest session across the xdist workers (harness/run/cache.py) with the plugin's options;
-    what every spec item of that setup is checked against. Runs on NCCL one at a time per set of
-    GPUs (``harness.run.cache.one_at_a_time``). Skips (pytest.skip) an nccl run with fewer GPUs
-    than ranks; raises CachedRunError when the run failed."""
+    what every spec item of that setup is checked against. While another worker runs it, this
+    one runs the other spec setups of the session's items that no worker has started. Runs on
+    NCCL one at a time per set of GPUs (``harness.run.cache.one_at_a_time``). Skips (pytest.skip)
+    an nccl run with fewer GPUs than ranks; raises CachedRunError when the run failed."""
     cache_dir, key, run, lock_timeout_s = _planned_run(config, spec, setup, backend)
     return cached_run(cache_dir, key, run, lock_timeout_s=lock_timeout_s, meanwhile=_session_runs(config))
 
