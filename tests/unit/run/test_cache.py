@@ -4,6 +4,7 @@ a key's run in another worker's hands runs the session's other setups meanwhile.
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 from filelock import FileLock
@@ -76,3 +77,57 @@ def test_with_nothing_left_to_run_it_waits_on_the_lock_and_times_out(tmp_path):
         )
     assert calls == ["m"]
     held.release()
+
+
+def test_the_plugin_runs_the_sessions_other_setups_larger_worlds_first_while_it_waits(tmp_path, monkeypatch):
+    """observation_of of a setup another worker holds: this worker runs the session's other spec
+    setups, the 8-rank one before the 2-rank one, skips the one pinned to nccl (no GPUs here),
+    and returns the other worker's observation."""
+    import torch
+
+    from harness import pytest_plugin
+    from harness.load.setup import RunSetup
+    from harness.run import runner
+    from harness.run.cache import run_key
+
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    monkeypatch.setattr(pytest_plugin, "_gpu_count", lambda: 0)
+    options = {"--fsdp2-backend": None, "--fsdp2-run-timeout": 30, "--fsdp2-no-preflight": True}
+    config = SimpleNamespace(
+        getoption=options.get,
+        _tmp_path_factory=SimpleNamespace(getbasetemp=lambda: tmp_path),
+        stash=pytest.Stash(),
+    )
+
+    def spec(world, backend="gloo"):
+        return SimpleNamespace(setup=RunSetup(mesh_shape=(world,)), backend=backend, timeout_s=30)
+
+    waited, small, big, pinned = spec(4), spec(2), spec(8), spec(3, "nccl")
+    items = []
+    for one in (waited, small, big, pinned):  # in collection order; two items of one spec count once
+        for _ in range(2):
+            item = object.__new__(pytest_plugin.SpecEntryItem)  # only its spec is read
+            item.spec = one
+            items.append(item)
+    pytest_plugin.pytest_collection_finish(SimpleNamespace(config=config, items=items))
+    runs = tmp_path / "fsdp2-runs"
+    runs.mkdir()
+    key = run_key(waited.setup, "gloo", torch.__version__)
+    held = FileLock(str(runs / f"{key}.lock"))
+    held.acquire()
+    ran = []
+
+    def run_setup(setup, **kw):
+        ran.append(setup.world_size)
+        if setup.world_size == 2:  # the other worker finishes the waited run meanwhile
+            (runs / f"{key}.json").write_text(json.dumps({"theirs": True}))
+            held.release()
+        return {"world": setup.world_size}
+
+    monkeypatch.setattr(runner, "run_setup", run_setup)
+    try:
+        observation = pytest_plugin.observation_of(config, waited)
+    except pytest.skip.Exception as skipped:  # the pinned spec's skip must not end the waited one's item
+        pytest.fail(f"skipped: {skipped}")
+    assert observation == {"theirs": True}
+    assert ran == [8, 2]
