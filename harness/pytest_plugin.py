@@ -6,9 +6,9 @@ broken spec there is one failing item, not silently skipped), a file named on th
 and paths given with ``--fsdp2-specs``. ``pytest -n auto`` runs them all; each distinct
 setup runs once per session (harness/run/cache.py), shared by the xdist workers: a worker that
 needs a run another is doing runs, meanwhile, another setup of the session's items, the larger
-worlds first. A failing item
-shows where in the spec it is, the document's claim and section, expected and observed per
-field, and the failing ranks. A spec that fails to load is one failing item with the load error.
+worlds first. A failing item shows where in the spec it is, the document's claim and section,
+expected and observed per field, and the failing ranks. A spec that fails to load is one
+failing item with the load error.
 
 Every option is prefixed ``--fsdp2-`` (``--fsdp2-backend``, ...), so that it cannot clash with
 another plugin's in a user's repository.
