@@ -4,9 +4,11 @@ Installed with this package, it collects YAML files that are specs (a top-level 
 ``tables:``) wherever pytest looks, every YAML file below a folder named ``specs`` (so a
 broken spec there is one failing item, not silently skipped), a file named on the command line,
 and paths given with ``--fsdp2-specs``. ``pytest -n auto`` runs them all; each distinct
-setup runs once per session (harness/run/cache.py), shared by the xdist workers. A failing item
-shows where in the spec it is, the document's claim and section, expected and observed per
-field, and the failing ranks. A spec that fails to load is one failing item with the load error.
+setup runs once per session (harness/run/cache.py), shared by the xdist workers: a worker that
+needs a run another is doing runs, meanwhile, another setup of the session's items, the larger
+worlds first. A failing item shows where in the spec it is, the document's claim and section,
+expected and observed per field, and the failing ranks. A spec that fails to load is one
+failing item with the load error.
 
 Every option is prefixed ``--fsdp2-`` (``--fsdp2-backend``, ...), so that it cannot clash with
 another plugin's in a user's repository.
@@ -77,6 +79,17 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "drafted: written by 'harness draft', not yet reviewed against a document")
     if config.getoption("--fsdp2-specs"):
         config.args.extend(str(Path(p)) for p in config.getoption("--fsdp2-specs"))
+
+
+_SESSION_SPECS = pytest.StashKey[list]()
+
+
+@pytest.hookimpl(trylast=True)  # after -k/-m deselection: the items this process may run
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Note the specs of the session's items, the larger worlds first: what a worker runs while
+    another runs the setup it waits for (:func:`observation_of`)."""
+    specs = {id(item.spec): item.spec for item in session.items if isinstance(item, SpecEntryItem)}
+    session.config.stash[_SESSION_SPECS] = sorted(specs.values(), key=lambda spec: -spec.setup.world_size)
 
 
 def pytest_collect_file(parent: pytest.Collector, file_path: Path):
@@ -206,9 +219,27 @@ def _gpu_count() -> int:
 def observation_of(config: pytest.Config, spec: Spec, setup=None, backend: str | None = None) -> dict:
     """The observation document of ``spec``'s setup (or ``setup``, on ``backend``), run once per
     pytest session across the xdist workers (harness/run/cache.py) with the plugin's options;
-    what every spec item of that setup is checked against. Runs on NCCL one at a time per set of
-    GPUs (``harness.run.cache.one_at_a_time``). Skips (pytest.skip) an nccl run with fewer GPUs
-    than ranks; raises CachedRunError when the run failed."""
+    what every spec item of that setup is checked against. While another worker runs it, this
+    one runs the other spec setups of the session's items that no worker has started. Runs on
+    NCCL one at a time per set of GPUs (``harness.run.cache.one_at_a_time``). Skips (pytest.skip)
+    an nccl run with fewer GPUs than ranks; raises CachedRunError when the run failed."""
+    cache_dir, key, run, lock_timeout_s = _planned_run(config, spec, setup, backend)
+    return cached_run(cache_dir, key, run, lock_timeout_s=lock_timeout_s, meanwhile=_session_runs(config))
+
+
+def _session_runs(config: pytest.Config):
+    """(key, run) of each spec setup of the session's items, planned as its items would plan it."""
+    stash = getattr(config, "stash", None)  # a bare config (the unit tests' namespace) has no items
+    for spec in stash.get(_SESSION_SPECS, []) if stash is not None else []:
+        try:
+            _, key, run, _ = _planned_run(config, spec)
+        except pytest.skip.Exception:  # needs GPUs this machine has not: its items skip
+            continue
+        yield key, run
+
+
+def _planned_run(config: pytest.Config, spec: Spec, setup=None, backend: str | None = None):
+    """(cache folder, key, run, lock timeout in s) of ``spec``'s setup (or ``setup``, on ``backend``)."""
     import torch
 
     from harness.run.runner import run_setup
@@ -238,4 +269,4 @@ def observation_of(config: pytest.Config, spec: Spec, setup=None, backend: str |
             run,
             lock_timeout_s=lock_timeout_s,
         )
-    return cached_run(cache_dir, key, run, lock_timeout_s=lock_timeout_s)
+    return cache_dir, key, run, lock_timeout_s

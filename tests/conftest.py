@@ -15,7 +15,8 @@ A property that costs more per case scales its count from the loaded profile
 
 ``spec_observation(spec, setup=None, backend=None)`` gives a test the observation the spec items
 are checked against, from the plugin's per-session cache (harness/pytest_plugin.py), so a test
-reuses the spec runs instead of launching ranks again.
+reuses the spec runs instead of launching ranks again; ``gloo_observation(spec)`` the observation of
+``spec``'s setup on gloo ranks, the spec items' own where they ran on gloo.
 """
 
 from __future__ import annotations
@@ -87,3 +88,19 @@ def spec_observation(request):
     """``spec_observation(spec, setup=None, backend=None)``: the observation document of
     ``spec``'s setup (or ``setup``, on ``backend``), run once per session across workers."""
     return lambda spec, setup=None, backend=None: observation_of(request.config, spec, setup, backend)
+
+
+@pytest.fixture(scope="session")
+def gloo_observation(spec_observation):
+    """``gloo_observation(spec)``: the observation of ``spec``'s setup on gloo ranks: the spec
+    items' own run where it was on gloo (a machine without a GPU per rank), else one of its own
+    (the key of a run names the backend asked for, ``auto`` or ``gloo``, not the one it got)."""
+
+    def observe(spec):
+        try:
+            doc = spec_observation(spec)
+        except pytest.skip.Exception:  # the spec's backend needs GPUs this machine has not
+            doc = None
+        return doc if doc and doc["environment"]["backend"] == "gloo" else spec_observation(spec, backend="gloo")
+
+    return observe

@@ -1,8 +1,11 @@
 """Run each distinct setup once per test session, shared by pytest-xdist workers.
 
 The first worker to need a setup takes a file lock, runs it, and writes the observation (or
-the run's error) next to the lock; the others wait on the lock and read the file. The key
-covers what changes the observation: the resolved setup, the backend and torch's version.
+the run's error) next to the lock; the others read the file. A worker that needs a setup another
+one is running does not wait idle on the lock: it runs, meanwhile, a setup of the session's that
+no worker has run or started (``meanwhile``), so the two do different runs at once instead of one
+run each in turn. The key covers what changes the observation: the resolved setup (its hooks
+file's digest included), the backend and torch's version.
 
 Runs on NCCL also take :func:`one_at_a_time`'s lock for their set of GPUs: every local NCCL run
 puts rank r on GPU r, so two xdist workers running different setups at once would share GPUs
@@ -14,10 +17,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from harness.load.setup import RunSetup
 
@@ -33,30 +37,83 @@ def run_key(setup: RunSetup, backend: str, torch_version: str) -> str:
 
 
 def cached_run(
-    cache_dir: Path, key: str, run: Callable[[], Mapping[str, Any]], *, lock_timeout_s: float
+    cache_dir: Path,
+    key: str,
+    run: Callable[[], Mapping[str, Any]],
+    *,
+    lock_timeout_s: float,
+    meanwhile: Iterable[tuple[str, Callable[[], Mapping[str, Any]]]] = (),
 ) -> Mapping[str, Any]:
     """Return the observation for ``key``, calling ``run()`` only if no worker has yet.
+
+    While another process holds ``key``'s lock (it is running that setup), this one takes the
+    next ``(key, run)`` of ``meanwhile`` that no process has run or started, runs it and caches
+    its observation or error as its own call would; then it looks at ``key`` again. When
+    ``meanwhile`` has none left, it waits on the lock.
 
     Raises:
         CachedRunError: the run failed, now or earlier in this session (same message each time).
         filelock.Timeout: another worker held the lock longer than ``lock_timeout_s``.
     """
     cache_dir.mkdir(parents=True, exist_ok=True)
-    done, failed = cache_dir / f"{key}.json", cache_dir / f"{key}.error.txt"
-    with FileLock(str(cache_dir / f"{key}.lock"), timeout=lock_timeout_s):
-        if done.exists():
-            return json.loads(done.read_text())
-        if failed.exists():
-            raise CachedRunError(failed.read_text())
+    deadline = time.monotonic() + lock_timeout_s
+    lock = FileLock(str(cache_dir / f"{key}.lock"))
+    others = iter(meanwhile)
+    while not _acquired(lock, 0):
+        if not any(other != key and _ran_if_free(cache_dir, other, other_run) for other, other_run in others):
+            lock.acquire(timeout=max(deadline - time.monotonic(), 0))
+            break
+    try:
+        return _recorded_run(cache_dir, key, run)
+    finally:
+        lock.release()
+
+
+def _acquired(lock: FileLock, timeout: float) -> bool:
+    try:
+        lock.acquire(timeout=timeout)
+    except Timeout:
+        return False
+    return True
+
+
+def _ran_if_free(cache_dir: Path, key: str, run: Callable[[], Mapping[str, Any]]) -> bool:
+    """Run and record ``key`` if no process has run or is running it; whether this call ran it."""
+    lock = FileLock(str(cache_dir / f"{key}.lock"))
+    if not _acquired(lock, 0):
+        return False
+    try:
+        if _recorded(cache_dir, key):
+            return False
         try:
-            observation = run()
-        except Exception as exc:  # any run failure is recorded once and shown by every item
-            failed.write_text(f"{type(exc).__name__}: {exc}")
-            raise CachedRunError(failed.read_text()) from None
-        tmp = done.with_suffix(".tmp")
-        tmp.write_text(json.dumps(observation))
-        tmp.replace(done)
-        return observation
+            _recorded_run(cache_dir, key, run)
+        except CachedRunError:
+            pass  # recorded: the items of that setup show it
+        return True
+    finally:
+        lock.release()
+
+
+def _recorded(cache_dir: Path, key: str) -> bool:
+    return (cache_dir / f"{key}.json").exists() or (cache_dir / f"{key}.error.txt").exists()
+
+
+def _recorded_run(cache_dir: Path, key: str, run: Callable[[], Mapping[str, Any]]) -> Mapping[str, Any]:
+    """Under ``key``'s lock: the recorded observation (or error), else ``run()``'s, recorded."""
+    done, failed = cache_dir / f"{key}.json", cache_dir / f"{key}.error.txt"
+    if done.exists():
+        return json.loads(done.read_text())
+    if failed.exists():
+        raise CachedRunError(failed.read_text())
+    try:
+        observation = run()
+    except Exception as exc:  # any run failure is recorded once and shown by every item
+        failed.write_text(f"{type(exc).__name__}: {exc}")
+        raise CachedRunError(failed.read_text()) from None
+    tmp = done.with_suffix(".tmp")
+    tmp.write_text(json.dumps(observation))
+    tmp.replace(done)
+    return observation
 
 
 def gpu_lock_path(cache_dir: Path, visible_devices: str | None) -> Path:

@@ -45,13 +45,14 @@ def _comparable(rank_doc: dict) -> dict:
 
 
 @pytest.mark.slow
-def test_fake_backend_agrees_with_real_ranks(spec_observation):
+def test_fake_backend_agrees_with_real_ranks(spec_observation, gloo_observation):
     spec = load_spec(SPEC)
-    real = spec_observation(spec, backend="gloo")
+    real = gloo_observation(spec)
     simulated_setup = dataclasses.replace(spec.setup, observe_ranks=tuple(range(spec.setup.world_size)))
     fake = spec_observation(spec, setup=simulated_setup, backend="fake")
 
     assert fake["environment"]["simulated"] and not real["environment"]["simulated"]
+    assert real["environment"]["backend"] == "gloo"
     assert all(r["environment"]["host"] for r in real["ranks"])  # left out of the comparison below
     assert fake["fsdp_units"] == real["fsdp_units"]
     assert [r["rank"] for r in fake["ranks"]] == [r["rank"] for r in real["ranks"]] == list(range(8))

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from harness.load.setup import RunSetup
+from tests.support.ranks import warm_forkserver
 
 TINY = {
     "model": {
@@ -84,9 +85,10 @@ def test_a_round_trip_that_hangs_times_out_in_its_phase_and_leaves_no_folder():
     from harness.run.runner import RunTimeout, run_setup
 
     before = _checkpoint_folders()
+    warm_forkserver()  # the 10 s below then cover the tiny step (seconds, loaded), not torch's import
     with pytest.raises(RunTimeout) as info:
         with injected(Fault(rank=1, phase="state_dict", kind="hang")):
-            run_setup(RunSetup.from_mapping(TINY), backend="gloo", timeout_s=30)
+            run_setup(RunSetup.from_mapping(TINY), backend="gloo", timeout_s=10)
     assert info.value.phases[1] == "state_dict", str(info.value)
     assert "rank 1 in state_dict" in str(info.value)
     assert _left_behind(before) == set()

@@ -21,7 +21,6 @@ import pytest
 
 from harness.contract.names import MEMORY_CATEGORIES
 from harness.load.spec import load_spec
-from harness.run.runner import run_setup
 from tests.support import REPO
 
 ROOT = REPO
@@ -94,7 +93,7 @@ def test_stable_keys_and_agreeing_runs_are_compared():
 
 
 @pytest.mark.slow
-def test_walkthrough_memory_equals_plain_torch(tmp_path):
+def test_walkthrough_memory_equals_plain_torch(tmp_path, gloo_observation):
     out = tmp_path / "torch.json"
     subprocess.run(
         [sys.executable, str(SCRIPT), "--out", str(out), "--runs", "2"],
@@ -105,5 +104,6 @@ def test_walkthrough_memory_equals_plain_torch(tmp_path):
     )
     reference = json.loads(out.read_text())
     runs = [torch_memory(run) for run in reference["runs"]]
-    doc = run_setup(load_spec(WALKTHROUGH).setup, backend="gloo", timeout_s=600)
+    doc = gloo_observation(load_spec(WALKTHROUGH))  # the walkthrough spec items' run, where it was on gloo
+    assert doc["environment"]["backend"] == "gloo"
     assert mismatches(harness_memory(doc), runs) == []
