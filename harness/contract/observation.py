@@ -93,6 +93,8 @@ def build_observation(
     fill_partial_norms(entries, setup.mesh_shape)  # a Partial norm's full value, with no collective
     env = {
         "torch_version": environment["torch_version"],
+        # torch.version.cuda: None on a CPU-only build (what a spec's torch_build gates on)
+        "torch_cuda_version": environment.get("cuda_version"),
         "python_version": environment["python_version"],
         "backend": environment["backend"],
         "device_type": environment["device_type"],

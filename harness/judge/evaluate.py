@@ -20,7 +20,9 @@ FAILING = frozenset({"fail", "error", "xpass"})
 
 def evaluate_item(item: "SpecItem", observation: Mapping[str, Any]) -> CheckResult:
     """Check one item, honouring its torch range and declared deviation."""
-    reason = item.skip_reason(observation["environment"]["torch_version"])
+    env = observation["environment"]
+    build = None if "torch_cuda_version" not in env else "cpu" if env["torch_cuda_version"] is None else "cuda"
+    reason = item.skip_reason(env["torch_version"], build)
     if reason:
         return CheckResult(item.entry, "skip", message=reason)
     env = observation["environment"]

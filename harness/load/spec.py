@@ -102,15 +102,21 @@ class SpecItem:
         torch_range: PEP 440 range for torch ('' = any); outside it the item is skipped.
         deviation: reason (and link) if reality is known to differ from the document.
         drafted: True if written by 'harness draft' and not yet reviewed.
+        torch_build: the spec's ``torch_build`` ("cpu", "cuda"; '' = any): on another build the
+            item is skipped.
     """
 
     entry: Entry
     torch_range: str = ""
     deviation: Mapping[str, str] | None = None
     drafted: bool = False
+    torch_build: str = ""
 
-    def skip_reason(self, torch_version: str) -> str | None:
-        """Why this item does not apply to ``torch_version`` (None when it applies)."""
+    def skip_reason(self, torch_version: str, torch_build: str | None = None) -> str | None:
+        """Why this item does not apply to ``torch_version`` of build ``torch_build`` ("cpu",
+        "cuda", None when unknown: an observation written before the field) (None when it applies)."""
+        if self.torch_build and torch_build is not None and torch_build != self.torch_build:
+            return f"describes a {self.torch_build} build of torch; running {torch_version}, a {torch_build} build"
         # prereleases=True: a nightly (2.14.0.dev20260101) is a torch 2.14 for a range like '>=2.6'
         if not self.torch_range:
             return None
@@ -318,6 +324,8 @@ def load_spec(path: str | Path) -> Spec:
             errors.add((), message, line=item.entry.line)
 
     errors.raise_if_any()
+    for item in items:  # the build the spec describes gates every entry (schema: cpu or cuda)
+        item.torch_build = data.get("torch_build", "")
     if any(item.entry.check == "expect_error" for item in items):
         # the run records what a rank raises (harness/language/kinds/expect_error.py) instead of failing
         setup = dataclasses.replace(setup, record_errors=True)

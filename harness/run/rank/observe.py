@@ -25,11 +25,13 @@ __all__ = ["environment", "group_dims", "where_after_step", "compile_counts", "e
 
 
 def environment(device_type: str, device: torch.device) -> dict[str, Any]:
-    """``{torch_version, python_version, backend, device_type, device_name}`` (the GPU's name, or the
+    """``{torch_version, cuda_version, python_version, backend, device_type, device_name}``
+    (``cuda_version``: ``torch.version.cuda``, None on a CPU-only build; the GPU's name, or the
     CPU model from /proc/cpuinfo, no subprocess); ``backend`` is the one serving ``device_type``
     ("nccl" for an offloading run's ``"cuda:nccl,cpu:gloo"`` group)."""
     return {
         "torch_version": str(torch.__version__),
+        "cuda_version": torch.version.cuda,
         "python_version": platform.python_version(),
         "backend": device_backend(str(dist.get_backend()), device_type),
         "device_type": device_type,

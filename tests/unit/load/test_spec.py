@@ -729,3 +729,34 @@ def test_same_title_tables_cannot_repeat_an_id(tmp_path):
 def test_param_entry_must_name_its_layer(tmp_path, old, new, needs):
     with pytest.raises(SpecError, match=needs):
         load_spec(write(tmp_path, edit(old, new)))
+
+
+@pytest.mark.parametrize(
+    "build, running, skipped",
+    [("cpu", "cpu", False), ("cpu", "cuda", True), ("cuda", "cpu", True), ("cpu", None, False), ("", "cuda", False)],
+)
+def test_torch_build_gates_every_item(tmp_path, build, running, skipped):
+    """A spec's torch_build (cpu: torch.version.cuda is None) skips its items on the other build,
+    and not on an observation that predates the field (running None)."""
+    text = BASE if not build else BASE.replace("tables:", f"torch_build: {build}\ntables:")
+    spec = load_spec(write(tmp_path, text))
+    reason = spec.items[0].skip_reason("2.13.0", running)
+    assert (reason is not None) == skipped
+    if skipped:
+        assert reason == f"describes a {build} build of torch; running 2.13.0, a {running} build"
+
+
+def test_an_unknown_torch_build_is_refused_at_its_line(tmp_path):
+    path = write(tmp_path, BASE.replace("tables:", "torch_build: rocm\ntables:"))
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert "torch_build" in str(info.value) and "cpu" in str(info.value)
+
+
+def test_the_observed_build_is_read_from_torch_cuda_version(tmp_path):
+    from harness.judge.evaluate import evaluate_item
+
+    (item, *_) = load_spec(write(tmp_path, BASE.replace("tables:", "torch_build: cpu\ntables:"))).items
+    on_cuda = {"environment": {"torch_version": "2.14.1+cu130", "torch_cuda_version": "13.0"}}
+    result = evaluate_item(item, on_cuda)
+    assert result.status == "skip" and "a cuda build" in result.message

@@ -14,12 +14,12 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensorMode
 
+from harness.run.recorders.tensor_diff import max_abs_diff, on_one_device
+from harness.run.recorders.updates import _changed_rows
+
 # torch 2.13 raises FakeTensorDeviceMismatchError (a RuntimeError: "found at least two devices");
 # 2.11 has no such class and raises a plain RuntimeError ("found two different devices")
 DEVICE_MISMATCH = r"found (at least )?two (different )?devices"
-
-from harness.run.recorders.tensor_diff import max_abs_diff, on_one_device
-from harness.run.recorders.updates import _changed_rows
 
 
 def test_the_emulation_refuses_mixed_devices_as_cuda_does():
