@@ -23,19 +23,17 @@ import pytest
 
 from harness.load.spec import load_spec
 from tests.support import SPECS
+from tests.support.observations import without_value_fields
 
 SPEC = SPECS / "qwen3_0_6b_8_ranks.yaml"
 PEAK_STATES = {"Peak", "Peak Backward"}
 TIMING_DEPENDENT = {"temp", "total"}
 
 
-VALUE_FIELDS = {"finite", "pinned", "grad_pinned"}  # read from the values: null in a simulation, which has none
-
-
 def _comparable(rank_doc: dict) -> dict:
     doc = {k: v for k, v in rank_doc.items() if k not in ("timings_s", "numerics", "environment")}
     for part in ("params", "buffers"):
-        doc[part] = [{k: v for k, v in row.items() if k not in VALUE_FIELDS} for row in rank_doc.get(part, [])]
+        doc[part] = without_value_fields(rank_doc.get(part, []))
     doc["memory"] = [
         {**m, "bytes": {k: v for k, v in m["bytes"].items() if k not in TIMING_DEPENDENT}}
         for m in rank_doc["memory"]

@@ -396,3 +396,13 @@ def timed_observation(times=(0.010, 0.012, 0.011, 0.013), wrong_rank=None) -> di
             timed("small", "all_reduce", 1_000_000, 0.001),
         ]
     return obs
+
+
+VALUE_FIELDS = frozenset({"finite", "pinned", "grad_pinned"})
+"""``params``/``buffers`` fields read from a tensor's values or storage: null in a simulation (fake
+backend), which has neither, so a real-vs-simulated comparison leaves them out."""
+
+
+def without_value_fields(rows: list) -> list:
+    """``params`` or ``buffers`` rows less :data:`VALUE_FIELDS`."""
+    return [{k: v for k, v in row.items() if k not in VALUE_FIELDS} for row in rows]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from typing import Any, Callable, Mapping
 
 from harness.run.launch.hang import diagnose, per_rank_lines
@@ -47,6 +48,12 @@ def deadline_message(rank: int, timeout_s: float, progress: Mapping[int, Mapping
     return "\n".join(lines) + "\n"
 
 
+STORE_HOST_LINGER_S = 5.0
+"""Seconds rank 0 waits after its diagnosis before ending: every rank's deadline fires at about the
+same time, and in a world started with ``env://`` (MASTER_ADDR) rank 0 hosts the store the others
+read their verdict from."""
+
+
 class JoinedDeadline:
     """A daemon timer that fires ``timeout_s`` after :meth:`start` unless :meth:`cancel`\\ ed
     (also a context manager).
@@ -58,6 +65,7 @@ class JoinedDeadline:
         dump: asks the flight recorder to dump; returns the files written (None: nothing to ask, gloo).
         write: where the message goes (stderr).
         end: how the process ends after it (``os._exit``: the main thread is blocked in a collective).
+        linger: how rank 0 waits :data:`STORE_HOST_LINGER_S` before ending (``time.sleep``).
     """
 
     def __init__(
@@ -68,9 +76,10 @@ class JoinedDeadline:
         dump: Callable[[], list[str]] | None = None,
         write: Callable[[str], Any] | None = None,
         end: Callable[[int], Any] = os._exit,
+        linger: Callable[[float], Any] = time.sleep,
     ) -> None:
         self.timeout_s, self.rank = timeout_s, rank
-        self._read, self._dump, self._end = read_progress, dump, end
+        self._read, self._dump, self._end, self._linger = read_progress, dump, end, linger
         self._write = write or (lambda text: (sys.stderr.write(text), sys.stderr.flush()))
         self._timer = threading.Timer(timeout_s, self._fire)
         self._timer.daemon = True
@@ -96,4 +105,6 @@ class JoinedDeadline:
             progress = {}
         dumps = self._dump() if self._dump is not None else []
         self._write(deadline_message(self.rank, self.timeout_s, progress, dumps))
+        if self.rank == 0:  # a plain env:// world's store lives in rank 0: the peers' deadlines still read it
+            self._linger(STORE_HOST_LINGER_S)
         self._end(EXIT_STATUS)

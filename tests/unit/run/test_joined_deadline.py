@@ -9,7 +9,12 @@ import threading
 import torch.distributed as dist
 
 from harness.run.launch.hang import StoreProgress, read_store
-from harness.run.launch.joined_deadline import JoinedDeadline, deadline_message, process_group_timeout_s
+from harness.run.launch.joined_deadline import (
+    STORE_HOST_LINGER_S,
+    JoinedDeadline,
+    deadline_message,
+    process_group_timeout_s,
+)
 
 GATHER_1 = {"seq": 1, "op": "all_gather", "unit": "layers.0", "phase": "forward"}
 GATHER_2 = {"seq": 2, "op": "all_gather", "unit": "layers.1", "phase": "forward"}
@@ -39,8 +44,15 @@ def test_at_the_deadline_the_rank_names_the_stuck_rank_and_collective_then_ends(
         codes.append(code)
         ended.set()
 
+    lingered: list[float] = []
     deadline = JoinedDeadline(
-        0.05, 0, lambda: read_store(store, 2), dump=lambda: ["/tmp/fr/nccl_trace_rank_0"], write=written.append, end=end
+        0.05,
+        0,
+        lambda: read_store(store, 2),
+        dump=lambda: ["/tmp/fr/nccl_trace_rank_0"],
+        write=written.append,
+        end=end,
+        linger=lingered.append,
     )
     with deadline:
         assert ended.wait(10), "the deadline never fired"
@@ -50,11 +62,12 @@ def test_at_the_deadline_the_rank_names_the_stuck_rank_and_collective_then_ends(
     assert "rank 1: last entered all_gather #1 (layers.0, forward)" in text
     assert "NCCL flight recorder dumps (read with torchfrtrace): /tmp/fr/nccl_trace_rank_0" in text
     assert codes == [2]  # a failed run's exit status
+    assert lingered == [STORE_HOST_LINGER_S]  # rank 0 hosts an env:// world's store: the peers still read it
 
 
 def test_a_run_that_finishes_in_time_is_left_alone():
     fired: list[str] = []
-    with JoinedDeadline(0.2, 0, lambda: {}, write=fired.append, end=fired.append):
+    with JoinedDeadline(0.2, 0, lambda: {}, write=fired.append, end=fired.append, linger=fired.append):
         pass
     threading.Event().wait(0.4)
     assert fired == []
