@@ -19,13 +19,13 @@ FAILING = frozenset({"fail", "error", "xpass"})
 
 
 def evaluate_item(item: "SpecItem", observation: Mapping[str, Any]) -> CheckResult:
-    """Check one item, honouring its torch range and declared deviation."""
+    """Check one item, honouring its torch range and build and its declared deviation."""
     env = observation["environment"]
+    # the observed build: torch.version.cuda is None on a CPU-only one (unknown in an older document)
     build = None if "torch_cuda_version" not in env else "cpu" if env["torch_cuda_version"] is None else "cuda"
     reason = item.skip_reason(env["torch_version"], build)
     if reason:
         return CheckResult(item.entry, "skip", message=reason)
-    env = observation["environment"]
     if item.entry.check == "numerics" and env["simulated"]:
         return CheckResult(item.entry, "skip", message="a simulated run (fake backend) records no numerics")
     if item.entry.check == "state_dict" and env["simulated"]:
