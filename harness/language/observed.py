@@ -64,14 +64,23 @@ def ranks_text(ranks: Iterable[int]) -> str:
 
 def rank_docs(obs: Mapping[str, Any], ranks: Any) -> list[Mapping[str, Any]]:
     """The rank entries selected by a ``rank``/``ranks`` selector (None or 'all': every rank)."""
-    docs = obs["ranks"]
+    return select_ranks(obs["ranks"], ranks)
+
+
+def select_ranks(docs: Iterable[Mapping[str, Any]], ranks: Any, where: str | None = None) -> list[Mapping[str, Any]]:
+    """The entries of ``docs`` (each with a ``rank``) selected by a ``rank``/``ranks`` selector
+    (None or 'all': every one). Raises CheckError naming a selected rank not in ``docs``, and
+    ``where`` they are (e.g. "the reload on 3 ranks"; None: the observed ranks)."""
+    docs = list(docs)
     if ranks in (None, "all"):
-        return list(docs)
+        return docs
     wanted = [ranks] if isinstance(ranks, int) else list(ranks)
     by_rank = {d["rank"]: d for d in docs}
     missing = [r for r in wanted if r not in by_rank]
     if missing:
-        raise CheckError(f"rank(s) {missing} not observed; observed ranks: {ranks_text(by_rank)}")
+        if where is None:
+            raise CheckError(f"rank(s) {missing} not observed; observed ranks: {ranks_text(by_rank)}")
+        raise CheckError(f"rank(s) {missing} not in {where}; its ranks: {ranks_text(by_rank)}")
     return [by_rank[r] for r in wanted]
 
 

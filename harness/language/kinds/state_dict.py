@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from harness.language.kinds.common import LAYER
 from harness.language.kinds.param import KIND as PARAM
-from harness.language.observed import CheckError, param_fqn, ranks_text, unit_names
+from harness.language.observed import CheckError, param_fqn, select_ranks, unit_names
 from harness.language.vocabulary import BOOL, COUNT, INTS, NUMBER, SHAPE, TEXTS, CheckKind, Context, Field, Selector
 
 ONE_ENTRY_FIELDS = (
@@ -125,18 +125,9 @@ def _records(obs: Mapping[str, Any], sel: Mapping[str, Any]) -> list[tuple[int, 
             )
         docs = list(found[0]["ranks"])
         where = f"the reload on {size} ranks"
-    by_rank = {d["rank"]: d for d in docs}
-    wanted = sel.get("ranks")
-    if wanted in (None, "all"):
-        chosen = list(by_rank)
-    else:
-        chosen = [wanted] if isinstance(wanted, int) else list(wanted)
-        missing = [r for r in chosen if r not in by_rank]
-        if missing:
-            raise CheckError(f"rank(s) {missing} not in {where}; its ranks: {ranks_text(by_rank)}")
     out = []
-    for rank in chosen:
-        record = by_rank[rank].get("state_dict")
+    for doc in select_ranks(docs, sel.get("ranks"), where):
+        rank, record = doc["rank"], doc.get("state_dict")
         if record is None:
             raise CheckError(
                 f"rank {rank} of {where} recorded no state-dict round trip "

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from harness.language.kinds.state_dict import KIND as STATE_DICT
-from harness.language.observed import CheckError, param_fqn, ranks_text
+from harness.language.observed import CheckError, param_fqn, select_ranks
 from harness.language.vocabulary import Context, EntryRule, Selector
 
 RANKS = Selector(
@@ -74,18 +74,9 @@ def entry_rules(selector: str, kind: str, one_key: tuple[str, ...], whole: tuple
 
 def call_records(obs: Mapping[str, Any], sel: Mapping[str, Any], part: str, call_id: str) -> list[tuple[int, dict]]:
     """(rank, that call's record) for the selected ranks."""
-    by_rank = {d["rank"]: d for d in obs["ranks"]}
-    wanted = sel.get("ranks")
-    if wanted in (None, "all"):
-        chosen = list(by_rank)
-    else:
-        chosen = [wanted] if isinstance(wanted, int) else list(wanted)
-        missing = [r for r in chosen if r not in by_rank]
-        if missing:
-            raise CheckError(f"rank(s) {missing} not in the run; its ranks: {ranks_text(by_rank)}")
     out = []
-    for rank in chosen:
-        record = by_rank[rank].get("state_dict_options")
+    for doc in select_ranks(obs["ranks"], sel.get("ranks"), "the run"):
+        rank, record = doc["rank"], doc.get("state_dict_options")
         if record is None:
             raise CheckError(
                 f"rank {rank} recorded no state-dict calls (setup.state_dict.{part} is empty, or the run was simulated)"
