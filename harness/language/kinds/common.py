@@ -119,3 +119,14 @@ def position_matches(record: Any, sel: Any) -> bool:
             if record.get(key) not in wanted:
                 return False
     return True
+
+
+def param_needs_layer(kind: str):
+    """An entry rule of kind ``kind``: a ``param`` (a name inside a decoder layer) needs its ``layer``."""
+
+    def rule(values: Any, ctx: Context) -> list:
+        if "param" in values and "layer" not in values:
+            return [(None, f"a {kind!r} entry naming 'param' names its 'layer' too (or a full 'fqn')")]
+        return []
+
+    return rule

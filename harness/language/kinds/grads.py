@@ -10,16 +10,10 @@ record shares (a list of the values when they differ).
 
 from __future__ import annotations
 
-from harness.language.kinds.common import LAYER, RANKS, STEP_INDEX, UNIT, position_matches
-from harness.language.kinds.param import _check_fqn, _check_param
+from harness.language.kinds.common import LAYER, RANKS, STEP_INDEX, UNIT, param_needs_layer, position_matches
+from harness.language.kinds.param import KIND as PARAM
 from harness.language.observed import CheckError, common, rank_docs, selected_fqns
-from harness.language.vocabulary import COUNT, OPTIONAL_DTYPE, OPTIONAL_SHAPE, CheckKind, Field, Selector
-
-
-def _param_needs_layer(values, ctx):
-    if "param" in values and "layer" not in values:
-        return [(None, "a 'grads' entry naming 'param' names its 'layer' too (or a full 'fqn')")]
-    return []
+from harness.language.vocabulary import COUNT, OPTIONAL_DTYPE, OPTIONAL_SHAPE, CheckKind, Field
 
 
 def measure(sel, obs):
@@ -50,10 +44,8 @@ KIND = CheckKind(
     doc="each parameter's gradient after a step: requires_grad, has one, its dtype and local shape, and its "
     "Parameter.grad_dtype",
     selectors=(
-        Selector(
-            "param", "a parameter's name inside a decoder layer, e.g. mlp.up_proj.weight (with 'layer')", _check_param
-        ),
-        Selector("fqn", "a parameter's fully qualified name", _check_fqn),
+        PARAM.selector_index["param"],
+        PARAM.selector_index["fqn"],
         LAYER,
         UNIT,
         STEP_INDEX,
@@ -81,5 +73,5 @@ KIND = CheckKind(
         ),
     ),
     measure=measure,
-    rules=(_param_needs_layer,),
+    rules=(param_needs_layer("grads"),),
 )

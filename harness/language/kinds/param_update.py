@@ -9,16 +9,10 @@ add up over the selected parameters and steps, differences take their largest.
 
 from __future__ import annotations
 
-from harness.language.kinds.common import LAYER, RANKS, STEP_INDEX, UNIT, position_matches
-from harness.language.kinds.param import _check_fqn, _check_param
+from harness.language.kinds.common import LAYER, RANKS, STEP_INDEX, UNIT, param_needs_layer, position_matches
+from harness.language.kinds.param import KIND as PARAM
 from harness.language.observed import CheckError, rank_docs, selected_fqns
-from harness.language.vocabulary import BOOL, COUNT, INTS, NUMBER, CheckKind, Field, Selector
-
-
-def _param_needs_layer(values, ctx):
-    if "param" in values and "layer" not in values:
-        return [(None, "a 'param_update' entry naming 'param' names its 'layer' too (or a full 'fqn')")]
-    return []
+from harness.language.vocabulary import BOOL, COUNT, INTS, NUMBER, CheckKind, Field
 
 
 def measure(sel, obs):
@@ -64,10 +58,8 @@ KIND = CheckKind(
     doc="rows of each rank's shard a step changed, and the shard against a single-process reference of the "
     "same schedule",
     selectors=(
-        Selector(
-            "param", "a parameter's name inside a decoder layer, e.g. mlp.up_proj.weight (with 'layer')", _check_param
-        ),
-        Selector("fqn", "a parameter's fully qualified name", _check_fqn),
+        PARAM.selector_index["param"],
+        PARAM.selector_index["fqn"],
         LAYER,
         UNIT,
         STEP_INDEX,
@@ -86,5 +78,5 @@ KIND = CheckKind(
         Field("same_rows_as_reference", BOOL, "the changed rows are exactly the reference's, for every selected shard"),
     ),
     measure=measure,
-    rules=(_param_needs_layer,),
+    rules=(param_needs_layer("param_update"),),
 )
