@@ -42,9 +42,10 @@ expert_outputs, moe_out.
 
 Experts' two paths, same numbers: with real tensors, transformers' eager loop (only the experts
 some token picked run, each on its tokens; a host sync per layer, as transformers'); with
-FakeTensorMode or meta tensors, whose routing is unknown, every expert runs on every token and
-is weighted by zero where not picked (static shapes; E/k times the FLOPs). Either way an expert
-no token picked gets a zero gradient slice (its rows of the fused 3-D parameters), not none.
+FakeTensorMode or meta tensors, whose routing is unknown, every expert runs on every token (one
+product batched over the expert dim) and is weighted by zero where not picked (static shapes;
+E/k times the FLOPs). Either way an expert no token picked gets a zero gradient slice (its rows
+of the fused 3-D parameters), not none.
 """
 
 from __future__ import annotations
@@ -148,13 +149,17 @@ class Qwen3MoeExperts(StepObservable, nn.Module):
         # (T, k, d): expert idx[t, j]'s unweighted output on token t; built only when observed
         slots = hidden_states.new_zeros(T, k, d) if obs is not None else None
         if self.static or _has_no_data(hidden_states):
-            for e in range(self.num_experts):
-                picked = top_k_index == e  # (T, k) bool; at most one True per row (top-k is distinct)
-                weight = (top_k_weights * picked).sum(dim=-1, keepdim=True)  # (T, 1), 0 where not picked
-                out = self._expert(e, hidden_states)  # (T, d)
-                if slots is not None:
-                    slots = torch.where(picked[..., None], out[:, None, :], slots)
-                final_hidden_states = final_hidden_states + (out * weight).to(final_hidden_states.dtype)
+            # Every expert on every token as one batched product over the expert dim: the same
+            # numbers as a loop over experts, in a handful of ops instead of ~40 per expert (under
+            # FakeTensorMode each op is a Python dispatch: a 128-expert layer's loop was most of a
+            # simulated rank's step).
+            gate, up = torch.matmul(hidden_states, self.gate_up_proj.transpose(1, 2)).chunk(2, dim=-1)  # (E, T, d_moe)
+            outs = torch.matmul(self.act_fn(gate) * up, self.down_proj.transpose(1, 2))  # (E, T, d)
+            picked = F.one_hot(top_k_index, num_classes=self.num_experts)  # (T, k, E); top-k is distinct
+            weights = (top_k_weights[..., None] * picked).sum(dim=1)  # (T, E), 0 where not picked
+            final_hidden_states = (outs * weights.t()[..., None]).sum(dim=0).to(final_hidden_states.dtype)
+            if slots is not None:  # slot (t, j) holds expert idx[t, j]'s output on token t
+                slots = outs.transpose(0, 1).gather(1, top_k_index[..., None].expand(T, k, d))
         else:
             # transformers' eager forward, line for line (num_experts + 1 classes: its
             # expert-parallel sentinel, never hit here).
