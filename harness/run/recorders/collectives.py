@@ -18,11 +18,12 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 import torch
+from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import c10d_arguments as c10d_args
 from .attribution import AttributionError, Span, attribute, parse_fsdp_label, profiler_spans, resolve_mesh_dims
-from .c10d_ops import REDUCE_OPS, dtype_name, is_collective, op_kind
+from .c10d_ops import NAMESPACES, REDUCE_OPS, dtype_name, is_collective, op_kind
 from .hang_progress import HangProgress
 
 __all__ = [
@@ -37,6 +38,10 @@ __all__ = [
     "REDUCE_OPS",
     "record_of",
 ]
+
+# The namespaces whose ops the recorder looks at; every other op (the step's compute, and under
+# FakeTensorMode the device queries, prim.device, two of every three ops dispatched) goes straight on.
+_LOOKED_AT = frozenset(NAMESPACES) | {"profiler"}
 
 
 def record_of(
@@ -121,11 +126,11 @@ class CollectiveRecorder(TorchDispatchMode):
         kwargs = kwargs or {}
         # Let tensor subclasses (DTensor) desugar first: their local ops come back through
         # this mode, so a collective issued by DTensor itself is seen on plain tensors.
-        from torch.distributed.tensor import DTensor
-
         if any(issubclass(t, DTensor) for t in types):
             return NotImplemented
         namespace = func.namespace
+        if namespace not in _LOOKED_AT:
+            return func(*args, **kwargs)
         op_name = func._schema.name.split("::", 1)[-1]
         if is_collective(namespace, op_name):
             named = c10d_args.arguments(func, args, kwargs)
