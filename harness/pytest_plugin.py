@@ -6,9 +6,9 @@ broken spec there is one failing item, not silently skipped), a file named on th
 and paths given with ``--fsdp2-specs``. ``pytest -n auto`` runs them all; each distinct
 setup runs once per session (harness/run/cache.py), shared by the xdist workers: a worker that
 needs a run another is doing runs, meanwhile, another setup of the session's items, the larger
-worlds first. A failing item shows where in the spec it is, the document's claim and section,
-expected and observed per field, and the failing ranks. A spec that fails to load is one
-failing item with the load error.
+worlds first; the larger worlds' spec items are also started first. A failing item shows where
+in the spec it is, the document's claim and section, expected and observed per field, and the
+failing ranks. A spec that fails to load is one failing item with the load error.
 
 Every option is prefixed ``--fsdp2-`` (``--fsdp2-backend``, ...), so that it cannot clash with
 another plugin's in a user's repository.
@@ -82,6 +82,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 _SESSION_SPECS = pytest.StashKey[list]()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The spec items of the larger worlds first, each spec's items still together and in file
+    order; every other item keeps its place. A spec's first item runs its setup, and the larger
+    worlds' setups are the long ones: one started last runs alone while the other workers idle."""
+    places = [i for i, item in enumerate(items) if isinstance(item, SpecEntryItem)]
+    ordered = sorted((items[i] for i in places), key=lambda item: -item.spec.setup.world_size)  # stable
+    for i, item in zip(places, ordered):
+        items[i] = item
 
 
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection: the items this process may run

@@ -131,3 +131,24 @@ def test_the_plugin_runs_the_sessions_other_setups_larger_worlds_first_while_it_
         pytest.fail(f"skipped: {skipped}")
     assert observation == {"theirs": True}
     assert ran == [8, 2]
+
+
+def test_the_plugin_starts_the_larger_worlds_spec_items_first_and_keeps_other_items_in_place():
+    """pytest_collection_modifyitems: spec items sorted by world size, largest first, each spec's
+    items together in file order; a non-spec item keeps its position."""
+    from harness import pytest_plugin
+    from harness.load.setup import RunSetup
+
+    def items_of(name, world, n):
+        spec = SimpleNamespace(setup=RunSetup(mesh_shape=(world,)), name=name)
+        out = []
+        for i in range(n):
+            item = object.__new__(pytest_plugin.SpecEntryItem)  # only its spec is read
+            item.spec, item.label = spec, f"{name}{i}"
+            out.append(item)
+        return out
+
+    other = SimpleNamespace(label="test")
+    items = [*items_of("four", 4, 2), other, *items_of("eight", 8, 2), *items_of("two", 2, 1), *items_of("big", 16, 1)]
+    pytest_plugin.pytest_collection_modifyitems(items)
+    assert [item.label for item in items] == ["big0", "eight0", "test", "eight1", "four0", "four1", "two0"]
