@@ -84,12 +84,17 @@ def pytest_configure(config: pytest.Config) -> None:
 _SESSION_SPECS = pytest.StashKey[list]()
 
 
+def _larger_worlds_first(spec: Spec) -> int:
+    """The sort key of the session's specs: the larger worlds' setups are the long ones."""
+    return -spec.setup.world_size
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The spec items of the larger worlds first, each spec's items still together and in file
     order; every other item keeps its place. A spec's first item runs its setup, and the larger
     worlds' setups are the long ones: one started last runs alone while the other workers idle."""
     places = [i for i, item in enumerate(items) if isinstance(item, SpecEntryItem)]
-    ordered = sorted((items[i] for i in places), key=lambda item: -item.spec.setup.world_size)  # stable
+    ordered = sorted((items[i] for i in places), key=lambda item: _larger_worlds_first(item.spec))  # stable
     for i, item in zip(places, ordered):
         items[i] = item
 
@@ -99,7 +104,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Note the specs of the session's items, the larger worlds first: what a worker runs while
     another runs the setup it waits for (:func:`observation_of`)."""
     specs = {id(item.spec): item.spec for item in session.items if isinstance(item, SpecEntryItem)}
-    session.config.stash[_SESSION_SPECS] = sorted(specs.values(), key=lambda spec: -spec.setup.world_size)
+    session.config.stash[_SESSION_SPECS] = sorted(specs.values(), key=_larger_worlds_first)
 
 
 def pytest_collect_file(parent: pytest.Collector, file_path: Path):
