@@ -26,11 +26,14 @@ import pytest
 
 from harness.run.launch.session import TEMP_PREFIX, sweep_stale
 from tests.support import REPO
-from tests.support.specs import SIGNAL_WINDOW
+from tests.support.specs import SIGNAL_WINDOW, TINY
 
 pytestmark = pytest.mark.slow
 
 TWO_RANKS = SIGNAL_WINDOW  # BACKEND replaced by each test
+# For a run that need only finish (no signal lands inside it): the same entry (x_norm) on
+# 2 layers of B=2, L=8, a few CPU-seconds where TWO_RANKS's step costs tens on 2 cores.
+QUICK = TINY.replace("shape: [4]", "shape: [2]").replace("tables:", "backend: BACKEND\ntables:")
 
 
 def _env(tmp: Path) -> dict:
@@ -99,9 +102,12 @@ def _wait_for_ranks(proc: subprocess.Popen, ranks: int, timeout: float = 300) ->
     raise AssertionError("the ranks did not start")
 
 
-def _spec(tmp: Path, backend: str = "gloo", name: str = "two.yaml") -> Path:
+def _spec(tmp: Path, backend: str = "gloo", name: str = "two.yaml", text: str = TWO_RANKS) -> Path:
     path = tmp / name
-    path.write_text(TWO_RANKS.replace("BACKEND", backend).replace("spec: two", f"spec: {Path(name).stem}"))
+    stem = Path(name).stem
+    path.write_text(
+        text.replace("BACKEND", backend).replace("spec: two", f"spec: {stem}").replace("spec: tiny", f"spec: {stem}")
+    )
     return path
 
 
@@ -196,7 +202,7 @@ def test_sigterm_stops_the_ranks_and_exits_143(tmp_path):
 
 
 def test_interrupt_keeps_the_finished_specs_results_in_json(tmp_path):
-    first, second = _spec(tmp_path, "fake", "first.yaml"), _spec(tmp_path, "gloo", "second.yaml")
+    first, second = _spec(tmp_path, "fake", "first.yaml", QUICK), _spec(tmp_path, "gloo", "second.yaml")
     target = tmp_path / "results.json"
     proc = _start(tmp_path, first, second, args=("--json", str(target)))
     family = _wait_for_ranks(proc, 2)  # the fake spec runs in the CLI: ranks mean the second spec
@@ -221,7 +227,7 @@ def test_sigkill_leftovers_are_removed_by_the_next_run(tmp_path):
     )
     # the next run sweeps them before starting its ranks
     run = subprocess.run(
-        [sys.executable, "-m", "harness", "run", str(_spec(tmp_path, name="again.yaml"))],
+        [sys.executable, "-m", "harness", "run", str(_spec(tmp_path, name="again.yaml", text=QUICK))],
         cwd=REPO,
         env=_env(tmp_path),
         capture_output=True,
@@ -274,7 +280,7 @@ def test_ctrl_c_after_the_report_keeps_the_status(tmp_path, delay):
     """A Ctrl-C in the second or so after the report, while the interpreter tears torch down,
     killed it by SIGINT: no line, status -2 (a shell's 130) for a run that had finished. Now
     SIGINT is ignored once main has returned: the run's own status; inside main, 130 as ever."""
-    spec = _spec(tmp_path, "fake")
+    spec = _spec(tmp_path, "fake", text=QUICK)
     proc = _start(tmp_path, spec)
     for line in proc.stdout:
         if "passed" in line and "failed" in line:  # the summary line: the report is out
