@@ -4,7 +4,7 @@
 
 Nothing of ``harness/`` is imported: the project's Qwen3 model (``model/``, the same modules
 the harness runs), torch's ``fully_shard`` and ``torch.distributed._tools.fsdp2_mem_tracker.
-FSDPMemTracker``, 4 gloo ranks started with ``torch.multiprocessing``. The step is the
+FSDPMemTracker``, 4 gloo ranks started with ``torch.multiprocessing`` (forkserver). The step is the
 walkthrough spec's (``specs/qwen3_walkthrough.yaml``): two decoder layers in float16, seed 0,
 B=2, L=8, hidden states drawn from N(0, 1) with seed 1 as the whole batch and each rank taking
 its rows; ``fully_shard`` on each layer then on the root; AdamW (lr 0.01); forward, the loss
@@ -111,7 +111,7 @@ def _free_port() -> int:
 def run_once() -> dict:
     """One run of 4 ranks: ``{"ranks": [...]}`` in rank order."""
     with tempfile.TemporaryDirectory(prefix="torch-memory-reference-") as folder:
-        mp.start_processes(_rank, args=(_free_port(), folder), nprocs=WORLD_SIZE, start_method="spawn")
+        mp.start_processes(_rank, args=(_free_port(), folder), nprocs=WORLD_SIZE, start_method="forkserver")
         return {"ranks": [json.loads(Path(folder, f"rank{r}.json").read_text()) for r in range(WORLD_SIZE)]}
 
 
@@ -120,6 +120,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--runs", type=int, default=1)
     args = parser.parse_args()
+    # Ranks fork from one server that has imported torch and FSDP (what a spawn pays per rank,
+    # seconds each), as the harness's ranks do; torch._dynamo: FSDP's hooks import it on first call.
+    mp.set_forkserver_preload(["torch", "torch.distributed.fsdp", "torch._dynamo", "model"])
     runs = [run_once() for _ in range(args.runs)]
     args.out.write_text(json.dumps({"torch_version": str(torch.__version__), "runs": runs}))
     print(f"wrote {args.out} ({args.runs} runs of {WORLD_SIZE} ranks)")
