@@ -31,7 +31,7 @@ from harness.run import preflight
 from harness.run.preflight import PreflightError
 from tests.support import REPO, WALKTHROUGH
 from tests.support.cli import cli, no_traceback
-from tests.support.specs import TINY
+from tests.support.specs import TINY, TINY_FAKE_2
 from tests.support.specs import write_spec as write
 
 pytest_plugins = ["pytester"]
@@ -265,7 +265,7 @@ def test_simulated_world_bound_and_override(tmp_path):
     assert preflight.check(RunSetup.from_mapping({"mesh": {"shape": [4096]}}), "fake") is None
     assert preflight.check(big, "gloo", joined=True) is None  # torchrun chose the processes
     # --no-preflight reaches the runner (here: the fake run of a small world is quick)
-    path = write(tmp_path, TINY.replace("tables:", "backend: fake\ntables:"))
+    path = write(tmp_path, TINY_FAKE_2)
     assert cli("run", str(path), "--no-preflight").returncode == 0
 
 
@@ -348,7 +348,7 @@ def test_results_are_kept_when_the_json_cannot_be_written_after_the_run(tmp_path
 
 def test_json_of_a_fake_run_is_written(tmp_path):
     out = tmp_path / "out.json"
-    path = write(tmp_path, TINY.replace("tables:", "backend: fake\ntables:"))
+    path = write(tmp_path, TINY_FAKE_2)
     proc = cli("run", str(path), "--json", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     payload = json.loads(out.read_text())
@@ -463,8 +463,8 @@ def test_a_harness_error_in_a_later_spec_keeps_the_earlier_results(tmp_path, mon
     from harness.cli import main
 
     first, second = (
-        write(tmp_path, TINY.replace("tables:", "backend: fake\ntables:"), "first.yaml"),
-        write(tmp_path, TINY.replace("tables:", "backend: fake\ntables:"), "second.yaml"),
+        write(tmp_path, TINY_FAKE_2, "first.yaml"),
+        write(tmp_path, TINY_FAKE_2, "second.yaml"),
     )
     real, calls = evaluate.evaluate_spec, []
 
@@ -612,7 +612,7 @@ def test_json_into_a_device_that_fails_keeps_the_results(tmp_path):
     go to a fsdp2-results-*.json in the temporary folder, named on screen, exit 2."""
     full = tmp_path / "full"
     full.symlink_to("/dev/full")
-    spec = write(tmp_path, TINY.replace("tables:", "backend: fake\ntables:"))
+    spec = write(tmp_path, TINY_FAKE_2)
     proc = cli("run", str(spec), "--json", str(full), env={"TMPDIR": str(tmp_path)})
     assert (
         proc.returncode == 2
