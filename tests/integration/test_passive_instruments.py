@@ -17,15 +17,7 @@ from harness.contract.observation import build_observation
 from harness.contract.partial_values import fill_partial_norms
 from harness.load.setup import RunSetup
 from harness.report.compare import flatten_observation
-
-TINY = {
-    "num_hidden_layers": 2,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 16,
-}
+from tests.support.specs import TINY_DIMS
 
 
 def _log():
@@ -167,7 +159,7 @@ def _without(flat: dict, *parts: str) -> dict:
 def _small(**extra) -> RunSetup:
     return RunSetup.from_mapping(
         {
-            "model": {"overrides": TINY, "dtype": "float32"},
+            "model": {"overrides": TINY_DIMS, "dtype": "float32"},
             "mesh": {"shape": [2], "dim_names": ["dp"]},
             "optimizer": {"name": "adamw", "lr": 0.01},
             **extra,

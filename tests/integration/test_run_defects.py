@@ -10,16 +10,9 @@ from harness.run.launch.errors import RunError
 from harness.run.launch.local import run_local
 from harness.run.recorders.memory import TRACKER_LIMIT_NOTE, tracker_limit_note
 from tests.support import REPO
+from tests.support.specs import TINY_DIMS
 
 ROOT = REPO
-TINY = {
-    "num_hidden_layers": 2,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 16,
-}
 
 
 def test_the_tracker_limit_note_is_for_exceptions_raised_inside_the_tracker():
@@ -47,7 +40,7 @@ def test_a_passing_expected_error_prints_no_stack_from_torch(capfd):
 
 @pytest.mark.slow
 def test_a_failed_rank_shows_its_own_output(capfd):
-    setup = RunSetup.from_mapping({"model": {"overrides": TINY}, "mesh": {"shape": [2], "dim_names": ["dp"]}})
+    setup = RunSetup.from_mapping({"model": {"overrides": TINY_DIMS}, "mesh": {"shape": [2], "dim_names": ["dp"]}})
     with pytest.raises(RunError) as info:
         run_local(setup, backend="gloo", timeout_s=300, step="tests.support.passive_bodies:prints_then_raises")
     message = str(info.value)
@@ -62,7 +55,7 @@ def test_a_failed_rank_shows_its_own_output(capfd):
 def test_the_tracker_limit_error_says_track_memory_false_avoids_it():
     """A unit first used in a later microbatch: FSDPMemTracker's post-backward hook fails (torch 2.13)."""
     mapping = {
-        "model": {"overrides": TINY, "dtype": "float32"},
+        "model": {"overrides": TINY_DIMS, "dtype": "float32"},
         "mesh": {"shape": [2], "dim_names": ["dp"]},
         "schedule": {"steps": [{"microbatches": 2, "used_only_in": {"layers.1": [1]}}]},
     }

@@ -18,15 +18,7 @@ from harness.load.spec import SpecError, load_spec
 from harness.run.build import build_model, make_inputs
 from harness.run.plan import global_batches, loss_function, step_plan
 from harness.run.recorders.updates import schedule_reference, shard_rows
-
-TINY = {
-    "num_hidden_layers": 2,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 16,
-}
+from tests.support.specs import TINY_DIMS
 
 SPEC = """\
 spec: sched
@@ -257,7 +249,7 @@ def test_selectors_refuse_steps_the_schedule_does_not_run(tmp_path, check_kind, 
 def tiny_setup(schedule: dict, body: str = "decoder_layers", **kwargs) -> RunSetup:
     return RunSetup.from_mapping(
         {
-            "model": {"config": "walkthrough", "overrides": TINY, "body": body, "dtype": "float32"},
+            "model": {"config": "walkthrough", "overrides": TINY_DIMS, "body": body, "dtype": "float32"},
             "mesh": {"shape": [2]},
             "schedule": schedule,
             **kwargs,
@@ -275,7 +267,7 @@ def test_the_plan_expands_repeats_microbatches_and_forwards():
             ]
         }
     )
-    config = qwen3.get_config("walkthrough", **TINY)
+    config = qwen3.get_config("walkthrough", **TINY_DIMS)
     batches = global_batches(setup, config, torch.float32, 3 + 4 + 2)
     plan = step_plan(setup, batches[0][:2], lambda n: [b[:2] for b in batches[:n]])
     assert [s.index for s in plan] == [0, 1, 2, 3]
@@ -295,7 +287,7 @@ def test_the_plan_expands_repeats_microbatches_and_forwards():
 def test_all_reduce_last_switches_the_all_reduce_off_on_all_microbatches_but_the_last():
     steps = [{"microbatches": 3, "gradient_sync": "every", "all_reduce": "last"}, {"microbatches": 2}]
     setup = tiny_setup({"steps": steps}, mesh={"shape": [2, 2], "dim_names": ["dp_replicate", "dp_shard"]})
-    config = qwen3.get_config("walkthrough", **TINY)
+    config = qwen3.get_config("walkthrough", **TINY_DIMS)
     batches = global_batches(setup, config, torch.float32, 5)
     plan = step_plan(setup, batches[0][:2], lambda n: [b[:2] for b in batches[:n]])
     assert [(mb.sync, mb.all_reduce) for mb in plan[0].microbatches] == [(None, False), (None, False), (None, True)]
@@ -304,7 +296,7 @@ def test_all_reduce_last_switches_the_all_reduce_off_on_all_microbatches_but_the
 
 def test_forward_0_sees_the_default_runs_inputs():
     setup = tiny_setup({"steps": [{"microbatches": 2}]})
-    config = qwen3.get_config("walkthrough", **TINY)
+    config = qwen3.get_config("walkthrough", **TINY_DIMS)
     inputs = make_inputs(setup, config, 1, 2, torch.float32, torch.device("cpu"), local_only=False)
     assert torch.equal(global_batches(setup, config, torch.float32, 2)[0][2:4], inputs.tensor)
 
@@ -320,7 +312,7 @@ def test_the_reference_is_one_sgd_step_on_the_mean_gradient():
     """Two chunks, two microbatches with sync off on the first: the reference's step is
     w - lr x (mean over chunks and microbatches of the gradients), as one process computes it."""
     setup = tiny_setup({"steps": [{"microbatches": 2}]})
-    config = qwen3.get_config("walkthrough", **TINY)
+    config = qwen3.get_config("walkthrough", **TINY_DIMS)
     model = build_model(setup, config, torch.float32, torch.device("cpu"), init=True)
     batches = global_batches(setup, config, torch.float32, 2)
     plan = step_plan(setup, batches[0][:2], lambda n: [b[:2] for b in batches[:n]])
@@ -351,7 +343,7 @@ def test_the_reference_freezes_and_unfreezes_as_the_steps_say():
     """Step 0 freezes layers.0 (its rows stay, layers.1's move), step 1 unfreezes it (its rows move):
     the reference applies each step's freeze / unfreeze to its own copy, the model is left as it was."""
     setup = tiny_setup({"steps": [{"freeze": ["layers.0.**"]}, {"unfreeze": ["layers.0.**"]}]})
-    config = qwen3.get_config("walkthrough", **TINY)
+    config = qwen3.get_config("walkthrough", **TINY_DIMS)
     model = build_model(setup, config, torch.float32, torch.device("cpu"), init=True)
     batches = global_batches(setup, config, torch.float32, 2)
     plan = step_plan(setup, batches[0][:2], lambda n: [b[:2] for b in batches[:n]])

@@ -14,16 +14,9 @@ from harness.load.setup import RunSetup, SetupError
 from harness.load.spec import SpecError, load_spec
 from harness.load.units import match_modules, match_params
 from model.names import module_paths
+from tests.support.specs import TINY_DIMS
 
-TINY = {
-    "num_hidden_layers": 2,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 16,
-    "vocab_size": 128,
-}
+TINY = dict(TINY_DIMS, vocab_size=128)
 
 
 def _setup(fsdp, body="causal_lm"):

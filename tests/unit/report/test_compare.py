@@ -20,15 +20,7 @@ from harness.report.compare import (
     summary_line,
 )
 from tests.support.observations import walkthrough_observation
-
-TINY = {
-    "num_hidden_layers": 2,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 16,
-}
+from tests.support.specs import TINY_DIMS
 
 
 def _strict(text: str):
@@ -51,7 +43,7 @@ def test_two_runs_on_one_torch_compare_equal(tmp_path: Path, capsys):
     """Two real runs (gloo, 2 ranks, tiny layers, AdamW, every recorder on) through the CLI."""
     spec = tmp_path / "tiny.yaml"
     spec.write_text(
-        "spec: tiny\ntitle: t\ndocument: d\nsetup:\n  model: {overrides: " + json.dumps(TINY) + "}\n"
+        "spec: tiny\ntitle: t\ndocument: d\nsetup:\n  model: {overrides: " + json.dumps(TINY_DIMS) + "}\n"
         "  mesh: {shape: [2], dim_names: [dp]}\n  optimizer: {name: adamw, lr: 0.01}\n"
         "tables:\n  - section: S\n    check: collectives\n    entries:\n"
         "      - {select: {op: all_gather}, count: 4}\n",

@@ -21,16 +21,9 @@ from harness.run.parallelize import (
     units_from_setup,
 )
 from harness.run.process_group import device_backend, group_backend
+from tests.support.specs import TINY_DIMS
 
-TINY = {
-    "num_hidden_layers": 2,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 16,
-    "vocab_size": 100,
-}
+TINY = dict(TINY_DIMS, vocab_size=100)
 STAND_IN = torch.device("meta")  # the GPU's place
 
 
