@@ -43,7 +43,7 @@ def test_nccl_spec_without_enough_gpus_skips_with_the_reason(pytester, monkeypat
     result.stdout.fnmatch_lines(["*needs 4 GPUs for nccl (one per rank); * visible*"])
 
 
-TINY_FAKE = """\
+ONE_LAYER_FAKE = """\
 spec: tiny_fake
 title: one layer simulated on 2 ranks
 document: a document
@@ -81,7 +81,7 @@ def in_repo_path(monkeypatch):
 def test_specs_are_collected_wherever_they_are(pytester, in_repo_path, where, args):
     path = pytester.path / where
     path.parent.mkdir(parents=True)
-    path.write_text(TINY_FAKE, encoding="utf-8")
+    path.write_text(ONE_LAYER_FAKE, encoding="utf-8")
     (path.parent / "other.yaml").write_text("name: not a spec\n")  # no spec/tables keys: not collected
     result = pytester.runpytest_subprocess(
         *args, "-p", "no:cacheprovider", "-W", "error::pytest.PytestUnknownMarkWarning"
@@ -146,7 +146,7 @@ def test_a_spec_pinned_to_a_backend_keeps_it_under_fsdp2_backend(pytester, in_re
     import torch
 
     pytester.mkdir("specs")
-    (pytester.path / "specs" / "tiny_fake.yaml").write_text(TINY_FAKE, encoding="utf-8")
+    (pytester.path / "specs" / "tiny_fake.yaml").write_text(ONE_LAYER_FAKE, encoding="utf-8")
     kept = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--fsdp2-backend", "nccl")
     kept.assert_outcomes(passed=2, warnings=1)
     kept.stdout.fnmatch_lines(
