@@ -94,10 +94,9 @@ def _check_world_size(setup: RunSetup, world: dict[str, Any]) -> None:
     if world_size == setup.world_size:
         return
     per_node = world["local_world_size"]
+    processes = f"{per_node} process{'es' if per_node != 1 else ''}"
     shape = (
-        f"{world_size // per_node} nodes x {per_node} processes"
-        if world_size % per_node == 0
-        else f"{per_node} processes on this node"
+        f"{world_size // per_node} nodes x {processes}" if world_size % per_node == 0 else f"{processes} on this node"
     )
     # Every rank finds this; rank None: a world error, not one rank's (the CLI prints it once).
     raise RunError(

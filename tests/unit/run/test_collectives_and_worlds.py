@@ -11,7 +11,7 @@ import pytest
 from harness.contract.observation import ObservationError, validate_observation
 from harness.load.setup import ModelSetup, RunSetup
 from harness.run.launch.errors import RunError
-from harness.run.launch.joined import joined_world
+from harness.run.launch.joined import _check_world_size, joined_world
 from harness.run.recorders.collectives import AttributionError, Span, attribute, parse_fsdp_label
 from harness.run.runner import run_setup
 
@@ -88,6 +88,21 @@ def test_joined_world_needs_rank_world_size_and_master_addr():
         "local_world_size": 4,
         "local_rank_variable": "LOCAL_RANK",
     }
+
+
+@pytest.mark.parametrize(
+    "world_size, per_node, shape",
+    [(6, 3, "2 nodes x 3 processes"), (2, 1, "2 nodes x 1 process"), (5, 2, "2 processes on this node")],
+)
+def test_a_joined_world_of_another_size_is_refused_with_its_shape(world_size, per_node, shape):
+    setup = RunSetup.from_mapping({"mesh": {"shape": [4]}})
+    _check_world_size(setup, {"world_size": 4, "local_world_size": 2})  # the spec's size: no error
+    with pytest.raises(RunError) as info:
+        _check_world_size(setup, {"world_size": world_size, "local_world_size": per_node})
+    assert str(info.value).startswith(
+        f"joined a world of {world_size} ranks ({shape}), but setup.mesh.shape [4] needs 4: launch 4 ranks"
+    )
+    assert info.value.rank is None  # a world error, printed once
 
 
 # --- the fake backend -----------------------------------------------------------------------------
