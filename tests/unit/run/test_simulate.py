@@ -27,7 +27,8 @@ def _without_timings(doc: dict) -> dict:
 # the tied embedding (to_empty unties it), and the rank of uneven_3_ranks that holds fewer rows
 @pytest.mark.parametrize("spec, rank", [("whole_model.yaml", 0), ("uneven_3_ranks.yaml", 2)])
 def test_storage_for_sharding_does_not_show_in_the_observation(spec, rank, monkeypatch):
-    setup = dataclasses.replace(load_spec(SPECS / spec).setup, observe_ranks=(rank,))
+    # memory tracked even where the spec turns it off: the sharded bytes are where storage would show
+    setup = dataclasses.replace(load_spec(SPECS / spec).setup, observe_ranks=(rank,), track_memory=True)
     on_cpu = run_setup(setup, backend="fake")
     monkeypatch.setattr(fake, "LAZY_SHARD_BYTES", -1)  # every model sharded from meta
     on_meta = run_setup(setup, backend="fake")
