@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -104,10 +105,7 @@ def _wait_for_ranks(proc: subprocess.Popen, ranks: int, timeout: float = 300) ->
 
 def _spec(tmp: Path, backend: str = "gloo", name: str = "two.yaml", text: str = TWO_RANKS) -> Path:
     path = tmp / name
-    stem = Path(name).stem
-    path.write_text(
-        text.replace("BACKEND", backend).replace("spec: two", f"spec: {stem}").replace("spec: tiny", f"spec: {stem}")
-    )
+    path.write_text(re.sub(r"(?m)^spec: .*$", f"spec: {Path(name).stem}", text.replace("BACKEND", backend)))
     return path
 
 
