@@ -4,11 +4,11 @@ unless --force-backend; an ``auto`` spec takes the requested one (harness/load/b
 from __future__ import annotations
 
 from tests.support.cli import cli, no_traceback
-from tests.support.specs import TINY, TINY_FAKE_2
+from tests.support.specs import TINY_2, TINY_FAKE_2
 from tests.support.specs import write_spec as write
 
 PINNED_FAKE = TINY_FAKE_2  # 2 ranks: the forced gloo run stays small
-AUTO = TINY.replace("shape: [4]", "shape: [2]")
+AUTO = TINY_2
 
 
 def summary(proc) -> str:

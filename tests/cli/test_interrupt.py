@@ -27,14 +27,14 @@ import pytest
 
 from harness.run.launch.session import TEMP_PREFIX, sweep_stale
 from tests.support import REPO
-from tests.support.specs import SIGNAL_WINDOW, TINY
+from tests.support.specs import SIGNAL_WINDOW, TINY_2
 
 pytestmark = pytest.mark.slow
 
 TWO_RANKS = SIGNAL_WINDOW  # BACKEND replaced by each test
 # For a run that need only finish (no signal lands inside it): the same entry (x_norm) on
 # 2 layers of B=2, L=8, a few CPU-seconds where TWO_RANKS's step costs tens on 2 cores.
-QUICK = TINY.replace("shape: [4]", "shape: [2]").replace("tables:", "backend: BACKEND\ntables:")
+QUICK = TINY_2.replace("tables:", "backend: BACKEND\ntables:")
 
 
 def _env(tmp: Path) -> dict:

@@ -21,8 +21,9 @@ tables:
 """
 # the same on the fake backend: simulated in this process, no rank launched
 TINY_FAKE = TINY.replace("tables:", "backend: fake\ntables:")
-# and on 2 simulated ranks: half the simulation (about 1.4 s a rank on 2 cores), for the CLI tests
+# and on 2 ranks: half the ranks (or simulation: about 1.4 s a rank on 2 cores), for the tests
 # that read a run's outputs, not its world
+TINY_2 = TINY.replace("shape: [4]", "shape: [2]")
 TINY_FAKE_2 = TINY_FAKE.replace("shape: [4]", "shape: [2]")
 
 # Two real ranks whose step lasts seconds of CPU even on an idle machine (6 fp16 layers, B=4,
