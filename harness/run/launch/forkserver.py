@@ -104,12 +104,35 @@ def _stop_forkserver() -> None:
         pass
 
 
+def _start_with_ctrl_c_blocked() -> None:
+    """Start the forkserver with SIGINT blocked, as multiprocessing starts its resource tracker.
+
+    The server is a fresh Python that imports torch (a second or so) before it ignores SIGINT
+    itself; a Ctrl-C to the terminal's group in that time printed its KeyboardInterrupt
+    traceback below the CLI's 'interrupted'. The blocked mask is inherited across exec, and the
+    server's own ``SIG_IGN`` then discards a SIGINT left pending (its ranks, which inherit the
+    mask, ignore SIGINT too). Here a Ctrl-C of those milliseconds waits for the block to be
+    lifted (the mask is the calling thread's, and so is what the server inherits). The resource
+    tracker is started first: its own start unblocks SIGINT on the way out. ``ensure_running``
+    is multiprocessing's own start of each.
+    """
+    from multiprocessing import forkserver, resource_tracker
+
+    resource_tracker.ensure_running()
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a Ctrl-C of the meantime is raised here
+
+
 def forkserver_context() -> Any:
-    """The forkserver context with :data:`PRELOAD` set (the server starts on first use).
+    """The forkserver context with :data:`PRELOAD` set, its server started.
 
     On first call also removes what killed harness processes left
     (``harness.run.launch.session.sweep_stale``), notes multiprocessing's temporary folder in
-    this process's session folder, and arranges for the forkserver to be stopped at exit.
+    this process's session folder, starts the server (:func:`_start_with_ctrl_c_blocked`) and
+    arranges for it to be stopped at exit.
     """
     global _CONTEXT
     if _CONTEXT is None:
@@ -120,5 +143,6 @@ def forkserver_context() -> Any:
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(PRELOAD)
         atexit.register(_stop_forkserver)  # runs before multiprocessing's own exit handler
+        _start_with_ctrl_c_blocked()
         _CONTEXT = ctx
     return _CONTEXT
