@@ -40,7 +40,7 @@ from typing import Callable
 
 from harness.run.launch.session import TEMP_PREFIX  # the session folders the harness makes (and sweeps)
 from tests.support import REPO
-from tests.support.specs import SIGNAL_WINDOW, TINY, TINY_FAKE
+from tests.support.specs import TINY, TINY_FAKE, wait_for_waiting_ranks, write_waiting_spec
 
 PY = sys.executable
 
@@ -48,8 +48,8 @@ PY = sys.executable
 
 # TINY (4 real ranks, one step entry) and TINY_FAKE (the same simulated): tests.support.specs, as the tests
 
-# two real ranks, a few seconds of step: signals sent 2 s after the ranks start land inside it
-SLOW2 = SIGNAL_WINDOW.replace("spec: two", "spec: slow2").replace("BACKEND", "gloo")
+# two real ranks that wait in their step (tests.support.specs.write_waiting_spec, "slow2.yaml"):
+# a signal sent once both wait lands inside the run on any machine
 
 # two real ranks, a small step (for rank faults and the concurrency case)
 QUICK2 = """\
@@ -965,16 +965,16 @@ def _start(tmp: Path, argv: list[str], inject: dict | None = None) -> subprocess
     return proc
 
 
-def _wait_for_ranks(proc: subprocess.Popen, ranks: int, timeout: float = 240) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if len(_descendants(proc.pid)) >= ranks + 1:
-            time.sleep(2)  # into the step
-            return True
-        if proc.poll() is not None:
-            return False
-        time.sleep(0.1)
-    return False
+def _start_waiting(folder: Path, *before: Path, extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen, bool]:
+    """``harness run BEFORE.. slow2.yaml EXTRA..``: its last spec's two gloo ranks wait in their
+    step; returns the CLI and whether both got there."""
+    spec = write_waiting_spec(folder, "gloo", "slow2.yaml")
+    proc = _start(folder / "tmp", ["run", *map(str, before), str(spec), *extra])
+    try:
+        wait_for_waiting_ranks(folder, 2, proc, timeout=240)
+    except AssertionError:
+        return proc, False
+    return proc, True
 
 
 @dataclass
@@ -999,10 +999,8 @@ def _communicate(proc: subprocess.Popen, bound: float) -> tuple[subprocess.Compl
 
 def _signal_case(sig: int, to_group: bool, twice: bool = False):
     def body(folder: Path):
-        spec = folder / "slow2.yaml"
-        spec.write_text(SLOW2)
-        proc = _start(folder / "tmp", ["run", str(spec)])
-        if not _wait_for_ranks(proc, 2):
+        proc, waiting = _start_waiting(folder)
+        if not waiting:
             return _communicate(proc, 30)[0], ["the ranks did not start"]
         (os.killpg if to_group else os.kill)(proc.pid, sig)
         if twice:
@@ -1019,10 +1017,8 @@ def _signal_case(sig: int, to_group: bool, twice: bool = False):
 
 def _sigkill_then_next(folder: Path):
     tmp = folder / "tmp"
-    spec = folder / "slow2.yaml"
-    spec.write_text(SLOW2)
-    proc = _start(tmp, ["run", str(spec)])
-    if not _wait_for_ranks(proc, 2):
+    proc, waiting = _start_waiting(folder)
+    if not waiting:
         return _communicate(proc, 30)[0], ["the ranks did not start"]
     family = _descendants(proc.pid)
     proc.kill()
@@ -1056,10 +1052,8 @@ def _injected(rank: int, phase: str, kind: str, extra: tuple[str, ...] = ()):
 
 
 def _kill_a_rank(folder: Path):
-    spec = folder / "slow2.yaml"
-    spec.write_text(SLOW2)
-    proc = _start(folder / "tmp", ["run", str(spec)])
-    if not _wait_for_ranks(proc, 2):
+    proc, waiting = _start_waiting(folder)
+    if not waiting:
         return _communicate(proc, 30)[0], ["the ranks did not start"]
     ranks = [p for p in _descendants(proc.pid) if b"fsdp2-rank" in _cmdline(p) or _comm(p).startswith("fsdp2-rank")]
     if not ranks:  # the last started descendant is a rank
@@ -1102,12 +1096,11 @@ def _concurrent(folder: Path):
 
 
 def _json_after_interrupt(folder: Path):
-    first, second = folder / "first.yaml", folder / "second.yaml"
+    first = folder / "first.yaml"
     first.write_text(TINY_FAKE.replace("spec: tiny", "spec: first"))
-    second.write_text(SLOW2)
     target = folder / "results.json"
-    proc = _start(folder / "tmp", ["run", str(first), str(second), "--json", str(target)])
-    if not _wait_for_ranks(proc, 2):
+    proc, waiting = _start_waiting(folder, first, extra=("--json", str(target)))
+    if not waiting:
         return _communicate(proc, 30)[0], ["the ranks did not start"]
     os.killpg(proc.pid, signal.SIGINT)
     done, problems = _communicate(proc, 60)
@@ -1125,10 +1118,12 @@ def _json_after_interrupt(folder: Path):
 
 
 def _interrupt_while_simulating(folder: Path):
-    spec = folder / "fake.yaml"
-    spec.write_text(SLOW2.replace("backend: gloo", "backend: fake").replace("shape: [2]", "shape: [256]"))
+    spec = write_waiting_spec(folder, "fake", "fake.yaml", seconds=3)  # simulated rank 0 waits 3 s in its step
     proc = _start(folder / "tmp", ["run", str(spec)])
-    time.sleep(6)  # imports (about 3 s), then the simulated step in the CLI's own process (over 10 s)
+    try:
+        wait_for_waiting_ranks(folder, 1, proc, timeout=240)
+    except AssertionError:
+        return _communicate(proc, 30)[0], ["the simulated rank did not start its step"]
     os.killpg(proc.pid, signal.SIGINT)
     return _communicate(proc, 60)
 

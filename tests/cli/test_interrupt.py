@@ -27,13 +27,12 @@ import pytest
 
 from harness.run.launch.session import TEMP_PREFIX, sweep_stale
 from tests.support import REPO
-from tests.support.specs import SIGNAL_WINDOW, TINY_2
+from tests.support.specs import TINY_2, wait_for_waiting_ranks, write_waiting_spec
 
 pytestmark = pytest.mark.slow
 
-TWO_RANKS = SIGNAL_WINDOW  # BACKEND replaced by each test
-# For a run that need only finish (no signal lands inside it): the same entry (x_norm) on
-# 2 layers of B=2, L=8, a few CPU-seconds where TWO_RANKS's step costs tens on 2 cores.
+# A run that need only finish (no signal lands inside it); BACKEND replaced by each test. A signal
+# meant to land inside a run waits for write_waiting_spec's ranks to be waiting in their step.
 QUICK = TINY_2.replace("tables:", "backend: BACKEND\ntables:")
 
 
@@ -90,20 +89,21 @@ def _start(tmp: Path, *specs: Path, args: tuple = ()) -> subprocess.Popen:
     )  # its own process group, as a terminal's job
 
 
-def _wait_for_ranks(proc: subprocess.Popen, ranks: int, timeout: float = 300) -> list[int]:
-    """The CLI's descendants once its forkserver and ``ranks`` rank processes exist."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = _descendants(proc.pid)
-        if len(found) >= ranks + 1:
-            time.sleep(2)  # into the ranks' step
-            return _descendants(proc.pid)
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.1)
-    raise AssertionError("the ranks did not start")
+def _waiting_family(tmp: Path, proc: subprocess.Popen, ranks: int = 2) -> list[int]:
+    """The CLI's descendants (forkserver and ranks) once its ``ranks`` ranks wait in their step."""
+    wait_for_waiting_ranks(tmp, ranks, proc)
+    return _descendants(proc.pid)
 
 
-def _spec(tmp: Path, backend: str = "gloo", name: str = "two.yaml", text: str = TWO_RANKS) -> Path:
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def _spec(tmp: Path, backend: str, name: str, text: str = QUICK) -> Path:
     path = tmp / name
     path.write_text(re.sub(r"(?m)^spec: .*$", f"spec: {Path(name).stem}", text.replace("BACKEND", backend)))
     return path
@@ -178,8 +178,8 @@ def test_ctrl_c_while_validate_imports_exits_130(tmp_path, delay):
 
 @pytest.mark.parametrize("to_group", [True, False], ids=["ctrl-c-to-the-group", "sigint-to-the-cli"])
 def test_ctrl_c_stops_the_ranks_and_exits_130(tmp_path, to_group):
-    proc = _start(tmp_path, _spec(tmp_path))
-    family = _wait_for_ranks(proc, 2)
+    proc = _start(tmp_path, write_waiting_spec(tmp_path))
+    family = _waiting_family(tmp_path, proc)
     (os.killpg if to_group else os.kill)(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130
@@ -189,9 +189,27 @@ def test_ctrl_c_stops_the_ranks_and_exits_130(tmp_path, to_group):
     assert _leftovers(tmp_path) == []
 
 
+def test_ctrl_c_while_the_forkserver_imports_torch_prints_only_interrupted(tmp_path):
+    """The forkserver is a fresh Python that imports torch (a second or so) before it ignores
+    SIGINT; a Ctrl-C to the terminal's group in that second printed its KeyboardInterrupt
+    traceback under the CLI's 'interrupted'. It now starts with SIGINT blocked."""
+    proc = _start(tmp_path, write_waiting_spec(tmp_path))
+    deadline = time.monotonic() + 120
+    while not any(b"from multiprocessing.forkserver import" in _cmdline(pid) for pid in _descendants(proc.pid)):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.01)
+    family = _descendants(proc.pid)
+    assert not (tmp_path / "rank0.waiting").exists()  # the signal lands before any rank runs
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err) == (130, "interrupted\n"), (proc.returncode, err[-3000:])
+    _assert_all_gone(family)
+    assert _leftovers(tmp_path) == []
+
+
 def test_sigterm_stops_the_ranks_and_exits_143(tmp_path):
-    proc = _start(tmp_path, _spec(tmp_path))
-    family = _wait_for_ranks(proc, 2)
+    proc = _start(tmp_path, write_waiting_spec(tmp_path))
+    family = _waiting_family(tmp_path, proc)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     assert (proc.returncode, err) == (143, "terminated\n")
@@ -200,10 +218,10 @@ def test_sigterm_stops_the_ranks_and_exits_143(tmp_path):
 
 
 def test_interrupt_keeps_the_finished_specs_results_in_json(tmp_path):
-    first, second = _spec(tmp_path, "fake", "first.yaml", QUICK), _spec(tmp_path, "gloo", "second.yaml")
+    first, second = _spec(tmp_path, "fake", "first.yaml"), write_waiting_spec(tmp_path, "gloo", "second.yaml")
     target = tmp_path / "results.json"
     proc = _start(tmp_path, first, second, args=("--json", str(target)))
-    family = _wait_for_ranks(proc, 2)  # the fake spec runs in the CLI: ranks mean the second spec
+    family = _waiting_family(tmp_path, proc)  # the fake spec runs in the CLI: ranks mean the second spec
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and err == "interrupted\n", err
@@ -214,8 +232,8 @@ def test_interrupt_keeps_the_finished_specs_results_in_json(tmp_path):
 
 
 def test_sigkill_leftovers_are_removed_by_the_next_run(tmp_path):
-    proc = _start(tmp_path, _spec(tmp_path))
-    family = _wait_for_ranks(proc, 2)
+    proc = _start(tmp_path, write_waiting_spec(tmp_path))
+    family = _waiting_family(tmp_path, proc)
     proc.kill()
     proc.communicate(timeout=120)  # returns once the ranks and the forkserver closed its pipes
     _assert_all_gone(family)  # ranks follow their lifeline; the forkserver its own
@@ -225,7 +243,7 @@ def test_sigkill_leftovers_are_removed_by_the_next_run(tmp_path):
     )
     # the next run sweeps them before starting its ranks
     run = subprocess.run(
-        [sys.executable, "-m", "harness", "run", str(_spec(tmp_path, name="again.yaml", text=QUICK))],
+        [sys.executable, "-m", "harness", "run", str(_spec(tmp_path, "gloo", "again.yaml"))],
         cwd=REPO,
         env=_env(tmp_path),
         capture_output=True,
@@ -278,7 +296,7 @@ def test_ctrl_c_after_the_report_keeps_the_status(tmp_path, delay):
     """A Ctrl-C in the second or so after the report, while the interpreter tears torch down,
     killed it by SIGINT: no line, status -2 (a shell's 130) for a run that had finished. Now
     SIGINT is ignored once main has returned: the run's own status; inside main, 130 as ever."""
-    spec = _spec(tmp_path, "fake", text=QUICK)
+    spec = _spec(tmp_path, "fake", "quick.yaml")
     proc = _start(tmp_path, spec)
     for line in proc.stdout:
         if "passed" in line and "failed" in line:  # the summary line: the report is out
@@ -297,10 +315,9 @@ def test_ctrl_c_while_a_simulated_run_imports_torch_exits_130(tmp_path, delay):
     left numpy half-imported (a RecursionError traceback, status 1) or ended the CLI by SIGINT
     after its 'interrupted' line (status -2; CI saw it once). The import is held like the run:
     the signal lands when it has finished. The delays aim at the import on this machine; wherever
-    the signal lands before the report, the outcome must be the same."""
-    spec = tmp_path / "sim.yaml"
-    spec.write_text(TWO_RANKS.replace("BACKEND", "fake").replace("shape: [2]", "shape: [256]"))
-    proc = _start(tmp_path, spec)
+    the signal lands before the report, the outcome must be the same: simulated rank 0 waits 5 s
+    in its step, so the report comes after every delay."""
+    proc = _start(tmp_path, write_waiting_spec(tmp_path, "fake", "sim.yaml", seconds=5))
     time.sleep(delay)
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=120)
@@ -318,15 +335,13 @@ def test_a_signal_during_a_simulated_run_is_delivered_at_a_safe_point(tmp_path, 
     """The fake backend runs in the CLI's own process: a KeyboardInterrupt raised inside a
     Python callback under torch's C++ aborted it ("terminate called after throwing an instance
     of 'python_error'", status -6) or became an AssertionError inside torch (a failed run with a
-    traceback, status 2). Signals now wait for the next phase a simulated rank enters."""
-    spec = tmp_path / "sim.yaml"
-    spec.write_text(TWO_RANKS.replace("BACKEND", "fake").replace("shape: [2]", "shape: [256]"))
-    proc = _start(tmp_path, spec)
-    time.sleep(5)  # imports (about 3 s), then 256 simulated ranks (several seconds)
+    traceback, status 2). Signals now wait for the next phase a simulated rank enters: here the
+    signal arrives while simulated rank 0 waits in its step (a Python hook under the step's
+    phases), and lands as it enters its forward."""
+    proc = _start(tmp_path, write_waiting_spec(tmp_path, "fake", "sim.yaml", seconds=2))
+    wait_for_waiting_ranks(tmp_path, 1, proc)
     os.killpg(proc.pid, sig)
     out, err = proc.communicate(timeout=120)
-    if proc.returncode == 0 and "1 passed" in out:
-        pytest.skip("the simulated run finished before the signal (a fast machine)")
     assert (proc.returncode, err) == (status, line), (proc.returncode, err[-2000:])
     assert "Traceback" not in out + err
     assert _leftovers(tmp_path) == []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import time
 from pathlib import Path
 
 # one walkthrough layer pair on 4 real ranks with one step entry (the smallest runnable spec)
@@ -26,26 +28,47 @@ TINY_FAKE = TINY.replace("tables:", "backend: fake\ntables:")
 TINY_2 = TINY.replace("shape: [4]", "shape: [2]")
 TINY_FAKE_2 = TINY_FAKE.replace("shape: [4]", "shape: [2]")
 
-# Two real ranks whose step lasts seconds of CPU even on an idle machine (6 fp16 layers, B=4,
-# L=128): a signal sent 2 s after the ranks start lands inside the step. BACKEND is a placeholder.
-SIGNAL_WINDOW = """\
-spec: two
-title: two ranks
-document: a document
-backend: BACKEND
-setup:
-  model: {config: walkthrough, overrides: {num_hidden_layers: 6}}
-  mesh: {shape: [2], dim_names: [dp]}
-  batch_per_rank: 4
-  seq_len: 128
-  numerics: false
-tables:
-  - section: "Forward"
-    title: shapes
-    check: step
-    entries:
-      - {id: x_norm, step: step1.x_norm, shape: [4, 128, 512]}
+# Ranks that wait in step 1 until a signal ends them: the spec's before_step hook (WAITING_HOOKS,
+# written beside it by write_waiting_spec) touches <folder>/rank<r>.waiting, then sleeps. A signal
+# sent once every rank's file exists (wait_for_waiting_ranks) lands inside the run on any machine,
+# fast or slow; the sleep bounds a run nobody signals. BACKEND and SECONDS are placeholders.
+WAITING = TINY_2.replace(
+    "  mesh:", "  numerics: false\n  track_memory: false\n  hooks: {file: waiting_hooks.py, before_step: wait}\n  mesh:"
+).replace("tables:", "backend: BACKEND\ntables:")
+WAITING_HOOKS = """\
+import time
+from pathlib import Path
+
+
+def wait(model, step_index, rank, world_size):
+    Path(__file__).with_name(f"rank{rank}.waiting").touch()
+    time.sleep(SECONDS)
 """
+
+
+def write_waiting_spec(folder: Path, backend: str = "gloo", name: str = "two.yaml", seconds: float = 120) -> Path:
+    """Write :data:`WAITING` on ``backend`` as ``folder/name`` (its ``spec:`` the file's stem) and
+    its hooks file, whose ranks sleep ``seconds`` at the start of step 1; returns the spec's path."""
+    (folder / "waiting_hooks.py").write_text(WAITING_HOOKS.replace("SECONDS", repr(seconds)))
+    text = WAITING.replace("BACKEND", backend).replace("spec: tiny", f"spec: {Path(name).stem}")
+    return write_spec(folder, text, name)
+
+
+def wait_for_waiting_ranks(folder: Path, ranks: int, proc: subprocess.Popen, timeout: float = 300) -> None:
+    """Return once ranks ``0..ranks-1`` of a :func:`write_waiting_spec` run in ``folder`` wait in
+    their step.
+
+    Raises:
+        AssertionError: ``proc`` ended first (with its output), or ``timeout`` seconds passed.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all((folder / f"rank{r}.waiting").exists() for r in range(ranks)):
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    raise AssertionError(f"the ranks were not all waiting in their step after {timeout} s")
+
 
 # model overrides small enough for a real step in well under a second per rank
 TINY_DIMS = {
