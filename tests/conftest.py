@@ -22,6 +22,7 @@ reuses the spec runs instead of launching ranks again; ``gloo_observation(spec)`
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,13 @@ settings.register_profile("default", max_examples=100, deadline=None)
 settings.register_profile("thorough", max_examples=1000, deadline=None)
 # hypothesis's --hypothesis-profile option is applied after this file is read, so it wins
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+# A background job of a non-interactive shell (``pytest -n auto &`` in a script) starts with SIGINT
+# ignored, and the xdist workers and every CLI a test starts would inherit that: the Ctrl-C tests
+# (tests/cli/test_interrupt.py) would then see no Ctrl-C at all. Python's own handler instead,
+# as under a terminal; a handler of Python's is reset to the default across exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # --- the layout: integration/ launches real ranks, nothing else may unless marked slow ------------
