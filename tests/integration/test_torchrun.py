@@ -78,7 +78,10 @@ def agents(
     extra: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
 ) -> list[subprocess.CompletedProcess]:
-    """Start ``started`` (default ``nodes``) torchrun agents of a ``nodes``-node world; wait for all."""
+    """Start ``started`` (default ``nodes``) torchrun agents of a ``nodes``-node world; wait for all.
+
+    TMPDIR is the spec's folder (the test's own): torchrun's log folders (``torchelastic_*``,
+    which it leaves behind) go there, not into the machine's /tmp."""
     port = free_port()
     command = [
         sys.executable,
@@ -110,6 +113,7 @@ def agents(
         **os.environ,
         "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
         "COLUMNS": "200",
+        "TMPDIR": str(spec.parent),
         **(env or {}),
     }
     procs = [
