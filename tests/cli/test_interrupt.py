@@ -315,9 +315,10 @@ def test_ctrl_c_while_a_simulated_run_imports_torch_exits_130(tmp_path, delay):
     left numpy half-imported (a RecursionError traceback, status 1) or ended the CLI by SIGINT
     after its 'interrupted' line (status -2; CI saw it once). The import is held like the run:
     the signal lands when it has finished. The delays aim at the import on this machine; wherever
-    the signal lands before the report, the outcome must be the same: simulated rank 0 waits 5 s
-    in its step, so the report comes after every delay."""
-    proc = _start(tmp_path, write_waiting_spec(tmp_path, "fake", "sim.yaml", seconds=5))
+    the signal lands before the report, the outcome must be the same: simulated rank 0 waits 2 s
+    in its step, which begins after torch's import (a second or more), so the report comes after
+    every delay."""
+    proc = _start(tmp_path, write_waiting_spec(tmp_path, "fake", "sim.yaml", seconds=2))
     time.sleep(delay)
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=120)

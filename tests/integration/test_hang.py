@@ -46,7 +46,7 @@ from harness.run.runner import RunError, run_setup
 setup = RunSetup(model=ModelSetup(overrides={"num_hidden_layers": 2}), mesh_shape=(3,), numerics=False)
 with injected(Fault(rank=1, phase="backward", kind="hang")):
     try:
-        run_setup(setup, backend="gloo", timeout_s=20)
+        run_setup(setup, backend="gloo", timeout_s=10)  # from the join, after torch's import
     except RunError as exc:
         print(exc)
         sys.exit(2)
