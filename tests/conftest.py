@@ -44,7 +44,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-# --- the layout: integration/ launches real ranks, nothing else may unless marked slow ------------
+# --- the layout: integration/ and cli/ launch real ranks, nothing else may ----------------------
 
 HERE = Path(__file__).resolve().parent
 # real ranks; the command line in subprocesses (a Python that imports torch each, seconds apiece)
@@ -63,8 +63,7 @@ def pytest_collection_modifyitems(config, items):
     items (each spec's first item runs its setup), then the rest. The sort is stable: items keep
     their order within a group, so a module's items stay together behind its fixtures."""
     for item in items:
-        # a spec item is checked against its setup's run on real ranks (the plugin's ``spec`` marker)
-        if item.get_closest_marker("spec") or any(folder in Path(item.path).parents for folder in SLOW_FOLDERS):
+        if may_launch_ranks(item):
             item.add_marker(pytest.mark.slow)
     items.sort(key=_longest_first)
 
@@ -75,11 +74,20 @@ def _longest_first(item: pytest.Item) -> int:
     return 0 if item.get_closest_marker("slow") else 2
 
 
+def may_launch_ranks(item: pytest.Item) -> bool:
+    """Whether ``item`` is one that may start ranks: a spec item (checked against its setup's run
+    on real ranks, the plugin's ``spec`` marker) or a test under ``tests/integration/`` or
+    ``tests/cli/``. Every such item is ``slow``; every other launches none, even one marked
+    ``slow`` for its time alone."""
+    return bool(item.get_closest_marker("spec")) or any(folder in Path(item.path).parents for folder in SLOW_FOLDERS)
+
+
 @pytest.fixture(autouse=True)
-def launches_no_rank_unless_slow(request, monkeypatch, tmp_path_factory):
-    """A test not marked ``slow`` launches no rank, in this process or any it starts
+def launches_no_rank_outside_the_rank_folders(request, monkeypatch, tmp_path_factory):
+    """A test outside ``tests/integration/`` and ``tests/cli/`` (so every test of the fast tier,
+    ``-m "not slow"``) launches no rank, in this process or any it starts
     (``tests/support/no_ranks/sitecustomize.py``); one that does fails, naming what it started."""
-    if request.node.get_closest_marker("slow"):
+    if may_launch_ranks(request.node):
         yield
         return
     log = tmp_path_factory.mktemp("no-ranks") / "launched.txt"
@@ -88,7 +96,11 @@ def launches_no_rank_unless_slow(request, monkeypatch, tmp_path_factory):
     no_ranks.install(monkeypatch.setattr)
     yield
     if log.exists() and log.read_text().strip():
-        pytest.fail(f"{request.node.nodeid} is not marked slow but launched ranks:\n{log.read_text()}", pytrace=False)
+        pytest.fail(
+            f"{request.node.nodeid} is outside tests/integration/ and tests/cli/ but launched ranks:\n"
+            + log.read_text(),
+            pytrace=False,
+        )
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
-"""The suite's own rules: a test not marked ``slow`` launches no rank, and the layout's folders mean
-what they say (``tests/conftest.py``, ``tests/support/no_ranks/sitecustomize.py``).
+"""The suite's own rules: a test outside ``tests/integration/`` and ``tests/cli/`` launches no rank
+(so neither does the fast tier, ``-m "not slow"``), and the layout's folders mean what they say
+(``tests/conftest.py``, ``tests/support/no_ranks/sitecustomize.py``).
 
 Each guard test trips the guard on purpose and then empties the refusals file, so that only the
 trip it asserts is forgiven: a second, unexpected launch would still fail the test at teardown.
@@ -35,9 +36,20 @@ def _child() -> None:  # a process target that would do nothing: the start itsel
 
 def test_a_multiprocessing_start_is_refused_in_the_tests_process():
     process = multiprocessing.get_context("spawn").Process(target=_child, name="would-be-rank")
-    with pytest.raises(RankLaunched, match="not marked slow launched a multiprocessing process"):
+    with pytest.raises(
+        RankLaunched, match="outside tests/integration/ and tests/cli/ launched a multiprocessing process"
+    ):
         process.start()
     assert "would-be-rank" in _refusals_then_forgive()
+
+
+@pytest.mark.slow
+def test_a_start_is_refused_in_a_test_marked_slow_outside_the_rank_folders():
+    """The ``slow`` marker alone (a test slow for its time) does not let a unit test launch ranks."""
+    process = multiprocessing.get_context("spawn").Process(target=_child, name="slow-would-be-rank")
+    with pytest.raises(RankLaunched):
+        process.start()
+    assert "slow-would-be-rank" in _refusals_then_forgive()
 
 
 def test_torchrun_is_refused():
@@ -47,7 +59,7 @@ def test_torchrun_is_refused():
 
 
 def test_the_harness_launching_ranks_in_a_subprocess_is_refused(tmp_path):
-    """``harness run`` on real gloo ranks, started by a test that is not marked slow: the subprocess
+    """``harness run`` on real gloo ranks, started by a test outside the rank folders: the subprocess
     imports the guard as its ``sitecustomize`` and refuses the first rank of the forkserver."""
     spec = write_spec(tmp_path, TINY.replace("tables:", "backend: gloo\ntables:"))
     proc = subprocess.run(

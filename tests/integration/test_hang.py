@@ -1,5 +1,6 @@
 """Hang diagnosis on real ranks: an injected hang, locally and in a joined (torchrun-style) world,
-names the stuck rank and the collective its peers wait in."""
+names the stuck rank and the collective its peers wait in; a rank hung in a schedule phase
+(``clip_grad_norm``) is reported in that phase (the phase table: tests/unit/contract/test_phase_table.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from tests.support import REPO
 from tests.support.ranks import warm_forkserver
 
 
-@pytest.mark.slow
 def test_an_injected_hang_names_the_stuck_rank_and_collective():
     from harness.load.setup import ModelSetup, RunSetup
     from harness.run.faults import Fault, injected
@@ -53,7 +53,6 @@ with injected(Fault(rank=1, phase="backward", kind="hang")):
 """
 
 
-@pytest.mark.slow
 def test_a_hang_in_a_joined_world_names_the_stuck_rank(tmp_path):
     """A world set up as torchrun sets it (RANK, WORLD_SIZE, MASTER_ADDR): the ranks whose
     collective times out read every rank's progress from the process group's store."""
@@ -101,3 +100,43 @@ def test_a_hang_in_a_joined_world_names_the_stuck_rank(tmp_path):
             "Diagnosis: rank 1 never entered all_gather #2 (layers.1, backward); ranks 0, 2 wait in it."
             in outputs[rank]
         ), outputs[rank]
+
+
+CLIP = {
+    "model": {
+        "config": "walkthrough",
+        "body": "decoder_layers",
+        "dtype": "float32",
+        "overrides": {
+            "num_hidden_layers": 1,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+        },
+    },
+    "mesh": {"shape": [2], "dim_names": ["dp"]},
+    "numerics": False,
+    "schedule": {"loss": "sum", "steps": [{"clip_grad_norm": {"max_norm": 1.0}}]},
+}
+
+
+def test_a_rank_hung_in_clip_grad_norm_is_reported_there_not_at_start_up():
+    from harness.load.setup import RunSetup
+    from harness.run.faults import Fault, injected
+    from harness.run.launch.errors import RunTimeout
+    from harness.run.launch.local import run_local
+
+    setup = RunSetup.from_mapping(CLIP)
+    run_local(setup, backend="gloo", timeout_s=300)  # the forkserver up: the timed run below is the step alone
+    start = time.monotonic()
+    with pytest.raises(RunTimeout) as info:
+        with injected(Fault(rank=1, phase="clip_grad_norm", kind="hang")):
+            run_local(setup, backend="gloo", timeout_s=8)
+    assert time.monotonic() - start < 30
+    # rank 1 hangs at the start of clip_grad_norm_; rank 0 waits there in its norm's all-reduce
+    assert info.value.phases == {0: "clip_grad_norm", 1: "clip_grad_norm"}, str(info.value)
+    assert "rank 1 in clip_grad_norm" in str(info.value)
+    assert "No rank got past start-up" not in str(info.value)
+    assert "A hang" in str(info.value)

@@ -1,4 +1,5 @@
-"""Refuse launching ranks: a test not marked ``slow`` must not start one, here or in a subprocess.
+"""Refuse launching ranks: a test outside ``tests/integration/`` and ``tests/cli/`` must not start
+one, here or in a subprocess.
 
 ``tests/conftest.py`` installs :func:`install` in the test's own process and puts this folder
 first on ``PYTHONPATH`` with :data:`LOG` set, so every Python the test starts (``python -m harness``,
@@ -18,7 +19,7 @@ LOG = "FSDP2_TESTS_RANK_LOG"  # the variable naming the refusals file
 
 
 class RankLaunched(RuntimeError):
-    """A test not marked slow started a rank process."""
+    """A test outside tests/integration/ and tests/cli/ started a rank process."""
 
 
 def _refuse(what: str) -> None:
@@ -27,8 +28,8 @@ def _refuse(what: str) -> None:
         with open(path, "a", encoding="utf-8") as f:
             f.write(f"pid {os.getpid()}: {what}\n")
     raise RankLaunched(
-        f"a test not marked slow launched {what}; real ranks belong in tests/integration/ "
-        "(marked slow there) or on a test marked slow"
+        f"a test outside tests/integration/ and tests/cli/ launched {what}; real ranks belong in "
+        "tests/integration/ (marked slow there)"
     )
 
 
