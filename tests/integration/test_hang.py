@@ -10,6 +10,7 @@ import pytest
 
 from tests.support import REPO
 from tests.support.ranks import warm_forkserver
+from tests.support.specs import TINY_DIMS
 
 
 def test_an_injected_hang_names_the_stuck_rank_and_collective():
@@ -107,14 +108,7 @@ CLIP = {
         "config": "walkthrough",
         "body": "decoder_layers",
         "dtype": "float32",
-        "overrides": {
-            "num_hidden_layers": 1,
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "head_dim": 16,
-        },
+        "overrides": {**TINY_DIMS, "num_hidden_layers": 1},
     },
     "mesh": {"shape": [2], "dim_names": ["dp"]},
     "numerics": False,
