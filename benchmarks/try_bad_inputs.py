@@ -40,6 +40,7 @@ from typing import Callable
 
 from harness.run.launch.session import TEMP_PREFIX  # the session folders the harness makes (and sweeps)
 from tests.support import REPO
+from tests.support.processes import cmdline, comm, descendants, live_processes, stat
 from tests.support.specs import TINY, TINY_FAKE, wait_for_waiting_ranks, write_waiting_spec
 
 PY = sys.executable
@@ -118,28 +119,9 @@ class Case:
     env: dict[str, str] = field(default_factory=dict)
 
 
-def _stat(pid: int | str) -> list[str] | None:
-    """Fields of /proc/PID/stat after the command name (state, ppid, pgrp, session, ...); None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-
-
-def _live_processes() -> dict[int, list[str]]:
-    """Every live (not zombie) process: pid -> its /proc stat fields."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        fields = _stat(entry) if entry.isdigit() else None
-        if fields is not None and fields[0] != "Z":
-            found[int(entry)] = fields
-    return found
-
-
 def _session_processes(sid: int) -> list[int]:
     """Live processes of session ``sid`` (a case's process is its session's leader)."""
-    return [pid for pid, fields in _live_processes().items() if int(fields[3]) == sid]
+    return [pid for pid, fields in live_processes().items() if int(fields[3]) == sid]
 
 
 def _leftover_folders(tmp: Path) -> list[str]:
@@ -934,18 +916,6 @@ INJECT = (
 )
 
 
-def _descendants(pid: int) -> list[int]:
-    kids: dict[int, list[int]] = {}
-    for child, fields in _live_processes().items():
-        kids.setdefault(int(fields[1]), []).append(child)
-    out, todo = [], [pid]
-    while todo:
-        for child in kids.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
 _STARTED: list[int] = []  # every CLI a fault case started: each is its own session's leader
 
 
@@ -1020,7 +990,7 @@ def _sigkill_then_next(folder: Path):
     proc, waiting = _start_waiting(folder)
     if not waiting:
         return _communicate(proc, 30)[0], ["the ranks did not start"]
-    family = _descendants(proc.pid)
+    family = descendants(proc.pid)
     proc.kill()
     _communicate(proc, 60)
     problems = []
@@ -1037,7 +1007,7 @@ def _sigkill_then_next(folder: Path):
 
 
 def _state(pid: int) -> str:
-    fields = _stat(pid)
+    fields = stat(pid)
     return fields[0] if fields else "gone"
 
 
@@ -1055,25 +1025,11 @@ def _kill_a_rank(folder: Path):
     proc, waiting = _start_waiting(folder)
     if not waiting:
         return _communicate(proc, 30)[0], ["the ranks did not start"]
-    ranks = [p for p in _descendants(proc.pid) if b"fsdp2-rank" in _cmdline(p) or _comm(p).startswith("fsdp2-rank")]
+    ranks = [p for p in descendants(proc.pid) if b"fsdp2-rank" in cmdline(p) or comm(p).startswith("fsdp2-rank")]
     if not ranks:  # the last started descendant is a rank
-        ranks = _descendants(proc.pid)[-1:]
+        ranks = descendants(proc.pid)[-1:]
     os.kill(ranks[-1], signal.SIGKILL)
     return _communicate(proc, 120)
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
-
-
-def _comm(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
 
 
 def _concurrent(folder: Path):
@@ -1156,7 +1112,7 @@ def _normal_exit(folder: Path):
     done, problems = _communicate(proc, 240)
     left = _session_processes(proc.pid)  # at once: nothing may outlive the CLI
     if left:
-        problems.append(f"processes outlived the CLI: {[(p, _comm(p)) for p in left]}")
+        problems.append(f"processes outlived the CLI: {[(p, comm(p)) for p in left]}")
     return done, problems
 
 

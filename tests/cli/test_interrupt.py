@@ -27,6 +27,7 @@ import pytest
 
 from harness.run.launch.session import TEMP_PREFIX, sweep_stale
 from tests.support import REPO
+from tests.support.processes import cmdline, descendants, running
 from tests.support.specs import TINY_2, wait_for_waiting_ranks, write_waiting_spec
 
 pytestmark = pytest.mark.slow
@@ -40,41 +41,6 @@ def _env(tmp: Path) -> dict:
     return dict(
         os.environ, TMPDIR=str(tmp), PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     )
-
-
-def _children() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z":
-                kids.setdefault(int(fields[1]), []).append(int(entry))
-    return kids
-
-
-def _descendants(pid: int) -> list[int]:
-    kids, out, todo = _children(), [], [pid]
-    while todo:
-        for child in kids.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _running(pids: list[int]) -> list[int]:
-    alive = []
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
-                    alive.append(pid)
-        except OSError:
-            pass
-    return alive
 
 
 def _start(tmp: Path, *specs: Path, args: tuple = ()) -> subprocess.Popen:
@@ -92,15 +58,7 @@ def _start(tmp: Path, *specs: Path, args: tuple = ()) -> subprocess.Popen:
 def _waiting_family(tmp: Path, proc: subprocess.Popen, ranks: int = 2) -> list[int]:
     """The CLI's descendants (forkserver and ranks) once its ``ranks`` ranks wait in their step."""
     wait_for_waiting_ranks(tmp, ranks, proc)
-    return _descendants(proc.pid)
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
+    return descendants(proc.pid)
 
 
 def _spec(tmp: Path, backend: str, name: str, text: str = QUICK) -> Path:
@@ -115,9 +73,9 @@ def _leftovers(tmp: Path) -> list[str]:
 
 def _assert_all_gone(pids: list[int], within: float = 30) -> None:
     deadline = time.monotonic() + within
-    while _running(pids) and time.monotonic() < deadline:
+    while running(pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _running(pids) == []
+    assert running(pids) == []
 
 
 def test_ctrl_c_during_a_long_validate_exits_130_and_leaves_no_process(tmp_path):
@@ -195,10 +153,10 @@ def test_ctrl_c_while_the_forkserver_imports_torch_prints_only_interrupted(tmp_p
     traceback under the CLI's 'interrupted'. It now starts with SIGINT blocked."""
     proc = _start(tmp_path, write_waiting_spec(tmp_path))
     deadline = time.monotonic() + 120
-    while not any(b"from multiprocessing.forkserver import" in _cmdline(pid) for pid in _descendants(proc.pid)):
+    while not any(b"from multiprocessing.forkserver import" in cmdline(pid) for pid in descendants(proc.pid)):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.01)
-    family = _descendants(proc.pid)
+    family = descendants(proc.pid)
     assert not (tmp_path / "rank0.waiting").exists()  # the signal lands before any rank runs
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=120)
@@ -287,7 +245,7 @@ def test_forkserver_and_resource_tracker_end_with_a_normal_exit(tmp_path):
     assert proc.returncode == 0, proc.stderr
     # printed before exit, when both still ran; the exit handler has since stopped and reaped them
     pids = [int(p) for p in proc.stdout.split()]
-    assert len(pids) == 2 and _running(pids) == []
+    assert len(pids) == 2 and running(pids) == []
     assert _leftovers(tmp_path) == []
 
 
