@@ -1,8 +1,7 @@
 """Ctrl-C and SIGTERM held back until a point where raising is safe.
 
 Two places need it: the command line's imports (an interrupt inside one leaves modules
-half-imported, and one inside the code a dataclass or namedtuple generates makes CPython end the
-process by SIGINT, status -2, after its ``interrupted`` line), and a simulated run, whose Python
+half-imported), and a simulated run, whose Python
 runs under torch's C++ (a KeyboardInterrupt raised in a callback C++ called ends in
 ``terminate called after throwing an instance of 'python_error'`` or an unrelated AssertionError).
 Imports only small standard modules, so that ``python -m harness`` can use it at once.
