@@ -35,6 +35,7 @@ from harness.load.setup import RunSetup
 from harness.run.launch.errors import RunError, RunTimeout
 from harness.run.launch.joined import joined_world, run_joined
 from harness.run.launch.local import run_local
+from harness.run.launch.session import session_dir
 
 __all__ = ["run_setup", "RunError", "RunTimeout", "ObservationError"]
 
@@ -106,7 +107,8 @@ def _run_local_with_checkpoint(
             raise RunTimeout(f"run timed out after {timeout_s:g} s before {what}", pending=[], phases={})
         return left
 
-    with tempfile.TemporaryDirectory(prefix="fsdp2-checkpoint-") as folder:
+    # in this process's session folder: removed with it after a SIGKILL too (sweep_stale)
+    with tempfile.TemporaryDirectory(prefix="fsdp2-checkpoint-", dir=session_dir()) as folder:
         results = run_local(
             setup,
             backend=backend,

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from harness.load.setup import RunSetup
+from harness.run.launch.session import session_dir
 from tests.support.ranks import warm_forkserver
 
 TINY = {
@@ -36,13 +37,16 @@ TINY = {
 
 
 def _checkpoint_folders() -> set[str]:
-    return set(glob.glob(os.path.join(tempfile.gettempdir(), "fsdp2-checkpoint-*")))
+    """Where a round trip's folder can be: this process's session folder (a launcher's, the
+    runner's) and the temporary folder (rank 0's, for a joined world)."""
+    places = (session_dir(), tempfile.gettempdir())
+    return {path for place in places for path in glob.glob(os.path.join(place, "fsdp2-checkpoint-*"))}
 
 
 def _left_behind(before: set[str], within: float = 60) -> set[str]:
     """Folders made since ``before`` that are still there after up to ``within`` s: another xdist
-    worker's round trip (a spec, a mutation case) makes and removes its own folder meanwhile; a
-    folder this run left is never removed, so it stays in the answer."""
+    worker's joined-world round trip makes and removes its own folder in the temporary folder
+    meanwhile; a folder this run left is never removed, so it stays in the answer."""
     deadline = time.monotonic() + within
     while (left := _checkpoint_folders() - before) and time.monotonic() < deadline:
         time.sleep(0.5)
