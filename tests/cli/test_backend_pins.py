@@ -15,9 +15,8 @@ def summary(proc) -> str:
     return next(line for line in proc.stdout.splitlines() if line.startswith("tiny: "))
 
 
-def test_a_pinned_spec_keeps_its_backend_and_says_which(tmp_path):
-    path = write(tmp_path, PINNED_FAKE)
-    proc = cli("run", str(path), "--backend", "gloo")
+def test_a_pinned_spec_keeps_its_backend_and_says_which(pinned_fake_run):
+    proc = pinned_fake_run.proc  # PINNED_FAKE run with --backend gloo (tests/cli/conftest.py)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (
         "note: tiny keeps its backend fake (pinned in the spec), not gloo; --force-backend runs it on gloo"

@@ -258,15 +258,14 @@ def test_estimate_grows_with_what_each_rank_holds():
     assert one.replica <= replica.replica and one.replica_once > replica.replica and replica.replica_once == 0
 
 
-def test_simulated_world_bound_and_override(tmp_path):
+def test_simulated_world_bound_and_override(pinned_fake_run):
     big = RunSetup.from_mapping({"mesh": {"shape": [preflight.MAX_SIMULATED_WORLD + 1]}})
     with pytest.raises(PreflightError, match="over the 65,536 the fake backend is asked to simulate"):
         preflight.check(big, "fake")
     assert preflight.check(RunSetup.from_mapping({"mesh": {"shape": [4096]}}), "fake") is None
     assert preflight.check(big, "gloo", joined=True) is None  # torchrun chose the processes
-    # --no-preflight reaches the runner (here: the fake run of a small world is quick)
-    path = write(tmp_path, TINY_FAKE_2)
-    assert cli("run", str(path), "--no-preflight").returncode == 0
+    # --no-preflight reaches the runner (the fake run of a small world, tests/cli/conftest.py)
+    assert pinned_fake_run.proc.returncode == 0, pinned_fake_run.proc.stdout + pinned_fake_run.proc.stderr
 
 
 def test_no_preflight_is_a_pytest_option(pytester, monkeypatch):
@@ -346,12 +345,9 @@ def test_results_are_kept_when_the_json_cannot_be_written_after_the_run(tmp_path
     assert not list(tmp_path.glob(".ok.json.*"))  # written through a temporary file, replaced whole
 
 
-def test_json_of_a_fake_run_is_written(tmp_path):
-    out = tmp_path / "out.json"
-    path = write(tmp_path, TINY_FAKE_2)
-    proc = cli("run", str(path), "--json", str(out))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    payload = json.loads(out.read_text())
+def test_json_of_a_fake_run_is_written(pinned_fake_run):
+    proc, payload = pinned_fake_run.proc, pinned_fake_run.payload  # tests/cli/conftest.py
+    assert proc.returncode == 0 and payload is not None, proc.stdout + proc.stderr
     assert [r["id"] for r in payload["results"]] == ["x_norm"] and "interrupted" not in payload
 
 
