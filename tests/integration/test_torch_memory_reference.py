@@ -6,8 +6,12 @@ gloo (a collective's buffer freed on gloo's worker thread after a snapshot). The
 value must equal torch's at every (rank, module, state, occurrence, category)
 
 - in the states and categories the README lists as stable on gloo, always;
-- and everywhere else where torch's two runs agree (the harness's own instruments must add
-  nothing: no ``Work`` kept, no buffer held past a phase).
+- and everywhere else where torch's two runs agree, the harness's value must not exceed it (its
+  own instruments must add nothing: no ``Work`` kept, no buffer held past a phase). Less is
+  the harness's settled snapshot (README, "Reproducible observations"): on a loaded machine both
+  of torch's unsettled runs still counted a 4,720,896-B buffer at layers.0's "After
+  Post-Backward" that gloo's worker had let go of in the harness's (``temp``, and the ``total``
+  that counts it).
 """
 
 from __future__ import annotations
@@ -65,16 +69,22 @@ def stable(key: Key) -> bool:
 
 def mismatches(ours: dict[Key, int], runs: list[dict[Key, int]]) -> list[str]:
     """Keys where the harness differs from torch: a stable key against any run, another key
-    against the value torch's runs agree on (skipped where they disagree)."""
+    above the value torch's runs agree on (skipped where they disagree)."""
     problems = []
     for key in sorted(set().union(*runs), key=str):
         values = {run.get(key) for run in runs}
         if key not in ours:
             problems.append(f"{key}: torch {sorted(values, key=str)}, not observed by the harness")
-        elif stable(key) and ours[key] not in values or len(values) == 1 and ours[key] not in values:
+        elif stable(key) and ours[key] not in values or _holds_more(ours[key], values):
             problems.append(f"{key}: harness {ours[key]}, torch {sorted(values, key=str)}")
     problems += [f"{key}: observed by the harness only" for key in sorted(set(ours) - set().union(*runs), key=str)]
     return problems
+
+
+def _holds_more(ours: int, values: set) -> bool:
+    """Above the one value torch's runs agree on (both ints); nothing to say where they disagree."""
+    (agreed,) = values if len(values) == 1 else (None,)
+    return isinstance(agreed, int) and isinstance(ours, int) and ours > agreed
 
 
 def test_stable_keys_and_agreeing_runs_are_compared():
@@ -90,6 +100,11 @@ def test_stable_keys_and_agreeing_runs_are_compared():
     assert mismatches(ours, runs) == [
         "(0, 'layers.0', 'After Pre-Backward', 0, 'all_gather'): harness 9441792, torch [4720896]"
     ]
+    ours = dict(runs[0])
+    ours[(0, "layers.0", "After Pre-Backward", 0, "all_gather")] = 0  # freed sooner on gloo's thread: timing
+    assert mismatches(ours, runs) == []
+    ours[(0, "", "After fully_shard", 0, "total")] = 9  # a stable state: any difference counts
+    assert mismatches(ours, runs) == ["(0, '', 'After fully_shard', 0, 'total'): harness 9, torch [10]"]
 
 
 @pytest.mark.slow
