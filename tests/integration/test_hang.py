@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tests.support import REPO
-from tests.support.ranks import warm_forkserver
+from tests.support.ranks import hang_timeout_s
 from tests.support.specs import TINY_DIMS
 
 
@@ -20,12 +20,12 @@ def test_an_injected_hang_names_the_stuck_rank_and_collective():
     from harness.run.launch.local import run_local
 
     setup = RunSetup(model=ModelSetup(overrides={"num_hidden_layers": 2}), mesh_shape=(3,), numerics=False)
-    warm_forkserver()  # the 10 s below then cover the ranks' setup and forward (a second or two), not torch's import
+    timeout_s = hang_timeout_s(setup, run_local)  # the ranks' setup and forward, not torch's import
     start = time.monotonic()
     with pytest.raises(RunTimeout) as info:
         with injected(Fault(rank=1, phase="backward", kind="hang")):
-            run_local(setup, backend="gloo", timeout_s=10)
-    assert time.monotonic() - start < 170  # ends (10 s, plus starting and killing ranks on a loaded machine)
+            run_local(setup, backend="gloo", timeout_s=timeout_s)
+    assert time.monotonic() - start < timeout_s + 160  # ends (plus starting and killing ranks on a loaded machine)
     # backward begins with layers.1's all-gather (#2 after the two forward all-gathers, #0 and #1)
     assert info.value.verdict == "rank 1 never entered all_gather #2 (layers.1, backward); ranks 0, 2 wait in it"
     assert "Diagnosis: rank 1 never entered all_gather #2 (layers.1, backward)" in str(info.value)
@@ -123,12 +123,12 @@ def test_a_rank_hung_in_clip_grad_norm_is_reported_there_not_at_start_up():
     from harness.run.launch.local import run_local
 
     setup = RunSetup.from_mapping(CLIP)
-    run_local(setup, backend="gloo", timeout_s=300)  # the forkserver up: the timed run below is the step alone
+    timeout_s = hang_timeout_s(setup, run_local)  # the forkserver up: the timed run below is the step alone
     start = time.monotonic()
     with pytest.raises(RunTimeout) as info:
         with injected(Fault(rank=1, phase="clip_grad_norm", kind="hang")):
-            run_local(setup, backend="gloo", timeout_s=8)
-    assert time.monotonic() - start < 30
+            run_local(setup, backend="gloo", timeout_s=timeout_s)
+    assert time.monotonic() - start < timeout_s + 22
     # rank 1 hangs at the start of clip_grad_norm_; rank 0 waits there in its norm's all-reduce
     assert info.value.phases == {0: "clip_grad_norm", 1: "clip_grad_norm"}, str(info.value)
     assert "rank 1 in clip_grad_norm" in str(info.value)

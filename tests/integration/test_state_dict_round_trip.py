@@ -12,7 +12,7 @@ import pytest
 
 from harness.load.setup import RunSetup
 from harness.run.launch.session import session_dir
-from tests.support.ranks import warm_forkserver
+from tests.support.ranks import hang_timeout_s
 
 TINY = {
     "model": {
@@ -88,11 +88,11 @@ def test_a_round_trip_that_hangs_times_out_in_its_phase_and_leaves_no_folder():
     from harness.run.faults import Fault, injected
     from harness.run.runner import RunTimeout, run_setup
 
+    timeout_s = hang_timeout_s(RunSetup.from_mapping(TINY), run_setup)  # the tiny step, not torch's import
     before = _checkpoint_folders()
-    warm_forkserver()  # the 10 s below then cover the tiny step (seconds, loaded), not torch's import
     with pytest.raises(RunTimeout) as info:
         with injected(Fault(rank=1, phase="state_dict", kind="hang")):
-            run_setup(RunSetup.from_mapping(TINY), backend="gloo", timeout_s=10)
+            run_setup(RunSetup.from_mapping(TINY), backend="gloo", timeout_s=timeout_s)
     assert info.value.phases[1] == "state_dict", str(info.value)
     assert "rank 1 in state_dict" in str(info.value)
     assert _left_behind(before) == set()

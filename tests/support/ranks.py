@@ -1,9 +1,12 @@
-"""The harness's rank forkserver started before a timed run, so that a hang test's timeout covers
-its ranks' work and not the server's start."""
+"""A hang test's timed run: the rank forkserver started before it, so that its timeout covers the
+ranks' work and not the server's start, and a timeout in proportion to this machine."""
 
 from __future__ import annotations
 
+import math
 import os
+import time
+from typing import Any, Callable
 
 
 def warm_forkserver() -> None:
@@ -18,3 +21,18 @@ def warm_forkserver() -> None:
         process.start()
     process.join(timeout=300)
     assert process.exitcode == 0, f"the forkserver's no-op process ended with {process.exitcode}"
+
+
+def hang_timeout_s(setup: Any, run: Callable[..., Any], *, factor: float = 5.0, floor_s: float = 4.0) -> float:
+    """The timeout, in whole seconds, for a hang test's run of ``setup`` with ``run``
+    (``run_local`` or ``run_setup``, on gloo): ``factor`` times the same run without a fault,
+    timed here with the forkserver warm (:func:`warm_forkserver`), and at least ``floor_s``.
+
+    A fixed 10 s waited 8 to 9 s past the hang on an idle 2-core machine, where such a run takes
+    about a second; the factor covers another xdist worker starting its ranks meanwhile. The
+    untimed run raises what ``run`` raises.
+    """
+    warm_forkserver()
+    start = time.monotonic()
+    run(setup, backend="gloo", timeout_s=300)
+    return float(max(floor_s, math.ceil(factor * (time.monotonic() - start))))
