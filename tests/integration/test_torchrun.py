@@ -160,7 +160,7 @@ def test_a_world_the_spec_does_not_fit_ends_with_one_message(spec):
 
 def test_a_node_that_never_joins_ends_at_the_rendezvous_timeout(spec):
     start = time.monotonic()
-    (run,) = agents(spec, 2, 2, started=1, join_timeout=5, timeout=120)
+    (run,) = agents(spec, 2, 2, started=1, join_timeout=3, timeout=120)  # no peer comes: waits 3 s
     assert run.returncode != 0
     assert "RendezvousTimeoutError" in run.stdout, run.stdout
     assert time.monotonic() - start < 90
