@@ -4,7 +4,7 @@
 - :mod:`support.specs`: spec texts used as bases and :func:`~support.specs.write_spec`;
 - :mod:`support.cli`: the command line as a subprocess, as a user runs it;
 - :mod:`support.observations`: the synthetic observation of the walkthrough's run (no ranks).
-- :mod:`support.ranks`: the rank forkserver started before a timed (hang) run.
+- :mod:`support.ranks`: the rank forkserver started before a timed (hang) run, and its timeout.
 
 Imported as ``tests.support`` (``pythonpath = ["."]`` in ``pyproject.toml`` puts the checkout on
 ``sys.path`` under every import mode).
