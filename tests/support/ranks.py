@@ -30,7 +30,7 @@ def hang_timeout_s(setup: Any, run: Callable[..., Any], *, factor: float = 5.0, 
 
     A fixed 10 s waited 8 to 9 s past the hang on an idle 2-core machine, where such a run takes
     about a second; the factor covers another xdist worker starting its ranks meanwhile. The
-    untimed run raises what ``run`` raises.
+    fault-free run raises what ``run`` raises.
     """
     warm_forkserver()
     start = time.monotonic()

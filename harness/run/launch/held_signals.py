@@ -1,9 +1,9 @@
 """Ctrl-C and SIGTERM held back until a point where raising is safe.
 
 Two places need it: the command line's imports (an interrupt inside one leaves modules
-half-imported), and a simulated run, whose Python
-runs under torch's C++ (a KeyboardInterrupt raised in a callback C++ called ends in
-``terminate called after throwing an instance of 'python_error'`` or an unrelated AssertionError).
+half-imported), and a simulated run, whose Python runs under torch's C++ (a KeyboardInterrupt
+raised in a callback C++ called ends in ``terminate called after throwing an instance of
+'python_error'`` or an unrelated AssertionError).
 Imports only small standard modules, so that ``python -m harness`` can use it at once.
 """
 

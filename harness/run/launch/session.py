@@ -3,7 +3,7 @@
 Temporary files live in one folder per harness process, ``<tmp>/fsdp2-harness-<pid>-<start>-*``
 (pid and the process's start time, so a reused pid is told apart): each run's rendezvous folder,
 the checkpoint folder of a ``state_dict`` round trip, and a note naming multiprocessing's own
-temporary folder (``pymp-*``, where the forkserver's socket lives). Both are removed on every
+temporary folder (``pymp-*``, where the forkserver's socket lives). Both folders go on every
 exit that runs Python's exit handlers (normal exit, an exception, Ctrl-C, SIGTERM through the
 CLI); after a SIGKILL the next harness process to launch ranks removes the folders whose owner
 is gone (:func:`sweep_stale`). Leftovers are harmless meanwhile: every run rendezvouses in a
