@@ -81,10 +81,9 @@ def mismatches(ours: dict[Key, int], runs: list[dict[Key, int]]) -> list[str]:
     return problems
 
 
-def _holds_more(ours: int, values: set) -> bool:
-    """Above the one value torch's runs agree on (both ints); nothing to say where they disagree."""
-    (agreed,) = values if len(values) == 1 else (None,)
-    return isinstance(agreed, int) and isinstance(ours, int) and ours > agreed
+def _holds_more(ours: int, values: set[int]) -> bool:
+    """Above the one value torch's runs agree on; nothing to say where they disagree."""
+    return len(values) == 1 and ours > next(iter(values))
 
 
 def test_stable_keys_and_agreeing_runs_are_compared():
