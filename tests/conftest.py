@@ -29,6 +29,7 @@ import pytest
 from hypothesis import settings
 
 from harness.pytest_plugin import observation_of
+from tests.support import collection
 from tests.support.no_ranks import sitecustomize as no_ranks
 
 settings.register_profile("default", max_examples=100, deadline=None)
@@ -61,11 +62,15 @@ def pytest_collection_modifyitems(config, items):
     Then the longest items first, so that no worker starts a minute-long run while the others
     are done: what launches ranks (and the hang tests that wait out their timeouts), then the spec
     items (each spec's first item runs its setup), then the rest. The sort is stable: items keep
-    their order within a group, so a module's items stay together behind its fixtures."""
+    their order within a group, so a module's items stay together behind its fixtures.
+
+    The sorted node ids under ``tests/`` are kept (:mod:`tests.support.collection`): the
+    import-mode test compares against them instead of collecting the suite once more."""
     for item in items:
         if may_launch_ranks(item):
             item.add_marker(pytest.mark.slow)
     items.sort(key=_longest_first)
+    collection.remember(config, items)
 
 
 def _longest_first(item: pytest.Item) -> int:

@@ -17,6 +17,7 @@ import pytest
 
 from tests.support import REPO
 from tests.support.cli import harness_env
+from tests.support.collection import whole_tests_folder
 from tests.support.no_ranks.sitecustomize import LOG, RankLaunched
 from tests.support.specs import TINY, write_spec
 
@@ -82,10 +83,12 @@ def test_a_process_that_is_not_a_rank_still_starts():
     assert proc.stdout == "ok\n" and _refusals_then_forgive() == ""
 
 
-@pytest.mark.slow  # collects the suite twice in subprocesses (seconds each), no rank
-def test_the_suite_collects_the_same_items_under_importlib():
+@pytest.mark.slow  # collects the suite in a subprocess (seconds), twice unless this session collected it, no rank
+def test_the_suite_collects_the_same_items_under_importlib(request):
     """The tests import their shared code as ``tests.support``, never as a top-level module, so
-    ``--import-mode=importlib`` collects exactly what the default mode collects."""
+    ``--import-mode=importlib`` collects exactly what the default mode collects: what this session
+    collected under ``tests/`` where it collected all of it in the default mode (the README's
+    command), else a default-mode collection of its own."""
 
     def collected(*args: str) -> list[str]:
         proc = subprocess.run(
@@ -99,13 +102,22 @@ def test_the_suite_collects_the_same_items_under_importlib():
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return [line for line in proc.stdout.splitlines() if "::" in line]
 
-    default = collected()
+    default = list(whole_tests_folder(request.config) or {}) or collected()
     assert len(default) > 500
     assert collected("--import-mode=importlib") == default
 
 
-@pytest.mark.slow  # a subprocess collection of tests/integration (seconds), no rank
-def test_every_integration_item_is_slow():
+@pytest.mark.slow  # a subprocess collection of tests/integration (seconds) unless this session collected it, no rank
+def test_every_integration_item_is_slow(request):
+    """``-m "not slow" tests/integration`` selects nothing: every item there carries the marker ``-m``
+    matches, as this session's collection of ``tests/`` (where it collected all of it) or a
+    collection of its own says."""
+    collected = whole_tests_folder(request.config)
+    if collected is not None:
+        integration = {node: marks for node, marks in collected.items() if node.startswith("tests/integration/")}
+        assert len(integration) > 50
+        assert [node for node, marks in integration.items() if "slow" not in marks] == []
+        return
     proc = subprocess.run(
         [
             sys.executable,
