@@ -2,7 +2,7 @@
 rendezvous on 127.0.0.1, gloo) run a spec and print the report once; launches that cannot work
 end with one clear message within the rendezvous timeout.
 
-Each test starts real torchrun agents (a world of 4 to 6 processes), about a minute under load.
+Each test starts real torchrun agents (a world of 2 to 4 processes), about a minute under load.
 """
 
 from __future__ import annotations
@@ -51,6 +51,28 @@ tables:
     check: environment
     entries:
       - {id: two_nodes_of_two, nodes: 2, ranks_per_node: 2, hosts: 1, ranks_per_host: 4, same_torch_version: true}
+"""
+
+
+# One node of 2 processes whose rank 1 hangs before its forward: the run never reaches its entry.
+HANG_SPEC_TEXT = """\
+spec: one_node_hang
+title: The walkthrough layer on one torchrun node of 2 processes
+document: "FSDP2 Qwen3 Decoder Layer Walkthrough, run under torchrun"
+timeout_s: 240
+setup:
+  model: {config: walkthrough, overrides: {num_hidden_layers: 1}, dtype: float16}
+  mesh: {shape: [2], dim_names: [dp]}
+  numerics: false
+  track_memory: false
+tables:
+  - section: "每个 rank 上的参数分片"
+    title: shards
+    check: param
+    with: {layer: 0}
+    columns: [param, full_shape, local_shape]
+    rows:
+      - [self_attn.q_proj.weight, [512, 512], [256, 512]]
 """
 
 
@@ -166,11 +188,12 @@ def test_a_node_that_never_joins_ends_at_the_rendezvous_timeout(spec):
     assert time.monotonic() - start < 90
 
 
-def test_a_hang_is_diagnosed_at_the_runs_timeout_before_the_process_groups(spec):
-    """Rank 1 hangs before its forward; at the run's timeout (10 s from the join, the process group's is 70 s)
-    each rank prints the verdict from the store and the run ends: under NCCL the watchdog would
-    otherwise abort the ranks at the group's timeout with no diagnosis. The 10 s count from the
-    join, after torch's import: what they must cover is one tiny layer's setup (a second, loaded)."""
+def test_a_hang_is_diagnosed_at_the_runs_timeout_before_the_process_groups(tmp_path):
+    """Rank 1 of one node's 2 hangs before its forward; at the run's timeout (10 s from the join,
+    the process group's is 70 s) each rank prints the verdict from the store and the run ends:
+    under NCCL the watchdog would otherwise abort the ranks at the group's timeout with no
+    diagnosis. The 10 s count from the join, after torch's import: what they must cover is one
+    tiny layer's setup (a second, loaded). Two ranks, the fewest with one to wait for another."""
     from tests.support.hang_rank import sitecustomize as hang_rank
 
     site = str(REPO / "tests" / "support" / "hang_rank")
@@ -178,11 +201,13 @@ def test_a_hang_is_diagnosed_at_the_runs_timeout_before_the_process_groups(spec)
         hang_rank.RANK: "1:forward",
         "PYTHONPATH": os.pathsep.join([site, str(REPO), os.environ.get("PYTHONPATH", "")]),
     }
+    spec = tmp_path / "one_node_hang.yaml"
+    spec.write_text(HANG_SPEC_TEXT, encoding="utf-8")
     started = time.monotonic()
-    (run,) = agents(spec, 1, 4, env=env, extra=("--timeout", "10"), timeout=300)
+    (run,) = agents(spec, 1, 2, env=env, extra=("--timeout", "10"), timeout=300)
     elapsed = time.monotonic() - started
     assert run.returncode != 0, run.stdout
     assert "rank 0: the run did not finish within its timeout of 10 s (joined world)" in run.stdout, run.stdout
-    verdict = "Diagnosis: rank 1 never entered all_gather #0 (layers.0, forward); ranks 0, 2, 3 wait in it."
+    verdict = "Diagnosis: rank 1 never entered all_gather #0 (layers.0, forward); rank 0 waits in it."
     assert verdict in run.stdout, run.stdout
     assert elapsed < 10 + 60, f"ended after {elapsed:.0f} s: at the process group's timeout, not the run's"
