@@ -32,9 +32,12 @@ from tests.support.specs import TINY_2, wait_for_waiting_ranks, write_waiting_sp
 
 pytestmark = pytest.mark.slow
 
-# A run that need only finish (no signal lands inside it); BACKEND replaced by each test. A signal
-# meant to land inside a run waits for write_waiting_spec's ranks to be waiting in their step.
-QUICK = TINY_2.replace("tables:", "backend: BACKEND\ntables:")
+# A run that need only finish (no signal lands inside it), without the replica reference and the
+# memory tracker it has no use for; BACKEND replaced by each test. A signal meant to land inside a
+# run waits for write_waiting_spec's ranks to be waiting in their step.
+QUICK = TINY_2.replace("  mesh:", "  numerics: false\n  track_memory: false\n  mesh:").replace(
+    "tables:", "backend: BACKEND\ntables:"
+)
 
 
 def _env(tmp: Path) -> dict:
@@ -236,7 +239,7 @@ def test_forkserver_and_resource_tracker_end_with_a_normal_exit(tmp_path):
         "from harness.run.launch.local import run_local\n"
         "from harness.load.setup import RunSetup\n"
         "run_local(RunSetup.from_mapping({'mesh': {'shape': [2]}, 'numerics': False,"
-        " 'model': {'overrides': {'num_hidden_layers': 1}}}), backend='gloo', timeout_s=300)\n"
+        " 'track_memory': False, 'model': {'overrides': {'num_hidden_layers': 1}}}), backend='gloo', timeout_s=300)\n"
         "from multiprocessing import forkserver, resource_tracker\n"
         "print(forkserver._forkserver._forkserver_pid, resource_tracker._resource_tracker._pid)\n"
     )

@@ -51,6 +51,8 @@ backend: fake
 setup:
   model: {config: walkthrough, overrides: {num_hidden_layers: 1}}
   mesh: {shape: [2], dim_names: [dp]}
+  numerics: false       # the rows are shapes: no replica reference,
+  track_memory: false   # no memory tracker
 tables:
   - section: "Shards"
     check: param
@@ -114,7 +116,7 @@ def test_malformed_spec_is_one_failing_pytest_item(pytester, monkeypatch):
 OLD_NAMES = ("--specs", "--backend", "--run-timeout", "--no-preflight")
 
 
-def test_options_carry_the_fsdp2_prefix_and_the_old_names_are_gone(pytester, in_repo_path):
+def test_options_carry_the_fsdp2_prefix_and_the_old_names_are_gone(pytester, in_repo_path, plugin_help):
     """Unprefixed names (``--backend``) would clash with another plugin's in a user's repository."""
     config = pytester.parseconfig(
         "--fsdp2-specs", "a", "--fsdp2-backend", "fake", "--fsdp2-run-timeout", "5", "--fsdp2-no-preflight"
@@ -127,7 +129,7 @@ def test_options_carry_the_fsdp2_prefix_and_the_old_names_are_gone(pytester, in_
         with pytest.raises(pytest.UsageError, match="unrecognized arguments"):
             pytester.parseconfig(old, "x")
     # every option of the plugin's group, as --help lists them: all prefixed
-    help_text = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--help").stdout.str()
+    help_text = plugin_help
     group = help_text.split("FSDP2 conformance specs:\n", 1)[1].split("\n\n", 1)[0]
     options = [line.split()[0].split("=")[0] for line in group.splitlines() if line.startswith("  --")]
     assert options == [
