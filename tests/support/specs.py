@@ -23,18 +23,20 @@ tables:
 """
 # the same on the fake backend: simulated in this process, no rank launched
 TINY_FAKE = TINY.replace("tables:", "backend: fake\ntables:")
-# and on 2 ranks: half the ranks (or simulation: about 1.4 s a rank on 2 cores), for the tests
-# that read a run's outputs, not its world
-TINY_2 = TINY.replace("shape: [4]", "shape: [2]")
-TINY_FAKE_2 = TINY_FAKE.replace("shape: [4]", "shape: [2]")
+# and on 2 ranks without the replica reference and the memory tracker: half the ranks (or
+# simulation: about 1.4 s a rank on 2 cores) and less of each, for the tests that read a run's
+# outputs (its summary, its results), not its world, its numerics or its memory
+LEAN = "  numerics: false\n  track_memory: false\n"
+TINY_2 = TINY.replace("shape: [4]", "shape: [2]").replace("  mesh:", LEAN + "  mesh:")
+TINY_FAKE_2 = TINY_2.replace("tables:", "backend: fake\ntables:")
 
 # Ranks that wait in step 1 until a signal ends them: the spec's before_step hook (WAITING_HOOKS,
 # written beside it by write_waiting_spec) touches <folder>/rank<r>.waiting, then sleeps. A signal
 # sent once every rank's file exists (wait_for_waiting_ranks) lands inside the run on any machine,
 # fast or slow; the sleep bounds a run nobody signals. BACKEND and SECONDS are placeholders.
-WAITING = TINY_2.replace(
-    "  mesh:", "  numerics: false\n  track_memory: false\n  hooks: {file: waiting_hooks.py, before_step: wait}\n  mesh:"
-).replace("tables:", "backend: BACKEND\ntables:")
+WAITING = TINY_2.replace("  mesh:", "  hooks: {file: waiting_hooks.py, before_step: wait}\n  mesh:").replace(
+    "tables:", "backend: BACKEND\ntables:"
+)
 WAITING_HOOKS = """\
 import time
 from pathlib import Path
