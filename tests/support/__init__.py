@@ -5,6 +5,7 @@
 - :mod:`support.cli`: the command line as a subprocess, as a user runs it;
 - :mod:`support.observations`: the synthetic observation of the walkthrough's run (no ranks).
 - :mod:`support.ranks`: the rank forkserver started before a timed (hang) run, and its timeout.
+- :mod:`support.collection`: this session's collection of ``tests/``, read by ``tests/test_suite.py``.
 
 Imported as ``tests.support`` (``pythonpath = ["."]`` in ``pyproject.toml`` puts the checkout on
 ``sys.path`` under every import mode).
