@@ -64,8 +64,9 @@ def pytest_collection_modifyitems(config, items):
     items (each spec's first item runs its setup), then the rest. The sort is stable: items keep
     their order within a group, so a module's items stay together behind its fixtures.
 
-    The sorted node ids under ``tests/`` are kept (:mod:`tests.support.collection`): the
-    import-mode test compares against them instead of collecting the suite once more."""
+    The sorted node ids under ``tests/`` are kept with their markers
+    (:mod:`tests.support.collection`): the suite's collection tests (``tests/test_suite.py``)
+    read them instead of collecting the suite once more."""
     for item in items:
         if may_launch_ranks(item):
             item.add_marker(pytest.mark.slow)
