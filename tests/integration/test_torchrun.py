@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO
+from tests.support.specs import write_spec
 
 pytestmark = pytest.mark.slow
 
@@ -78,9 +79,7 @@ tables:
 
 @pytest.fixture
 def spec(tmp_path) -> Path:
-    path = tmp_path / "two_nodes.yaml"
-    path.write_text(SPEC_TEXT, encoding="utf-8")
-    return path
+    return write_spec(tmp_path, SPEC_TEXT, "two_nodes.yaml")
 
 
 def free_port() -> int:
@@ -201,8 +200,7 @@ def test_a_hang_is_diagnosed_at_the_runs_timeout_before_the_process_groups(tmp_p
         hang_rank.RANK: "1:forward",
         "PYTHONPATH": os.pathsep.join([site, str(REPO), os.environ.get("PYTHONPATH", "")]),
     }
-    spec = tmp_path / "one_node_hang.yaml"
-    spec.write_text(HANG_SPEC_TEXT, encoding="utf-8")
+    spec = write_spec(tmp_path, HANG_SPEC_TEXT, "one_node_hang.yaml")
     started = time.monotonic()
     (run,) = agents(spec, 1, 2, env=env, extra=("--timeout", "10"), timeout=300)
     elapsed = time.monotonic() - started
