@@ -3,7 +3,8 @@
 Wall time per item (``--durations``) misleads on a 2-core machine: an item's wall includes the
 other worker's load. This pytest plugin records, for each item, the CPU its worker and every
 process it started used during the item: the worker's own and reaped children's rusage, plus
-each live descendant's own and reaped-children CPU from ``/proc/<pid>/stat``. That counts the
+each live descendant's own and reaped-children CPU from ``/proc/<pid>/stat``
+(:mod:`tests.support.processes`). That counts the
 ranks a worker's forkserver forked (reaped by the forkserver, which lives past the item) and the
 CLIs, torchrun agents and pytest subprocesses a test started. Linux only (reads ``/proc``).
 
@@ -26,28 +27,17 @@ import time
 
 import pytest
 
+from tests.support.processes import descendants, stat
+
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _descendants_cpu(root: int) -> float:
     """CPU s of the live descendants of ``root``: each one's own plus its reaped children's."""
-    children: dict[int, list[tuple[int, float]]] = collections.defaultdict(list)
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:  # ended meanwhile
-            continue
-        # after the command: state, ppid, ... utime (14th field), stime, cutime, cstime
-        cpu = sum(int(v) for v in fields[11:15]) / _TICKS
-        children[int(fields[1])].append((int(name), cpu))
-    total, stack = 0.0, [root]
-    while stack:
-        for pid, cpu in children.get(stack.pop(), []):
-            total += cpu
-            stack.append(pid)
+    total = 0.0
+    for pid in descendants(root):
+        fields = stat(pid)  # after the command: state, ppid, ... utime (14th field), stime, cutime, cstime
+        total += sum(int(v) for v in fields[11:15]) / _TICKS if fields else 0.0
     return total
 
 
