@@ -4,9 +4,10 @@ Wall time per item (``--durations``) misleads on a 2-core machine: an item's wal
 other worker's load. This pytest plugin records, for each item, the CPU its worker and every
 process it started used during the item: the worker's own and reaped children's rusage, plus
 each live descendant's own and reaped-children CPU from ``/proc/<pid>/stat``
-(:mod:`tests.support.processes`). That counts the
-ranks a worker's forkserver forked (reaped by the forkserver, which lives past the item) and the
-CLIs, torchrun agents and pytest subprocesses a test started. Linux only (reads ``/proc``).
+(:mod:`tests.support.processes`). That counts the ranks a worker's forkserver forked (reaped by
+the forkserver, which lives past the item) and the CLIs, torchrun agents and pytest subprocesses
+a test started. A child that ended but is not yet reaped counts at the item that reaps it.
+Linux only (reads ``/proc``).
 
 Record (one JSON line per item: node id, CPU s, wall s, worker), then summarise per file::
 
@@ -24,6 +25,7 @@ import os
 import resource
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -47,6 +49,11 @@ def _cpu_s() -> float:
     return rusage + _descendants_cpu(os.getpid())
 
 
+def pytest_configure(config):
+    if not os.environ.get("ITEM_CPU_LOG"):
+        raise pytest.UsageError("item_cpu: set ITEM_CPU_LOG to the file the per-item records are appended to")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     cpu, start = _cpu_s(), time.monotonic()
@@ -63,7 +70,7 @@ def pytest_runtest_protocol(item, nextitem):
 
 def summarise(path: str, top: int = 30) -> None:
     """Print CPU s and wall s per test file (the spec items together, the unit tests together)."""
-    records = [json.loads(line) for line in open(path)]
+    records = [json.loads(line) for line in Path(path).read_text().splitlines()]
     groups: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0, 0.0])
     for r in records:
         name = r["id"].split("::")[0]
