@@ -35,6 +35,8 @@ def _judge(obs: dict, kind: str, **values):
         ("grad_norm", {"clip_coef": 1.0, "placements": ["Replicate()"]}, "clip_coef not observed"),
         ("param_update", {"param": "self_attn.q_proj.weight", "rows_changed": 512}, "records no parameter updates"),
         ("param", {"param": "self_attn.q_proj.weight", "layer": 0, "finite": True}, "finite not observed"),
+        ("memory", {"layer": 0, "state": "Peak Backward", "sharded_grad": 0}, "its peaks are not a real rank's"),
+        ("memory", {"layer": 0, "state": "After Pre-Forward", "temp": 0}, "temp not observed"),
     ],
 )
 def test_what_fake_tensors_cannot_hold_is_skipped_with_the_reason(kind, values, words):
@@ -49,6 +51,8 @@ def test_the_same_kinds_structural_fields_are_still_checked():
     assert wrong.status == "fail", wrong.message
     assert _judge(obs, "param", param="self_attn.q_proj.weight", layer=0, local_shape=[128, 512]).status == "pass"
     assert _judge(obs, "param", param="self_attn.q_proj.weight", layer=0, local_shape=[127, 512]).status == "fail"
+    assert _judge(obs, "memory", layer=0, state="After Pre-Forward", unsharded_param="4.72 MB").status == "pass"
+    assert _judge(obs, "memory", layer=0, state="After Pre-Forward", unsharded_param="4.73 MB").status == "fail"
 
 
 def test_a_real_run_is_not_skipped():
