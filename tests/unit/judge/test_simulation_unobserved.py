@@ -1,5 +1,5 @@
 """The judge on a simulated (fake backend) run: an entry that reads what fake tensors cannot hold
-(values, parameter updates, a kernel's error) is skipped with the reason; every other field of
+(values, parameter updates, peaks, a device kernel's error message) is skipped with the reason; every other field of
 the same kinds is still checked, and a wrong expectation there still fails."""
 
 from __future__ import annotations
@@ -60,20 +60,19 @@ def test_a_real_run_is_not_skipped():
     assert result.status == "error" and "no parameter updates recorded" in result.message
 
 
-def test_an_error_no_simulated_rank_raised_is_skipped_and_a_raised_one_is_checked():
+def test_an_error_whose_message_alone_differs_is_skipped_and_the_rest_is_checked():
     obs = _simulated()
+    meta = "_foreach_norm cannot compute infinity norm on empty tensor"  # the meta kernel's words
     for r in obs["ranks"]:
-        r["error"] = None  # errors recorded (the spec has an expect_error entry), none raised
-    result = _judge(obs, "expect_error", ranks=[0], raised=True, type="RuntimeError")
-    assert result.status == "skip" and "runs no kernels" in result.message
-    obs["ranks"][0]["error"] = {
-        "type": "ValueError",
-        "qualname": "builtins.ValueError",
-        "message": "m",
-        "phase": "setup",
-    }
-    assert _judge(obs, "expect_error", ranks=[0], raised=True, type="RuntimeError").status == "fail"
-    assert _judge(obs, "expect_error", ranks=[0], raised=True, type="ValueError").status == "pass"
+        r["error"] = {"type": "RuntimeError", "qualname": "builtins.RuntimeError", "message": meta, "phase": "x"}
+    cpu = {"matches": "_foreach_norm cannot compute the infinity norm on an empty tensor"}
+    result = _judge(obs, "expect_error", ranks=[0], raised=True, type="RuntimeError", message=cpu)
+    assert result.status == "skip" and "meta kernel" in result.message and meta in result.message
+    assert _judge(obs, "expect_error", ranks=[0], raised=True, type="ValueError", message=cpu).status == "fail"
+    assert _judge(obs, "expect_error", ranks=[0], raised=True, phase="backward").status == "fail"
+    assert _judge(obs, "expect_error", ranks=[0], raised=True, type="RuntimeError").status == "pass"
+    obs["environment"]["simulated"] = False  # a real run's message is checked
+    assert _judge(obs, "expect_error", ranks=[0], raised=True, message=cpu).status == "fail"
 
 
 def test_every_kind_named_exists():
