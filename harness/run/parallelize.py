@@ -450,9 +450,13 @@ def materialize_empty(root: nn.Module, device: torch.device) -> None:
     """``root.to_empty(device=device)`` for a model sharded on ``meta``, except that the
     parameters of offloaded units are allocated on the CPU (:func:`materialization_devices`).
     Module by module (``to_empty(recurse=False)``: the same per-module ``_apply`` a recursive
-    call makes, so tied parameters stay tied)."""
+    call makes, so tied parameters stay tied), children before their parent as in a recursive
+    call: an FSDP module's ``_apply`` re-pads its shards (``FSDPParam.reset_sharded_param``) only
+    when they are no longer on ``meta``. Parent first, the re-padding of an uneven shard waited
+    for the lazy init of the first forward, under the memory tracker, which then counted the
+    padded shards of the last rank as activations and no sharded parameter at all."""
     devices = materialization_devices(root, device)
-    for fqn, module in root.named_modules():
+    for fqn, module in reversed(list(root.named_modules())):
         module.to_empty(device=devices[fqn], recurse=False)
         if devices[fqn] != device:  # its buffers, allocated with its parameters, go where compute runs
             for name, buffer in module.named_buffers(recurse=False):

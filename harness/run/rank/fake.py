@@ -54,13 +54,24 @@ def materialize_fake(root: Any, device: Any) -> None:
     """Inside ``FakeTensorMode``: give the sharded ``root`` fake storage on ``device``.
 
     ``root.to_empty(device=device)`` swaps every parameter (FSDP's ``DTensor`` shards, the tied
-    weights kept tied) and buffer for a fake tensor of the same shape and dtype; FSDP2 re-pads
-    the shards at its lazy init (``FSDPParam.reset_sharded_param``), as after a meta-device
-    init on real ranks. RoPE's ``inv_freq`` is recomputed (values unused: nothing is read).
+    weights kept tied) and buffer for a fake tensor of the same shape and dtype; FSDP2's
+    ``_apply`` re-pads the shards (``FSDPParam.reset_sharded_param``), as after a meta-device
+    init on real ranks. Each FSDP parameter group's lazy init then runs here, before the step:
+    it re-pads again unless the shard's storage is the padded one, which it tells by data
+    pointer, and a fake tensor's is 0. Left to the first forward, it replaced an uneven (last
+    rank's) padded shard under the memory tracker, which counted the new one as an activation
+    and no sharded parameter; on a real rank it finds the same storage and does nothing.
+    RoPE's ``inv_freq`` is recomputed (values unused: nothing is read).
     """
+    from torch.distributed.fsdp import FSDPModule
+
     import model as qwen3
 
     root.to_empty(device=device)
+    for m in root.modules():
+        if isinstance(m, FSDPModule):
+            for group in m._get_fsdp_state()._fsdp_param_groups:
+                group.lazy_init()  # idempotent: FSDP's own lazy init skips it later
     for m in root.modules():
         if isinstance(m, qwen3.Qwen3RotaryEmbedding):
             m.reset_parameters()

@@ -31,7 +31,8 @@ class RankPlan:
 
     Attributes:
         mode: one of :data:`MODES`.
-        init: one of :data:`INITS` (a simulated rank has no data: its init only picks the materializer).
+        init: one of :data:`INITS` (a simulated rank has no data: its init is the real rank's, which
+            it records as where ``fully_shard`` found the parameters).
         numerics: one of :data:`NUMERICS` ("off" when simulated).
         meta_init: a real rank builds its model on the meta device (init not "full").
         rows: (first, stop) of this rank's samples in the global batch (a simulated rank makes
@@ -66,13 +67,15 @@ def plan_rank(setup: Any, rank: int, world_size: int, *, simulated: bool = False
             f"world size {world_size} but setup.mesh.shape {list(setup.mesh_shape)} needs {setup.world_size}"
         )
     schedule = setup.schedule
-    if not setup.numerics or simulated:
-        numerics = "off"
+    if not setup.numerics:
+        real_numerics = "off"
     elif schedule is not None:
-        numerics = "schedule"
+        real_numerics = "schedule"
     else:
-        numerics = "rank_0" if setup.numerics_reference == "rank_0" else "each_rank"
-    init = setup.init or {"rank_0": "meta", "off": "local"}.get(numerics, "full")
+        real_numerics = "rank_0" if setup.numerics_reference == "rank_0" else "each_rank"
+    numerics = "off" if simulated else real_numerics
+    # a simulated rank's init is the real rank's: what it records stands for that (fully_shard_calls)
+    init = setup.init or {"rank_0": "meta", "off": "local"}.get(real_numerics, "full")
     B = setup.batch_per_rank
     return RankPlan(
         mode="simulated" if simulated else "real",

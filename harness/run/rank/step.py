@@ -201,7 +201,10 @@ class RankBody:
         )
 
     def _materializer(self) -> Callable[..., Any] | None:
-        """How ``apply_fsdp`` gives a meta-built model its shards' values; None for a full init."""
+        """How ``apply_fsdp`` gives a meta-built model its shards' values; None for a full init
+        and for a simulated rank (no values: ``harness.run.rank.fake`` gives it fake storage)."""
+        if self.plan.simulated:
+            return None
         if self.plan.init == "meta":
             return functools.partial(
                 init_shards_like_full, device=self.device, seed=self.setup.seed, repair=self.setup.init_repair

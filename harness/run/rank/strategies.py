@@ -90,6 +90,9 @@ class SimulatedRank:
     def build(self, body: "RankBody") -> torch.nn.Module:
         root = build_model(body.setup, body.config, body.dtype, torch.device("meta"), init=False)
         storage_for_sharding(root, body.setup.mesh_shape[-1])
+        # made before fully_shard as on a real rank, so a run that fails in it records its input
+        # as a real one does; after_sharding makes them again as fake tensors for the step
+        body.make_inputs()
         return root
 
     def before_sharding(self, body: "RankBody", stack: contextlib.ExitStack, instruments: Instruments) -> None:

@@ -171,3 +171,54 @@ def test_grad_dtypes_and_step_freezes_act_on_the_matching_parameters():
     assert [p.requires_grad for p in layer.parameters()] == [False, False, False, True]
     with pytest.raises(ValueError, match="unfreeze: '3.bias' matches no parameter"):
         step_requires_grad(layer, ScheduleStep(unfreeze=("3.bias",)))
+
+
+@pytest.mark.parametrize("materializer", ["init_local_shards", "init_shards_like_full"])
+def test_a_meta_built_uneven_shard_is_padded_when_materialized(materializer, tmp_path):
+    """The last of 3 ranks holds fewer rows of the walkthrough layer's matrices: each shard's
+    storage must be FSDP's padded one once materialized, as after a recursive ``to_empty``, not
+    left for the first forward's lazy init to re-pad (which the memory tracker then counted as
+    activations, and no sharded parameter, on that rank alone)."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from harness.run import parallelize
+
+    setup = RunSetup.from_mapping(
+        {
+            "model": {"config": "walkthrough", "overrides": {"num_hidden_layers": 1}, "body": "decoder_layers"},
+            "mesh": {"shape": [3], "dim_names": ["dp"]},
+            "init": "meta",
+        }
+    )
+    config = qwen3.get_config("walkthrough", num_hidden_layers=1)
+    root = qwen3.Qwen3DecoderStack(config, device=torch.device("meta"), dtype=torch.float32)
+    materialize = {
+        "init_local_shards": lambda r: parallelize.init_local_shards(r, torch.device("cpu"), std=0.02, seed=0, rank=2),
+        "init_shards_like_full": lambda r: parallelize.init_shards_like_full(r, torch.device("cpu"), seed=0),
+    }[materializer]
+    dist.init_process_group("fake", store=FakeStore(), rank=2, world_size=3)  # rank 2: the short shard
+    try:
+        parallelize.apply_fsdp(
+            root, parallelize.build_mesh(setup, "cpu"), units_from_setup(setup, root), materialize=materialize
+        )
+        fsdp_params = [p for m in root.modules() for g in _param_groups(m) for p in g.fsdp_params]
+        assert len(fsdp_params) == 11  # every parameter of the layer
+        short = 0
+        for fp in fsdp_params:
+            local = fp.sharded_param.to_local()
+            padded = fp.padded_sharded_param_size
+            short += local.shape[0] < padded[0]
+            storage_elements = local.untyped_storage().nbytes() // local.element_size()
+            assert storage_elements == padded.numel(), fp._param_fqn or fp._module_info.param_name
+        assert short == 11  # every one is uneven on rank 2: the test reads the case it means
+    finally:
+        dist.destroy_process_group()
+
+
+def _param_groups(module: torch.nn.Module) -> list:
+    from torch.distributed.fsdp import FSDPModule
+
+    if not isinstance(module, FSDPModule):
+        return []
+    return list(module._get_fsdp_state()._fsdp_param_groups)

@@ -28,9 +28,11 @@ def _setup(**data) -> RunSetup:
         ({"numerics": False, "schedule": SCHEDULE}, False, ("real", "local", "off", True)),
         ({"init": "meta"}, False, ("real", "meta", "each_rank", True)),
         ({"init": "full", "numerics": False}, False, ("real", "full", "off", False)),
-        # simulated: no data, so no numerics, and never a meta init of a real rank's kind
-        ({}, True, ("simulated", "local", "off", False)),
-        ({"numerics_reference": "rank_0"}, True, ("simulated", "local", "off", False)),
+        # simulated: no data, so no numerics, and never a meta init of a real rank's kind; its
+        # init is the real rank's, which it records (fully_shard_calls' device "before")
+        ({}, True, ("simulated", "full", "off", False)),
+        ({"numerics": False}, True, ("simulated", "local", "off", False)),
+        ({"numerics_reference": "rank_0"}, True, ("simulated", "meta", "off", False)),
         ({"init": "meta"}, True, ("simulated", "meta", "off", False)),
     ],
 )

@@ -57,3 +57,14 @@ def test_reshard_after_forward_int_simulates():
         c for c in doc["ranks"][0]["collectives"] if c["phase"] == "backward" and c["op"] == "all_gather"
     ]
     assert backward_gathers and {c["group_size"] for c in backward_gathers} == {2}
+
+
+def test_the_last_rank_of_an_uneven_shard_holds_what_the_others_hold():
+    """uneven_3_ranks: rank 2 holds fewer rows, but FSDP2 pads every shard to the same size, so
+    its memory is rank 0's at every snapshot (as on gloo ranks). FSDP's lazy init re-padded a
+    fake shard under the tracker, which counted rank 2's shards as activations instead."""
+    setup = dataclasses.replace(load_spec(SPECS / "uneven_3_ranks.yaml").setup, observe_ranks=(0, 2), track_memory=True)
+    first, last = run_setup(setup, backend="fake")["ranks"]
+    assert last["memory"] == first["memory"]
+    before = [m for m in last["memory"] if (m["module"], m["state"]) == ("layers.0", "Before Pre-Forward")]
+    assert before[0]["unrounded_bytes"]["sharded_param"] == 3_155_464  # both layers' padded fp16 shards
