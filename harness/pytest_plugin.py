@@ -30,6 +30,7 @@ from harness.load.backend_choice import chosen_backend, kept_backend_note
 from harness.load.spec import Spec, SpecError, SpecItem, load_spec
 from harness.report.junit import table_slug
 from harness.run.cache import CachedRunError, cached_run, gpu_lock_path, one_at_a_time, run_key
+from harness.run.gates import gpu_gate
 from harness.run.gpus import visible_gpu_count
 
 _SNIFF_BYTES = 65536
@@ -183,6 +184,9 @@ class SpecEntryItem(pytest.Item):
             self.add_marker(pytest.mark.drafted)
 
     def runtest(self) -> None:
+        reason = self.spec_item.skip_reason(*_running_torch())
+        if reason:  # this entry's torch range or build excludes the running torch: no run for it
+            pytest.skip(reason)
         observation = observation_of(self.config, self.spec)
         result = evaluate_item(self.spec_item, observation)
         if result.status == "skip":
@@ -226,6 +230,14 @@ def _shared_cache_dir(config: pytest.Config) -> Path:
 
 
 @functools.cache
+def _running_torch() -> tuple[str, str]:
+    """(torch version, build: "cpu" or "cuda") of this worker's torch (``harness.run.gates``)."""
+    from harness.run.gates import running_torch
+
+    return running_torch()
+
+
+@functools.cache
 def _gpu_count() -> int:
     """GPUs this worker's ranks would see, counted through NVML (no CUDA context in the worker)."""
     return visible_gpu_count()
@@ -236,8 +248,10 @@ def observation_of(config: pytest.Config, spec: Spec, setup=None, backend: str |
     pytest session across the xdist workers (harness/run/cache.py) with the plugin's options;
     what every spec item of that setup is checked against. While another worker runs it, this
     one runs the other spec setups of the session's items that no worker has started. Runs on
-    NCCL one at a time per set of GPUs (``harness.run.cache.one_at_a_time``). Skips (pytest.skip)
-    an nccl run with fewer GPUs than ranks; raises CachedRunError when the run failed."""
+    NCCL one at a time per set of GPUs (``harness.run.cache.one_at_a_time``). Skips (pytest.skip),
+    before anything runs, a spec gated out whole by the running torch (its ``torch_build`` or
+    ``torch`` ranges) and an nccl run with fewer GPUs than ranks (``harness.run.gates``); raises
+    CachedRunError when the run failed."""
     cache_dir, key, run, lock_timeout_s = _planned_run(config, spec, setup, backend)
     return cached_run(cache_dir, key, run, lock_timeout_s=lock_timeout_s, meanwhile=_session_runs(config))
 
@@ -264,8 +278,9 @@ def _planned_run(config: pytest.Config, spec: Spec, setup=None, backend: str | N
         spec.backend, config.getoption("--fsdp2-backend"), config.getoption("--fsdp2-force-backend")
     )
     gpus = _gpu_count() if backend in ("auto", "nccl") else 0
-    if backend == "nccl" and gpus < setup.world_size:
-        pytest.skip(f"needs {setup.world_size} GPUs for nccl (one per rank); {gpus} visible")
+    reason = spec.skip_reason(*_running_torch()) or gpu_gate(backend, setup.world_size, gpus)
+    if reason:  # decided before anything runs (harness.run.gates), as under ``run``
+        pytest.skip(reason)
     timeout_s = config.getoption("--fsdp2-run-timeout") or spec.timeout_s
     lock_timeout_s = timeout_s * 3 + 120
     key = run_key(setup, backend, torch.__version__)

@@ -142,6 +142,17 @@ class Spec:
     items: list[SpecItem] = field(default_factory=list)
     raw: Mapping[str, Any] = field(default_factory=dict)
 
+    def skip_reason(self, torch_version: str, torch_build: str) -> str | None:
+        """Why no entry of this spec applies to ``torch_version`` of build ``torch_build`` ("cpu",
+        "cuda"): its ``torch_build`` or ``torch`` range (the spec's, or every table's or entry's)
+        excludes it. Then the spec is skipped whole before anything runs (``run``, the pytest
+        plugin); None when some entry applies (those that do not are skipped one by one)."""
+        reasons = [item.skip_reason(torch_version, torch_build) for item in self.items]
+        if not reasons or not all(reasons):
+            return None
+        distinct = list(dict.fromkeys(reasons))
+        return distinct[0] if len(distinct) == 1 else f"every entry is gated out: {'; '.join(distinct)}"
+
 
 def _release(version: str) -> str:
     return re.split(r"[+]", version)[0]

@@ -760,3 +760,38 @@ def test_the_observed_build_is_read_from_torch_cuda_version(tmp_path):
     on_cuda = {"environment": {"torch_version": "2.14.1+cu130", "torch_cuda_version": "13.0"}}
     result = evaluate_item(item, on_cuda)
     assert result.status == "skip" and "a cuda build" in result.message
+
+
+@pytest.mark.parametrize(
+    "header, running, reason",
+    [
+        (
+            "torch_build: cuda\n",
+            ("2.13.0+cpu", "cpu"),
+            "describes a cuda build of torch; running 2.13.0+cpu, a cpu build",
+        ),
+        (
+            "torch_build: cpu\n",
+            ("2.14.1+cu130", "cuda"),
+            "describes a cpu build of torch; running 2.14.1+cu130, a cuda build",
+        ),
+        ('torch: "<2.0"\n', ("2.13.0+cpu", "cpu"), "requires torch <2.0; running 2.13.0+cpu"),
+        ("torch_build: cpu\n", ("2.13.0+cpu", "cpu"), None),
+        ('torch: ">=2.6"\n', ("2.13.0+cpu", "cpu"), None),
+        ("", ("2.14.1+cu130", "cuda"), None),
+    ],
+)
+def test_a_spec_gated_out_whole_says_why_before_any_run(tmp_path, header, running, reason):
+    """Spec.skip_reason (what run and the plugin ask before anything runs): the spec's build or
+    range excludes the running torch for every entry."""
+    spec = load_spec(write(tmp_path, BASE.replace("tables:", header + "tables:")))
+    assert spec.skip_reason(*running) == reason
+
+
+def test_a_spec_with_one_entry_in_range_is_not_skipped_whole(tmp_path):
+    spec = load_spec(write(tmp_path, GATES))
+    assert spec.skip_reason("2.13.0+cpu", "cpu") is None  # 'current' applies; 'ancient' skips alone
+    both = BASE.replace("tables:", 'torch: "<1.0"\ntorch_build: cpu\ntables:')
+    spec = load_spec(write(tmp_path, both))
+    assert spec.skip_reason("2.13.0+cpu", "cpu") == "requires torch <1.0; running 2.13.0+cpu"
+    assert spec.skip_reason("2.14.1+cu130", "cuda").startswith("describes a cpu build of torch")
