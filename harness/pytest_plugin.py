@@ -1,9 +1,11 @@
 """pytest plugin (entry point ``pytest11``): every entry of a spec is one test item.
 
-Installed with this package, it collects YAML files that are specs (a top-level ``spec:`` and
-``tables:``) wherever pytest looks, every YAML file below a folder named ``specs`` (so a
-broken spec there is one failing item, not silently skipped), a file named on the command line,
-and paths given with ``--fsdp2-specs``. ``pytest -n auto`` runs them all; each distinct
+Installed with this package, it collects the YAML files that are specs (the rule, shared with
+``run DIR``: harness/load/spec_files.py): a file named on the command line or to
+``--fsdp2-specs``; every YAML file below a folder given to ``--fsdp2-specs`` or named ``specs``
+(an empty or broken one there is one failing item, never silently skipped); and, wherever pytest
+looks, a YAML file whose top level has two of a spec's keys (spec, title, document, setup,
+tables). ``pytest -n auto`` runs them all; each distinct
 setup runs once per session (harness/run/cache.py), shared by the xdist workers: a worker that
 needs a run another is doing runs, meanwhile, another setup of the session's items, the larger
 worlds first; the larger worlds' spec items are also started first. A failing item shows where
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 from pathlib import Path
 
 import pytest
@@ -28,13 +29,11 @@ from harness.judge.checks import CheckResult
 from harness.judge.evaluate import FAILING, evaluate_item
 from harness.load.backend_choice import chosen_backend, kept_backend_note
 from harness.load.spec import Spec, SpecError, SpecItem, load_spec
+from harness.load.spec_files import is_spec_file
 from harness.report.junit import table_slug
 from harness.run.cache import CachedRunError, cached_run, gpu_lock_path, one_at_a_time, run_key
 from harness.run.gates import gpu_gate
 from harness.run.gpus import visible_gpu_count
-
-_SNIFF_BYTES = 65536
-_SPEC_KEYS = (re.compile(rb"^spec\s*:", re.M), re.compile(rb"^tables\s*:", re.M))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -109,29 +108,26 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_collect_file(parent: pytest.Collector, file_path: Path):
-    if file_path.suffix in (".yaml", ".yml") and (
-        _named_on_command_line(parent.config, file_path)
-        or "specs" in file_path.parent.parts
-        or _looks_like_spec(file_path)
-    ):
+    named, folders = _given(parent.config)
+    if is_spec_file(file_path, named, folders):  # the rule: harness/load/spec_files.py
         return SpecFile.from_parent(parent, path=file_path)
     return None
 
 
-def _named_on_command_line(config: pytest.Config, file_path: Path) -> bool:
-    """The file itself was given (``pytest my_spec.yaml``): collect it even if it is broken."""
-    named = {Path(a.split("::")[0]).resolve() for a in config.args}
-    return file_path.resolve() in named
+_GIVEN = pytest.StashKey[tuple]()
 
 
-def _looks_like_spec(file_path: Path) -> bool:
-    """A YAML file with top-level ``spec:`` and ``tables:`` keys (read from its first 64 KiB)."""
-    try:
-        with open(file_path, "rb") as f:
-            head = f.read(_SNIFF_BYTES)
-    except OSError:
-        return False
-    return all(p.search(head) for p in _SPEC_KEYS)
+def _given(config: pytest.Config) -> tuple[frozenset, tuple]:
+    """(the files named on the command line or to --fsdp2-specs, the folders given to
+    --fsdp2-specs: spec folders), resolved; a file named is collected even if it is broken."""
+    if _GIVEN not in config.stash:
+        paths = [Path(a.split("::")[0]).resolve() for a in config.args]
+        folders = [Path(p).resolve() for p in config.getoption("--fsdp2-specs")]
+        config.stash[_GIVEN] = (
+            frozenset(p for p in paths if not p.is_dir()),
+            tuple(f for f in folders if f.is_dir()),
+        )
+    return config.stash[_GIVEN]
 
 
 class SpecFile(pytest.File):

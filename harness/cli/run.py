@@ -34,6 +34,7 @@ from harness.cli.spec_run import (
 )
 from harness.cli.views import add_view_flags, plot_available, write_views
 from harness.contract.names import BACKENDS
+from harness.load.spec_files import expand
 from harness.report.notes import compile_ran_eager_note
 from harness.report.output import write_atomically, write_temporary
 
@@ -42,7 +43,9 @@ __all__ = ["add_arguments", "argument_problem", "command", "save_results"]
 
 def add_arguments(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("run", help="run specs and check every entry")
-    run.add_argument("specs", nargs="+", type=Path)
+    run.add_argument(
+        "specs", nargs="+", type=Path, help="spec files, or folders: every .yaml/.yml file below one is a spec"
+    )
     run.add_argument(
         "--backend",
         choices=BACKENDS,
@@ -127,9 +130,10 @@ def command(args: argparse.Namespace, console: Console) -> int:
         # leaves modules half-imported and can end the process by SIGINT (status -2) after its line.
         with signals_held():
             from harness.report.terminal import summary_line
-        for path in args.specs:
+        paths = expand(args.specs)  # a folder: every .yaml/.yml below it (harness/load/spec_files.py)
+        for path in paths:
             _run_one(path, args, console, done)
-        if len(args.specs) > 1 and done.results:
+        if len(paths) > 1 and done.results:
             console.print(Text(f"all specs: {summary_line(done.results)}"))
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the launcher has stopped the ranks
         interrupted = exc
@@ -279,7 +283,7 @@ def _command_repeated(args: argparse.Namespace, console: Console) -> int:
         from harness.run.runner import ObservationError, RunError
 
     status = 0
-    for path in args.specs:
+    for path in expand(args.specs):
         try:
             spec = load_spec(path)
         except SpecError as exc:

@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+# imported here, not in a test: pytester drops a torch imported inside one (test_pytest_plugin.py)
+import torch
+
 from tests.support import REPO
 from tests.support.cli import cli, no_traceback
 from tests.support.no_ranks import sitecustomize as no_ranks
@@ -30,8 +33,6 @@ SITE = """\
 import os, runpy
 runpy.run_path({guard!r})  # the no-ranks guard: refuses rank processes, logs each to $FSDP2_TESTS_RANK_LOG
 if os.environ.get("EMULATED_TORCH_CUDA"):
-    import torch
-
     torch.version.cuda = os.environ["EMULATED_TORCH_CUDA"]  # what harness.run.gates reads
 """
 
@@ -60,8 +61,6 @@ def spec_text(header: str, backend: str = "auto") -> str:
 
 @pytest.mark.parametrize("backend", ["nccl", "auto"])
 def test_a_cuda_spec_on_a_cpu_build_is_skipped_before_it_runs(tmp_path, backend):
-    import torch
-
     if torch.version.cuda is not None:
         pytest.skip("this torch is a CUDA build")
     env, log = guarded(tmp_path)
@@ -88,8 +87,6 @@ def test_a_cpu_spec_on_a_cuda_build_is_skipped_before_it_runs(tmp_path):
 
 
 def test_a_torch_range_excluding_every_entry_skips_the_spec_under_run_repeat_and_render(tmp_path):
-    import torch
-
     env, log = guarded(tmp_path)
     path = write(tmp_path, spec_text('torch: "<2.0"\n', "gloo"))
     reason = f"tiny: skipped: requires torch <2.0; running {torch.__version__}"
