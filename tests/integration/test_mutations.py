@@ -218,6 +218,13 @@ CASES = [
         "q_norm_layer1",
         "expected false",
     ),
+    (
+        "state_dict_mixed_precision",
+        "get: full, layer: 0, param: self_attn.q_proj.weight, shape: [64, 64], dtype: float32,",
+        "get: full, layer: 0, param: self_attn.q_proj.weight, shape: [64, 64], dtype: bfloat16,",
+        "full_q_proj_fp32",
+        "bfloat16",
+    ),  # the full state dict is in the stored dtype, not param_dtype
     # a selector changed to another that the setup does produce: the entry then measures something else
     (
         "qwen3_0_6b_8_ranks",
