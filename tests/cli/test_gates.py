@@ -33,6 +33,8 @@ SITE = """\
 import os, runpy
 runpy.run_path({guard!r})  # the no-ranks guard: refuses rank processes, logs each to $FSDP2_TESTS_RANK_LOG
 if os.environ.get("EMULATED_TORCH_CUDA"):
+    import torch
+
     torch.version.cuda = os.environ["EMULATED_TORCH_CUDA"]  # what harness.run.gates reads
 """
 
