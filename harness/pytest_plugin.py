@@ -1,9 +1,11 @@
 """pytest plugin (entry point ``pytest11``): every entry of a spec is one test item.
 
-Installed with this package, it collects YAML files that are specs (a top-level ``spec:`` and
-``tables:``) wherever pytest looks, every YAML file below a folder named ``specs`` (so a
-broken spec there is one failing item, not silently skipped), a file named on the command line,
-and paths given with ``--fsdp2-specs``. ``pytest -n auto`` runs them all; each distinct
+Installed with this package, it collects the YAML files that are specs (the rule, shared with
+``run DIR``: harness/load/spec_files.py): a file named on the command line or to
+``--fsdp2-specs``; every YAML file below a folder given to ``--fsdp2-specs`` or named ``specs``
+(an empty or broken one there is one failing item, never silently skipped); and, wherever pytest
+looks, a YAML file whose top level has two of a spec's keys (spec, title, document, setup,
+tables). ``pytest -n auto`` runs them all; each distinct
 setup runs once per session (harness/run/cache.py), shared by the xdist workers: a worker that
 needs a run another is doing runs, meanwhile, another setup of the session's items, the larger
 worlds first; the larger worlds' spec items are also started first. A failing item shows where
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 from pathlib import Path
 
 import pytest
@@ -28,12 +29,11 @@ from harness.judge.checks import CheckResult
 from harness.judge.evaluate import FAILING, evaluate_item
 from harness.load.backend_choice import chosen_backend, kept_backend_note
 from harness.load.spec import Spec, SpecError, SpecItem, load_spec
+from harness.load.spec_files import is_spec_file
 from harness.report.junit import table_slug
 from harness.run.cache import CachedRunError, cached_run, gpu_lock_path, one_at_a_time, run_key
+from harness.run.gates import gpu_gate
 from harness.run.gpus import visible_gpu_count
-
-_SNIFF_BYTES = 65536
-_SPEC_KEYS = (re.compile(rb"^spec\s*:", re.M), re.compile(rb"^tables\s*:", re.M))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -108,29 +108,26 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_collect_file(parent: pytest.Collector, file_path: Path):
-    if file_path.suffix in (".yaml", ".yml") and (
-        _named_on_command_line(parent.config, file_path)
-        or "specs" in file_path.parent.parts
-        or _looks_like_spec(file_path)
-    ):
+    named, folders = _given(parent.config)
+    if is_spec_file(file_path, named, folders):  # the rule: harness/load/spec_files.py
         return SpecFile.from_parent(parent, path=file_path)
     return None
 
 
-def _named_on_command_line(config: pytest.Config, file_path: Path) -> bool:
-    """The file itself was given (``pytest my_spec.yaml``): collect it even if it is broken."""
-    named = {Path(a.split("::")[0]).resolve() for a in config.args}
-    return file_path.resolve() in named
+_GIVEN = pytest.StashKey[tuple]()
 
 
-def _looks_like_spec(file_path: Path) -> bool:
-    """A YAML file with top-level ``spec:`` and ``tables:`` keys (read from its first 64 KiB)."""
-    try:
-        with open(file_path, "rb") as f:
-            head = f.read(_SNIFF_BYTES)
-    except OSError:
-        return False
-    return all(p.search(head) for p in _SPEC_KEYS)
+def _given(config: pytest.Config) -> tuple[frozenset, tuple]:
+    """(the files named on the command line or to --fsdp2-specs, the folders given to
+    --fsdp2-specs: spec folders), resolved; a file named is collected even if it is broken."""
+    if _GIVEN not in config.stash:
+        paths = [Path(a.split("::")[0]).resolve() for a in config.args]
+        folders = [Path(p).resolve() for p in config.getoption("--fsdp2-specs")]
+        config.stash[_GIVEN] = (
+            frozenset(p for p in paths if not p.is_dir()),
+            tuple(f for f in folders if f.is_dir()),
+        )
+    return config.stash[_GIVEN]
 
 
 class SpecFile(pytest.File):
@@ -183,6 +180,9 @@ class SpecEntryItem(pytest.Item):
             self.add_marker(pytest.mark.drafted)
 
     def runtest(self) -> None:
+        reason = self.spec_item.skip_reason(*_running_torch())
+        if reason:  # this entry's torch range or build excludes the running torch: no run for it
+            pytest.skip(reason)
         observation = observation_of(self.config, self.spec)
         result = evaluate_item(self.spec_item, observation)
         if result.status == "skip":
@@ -226,6 +226,14 @@ def _shared_cache_dir(config: pytest.Config) -> Path:
 
 
 @functools.cache
+def _running_torch() -> tuple[str, str]:
+    """(torch version, build: "cpu" or "cuda") of this worker's torch (``harness.run.gates``)."""
+    from harness.run.gates import running_torch
+
+    return running_torch()
+
+
+@functools.cache
 def _gpu_count() -> int:
     """GPUs this worker's ranks would see, counted through NVML (no CUDA context in the worker)."""
     return visible_gpu_count()
@@ -236,8 +244,10 @@ def observation_of(config: pytest.Config, spec: Spec, setup=None, backend: str |
     pytest session across the xdist workers (harness/run/cache.py) with the plugin's options;
     what every spec item of that setup is checked against. While another worker runs it, this
     one runs the other spec setups of the session's items that no worker has started. Runs on
-    NCCL one at a time per set of GPUs (``harness.run.cache.one_at_a_time``). Skips (pytest.skip)
-    an nccl run with fewer GPUs than ranks; raises CachedRunError when the run failed."""
+    NCCL one at a time per set of GPUs (``harness.run.cache.one_at_a_time``). Skips (pytest.skip),
+    before anything runs, a spec gated out whole by the running torch (its ``torch_build`` or
+    ``torch`` ranges) and an nccl run with fewer GPUs than ranks (``harness.run.gates``); raises
+    CachedRunError when the run failed."""
     cache_dir, key, run, lock_timeout_s = _planned_run(config, spec, setup, backend)
     return cached_run(cache_dir, key, run, lock_timeout_s=lock_timeout_s, meanwhile=_session_runs(config))
 
@@ -264,8 +274,9 @@ def _planned_run(config: pytest.Config, spec: Spec, setup=None, backend: str | N
         spec.backend, config.getoption("--fsdp2-backend"), config.getoption("--fsdp2-force-backend")
     )
     gpus = _gpu_count() if backend in ("auto", "nccl") else 0
-    if backend == "nccl" and gpus < setup.world_size:
-        pytest.skip(f"needs {setup.world_size} GPUs for nccl (one per rank); {gpus} visible")
+    reason = spec.skip_reason(*_running_torch()) or gpu_gate(backend, setup.world_size, gpus)
+    if reason:  # decided before anything runs (harness.run.gates), as under ``run``
+        pytest.skip(reason)
     timeout_s = config.getoption("--fsdp2-run-timeout") or spec.timeout_s
     lock_timeout_s = timeout_s * 3 + 120
     key = run_key(setup, backend, torch.__version__)

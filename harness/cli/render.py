@@ -14,7 +14,14 @@ from rich.text import Text
 from harness.cli.console import print_mark, print_spec_error, stderr_console
 from harness.cli.output_flags import refuse_unusable_outputs
 from harness.cli.signals import signals_held
-from harness.cli.spec_run import force_backend_problem, note_kept_backend, progress, run_spec, timeout_problem
+from harness.cli.spec_run import (
+    force_backend_problem,
+    gate_reason,
+    note_kept_backend,
+    progress,
+    run_spec,
+    timeout_problem,
+)
 from harness.cli.views import add_view_flags, plot_available, write_views
 from harness.contract.names import BACKENDS
 from harness.report.output import write_atomically
@@ -80,6 +87,10 @@ def command(args: argparse.Namespace, console: Console) -> int:
             return 2
     else:
         note_kept_backend(say, spec, args)
+        reason = gate_reason(spec, args)
+        if reason is not None:  # nothing to render from: skipped whole, as under run (exit 0)
+            say.print(Text(f"{spec.name}: skipped: {reason}"))
+            return 0
         with progress(say, spec, args) as shown:
             try:
                 observation = run_spec(spec, args, shown.ranks)

@@ -1,7 +1,9 @@
 """``run SPEC...``: run each spec's setup on real ranks (or simulated ones) and check every entry.
 
-Exit 0 only when every entry holds, 1 when an entry fails, 2 when a spec cannot be checked at
-all (invalid, refused by the pre-flight check, its run failed, an output unusable). Output files
+Exit 0 only when every entry holds or is skipped (a spec gated out whole by the running torch's
+build or version, or needing GPUs not here, is skipped before anything runs), 1 when an entry
+fails, 2 when a spec cannot be checked at all (invalid, refused by the pre-flight check, its run
+failed, an output unusable). Output files
 (--json, --report, --junitxml) are written after the last spec, also when a Ctrl-C, SIGTERM or a
 harness error cut the run short: what finished before it is kept.
 """
@@ -23,6 +25,7 @@ from harness.cli.output_flags import refuse_unusable_outputs
 from harness.cli.signals import files_written_whole, signals_held
 from harness.cli.spec_run import (
     force_backend_problem,
+    gate_reason,
     global_rank,
     note_kept_backend,
     progress,
@@ -31,6 +34,7 @@ from harness.cli.spec_run import (
 )
 from harness.cli.views import add_view_flags, plot_available, write_views
 from harness.contract.names import BACKENDS
+from harness.load.spec_files import expand
 from harness.report.notes import compile_ran_eager_note
 from harness.report.output import write_atomically, write_temporary
 
@@ -39,7 +43,9 @@ __all__ = ["add_arguments", "argument_problem", "command", "save_results"]
 
 def add_arguments(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("run", help="run specs and check every entry")
-    run.add_argument("specs", nargs="+", type=Path)
+    run.add_argument(
+        "specs", nargs="+", type=Path, help="spec files, or folders: every .yaml/.yml file below one is a spec"
+    )
     run.add_argument(
         "--backend",
         choices=BACKENDS,
@@ -124,9 +130,10 @@ def command(args: argparse.Namespace, console: Console) -> int:
         # leaves modules half-imported and can end the process by SIGINT (status -2) after its line.
         with signals_held():
             from harness.report.terminal import summary_line
-        for path in args.specs:
+        paths = expand(args.specs)  # a folder: every .yaml/.yml below it (harness/load/spec_files.py)
+        for path in paths:
             _run_one(path, args, console, done)
-        if len(args.specs) > 1 and done.results:
+        if len(paths) > 1 and done.results:
             console.print(Text(f"all specs: {summary_line(done.results)}"))
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the launcher has stopped the ranks
         interrupted = exc
@@ -161,6 +168,10 @@ def _run_one(path: Path, args: argparse.Namespace, console: Console, done: _Runs
         return
     started = time.perf_counter()
     note_kept_backend(console, spec, args)
+    reason = gate_reason(spec, args)
+    if reason is not None:  # skipped whole, nothing run: not a failure (exit 0), as under pytest
+        _skip_whole(spec, reason, console, done, nodeid_path)
+        return
     with progress(console, spec, args) as shown:
         try:
             observation = run_spec(spec, args, shown.ranks)
@@ -207,6 +218,20 @@ def _run_one(path: Path, args: argparse.Namespace, console: Console, done: _Runs
     )
     if not write_views(args, spec, observation, console):
         done.status = max(done.status, 2)
+
+
+def _skip_whole(spec: Any, reason: str, console: Console, done: _Runs, nodeid_path: str) -> None:
+    """Report ``spec`` skipped whole for ``reason`` (every entry a skip result; no observation)."""
+    from harness.judge.evaluate import skipped_spec
+    from harness.report import junit
+    from harness.report.terminal import summary_line
+
+    results = skipped_spec(spec, reason)
+    if global_rank() == 0:
+        console.print(Text(f"{spec.name}: skipped: {reason}"))
+        console.print(Text(f"{spec.name}: {summary_line(results)}"))
+    done.results.extend(results)
+    done.cases += [junit.result_case(nodeid_path, r) for r in results]
 
 
 def _write_outputs(
@@ -258,7 +283,7 @@ def _command_repeated(args: argparse.Namespace, console: Console) -> int:
         from harness.run.runner import ObservationError, RunError
 
     status = 0
-    for path in args.specs:
+    for path in expand(args.specs):
         try:
             spec = load_spec(path)
         except SpecError as exc:
@@ -267,6 +292,10 @@ def _command_repeated(args: argparse.Namespace, console: Console) -> int:
             continue
         documents, results = [], []
         note_kept_backend(console, spec, args)
+        reason = gate_reason(spec, args)
+        if reason is not None:  # skipped whole, nothing run (exit 0)
+            console.print(Text(f"{spec.name}: skipped: {reason}"))
+            continue
         try:
             for _ in range(args.repeat):
                 with progress(console, spec, args) as shown:

@@ -12,6 +12,7 @@ from rich.text import Text
 
 __all__ = [
     "backend_of",
+    "gate_reason",
     "force_backend_problem",
     "global_rank",
     "note_kept_backend",
@@ -51,6 +52,14 @@ def backend_of(spec: Any, args: argparse.Namespace) -> str:
     from harness.load.backend_choice import chosen_backend
 
     return chosen_backend(spec.backend, args.backend, getattr(args, "force_backend", False))
+
+
+def gate_reason(spec: Any, args: argparse.Namespace) -> str | None:
+    """Why ``spec`` is skipped whole here before anything runs (``harness.run.gates.spec_gate``:
+    the running torch's build or version, the GPUs nccl needs); None: run it."""
+    from harness.run.gates import spec_gate
+
+    return spec_gate(spec, backend_of(spec, args))
 
 
 def note_kept_backend(console: Console, spec: Any, args: argparse.Namespace) -> None:

@@ -11,13 +11,16 @@ from rich.console import Console
 
 from harness.cli.console import print_mark
 from harness.cli.signals import signals_held
+from harness.load.spec_files import expand
 
 __all__ = ["add_arguments", "argument_problem", "command", "validated"]
 
 
 def add_arguments(sub: argparse._SubParsersAction) -> None:
     validate = sub.add_parser("validate", help="check specs without running")
-    validate.add_argument("specs", nargs="+", type=Path)
+    validate.add_argument(
+        "specs", nargs="+", type=Path, help="spec files, or folders: every .yaml/.yml file below one is a spec"
+    )
 
 
 def argument_problem(args: argparse.Namespace) -> str | None:
@@ -40,7 +43,7 @@ def command(args: argparse.Namespace, console: Console) -> int:
     with signals_held():  # the loader's imports (a Ctrl-C meanwhile is raised after them; see run.py)
         import harness.load.spec  # noqa: F401
     status = 0
-    for path in args.specs:
+    for path in expand(args.specs):
         ok, text = validated(path)
         for line in text.splitlines():
             print_mark(console, ok, line)

@@ -12,6 +12,15 @@ BACKENDS: tuple[str, ...] = ("auto", "gloo", "nccl", "fake")
 rank when enough are visible, else gloo on CPU; ``fake`` is torch's fake process group in one
 process (nothing is moved)."""
 
+TORCH_BUILDS: tuple[str, ...] = ("cpu", "cuda")
+"""The torch builds a spec's ``torch_build`` names: ``cpu`` (``torch.version.cuda`` is None) or ``cuda``."""
+
+
+def torch_build_of(cuda_version: str | None) -> str:
+    """The build of a torch whose ``torch.version.cuda`` is ``cuda_version``: "cpu" when None, else "cuda"."""
+    return "cpu" if cuda_version is None else "cuda"
+
+
 PHASES: tuple[str, ...] = (
     "setup",
     "zero_grad",

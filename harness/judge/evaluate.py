@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
 
+from harness.contract.names import torch_build_of
 from harness.judge.checks import CheckResult, check
 
 if TYPE_CHECKING:  # types only: judging imports nothing from the loader
@@ -22,7 +23,7 @@ def evaluate_item(item: "SpecItem", observation: Mapping[str, Any]) -> CheckResu
     """Check one item, honouring its torch range and build and its declared deviation."""
     env = observation["environment"]
     # the observed build: torch.version.cuda is None on a CPU-only one (unknown in an older document)
-    build = None if "torch_cuda_version" not in env else "cpu" if env["torch_cuda_version"] is None else "cuda"
+    build = torch_build_of(env["torch_cuda_version"]) if "torch_cuda_version" in env else None
     reason = item.skip_reason(env["torch_version"], build)
     if reason:
         return CheckResult(item.entry, "skip", message=reason)
@@ -110,6 +111,12 @@ def _explicit_ranks(selectors) -> list[int]:
 def evaluate_spec(spec: "Spec", observation: Mapping[str, Any]) -> list[CheckResult]:
     """Every item of ``spec`` in file order."""
     return [evaluate_item(item, observation) for item in spec.items]
+
+
+def skipped_spec(spec: "Spec", reason: str) -> list[CheckResult]:
+    """Every item of ``spec`` skipped for ``reason``, with no run: a spec gated out whole
+    (:meth:`harness.load.spec.Spec.skip_reason`, or a backend that needs GPUs not here)."""
+    return [CheckResult(item.entry, "skip", message=reason) for item in spec.items]
 
 
 def counts(results: list[CheckResult]) -> dict[str, int]:

@@ -32,6 +32,7 @@ from harness.load.hooks import resolve_hooks
 from harness.load.model_config import resolve_config_file
 from harness.load.schedule import schedule_problems
 from harness.load.setup import RunSetup, SetupError
+from harness.load.spec_files import SUFFIXES
 from harness.load.timing import timing_dependent_errors
 from harness.load.yaml_safe import YamlFileError, load_file
 from model.names import param_fqns
@@ -142,6 +143,17 @@ class Spec:
     items: list[SpecItem] = field(default_factory=list)
     raw: Mapping[str, Any] = field(default_factory=dict)
 
+    def skip_reason(self, torch_version: str, torch_build: str) -> str | None:
+        """Why no entry of this spec applies to ``torch_version`` of build ``torch_build`` ("cpu",
+        "cuda"): its ``torch_build`` or ``torch`` range (the spec's, or every table's or entry's)
+        excludes it. Then the spec is skipped whole before anything runs (``run``, the pytest
+        plugin); None when some entry applies (those that do not are skipped one by one)."""
+        reasons = [item.skip_reason(torch_version, torch_build) for item in self.items]
+        if not reasons or not all(reasons):
+            return None
+        distinct = list(dict.fromkeys(reasons))
+        return distinct[0] if len(distinct) == 1 else f"every entry is gated out: {'; '.join(distinct)}"
+
 
 def _release(version: str) -> str:
     return re.split(r"[+]", version)[0]
@@ -239,12 +251,15 @@ def load_spec(path: str | Path) -> Spec:
             setup, bad torch range, duplicate key or entry id.
     """
     path = Path(path)
+    if path.is_dir():
+        raise SpecError(path, 0, "", f"a folder with no spec file ({' or '.join(SUFFIXES)}) below it")
     try:
         node, data = load_file(path)  # bounded: size, UTF-8, nesting, alias expansion
     except YamlFileError as exc:
         raise SpecError(path, exc.line, "", exc.message) from None
     if node is None or not isinstance(data, dict):
-        raise SpecError(path, 0, "", "expected a mapping with keys spec, title, document, setup, tables")
+        what = "an empty file" if node is None else f"a {type(data).__name__}"
+        raise SpecError(path, 1, "", f"expected a mapping with keys spec, title, document, setup, tables, got {what}")
     index, duplicates = _index_lines(node)
     lines = _Lines(index)
     errors = _Errors(path, lines)
@@ -323,6 +338,10 @@ def load_spec(path: str | Path) -> Spec:
         for message in timing_dependent_errors(item.entry, data.get("backend", "auto")):
             errors.add((), message, line=item.entry.line)
 
+    for key_path, item in _replica_dtype_problems(setup, items):
+        errors.add(
+            _undotted(key_path), f"{item.entry.check} entry {item.entry.id!r}: {_ONE_DTYPE}", line=item.entry.line
+        )
     errors.raise_if_any()
     for item in items:  # the build the spec describes gates every entry (schema: cpu or cuda)
         item.torch_build = data.get("torch_build", "")
@@ -423,6 +442,26 @@ def _owning_unit(plans: Any, module: str) -> str:
             if (path == "" or module == path or module.startswith(path + ".")) and len(path) > best:
                 best, owner = len(path), plan.name
     return owner
+
+
+_REPLICA_KINDS = ("numerics", "param_update", "grad_norm")
+"""Check kinds that compare the FSDP step with the plain replica's (harness/run/recorders/numerics.py, updates.py)."""
+_ONE_DTYPE = (
+    "compares with a replica that computes in one dtype (setup.fsdp.mixed_precision's param_dtype, else the "
+    "model's), but this unit's own mp_policy gathers and computes in its own: the comparison would be in the wrong "
+    "dtype for its parameters; drop the entry or the unit's mp_policy"
+)
+
+
+def _replica_dtype_problems(setup: RunSetup | None, items: list[SpecItem]) -> list[tuple[str, SpecItem]]:
+    """(the unit's ``mp_policy`` key path, the entry) for each entry of a replica-comparing kind
+    when a unit sets its own ``mp_policy``: the replica (harness/run/build.py) models the
+    setup-wide policy only, so those comparisons would be in the wrong dtype (issue 44)."""
+    units = setup.fsdp.units if setup is not None and setup.fsdp.units else ()
+    own = [f"setup.fsdp.units[{i}].mp_policy" for i, u in enumerate(units) if "mp_policy" in dict(u.given)]
+    if not own:
+        return []
+    return [(own[0], item) for item in items if item.entry.check in _REPLICA_KINDS]
 
 
 MAX_LAYERS = 1024

@@ -22,7 +22,8 @@ phase ``state_dict`` (the recorders stopped: none of this is recorded as the ste
    local shard is bitwise the trained one (and was before the call), and which parameters and
    buffers are still on the meta device; then, where on every rank the call returned and no
    parameter is left on meta, what FSDP's own all-gather makes of the loaded shards
-   (``FSDPModule.unshard()`` on every unit: each full parameter bitwise the trained one?).
+   (``FSDPModule.unshard()`` on every unit: each full parameter bitwise the trained one, cast
+   to the dtype its unit gathers in, the ``MixedPrecisionPolicy``'s ``param_dtype``?).
 
 The record (observation schema ``$defs/state_dict_options``)::
 
@@ -35,11 +36,11 @@ The record (observation schema ``$defs/state_dict_options``)::
         "meta_buffers": ["rotary_emb.inv_freq"], "gathered": true, "entries": [
         {"fqn": ..., "is_dtensor": true, "device": "cpu", "local_shape": [22, 64],
          "placements": ["Shard(dim=0)"], "equal": true, "equal_before_load": false,
-         "gathered_equal": true}, ...]}]}
+         "gathered_equal": true, "gathered_dtype": "float32"}, ...]}]}
 
 ``error`` is ``{"type": "RuntimeError", "message": ...}`` when the call raised; then
-``missing_keys`` and ``unexpected_keys`` are null. ``gathered_equal`` is null where nothing was
-gathered (``gathered`` false). Shapes are in elements. Source: torch 2.13's
+``missing_keys`` and ``unexpected_keys`` are null. ``gathered_equal`` and ``gathered_dtype`` are
+null where nothing was gathered (``gathered`` false). Shapes are in elements. Source: torch 2.13's
 ``torch.distributed.checkpoint.state_dict`` (``StateDictOptions``: full_state_dict,
 cpu_offload, strict, broadcast_from_rank0) and FSDP2's rank-0 broadcast meta-device flow
 (pytorch/pytorch#124651).
@@ -53,7 +54,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
-from torch.distributed.fsdp import FSDPModule
+from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
 
 from harness.load.setup import GetModelStateDict, SetModelStateDict, StateDictSetup
@@ -142,27 +143,53 @@ def _set(call: SetModelStateDict, rank: int, fresh: Fresh, sharded: dict, local:
     gathered = _gathered_equal(model, full, ready=record["error"] is None and not record["meta_params"])
     record["gathered"] = gathered is not None
     for e in entries:
-        e["gathered_equal"] = None if gathered is None else gathered.get(e["fqn"])
+        equal, dtype = gathered.get(e["fqn"], (None, None)) if gathered is not None else (None, None)
+        e.update(gathered_equal=equal, gathered_dtype=dtype)
     record["entries"] = entries
     return record
 
 
-def _gathered_equal(model: nn.Module, full: dict, *, ready: bool) -> "dict[str, bool] | None":
+def _gather_dtypes(model: nn.Module) -> dict[str, torch.dtype]:
+    """Parameter FQN -> the dtype its unit's all-gather casts it to, read from FSDP's own state
+    of each unit (its ``MixedPrecisionPolicy``): ``param_dtype`` for a floating parameter when
+    the policy sets one, else the parameter's own dtype (the rule of torch 2.13's
+    ``FSDPParam.init_dtype_attrs``). Taken while sharded: the registered parameters are FSDP's
+    sharded ones then."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    out: dict[str, torch.dtype] = {}
+    for unit in model.modules():
+        group = getattr(fully_shard.state(unit), "_fsdp_param_group", None) if isinstance(unit, FSDPModule) else None
+        for fp in group.fsdp_params if group is not None else ():
+            name = names.get(id(fp.sharded_param))
+            own = fp.sharded_param.dtype
+            cast = group.mp_policy.param_dtype
+            if name is not None:
+                out[name] = cast if cast is not None and own.is_floating_point else own
+    return out
+
+
+def _gathered_equal(model: nn.Module, full: dict, *, ready: bool) -> "dict[str, tuple[bool, str]] | None":
     """What FSDP's own all-gather makes of the loaded shards: ``FSDPModule.unshard()`` on every
-    unit, each unsharded parameter compared bitwise with the trained full tensor, then
-    ``reshard()``. Only where every rank is ``ready`` (the call returned, nothing left on meta):
-    the ranks agree on that first (a one-element MIN all-reduce), as the gathers are collective.
-    None: not gathered."""
+    unit, each unsharded parameter compared bitwise with the trained full tensor cast to the
+    dtype that unit gathers in (:func:`_gather_dtypes`: bf16 under a bf16 ``param_dtype``, as the
+    all-gather casts each shard), then ``reshard()``. Only where every rank is ``ready`` (the call
+    returned, nothing left on meta): the ranks agree on that first (a one-element MIN all-reduce),
+    as the gathers are collective. Per parameter (equal, the unsharded parameter's dtype name);
+    None: not gathered. Compared on the CPU (the two sides may sit on different devices)."""
     device = next(iter(full.values())).device if full else torch.device("cpu")
     flag = torch.tensor([1 if ready else 0], device=device)
     dist.all_reduce(flag, op=dist.ReduceOp.MIN)
     if not int(flag.item()):
         return None
+    dtypes = _gather_dtypes(model)
     units = [m for m in model.modules() if isinstance(m, FSDPModule)]
     with torch.no_grad():
         for unit in units:
             unit.unshard()
-        out = {n: n in full and _same(p, full[n]) for n, p in model.named_parameters()}
+        out = {}
+        for n, p in model.named_parameters():
+            reference = full[n].to(dtypes.get(n, full[n].dtype)) if n in full else None
+            out[n] = (reference is not None and _same(p, reference), dtype_name(p.dtype))
         for unit in units:
             unit.reshard()
     return out

@@ -7,6 +7,10 @@ import os
 
 import pytest
 
+# torch is imported here, not in a test: pytester restores sys.modules after each test, dropping
+# a torch imported inside one, and the next test's import of it then fails ("bad call flags")
+import torch
+
 from tests.support import REPO
 from tests.support.specs import edit, line_of
 
@@ -31,8 +35,6 @@ tables:
 
 
 def test_nccl_spec_without_enough_gpus_skips_with_the_reason(pytester, monkeypatch):
-    import torch
-
     if torch.cuda.device_count() >= 4:
         pytest.skip("this machine has 4 GPUs: the spec would run")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
@@ -84,7 +86,8 @@ def test_specs_are_collected_wherever_they_are(pytester, in_repo_path, where, ar
     path = pytester.path / where
     path.parent.mkdir(parents=True)
     path.write_text(ONE_LAYER_FAKE, encoding="utf-8")
-    (path.parent / "other.yaml").write_text("name: not a spec\n")  # no spec/tables keys: not collected
+    if "--fsdp2-specs" not in args:  # in a spec folder every YAML file is a spec (test below)
+        (path.parent / "other.yaml").write_text("name: not a spec\n")  # no spec keys: not collected
     result = pytester.runpytest_subprocess(
         *args, "-p", "no:cacheprovider", "-W", "error::pytest.PytestUnknownMarkWarning"
     )
@@ -145,8 +148,6 @@ def test_options_carry_the_fsdp2_prefix_and_the_old_names_are_gone(pytester, in_
 def test_a_spec_pinned_to_a_backend_keeps_it_under_fsdp2_backend(pytester, in_repo_path):
     """tiny_fake is pinned to fake: --fsdp2-backend nccl leaves it simulated (its items pass here, with a
     warning naming it); --fsdp2-force-backend sends it to nccl, which skips without the GPUs."""
-    import torch
-
     pytester.mkdir("specs")
     (pytester.path / "specs" / "tiny_fake.yaml").write_text(ONE_LAYER_FAKE, encoding="utf-8")
     kept = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--fsdp2-backend", "nccl")
@@ -165,3 +166,46 @@ def test_a_spec_pinned_to_a_backend_keeps_it_under_fsdp2_backend(pytester, in_re
     forced.assert_outcomes(skipped=2)
     forced.stdout.fnmatch_lines(["*needs 2 GPUs for nccl (one per rank); * visible*"])
     assert "keeps its backend" not in forced.stdout.str()
+
+
+CI_CONFIG = "name: ci\non: [push]\njobs: {}\n"
+MANIFEST = "apiVersion: v1\nkind: Deployment\nspec: {replicas: 2}\n"
+
+
+@pytest.mark.parametrize("folder, args", [("specs", []), ("checks", ["--fsdp2-specs", "checks"])])
+def test_in_a_spec_folder_an_empty_or_mistyped_yaml_is_one_failing_item(pytester, in_repo_path, folder, args):
+    """A spec folder (named specs, or given to --fsdp2-specs): every YAML file gives items or one
+    load error naming the file, line and key (issue 39, item 6)."""
+    (pytester.path / folder / "deep").mkdir(parents=True)
+    (pytester.path / folder / "empty.yaml").write_text("")
+    mistyped = ONE_LAYER_FAKE.replace("tables:", "tabels:")
+    (pytester.path / folder / "deep" / "mistyped.yaml").write_text(mistyped, encoding="utf-8")
+    (pytester.path / folder / "good.yaml").write_text(ONE_LAYER_FAKE, encoding="utf-8")
+    (pytester.path / "ci.yaml").write_text(CI_CONFIG)  # outside: not a spec
+    result = pytester.runpytest_subprocess(*args, "-p", "no:cacheprovider", "-rf")
+    result.assert_outcomes(passed=2, failed=2)
+    line = line_of(mistyped, "tabels:")
+    result.stdout.fnmatch_lines_random(
+        [
+            f"*{folder}/empty.yaml:1: expected a mapping with keys spec, title, document, setup, tables, "
+            "got an empty file*",
+            f"*{folder}/deep/mistyped.yaml:{line}: tabels: Additional properties are not allowed*",
+        ]
+    )
+    result.stdout.no_fnmatch_line("*ci.yaml*")
+
+
+def test_elsewhere_a_mistyped_spec_fails_and_an_unrelated_yaml_is_left_alone(pytester, in_repo_path):
+    """Outside spec folders a YAML file with two of a spec's top-level keys is a spec; a CI config
+    or a Kubernetes manifest (spec: alone) is not."""
+    (pytester.path / "checks").mkdir()
+    mistyped = ONE_LAYER_FAKE.replace("tables:", "tabels:")
+    (pytester.path / "checks" / "mistyped.yaml").write_text(mistyped, encoding="utf-8")
+    (pytester.path / "checks" / "ci.yaml").write_text(CI_CONFIG)
+    (pytester.path / "checks" / "deploy.yaml").write_text(MANIFEST)
+    (pytester.path / "checks" / "empty.yaml").write_text("")
+    result = pytester.runpytest_subprocess("checks", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["FAILED checks/mistyped.yaml::load*"])
+    for other in ("ci.yaml", "deploy.yaml", "empty.yaml"):
+        result.stdout.no_fnmatch_line(f"*{other}*")

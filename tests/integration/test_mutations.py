@@ -196,6 +196,35 @@ CASES = [
         "broadcast_lenient_reports_no_missing_key",
         "layers.0.mlp.up_proj.weight",
     ),
+    # gathered_equal compares in the dtype the unit gathers in (issue 44): a wrong count, dtype or value fails
+    (
+        "state_dict_mixed_precision",
+        "gathered_equal_entries: 22, gathered_dtypes: [bfloat16]}",
+        "gathered_equal_entries: 21, gathered_dtypes: [bfloat16]}",
+        "gathers_all_22_in_bf16",
+        "expected 21",
+    ),
+    (
+        "state_dict_mixed_precision",
+        "gathered_equal: true, gathered_dtype: bfloat16}\n      - {id: q_norm_layer1",
+        "gathered_equal: true, gathered_dtype: float32}\n      - {id: q_norm_layer1",
+        "q_proj_rank1",
+        "float32",
+    ),
+    (
+        "state_dict_mixed_precision",
+        "equal: true, gathered_equal: true, gathered_dtype: bfloat16}\n",
+        "equal: true, gathered_equal: false, gathered_dtype: bfloat16}\n",
+        "q_norm_layer1",
+        "expected false",
+    ),
+    (
+        "state_dict_mixed_precision",
+        "get: full, layer: 0, param: self_attn.q_proj.weight, shape: [64, 64], dtype: float32,",
+        "get: full, layer: 0, param: self_attn.q_proj.weight, shape: [64, 64], dtype: bfloat16,",
+        "full_q_proj_fp32",
+        "bfloat16",
+    ),  # the full state dict is in the stored dtype, not param_dtype
     # a selector changed to another that the setup does produce: the entry then measures something else
     (
         "qwen3_0_6b_8_ranks",
@@ -769,6 +798,12 @@ SETUP_CASES = [
         "- {id: broadcast_into_meta, into: meta, full_state_dict: true}",
         ["recipe_others_hand_over_nothing"],
     ),  # set_model[].broadcast_from_rank0: every rank hands over the full state dict
+    (
+        "state_dict_mixed_precision",
+        "mixed_precision: {param_dtype: bfloat16, reduce_dtype: float32}",
+        "mixed_precision: {param_dtype: float16, reduce_dtype: float32}",
+        ["gathers_all_22_in_bf16", "q_proj_rank1", "q_norm_layer1"],
+    ),  # fsdp.mixed_precision.param_dtype: the units gather in fp16, still equal to the trained values in fp16
     (
         "clip_grad_norm",
         "{max_norm: 1.0, norm_type: 1.0}",

@@ -7,7 +7,7 @@ An entry names its call (``set: <id>``). Without a key it checks the call: what 
 how many keys this rank handed over, which parameters and buffers of the fresh model are still
 on the meta device, how many keys hold the trained values afterwards, and whether FSDP's own
 all-gather of the loaded shards gives back the trained parameters (``gathered``,
-``gathered_equal_entries``). With a key (``param`` +
+``gathered_equal_entries``), compared in the dtype each unit gathers in (``gathered_dtype``). With a key (``param`` +
 ``layer``, or ``fqn``) it checks what the fresh model holds for it: DTensor or plain, device,
 local shape, placements, the trained values (and whether it already did before the call).
 """
@@ -20,9 +20,29 @@ from harness.language.kinds.common import LAYER
 from harness.language.kinds.param import KIND as PARAM
 from harness.language.kinds.state_dict_calls import RANKS, call_records, call_selector, entry_rules, one_entry
 from harness.language.observed import CheckError, param_fqn
-from harness.language.vocabulary import BOOL, COUNT, MESSAGE, SHAPE, TEXT, TEXTS, CheckKind, Field, Selector
+from harness.language.vocabulary import (
+    BOOL,
+    COUNT,
+    MESSAGE,
+    OPTIONAL_TEXT,
+    SHAPE,
+    TEXT,
+    TEXTS,
+    CheckKind,
+    Field,
+    Selector,
+)
 
-ONE_KEY = ("is_dtensor", "device", "local_shape", "placements", "equal", "equal_before_load", "gathered_equal")
+ONE_KEY = (
+    "is_dtensor",
+    "device",
+    "local_shape",
+    "placements",
+    "equal",
+    "equal_before_load",
+    "gathered_equal",
+    "gathered_dtype",
+)
 WHOLE = (
     "error",
     "error_type",
@@ -35,6 +55,7 @@ WHOLE = (
     "entries",
     "gathered",
     "gathered_equal_entries",
+    "gathered_dtypes",
 )
 
 
@@ -61,6 +82,7 @@ def measure(sel, obs):
             "entries": len(record["entries"]),
             "gathered": record["gathered"],
             "gathered_equal_entries": sum(bool(e["gathered_equal"]) for e in record["entries"]),
+            "gathered_dtypes": sorted({e["gathered_dtype"] for e in record["entries"] if e["gathered_dtype"]}),
         }
     return out
 
@@ -92,7 +114,16 @@ KIND = CheckKind(
             "FSDP's all-gather ran on the fresh model afterwards (FSDPModule.unshard() on every unit): only where "
             "the call returned on every rank and no parameter was left on meta",
         ),
-        Field("gathered_equal_entries", COUNT, "parameters that all-gather gave back bitwise as trained"),
+        Field(
+            "gathered_equal_entries",
+            COUNT,
+            "parameters that all-gather gave back bitwise as trained, each compared in the dtype its unit gathers in",
+        ),
+        Field(
+            "gathered_dtypes",
+            TEXTS,
+            "the dtypes of the unsharded parameters that all-gather gave, sorted, each once ([] when not gathered)",
+        ),
         Field("is_dtensor", BOOL, "the fresh model's tensor for the key is a DTensor"),
         Field("device", TEXT, "its (local) device type: cpu, cuda, meta"),
         Field("local_shape", SHAPE, "this rank's local shard of it"),
@@ -106,7 +137,15 @@ KIND = CheckKind(
         Field(
             "gathered_equal",
             BOOL,
-            "FSDP's all-gather of the loaded shards gave back the trained full parameter bitwise (null: not gathered)",
+            "FSDP's all-gather of the loaded shards gave back the trained full parameter bitwise, compared in the "
+            "dtype the unit gathers in: the trained value cast to its MixedPrecisionPolicy's param_dtype, as the "
+            "all-gather casts each shard (null: not gathered)",
+        ),
+        Field(
+            "gathered_dtype",
+            OPTIONAL_TEXT,
+            "the dtype of the unsharded parameter that all-gather gave, e.g. bfloat16 under param_dtype=bfloat16: "
+            "the dtype gathered_equal compared in (null: not gathered)",
         ),
     ),
     measure=measure,

@@ -13,6 +13,7 @@ import pytest
 
 from harness.judge.evaluate import FAILING, evaluate_spec
 from harness.load.spec import SpecError, _cut, load_spec
+from tests.support import SPECS
 from tests.support.observations import walkthrough_observation
 from tests.support.specs import SMALL as BASE
 from tests.support.specs import edit, line_of
@@ -760,3 +761,68 @@ def test_the_observed_build_is_read_from_torch_cuda_version(tmp_path):
     on_cuda = {"environment": {"torch_version": "2.14.1+cu130", "torch_cuda_version": "13.0"}}
     result = evaluate_item(item, on_cuda)
     assert result.status == "skip" and "a cuda build" in result.message
+
+
+@pytest.mark.parametrize(
+    "header, running, reason",
+    [
+        (
+            "torch_build: cuda\n",
+            ("2.13.0+cpu", "cpu"),
+            "describes a cuda build of torch; running 2.13.0+cpu, a cpu build",
+        ),
+        (
+            "torch_build: cpu\n",
+            ("2.14.1+cu130", "cuda"),
+            "describes a cpu build of torch; running 2.14.1+cu130, a cuda build",
+        ),
+        ('torch: "<2.0"\n', ("2.13.0+cpu", "cpu"), "requires torch <2.0; running 2.13.0+cpu"),
+        ("torch_build: cpu\n", ("2.13.0+cpu", "cpu"), None),
+        ('torch: ">=2.6"\n', ("2.13.0+cpu", "cpu"), None),
+        ("", ("2.14.1+cu130", "cuda"), None),
+    ],
+)
+def test_a_spec_gated_out_whole_says_why_before_any_run(tmp_path, header, running, reason):
+    """Spec.skip_reason (what run and the plugin ask before anything runs): the spec's build or
+    range excludes the running torch for every entry."""
+    spec = load_spec(write(tmp_path, BASE.replace("tables:", header + "tables:")))
+    assert spec.skip_reason(*running) == reason
+
+
+def test_a_spec_with_one_entry_in_range_is_not_skipped_whole(tmp_path):
+    spec = load_spec(write(tmp_path, GATES))
+    assert spec.skip_reason("2.13.0+cpu", "cpu") is None  # 'current' applies; 'ancient' skips alone
+    both = BASE.replace("tables:", 'torch: "<1.0"\ntorch_build: cpu\ntables:')
+    spec = load_spec(write(tmp_path, both))
+    assert spec.skip_reason("2.13.0+cpu", "cpu") == "requires torch <1.0; running 2.13.0+cpu"
+    assert spec.skip_reason("2.14.1+cu130", "cuda").startswith("describes a cpu build of torch")
+
+
+def test_a_folder_is_refused_naming_it(tmp_path):
+    with pytest.raises(SpecError) as info:
+        load_spec(tmp_path)
+    assert str(info.value) == f"{tmp_path}: a folder with no spec file (.yaml or .yml) below it"
+
+
+def test_an_empty_file_says_so_at_line_1(tmp_path):
+    path = write(tmp_path, "")
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert str(info.value) == (
+        f"{path}:1: expected a mapping with keys spec, title, document, setup, tables, got an empty file"
+    )
+
+
+def test_a_replica_comparison_with_a_units_own_mp_policy_is_refused(tmp_path):
+    """The replica computes in one dtype (the setup's policy): a numerics entry on a spec whose
+    unit has its own mp_policy would compare that unit's parameters in the wrong dtype (issue 44)."""
+    text = (SPECS / "per_unit_mixed_precision.yaml").read_text(encoding="utf-8")
+    text = text.replace("  numerics: false\n", "") + (
+        "  - section: Numerics\n    check: numerics\n    entries:\n      - {id: loss, forward_max_abs_diff: 0.0}\n"
+    )
+    path = write(tmp_path, text)
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert info.value.key_path == "setup.fsdp.units[1].mp_policy"
+    assert info.value.line == line_of(text, "{id: loss,")
+    assert "numerics entry 'loss': compares with a replica that computes in one dtype" in info.value.message

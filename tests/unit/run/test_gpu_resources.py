@@ -184,7 +184,7 @@ def test_the_plugin_runs_nccl_setups_under_the_gpu_lock(tmp_path, monkeypatch, b
     )
     options = {"--fsdp2-backend": backend, "--fsdp2-run-timeout": 30, "--fsdp2-no-preflight": True}
     config = SimpleNamespace(getoption=options.get, _tmp_path_factory=SimpleNamespace(getbasetemp=lambda: tmp_path))
-    spec = SimpleNamespace(setup=RunSetup(), backend="auto", timeout_s=30)
+    spec = SimpleNamespace(setup=RunSetup(), backend="auto", timeout_s=30, skip_reason=lambda *_: None)
     assert pytest_plugin.observation_of(config, spec) == {"ranks": []}
     assert held == [locked]
 
@@ -195,7 +195,9 @@ def test_the_plugin_skips_nccl_without_enough_gpus_counted_without_cuda(monkeypa
     monkeypatch.setattr(pytest_plugin, "_gpu_count", lambda: 2)
     config = SimpleNamespace(getoption={"--fsdp2-backend": "nccl"}.get)
     with pytest.raises(pytest.skip.Exception, match="needs 4 GPUs for nccl .*; 2 visible"):
-        pytest_plugin.observation_of(config, SimpleNamespace(setup=RunSetup(), backend="auto", timeout_s=30))
+        pytest_plugin.observation_of(
+            config, SimpleNamespace(setup=RunSetup(), backend="auto", timeout_s=30, skip_reason=lambda *_: None)
+        )
 
 
 # --- the bandwidth check's patterns ----------------------------------------------------------------

@@ -41,7 +41,7 @@ def tensor(fqn: str, *, dtensor: bool, device: str = "cpu", equal: bool = True, 
     }
 
 
-def loaded(fqn: str, *, device: str = "cpu", equal: bool = True, gathered=None) -> dict:
+def loaded(fqn: str, *, device: str = "cpu", equal: bool = True, gathered=None, dtype=None) -> dict:
     return {
         "fqn": fqn,
         "is_dtensor": True,
@@ -51,6 +51,7 @@ def loaded(fqn: str, *, device: str = "cpu", equal: bool = True, gathered=None) 
         "equal": equal,
         "equal_before_load": False,
         "gathered_equal": gathered,
+        "gathered_dtype": dtype,
     }
 
 
@@ -93,7 +94,7 @@ def record(rank: int) -> dict:
                 "meta_params": [],
                 "meta_buffers": ["rotary_emb.inv_freq"],
                 "gathered": True,
-                "entries": [loaded(Q, gathered=True), loaded(UP, gathered=True)],
+                "entries": [loaded(Q, gathered=True, dtype="bfloat16"), loaded(UP, gathered=True, dtype="bfloat16")],
             },
         ],
     }
@@ -153,6 +154,15 @@ def test_set_gathered(obs):
     assert run(obs, "state_dict_set", set="recipe", fqn=Q, gathered_equal=True).status == "pass"
     assert run(obs, "state_dict_set", set="broadcast", gathered=True).status == "fail"
     assert run(obs, "state_dict_set", set="broadcast", fqn=Q, gathered_equal=True).status == "fail"  # not gathered
+
+
+def test_set_gathered_dtype(obs):
+    """The dtype the all-gather gave (what gathered_equal compared in): the right one passes."""
+    assert run(obs, "state_dict_set", set="recipe", fqn=Q, gathered_dtype="bfloat16").status == "pass"
+    assert run(obs, "state_dict_set", set="recipe", fqn=Q, gathered_dtype="float32").status == "fail"
+    assert run(obs, "state_dict_set", set="recipe", gathered_dtypes=["bfloat16"]).status == "pass"
+    assert run(obs, "state_dict_set", set="broadcast", gathered_dtypes=[]).status == "pass"  # not gathered
+    assert run(obs, "state_dict_set", set="broadcast", fqn=Q, gathered_dtype=None).status == "pass"
 
 
 def test_set_one_key(obs):
