@@ -102,7 +102,7 @@ def test_oversized_and_non_regular_files(tmp_path):
     assert f"a spec may be at most {MAX_BYTES:,} bytes" in str(err)
     folder = tmp_path / "folder.yaml"
     folder.mkdir()
-    assert "is a folder; expected a YAML file" in str(load_error(folder))
+    assert "a folder with no spec file (.yaml or .yml) below it" in str(load_error(folder))
     fifo = tmp_path / "fifo.yaml"
     os.mkfifo(fifo)
     assert "is not a regular file" in str(load_error(fifo))  # and it did not block
