@@ -14,8 +14,8 @@ Written: ``{"torch_version", "runs": [{"ranks": [{"rank", "memory": [...]}]}]}``
 record ``{"module", "state", "occurrence", "bytes": {FSDPMemTracker's category name: bytes}}``:
 the tracker's per-module snapshots (module FQN, ``_FSDPModState`` value, the n-th snapshot of
 that state), plus ``"After fully_shard"`` (as the tracker starts), ``"After Optimizer Step"``
-and ``"Peak"`` under module ``""``. Bytes are summed over devices. ``tests/test_torch_memory_
-reference.py`` puts the harness's observation against it.
+and ``"Peak"`` under module ``""``. Bytes are summed over devices. ``tests/integration/
+test_torch_memory_reference.py`` puts the harness's observation against it.
 """
 
 from __future__ import annotations

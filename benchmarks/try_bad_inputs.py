@@ -5,7 +5,7 @@ inside ``python -c`` with a rank fault from ``harness.run.faults`` registered fi
 CLI, the real launcher, real gloo ranks), each in its own session and with its own TMPDIR, under
 a wall-clock bound. A case is CLEAN when:
 
-- its exit status is the one the README's exit-status table gives for it;
+- its exit status is the one docs/command-line.md's exit-status table gives for it;
 - no ``Traceback`` appears in stdout or stderr (a rank that raised: its own traceback may follow
   a first line that names the rank, what it raised and in which phase; nothing before it);
 - (inputs) one line of the output names what it must (the file, key path, flag) and the error
@@ -221,7 +221,7 @@ def _judge_common(
     problems = []
     wanted = rc if isinstance(rc, tuple) else (rc,)
     if proc.returncode not in wanted:
-        problems.append(f"exit {proc.returncode}, README says {rc}")
+        problems.append(f"exit {proc.returncode}, docs/command-line.md says {rc}")
     text = proc.stdout + proc.stderr
     if frames_ok:  # the rank's frames may follow the one line that names it; nothing before that line
         text = "\n".join(text.split("\n")[:1])

@@ -305,7 +305,7 @@ _MOE_REQUIRED = tuple(
 
 def layer_param_counts(config: Qwen3Config, layer_idx: int = 0) -> dict[str, int]:
     """Parameters of decoder layer ``layer_idx``, by kind (torch-free; checked against
-    transformers' modules in tests/test_model_moe.py).
+    transformers' modules in tests/unit/model/test_model_moe.py).
 
     Keys: ``attention`` (q/k/v/o projections), ``norms`` (q_norm, k_norm, input_layernorm,
     post_attention_layernorm), ``mlp`` (a dense layer's gate/up/down, 3 d d_ffn), ``router``

@@ -109,7 +109,7 @@ def module_paths(body: str, num_layers: int, sparse_layers: Collection[int] = ()
 
 
 # transformers 5.x Qwen3MoeDecoderLayer.named_parameters() of a sparse layer (checked with
-# transformers 5.24.0 in tests/test_model_moe.py): Qwen3MoeSparseMoeBlock registers ``experts``
+# transformers 5.24.0 in tests/unit/model/test_model_moe.py): Qwen3MoeSparseMoeBlock registers ``experts``
 # (two fused 3-D parameters, gate_up_proj [E, 2 d_moe, d] then down_proj [E, d, d_moe]) BEFORE
 # ``gate`` (the router, weight [E, d]). A dense layer of a MoE model has the dense names.
 MOE_LAYER_PARAM_NAMES_REGISTRATION: tuple[str, ...] = (

@@ -1,7 +1,7 @@
 """Test-suite settings: hypothesis profiles; the slow folders, the order, the no-rank guard; the
 ``spec_observation`` fixture.
 
-Two profiles (README, "Running the tests"):
+Two profiles (docs/testing.md):
 
 - ``default``: what ``pytest`` runs, sized for the suite's wall time: hypothesis's own 100
   cases per property; a property whose every case is a simulated FSDP2 run

@@ -10,8 +10,8 @@ __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse ``argv`` (default ``sys.argv[1:]``) and run the command; its exit status (README's
-    table: 0, 1, 2, 130 interrupted, 143 terminated). Raises SystemExit (2) for a bad option, as
+    """Parse ``argv`` (default ``sys.argv[1:]``) and run the command; its exit status (the table of
+    docs/command-line.md: 0, 1, 2, 130 interrupted, 143 terminated). Raises SystemExit (2) for a bad option, as
     argparse does; KeyboardInterrupt for a Ctrl-C while the command line is being imported."""
     with signals_held():  # the imports: rich, the commands (a Ctrl-C meanwhile is raised after them)
         from harness.cli.dispatch import main as dispatch

@@ -4,9 +4,9 @@ A :class:`CheckKind` says everything about one kind of spec entry: its selectors
 the observation), its fields (what is measured there) with the type of value each accepts, the
 extra rules an entry must meet, the measure function, and one line of docs per key. The loader
 (:mod:`harness.load.spec`), the checks (:mod:`harness.judge.checks`), the JSON Schema's entry
-definitions (``harness/schemas/spec.schema.json``) and the README's table of kinds all come
+definitions (``harness/schemas/spec.schema.json``) and docs/check-kinds.md's table of kinds all come
 from these definitions (:mod:`harness.language.kinds` registers them); ``tests/unit/language/test_vocabulary.py``
-fails when the shipped schema or README disagree.
+fails when the shipped schema or that page disagree.
 
 Imports neither torch nor the run side's torch modules: loading a spec must stay fast.
 """
@@ -77,7 +77,7 @@ class ValueType:
     """The values an expected field accepts, checked at load on the parsed :class:`Expectation`.
 
     Attributes:
-        name: short name shown in the README ("bytes", "shape", ...).
+        name: short name shown in docs/check-kinds.md ("bytes", "shape", ...).
         doc: what a value looks like, for errors and docs.
         check: None when an expectation is possible for this type, else what was expected.
     """
@@ -211,7 +211,7 @@ class CheckKind:
 
     Attributes:
         name: the ``check:`` value of a table.
-        doc: one line for the README.
+        doc: one line for docs/check-kinds.md.
         selectors: the keys that choose what to measure.
         fields: the keys that can be expected.
         measure: see :data:`Measure`.

@@ -11,7 +11,7 @@ integers, a setup dataclass a mapping of its own keys). From these declarations:
 - :func:`build` turns a schema-validated mapping into the dataclass, by field type, and
   collects the problems of each class's cross-field rules (a ``_rules(self, given, where)``
   method returning (key path, what was expected) pairs);
-- :func:`key_rows` lists every key (path, type, default, description) for the README.
+- :func:`key_rows` lists every key (path, type, default, description) for docs/setup-keys.md.
 
 Imports nothing heavy: loading a spec stays fast.
 """
@@ -40,7 +40,7 @@ class Key:
     """One spec key's declaration (a field's ``metadata["setup_key"]``).
 
     Attributes:
-        doc: the key's description (schema ``description``, README).
+        doc: the key's description (schema ``description``, docs/setup-keys.md).
         schema: JSON Schema keywords merged (recursively) into the schema the field's type gives,
             e.g. ``{"minimum": 1}`` or ``{"items": {"enum": [...]}}``; with ``enum`` the key's
             schema is that enum alone.

@@ -5,7 +5,7 @@ A closed vocabulary trails its users; a hook pins what the declarative setup can
 observation). The harness keeps everything else: launching, recorders, the numerics
 reference and the report. Each hook point is a key naming a function defined at the top
 level of ``setup.hooks.file`` (a path relative to the spec's folder); the rank imports the
-file (``harness.run.hooks``) and calls each with keyword arguments (README, "Extension points").
+file (``harness.run.hooks``) and calls each with keyword arguments (docs/hooks.md).
 
 Loading stays torch-free: :func:`resolve_hooks` checks that the file exists and parses
 (``ast``, nothing imported) and that each named function is defined there.
@@ -50,7 +50,7 @@ class HooksSetup:
     Attributes:
         file: the Python file, relative to the spec's folder (absolute once loaded).
         after_build .. observe: the name of a top-level function of ``file`` for that hook
-            point, or None (see :data:`HOOK_POINTS` and the README's "Extension points").
+            point, or None (see :data:`HOOK_POINTS` and docs/hooks.md).
         digest: sha256 of the file's bytes, set by the loader (part of the run cache key; not a
             spec key).
     """

@@ -2,7 +2,7 @@
 
 Each spec key of a spec's ``setup:`` mapping is declared once, on a field below (type, bounds,
 default, description: :func:`harness.load.declare.key`); the JSON Schema's setup definitions
-(``harness/schemas/spec.schema.json``) and the README's setup table are generated from these
+(``harness/schemas/spec.schema.json``) and the table of docs/setup-keys.md are generated from these
 declarations (``python -m harness.load.docs``). A validated mapping becomes a :class:`RunSetup`
 (:meth:`RunSetup.from_mapping`). Defaults follow the walkthrough document's setup code
 (section "FSDP2 设置"): ``fully_shard`` on every decoder layer, then on the root, over a
@@ -718,7 +718,7 @@ class RunSetup:
         """Build from a spec's ``setup:`` mapping (schema-validated; unknown keys rejected).
 
         The keys, their types and defaults are the fields' declarations (:mod:`harness.load.declare`;
-        the README's setup table lists them).
+        docs/setup-keys.md lists them).
 
         Raises:
             SetupError: naming the key path, for values the schema cannot catch (a mesh whose

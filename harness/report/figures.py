@@ -3,7 +3,7 @@
 The document (*FSDP2 Qwen3 Decoder Layer Walkthrough*) prints rounded figures to three
 significant digits: element counts with K / M ("≈590K", "≈2.36M"), bytes in MB with
 MB = 10^6 bytes ("1.18 MB", "4.72 MB", "10.6 MB"). The spec loader
-(``harness/load/expect.py``) reads such a figure as holding within half a unit of its last
+(``harness/language/expect.py``) reads such a figure as holding within half a unit of its last
 printed digit, so a figure printed here holds as an expectation for the value it came from.
 
 Pure functions of numbers; nothing here imports torch.

@@ -2,7 +2,7 @@
 
 The file is imported by path (``importlib.util.spec_from_file_location``) once per rank, under a
 module name derived from the path's digest, so two specs' ``hooks.py`` never clash in
-``sys.modules``. Each call passes keyword arguments only (README, "Extension points"). A hook
+``sys.modules``. Each call passes keyword arguments only (docs/hooks.md). A hook
 that raises fails the run with :class:`HookError`, naming the hook point, the function, the
 file and the rank (the launcher reports a rank's exception in one line).
 """

@@ -10,7 +10,7 @@ Each kind has the issue's example and at least two variants of the same kind:
 8. fields that depend on thread timing cannot be asserted on a real backend.
 
 Kind 7 (interruption, real ranks) is in tests/cli/test_interrupt.py. The command line is run as a
-subprocess, as a user runs it: exit status as in the README's table, no Python traceback.
+subprocess, as a user runs it: exit status as in docs/command-line.md's table, no Python traceback.
 """
 
 from __future__ import annotations

@@ -148,7 +148,7 @@ def test_drafted_spec_from_a_transformers_qwen3_moe_config_json_runs_green(
 
 def test_the_aux_loss_is_transformers_and_its_router_gradients_are_the_models():
     """harness/run/aux_loss.py against model.Qwen3MoeForCausalLM.forward_moe (itself checked
-    against transformers in tests/test_model_moe.py): same loss, same router gradients."""
+    against transformers in tests/unit/model/test_model_moe.py): same loss, same router gradients."""
     torch = pytest.importorskip("torch")
     import model
     from harness.run.aux_loss import RouterAuxLoss, with_router_aux_loss

@@ -1,5 +1,5 @@
 """Render's page from a real walkthrough run (4 gloo ranks, shared with the spec's items): every
-document figure, and the README's excerpt as render writes it today."""
+document figure, and the shipped page docs/qwen3_walkthrough.md as render writes it today."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def _without_environment(markdown: str) -> list[str]:
 
 
 def test_the_readme_excerpt_is_what_render_writes_now(spec_observation):
-    """docs/qwen3_walkthrough.md, linked from the README as render's output, is what render writes
+    """docs/qwen3_walkthrough.md, linked from docs/seeing-the-run.md as render's output, is what render writes
     for a real walkthrough run today (scripts/see_walkthrough regenerates it). It had drifted once:
     its header still named the document with a path the spec no longer carries."""
     spec = load_spec(WALKTHROUGH)

@@ -5,10 +5,10 @@ of ``harness/``): two runs of it give torch's own values and show where torch it
 gloo (a collective's buffer freed on gloo's worker thread after a snapshot). The harness's
 value must equal torch's at every (rank, module, state, occurrence, category)
 
-- in the states and categories the README lists as stable on gloo, always;
+- in the states and categories docs/reproducible-observations.md lists as stable on gloo, always;
 - and everywhere else where torch's two runs agree, the harness's value must not exceed it (its
   own instruments must add nothing: no ``Work`` kept, no buffer held past a phase). Less is
-  the harness's settled snapshot (README, "Reproducible observations"): on a loaded machine both
+  the harness's settled snapshot (docs/reproducible-observations.md): on a loaded machine both
   of torch's unsettled runs still counted a 4,720,896-B buffer at layers.0's "After
   Post-Backward" that gloo's worker had let go of in the harness's (``temp``, and the ``total``
   that counts it).
@@ -32,7 +32,7 @@ SCRIPT = ROOT / "benchmarks" / "torch_memory_reference.py"
 WALKTHROUGH = ROOT / "specs" / "qwen3_walkthrough.yaml"
 
 STABLE_CATEGORIES = {"sharded_param", "buffer", "optstate", "inputs"}
-"""Categories no gloo run of torch varies at (README, "Reproducible observations")."""
+"""Categories no gloo run of torch varies at (docs/reproducible-observations.md)."""
 STABLE_STATES = {"After fully_shard", "Before Pre-Forward", "After Optimizer Step", "After Zero Grad"}
 """States at which no gloo run of torch varies in any category (same section)."""
 

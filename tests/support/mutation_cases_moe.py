@@ -1,4 +1,4 @@
-"""Mutation cases of the MoE specs (issue 24), in tests/test_mutations.py's CASES format:
+"""Mutation cases of the MoE specs (issue 24), in tests/integration/test_mutations.py's CASES format:
 (spec, text in the spec, replacement, failing entry id, text the failure must show).
 
 Kept in a module of their own so that the MoE specs' cases do not interleave with the others'."""

@@ -1,7 +1,7 @@
 """The check kinds, one module each; :data:`REGISTRY` maps a table's ``check:`` to its definition.
 
 Adding a kind: a module here defining ``KIND`` (a :class:`harness.language.vocabulary.CheckKind`),
-listed below; then regenerate the schema and README table (``python -m harness.load.docs``).
+listed below; then regenerate the schema and docs/check-kinds.md's table (``python -m harness.load.docs``).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ REGISTRY: dict[str, CheckKind] = {
         buffer,
     )
 }
-"""Check kind name -> definition, in the order the README lists them."""
+"""Check kind name -> definition, in the order docs/check-kinds.md lists them."""
 
 
 def get_kind(name: str) -> CheckKind:

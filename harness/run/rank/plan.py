@@ -2,7 +2,7 @@
 
 A pure function of (setup, rank, world size, simulated) with no torch objects, so every
 combination of mode, init and numerics is tested without running a rank
-(``tests/test_rank_plan.py``).
+(``tests/unit/run/test_rank_plan.py``).
 """
 
 from __future__ import annotations

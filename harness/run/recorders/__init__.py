@@ -20,7 +20,7 @@
   reference run of the same schedule (its clipping norm and last gradients too).
 
 None of them keeps a torch object (``Work``, tensor, storage) past the call that produced it or
-issues a collective (``tests/test_passive_instruments.py``). None of them decides pass or fail: they write
+issues a collective (``tests/integration/test_passive_instruments.py``). None of them decides pass or fail: they write
 fields of the observation document
 (``harness/contract/observation.schema.json``).
 """

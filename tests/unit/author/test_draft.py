@@ -68,7 +68,7 @@ def _write(tmp_path: Path, text: str) -> Path:
 
 
 def test_draft_refuses_an_incomplete_moe_config_in_one_line(tmp_path):
-    """A qwen3_moe file is read as MoE (tests/test_moe_harness.py drafts one); one lacking its
+    """A qwen3_moe file is read as MoE (tests/integration/test_moe_harness.py drafts one); one lacking its
     fields is refused in one line naming them."""
     config = tmp_path / "config.json"
     config.write_text('{"model_type": "qwen3_moe", "hidden_size": 2048, "num_experts": 128}')

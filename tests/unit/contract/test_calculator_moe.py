@@ -1,6 +1,6 @@
 """The closed-form calculator for sparse (MoE) layers: the fused experts under Shard(0) and
 Shard(1), the router, the padded all-gather and reduce-scatter, and memory; held against the
-model's own parameters and against FSDP2 itself on the fake backend (as tests/test_calculator_vs_fake.py
+model's own parameters and against FSDP2 itself on the fake backend (as tests/unit/contract/test_calculator_vs_fake.py
 does for dense layers). Neither side reads the other."""
 
 from __future__ import annotations

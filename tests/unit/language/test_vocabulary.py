@@ -1,4 +1,4 @@
-"""The check-kind registry is the one definition: the shipped schema and README agree with it,
+"""The check-kind registry is the one definition: the shipped schema and docs/check-kinds.md agree with it,
 every value type refuses values that can never be right, and every selector refuses what a run
 of the setup can never produce, each as a ``file:line: key.path: expected`` load error."""
 
@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from harness.language.kinds import REGISTRY
-from harness.language.kinds.docs import README_PATH, SCHEMA_PATH, dump_schema, generated_schema, readme_with_table
+from harness.language.kinds.docs import SCHEMA_PATH, dump_schema, generated_schema
+from harness.load.docs import CHECK_KINDS_PAGE, check_kinds_page
 from harness.load.spec import SpecError, load_spec
 from tests.support import REPO
 
@@ -24,11 +25,19 @@ def test_shipped_schema_matches_the_registry():
     )
 
 
-def test_readme_table_matches_the_registry():
-    readme = README_PATH.read_text(encoding="utf-8")
-    assert readme == readme_with_table(readme), (
-        "README's check-kinds table is out of date: run python -m harness.load.docs"
-    )
+def test_check_kinds_page_matches_the_registry():
+    page = CHECK_KINDS_PAGE.read_text(encoding="utf-8")
+    assert page == check_kinds_page(page), "docs/check-kinds.md's table is out of date: run python -m harness.load.docs"
+
+
+def test_a_stale_check_kinds_table_is_caught():
+    """The check above can fail: a kind's row edited by hand is rewritten; lost markers are named."""
+    page = CHECK_KINDS_PAGE.read_text(encoding="utf-8")
+    row = next(line for line in page.splitlines() if line.startswith("| `memory` |"))
+    stale = page.replace(row, row.replace("`sharded_param`, ", ""))
+    assert stale != page and check_kinds_page(stale) == page
+    with pytest.raises(ValueError, match="docs/check-kinds.md lacks the markers"):
+        check_kinds_page(stale.replace("<!-- /check-kinds -->", ""))
 
 
 def test_every_key_is_documented_once():

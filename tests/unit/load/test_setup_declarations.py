@@ -1,5 +1,5 @@
 """The setup's declarations are the one definition of its keys: the shipped schema's setup part and
-the README's setup table agree with them, defaults come from the dataclass fields, and
+docs/setup-keys.md's table agree with them, defaults come from the dataclass fields, and
 ``from_mapping`` converts every declared key by its type (harness/load/declare.py)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from harness.contract.calculator import DTYPE_BYTES
 from harness.contract.names import BACKENDS, BANDWIDTH_OPS
-from harness.language.kinds.docs import README_PATH, SCHEMA_PATH, dump_schema
+from harness.language.kinds.docs import SCHEMA_PATH, dump_schema
 from harness.load import docs
 from harness.load.declare import key_rows, object_schema
 from harness.load.schedule import ClipGradNorm, Schedule, ScheduleStep
@@ -34,9 +34,9 @@ def test_shipped_schema_matches_the_declarations():
     )
 
 
-def test_readme_setup_table_matches_the_declarations():
-    readme = README_PATH.read_text(encoding="utf-8")
-    assert readme == docs.readme_with_tables(readme), f"README's setup table is out of date: run {docs.COMMAND}"
+def test_setup_keys_page_matches_the_declarations():
+    page = docs.SETUP_KEYS_PAGE.read_text(encoding="utf-8")
+    assert page == docs.setup_keys_page(page), f"docs/setup-keys.md's table is out of date: run {docs.COMMAND}"
 
 
 def test_a_stale_schema_or_table_is_caught():
@@ -47,16 +47,16 @@ def test_a_stale_schema_or_table_is_caught():
     regenerated = docs.generated_schema(shipped)
     assert regenerated["$defs"]["setup"]["properties"]["seq_len"]["default"] == 8
     assert regenerated["properties"]["backend"]["enum"] == list(BACKENDS)
-    readme = README_PATH.read_text(encoding="utf-8")
-    row = next(line for line in readme.splitlines() if line.startswith("| `setup.seq_len` |"))
+    page = docs.SETUP_KEYS_PAGE.read_text(encoding="utf-8")
+    row = next(line for line in page.splitlines() if line.startswith("| `setup.seq_len` |"))
     assert "`8`" in row
-    stale = readme.replace(row, row.replace("`8`", "`9`"))
-    assert docs.readme_with_tables(stale) == readme
-    with pytest.raises(ValueError, match="setup-keys"):
-        docs.readme_with_tables(stale.replace(docs.SETUP_END, ""))
+    stale = page.replace(row, row.replace("`8`", "`9`"))
+    assert docs.setup_keys_page(stale) == page
+    with pytest.raises(ValueError, match="docs/setup-keys.md lacks the markers"):
+        docs.setup_keys_page(stale.replace(docs.SETUP_END, ""))
 
 
-def test_every_key_is_in_the_readme_table_with_its_dataclass_default():
+def test_every_key_is_in_the_setup_keys_table_with_its_dataclass_default():
     rows = dict(key_rows(RunSetup))
     for path, cls, name in [
         ("setup.batch_per_rank", RunSetup, "batch_per_rank"),

@@ -1,6 +1,6 @@
 """Tests for the Qwen3 MoE model (model/qwen3_moe.py) and its configs (model/config.py).
 
-The standard is tests/test_model.py's: parity with transformers' ``Qwen3MoeForCausalLM`` in
+The standard is tests/unit/model/test_qwen3.py's: parity with transformers' ``Qwen3MoeForCausalLM`` in
 fp32 within ``ATOL``, state dicts loading both ways with ``strict=True``, names, shapes and
 order as transformers', observed steps named and shaped as model/steps.py says. transformers is
 a test dependency only (the ``hf`` fixture skips without it).

@@ -32,7 +32,7 @@ def _strict(text: str):
 
 @pytest.fixture()
 def document() -> dict:
-    """A whole observation document of the walkthrough (``tests/observations.py``)."""
+    """A whole observation document of the walkthrough (``tests/support/observations.py``)."""
     return walkthrough_observation()
 
 
