@@ -752,6 +752,7 @@ def _table_items(
             table=title,
             spec=str(errors.path),
             line=lines(key),
+            field_lines={k: lines(at(k)) for k in expect},
         )
         ranges = [r for r in (spec_range, table.get("torch", ""), meta.get("torch", "")) if r]
         items.append(SpecItem(entry, ",".join(ranges), meta.get("deviation"), bool(meta.get("drafted"))))
