@@ -27,6 +27,7 @@ from harness.language.entry import Entry
 from harness.language.expect import ExpectationError, parse_expectation
 from harness.language.kinds import REGISTRY
 from harness.language.kinds.docs import ENTRY_TITLE
+from harness.language.suggest import closest_first, did_you_mean
 from harness.language.vocabulary import CheckKind, Context
 from harness.load.hooks import resolve_hooks
 from harness.load.model_config import resolve_config_file
@@ -535,7 +536,7 @@ def _schema_errors(data: Any) -> list[tuple[tuple, str]]:
                         kind.unknown_key(extra)
                         if kind
                         else f"Additional properties are not allowed ({extra!r} was unexpected); "
-                        f"allowed keys: {sorted(allowed)}",
+                        f"{did_you_mean(extra, allowed)}allowed keys: {closest_first(extra, sorted(allowed))}",
                     )
                 )
         else:
@@ -581,7 +582,10 @@ def _schema_message(err: jsonschema.ValidationError) -> str:
         allowed = sorted(err.schema.get("properties", {}))
         return f"{err.message}; allowed keys: {allowed}"
     if err.validator == "enum":
-        return f"expected one of {err.validator_value}, got {err.instance!r}"
+        values = err.validator_value
+        hint = did_you_mean(err.instance, [v for v in values if isinstance(v, str)])
+        shown = closest_first(err.instance, values) if hint else values
+        return f"{hint}expected one of {shown}, got {err.instance!r}"
     if err.validator == "required":
         return err.message
     types = err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]

@@ -61,7 +61,7 @@ MALFORMED = [
         edit("  mesh: {shape: [4]", "  seeed: 1\n  mesh: {shape: [4]"),
         "seeed",
         "setup.seeed",
-        "('seeed' was unexpected); allowed keys: ['bandwidth', 'batch_per_rank', ",
+        "('seeed' was unexpected); did you mean 'seed'? allowed keys: ['seed', 'bandwidth', 'batch_per_rank', ",
         id="unknown-setup-key",
     ),
     pytest.param(
@@ -293,7 +293,7 @@ MALFORMED = [
         edit("  mesh: {shape: [4]", "  numerics_reference: rank0\n  mesh: {shape: [4]"),
         "numerics_reference",
         "setup.numerics_reference",
-        "expected one of ['each_rank', 'rank_0'], got 'rank0'",
+        "did you mean 'rank_0'? expected one of ['rank_0', 'each_rank'], got 'rank0'",
         id="one-replica-misspelt",
     ),
     pytest.param(
@@ -363,8 +363,12 @@ def test_every_error_at_once_in_file_order(tmp_path):
     err = info.value
     expected = [
         (line_of(text, "seeed"), "setup.seeed", "Additional properties are not allowed ('seeed' was unexpected)"),
-        (line_of(text, "batch_per_rnk"), "setup.batch_per_rnk", "('batch_per_rnk' was unexpected); allowed keys:"),
-        (line_of(text, "check: stepp"), "tables[0].check", "expected one of ['param', 'params_total',"),
+        (
+            line_of(text, "batch_per_rnk"),
+            "setup.batch_per_rnk",
+            "('batch_per_rnk' was unexpected); did you mean 'batch_per_rank'? allowed keys:",
+        ),
+        (line_of(text, "check: stepp"), "tables[0].check", "did you mean 'step'? expected one of ['step',"),
         (
             line_of(text, "columns:"),
             "tables[1].columns[1]",
@@ -843,3 +847,28 @@ def test_an_unknown_selector_hint_names_the_one_meant_first(tmp_path):
     with pytest.raises(SpecError) as info:
         load_spec(write(tmp_path, text))
     assert "'rank' is not a selector or field of check kind 'step'; did you mean 'ranks'?" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "old, new, key_path, says",
+    [
+        (
+            "  seed: 0\n",
+            "  seed: 0\n  fsdp: {reshard_after_foward: false}\n",
+            "setup.fsdp.reshard_after_foward",
+            "did you mean 'reshard_after_forward'",
+        ),
+        (
+            '  - section: "Totals"\n    check: params_total',
+            '  - section: "Totals"\n    check: param_total',
+            "tables[2].check",
+            "did you mean 'params_total'",
+        ),
+    ],
+)
+def test_a_hint_cut_to_one_line_keeps_the_value_meant(tmp_path, old, new, key_path, says):
+    """A long list of valid keys was cut ('... (116 more characters)') before the one meant."""
+    with pytest.raises(SpecError) as info:
+        load_spec(write(tmp_path, edit(old, new)))
+    (line,) = [ln for ln in str(info.value).splitlines() if f": {key_path}: " in ln]
+    assert says in line, line

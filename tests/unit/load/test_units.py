@@ -213,7 +213,7 @@ def test_meta_init_gives_the_full_inits_values_and_inv_freq(tmp_path: Path):
 @pytest.mark.parametrize(
     "setup_yaml, key, words",
     [
-        ("  init: metal\n", "setup.init", "expected one of ['full', 'meta']"),
+        ("  init: metal\n", "setup.init", "did you mean 'meta'? expected one of ['meta', 'full']"),
         ("  track_memory: maybe\n", "setup.track_memory", "is not of type 'boolean'"),
         ("  freeze: {params: []}\n", "setup.freeze.params", "should be non-empty"),
         (
