@@ -14,7 +14,7 @@ from harness.load.spec import load_spec
 from harness.report.terminal import print_report
 from tests.support import WALKTHROUGH
 from tests.support.observations import walkthrough_observation
-from tests.support.specs import SMALL, edit, line_of
+from tests.support.specs import edit, line_of
 from tests.support.specs import write_spec as write
 
 
@@ -46,7 +46,7 @@ def test_at_80_columns_the_report_stays_about_as_long_as_a_wide_one(walkthrough_
     assert "\n  ✓ numel: expected 262,144; observed 262,144 (ranks 0-3)\n" in narrow
 
 
-def test_entry_by_entry_wraps_values_at_spaces(walkthrough_results):
+def test_entry_by_entry_wraps_values_at_spaces():
     failing = evaluate_spec(load_spec(WALKTHROUGH), _wrong_layer_bytes())
     text = _report([r for r in failing if r.status in FAILING], 40, only_failures=True)
     lines = text.splitlines()
@@ -90,4 +90,3 @@ def test_failing_ranks_name_the_host_as_a_host():
     from harness.language.observed import ranks_on_hosts
 
     assert ranks_on_hosts([0, 1, 2, 3, 4, 5], dict.fromkeys(range(6), "vm")) == "0-5 (host vm)"
-    assert SMALL  # the base spec the tests above edit
