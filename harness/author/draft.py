@@ -2,8 +2,11 @@
 
 ``python -m harness draft --config Qwen3-14B --world-size 128`` writes the walkthrough's tables
 (parameter list, shard per rank, step shapes, collectives and bytes, per-layer per-step
-totals, reshard state) for that config, each figure computed by :mod:`harness.contract.calculator`,
-never by running anything. ``--config`` is a name in ``model.KNOWN_CONFIGS``, its hub id
+totals, reshard state, whole-rank memory at the forward hooks) for that config, each figure
+computed by :mod:`harness.contract.calculator`, never by running anything. ``--param-dtype`` /
+``--reduce-dtype`` give every unit a MixedPrecisionPolicy and ``--reshard-after-forward
+layers.1=false`` one unit its own setting; layers set alike share layer 0's entries, another
+gets its own (``layer1_...``). Section names are English. ``--config`` is a name in ``model.KNOWN_CONFIGS``, its hub id
 (``Qwen/Qwen3-8B``) or a transformers ``config.json`` (``model.config.read_config_file``);
 a file is referenced from the drafted spec's ``setup.model.config``, and its ``torch_dtype``
 is the parameter dtype unless ``--dtype`` says otherwise.
@@ -21,11 +24,13 @@ import datetime as _dt
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import yaml
 
 from harness.contract import calculator as calc
+from harness.language.suggest import closest_first, did_you_mean
+from harness.load.setup import RunSetup
 from model.config import KNOWN_CONFIGS, ConfigFile, Qwen3Config, known_config_name, read_config_file
 from model.steps import ALL_STEPS_BY_NAME, MOE_LAYER_STEP_NAMES, STEPS, resolve_shape
 
@@ -37,6 +42,9 @@ DEFAULT_DTYPE = "bfloat16"
 Qwen3 checkpoints' ``torch_dtype``)."""
 
 DTYPES = tuple(calc.DTYPE_BYTES)
+
+DEFAULT_SETUP = RunSetup()
+"""A spec's defaults (batch per rank 2, sequence length 8): a draft's unless told otherwise."""
 
 _DRAFTED = {"drafted": True}
 
@@ -74,14 +82,60 @@ def _config_reference(path: str, output: str | Path | None) -> str:
     return Path(os.path.relpath(Path(path).resolve(), Path(output).resolve().parent)).as_posix()
 
 
+UnitReshard = Mapping[str, "bool | int"]
+"""Per-unit ``reshard_after_forward``: unit name (``layers.1``) -> True, False or a group size."""
+
+
+def _check_dtype(option: str, value: str | None) -> None:
+    if value is not None and value not in DTYPES:
+        raise DraftError(f"{option} {value!r}: expected one of {', '.join(DTYPES)}")
+
+
+def _layer_reshards(reshard: UnitReshard | None, layers: int) -> list[bool | int]:
+    """``reshard_after_forward`` of each decoder layer's unit (True unless ``reshard`` names it).
+
+    Raises:
+        DraftError: a unit that is not a decoder layer of the draft, or a value that is not a
+            bool or a positive int.
+    """
+    units = [f"layers.{i}" for i in range(layers)]
+    out: list[bool | int] = [True] * layers
+    for unit, value in (reshard or {}).items():
+        if unit not in units:
+            raise DraftError(
+                f"--reshard-after-forward {unit}={str(value).lower()}: no FSDP unit {unit!r} in the draft; "
+                f"{did_you_mean(unit, units)}units: {', '.join(closest_first(unit, units)[:8])}"
+                + (f" (and {layers - 8} more)" if layers > 8 else "")
+            )
+        if not (isinstance(value, bool) or (isinstance(value, int) and value >= 1)):
+            raise DraftError(f"--reshard-after-forward {unit}={value!r}: expected true, false or a group size >= 1")
+        out[units.index(unit)] = value
+    return out
+
+
+def _command(config: str, world_size: int, options: Mapping[str, Any]) -> str:
+    """The draft command line that reproduces this draft (options left at their default left out)."""
+    words = [f"python -m harness draft --config {config} --world-size {world_size}"]
+    for name, value in options.items():
+        flag = "--" + name.replace("_", "-")
+        if name == "reshard_after_forward":
+            words += [f"{flag} {unit}={str(v).lower()}" for unit, v in (value or {}).items()]
+        elif value is not None:
+            words.append(f"{flag} {value}")
+    return " ".join(words)
+
+
 def draft(
     config: str,
     world_size: int,
     *,
     layers: int = 2,
     dtype: str | None = None,
-    batch_per_rank: int = 1,
-    seq_len: int = 16,
+    param_dtype: str | None = None,
+    reduce_dtype: str | None = None,
+    reshard_after_forward: UnitReshard | None = None,
+    batch_per_rank: int = DEFAULT_SETUP.batch_per_rank,
+    seq_len: int = DEFAULT_SETUP.seq_len,
     backend: str = "auto",
     output: str | Path | None = None,
 ) -> tuple[list[str], dict[str, Any]]:
@@ -94,15 +148,20 @@ def draft(
             fused experts and router, and their Step 9.
         world_size: N, the 1-D ``dp`` mesh size.
         layers: decoder layers to run (N_L).
-        dtype: parameter dtype (bytes follow from it); None: the config file's
+        dtype: parameter (storage) dtype (bytes follow from it); None: the config file's
             ``torch_dtype`` / ``dtype``, else :data:`DEFAULT_DTYPE`.
-        batch_per_rank, seq_len: B and L.
+        param_dtype, reduce_dtype: a ``MixedPrecisionPolicy`` for every unit (None: none):
+            the all-gather and compute dtype, the gradient reduce-scatter dtype.
+        reshard_after_forward: per-unit ``reshard_after_forward`` (``{"layers.1": False}``);
+            units left out reshard (True).
+        batch_per_rank, seq_len: B and L (default: a spec's, 2 and 8).
         backend: "auto" picks fake above :data:`REAL_RANKS_LIMIT` ranks, else the harness's auto.
         output: where the spec will be written: a config file is referenced relative to it.
 
     Raises:
         DraftError: an unknown config, an unreadable or refused config file, a dtype the
-            harness does not run.
+            harness does not run, a unit that is not a drafted decoder layer, a group size that
+            does not divide the shard group.
     """
     name, cfg, read = _read_config(config)
     dtype_source = "--dtype"
@@ -115,13 +174,29 @@ def draft(
         raise DraftError(
             f"dtype {dtype!r} (from {dtype_source}) is not one the harness runs ({', '.join(DTYPES)}); pass --dtype"
         )
+    _check_dtype("--param-dtype", param_dtype)
+    _check_dtype("--reduce-dtype", reduce_dtype)
+    reshards = _layer_reshards(reshard_after_forward, layers)
 
     dims = calc.Dims(**{**calc.to_dims(cfg).__dict__, "num_hidden_layers": layers})
     if backend == "auto" and world_size > REAL_RANKS_LIMIT:
         backend = "fake"
     observe = [0, world_size - 1] if backend == "fake" and world_size > 1 else list(range(world_size))
-    layer = calc.layer_tables(dims, world_size, storage_dtype=dtype)
-    model = calc.model_tables(dims, world_size, storage_dtype=dtype)
+    try:
+        per_layer = [
+            calc.layer_tables(
+                dims,
+                world_size,
+                storage_dtype=dtype,
+                gather_dtype=param_dtype,
+                reduce_dtype=reduce_dtype,
+                reshard_after_forward=reshards[i],
+                layer_idx=i,
+            )
+            for i in range(layers)
+        ]
+    except ValueError as exc:  # a group size that does not divide the shard group
+        raise DraftError(f"--reshard-after-forward: {exc}") from None
     symbols = calc.step_symbols(dims, batch_per_rank, seq_len)
 
     if read is None:
@@ -131,9 +206,14 @@ def draft(
         label = file.resolve().parent.name if file.name == "config.json" else file.stem
         setup_config = _config_reference(read.path, output)
 
+    options = {
+        "dtype": dtype if dtype_source == "--dtype" else None,
+        "param_dtype": param_dtype,
+        "reduce_dtype": reduce_dtype,
+        "reshard_after_forward": reshard_after_forward,
+    }
     header = [
-        f"Drafted on {_dt.date.today().isoformat()} by: python -m harness draft --config {config} "
-        f"--world-size {world_size}" + (f" --dtype {dtype}" if dtype_source == "--dtype" else ""),
+        f"Drafted on {_dt.date.today().isoformat()} by: {_command(config, world_size, options)}",
         "Every figure comes from harness/contract/calculator.py (closed form), not from a run. Each entry is",
         "marked 'drafted: true': review it against your own document, then remove the mark.",
     ]
@@ -147,6 +227,16 @@ def draft(
         header.append(f"model dtype {dtype}: {dtype_source}.")
         description += f" The model dtype {dtype} is {dtype_source}."
 
+    fsdp: dict[str, Any] = {"reshard_after_forward": True}
+    if param_dtype is not None or reduce_dtype is not None:
+        fsdp["mixed_precision"] = {
+            k: v for k, v in (("param_dtype", param_dtype), ("reduce_dtype", reduce_dtype)) if v is not None
+        }
+    if reshard_after_forward:  # one unit per layer, each with its own setting where it has one
+        fsdp["units"] = [
+            f"layers.{i}" if r is True else {"modules": f"layers.{i}", "reshard_after_forward": r}
+            for i, r in enumerate(reshards)
+        ]
     setup: dict[str, Any] = {
         "model": {
             "config": setup_config,
@@ -154,10 +244,10 @@ def draft(
             "body": "decoder_layers",
             "dtype": dtype,
         },
-        "mesh": {"shape": [world_size], "dim_names": list(layer.mesh_dim_names)},
+        "mesh": {"shape": [world_size], "dim_names": list(per_layer[0].mesh_dim_names)},
         "batch_per_rank": batch_per_rank,
         "seq_len": seq_len,
-        "fsdp": {"reshard_after_forward": True},
+        "fsdp": fsdp,
         "optimizer": {"name": "sgd", "lr": 0.01},
     }
     if backend == "fake":
@@ -172,29 +262,48 @@ def draft(
     if backend != "auto":
         spec["backend"] = backend
     spec["setup"] = setup
-    spec["tables"] = _tables(layer, model, symbols, observe, dtype, layers)
+    spec["tables"] = _tables(per_layer, symbols, observe, param_dtype or dtype)
     return header, spec
 
 
+# English section names: the walkthrough's own (Chinese) names belong to specs that cite it.
+SECTION_PARAMS = "Parameters of one layer"
+SECTION_SHARDS = "Shards on each rank"
+SECTION_FORWARD = "Forward, step by step"
+SECTION_GATHER = "Step 0: the pre-forward all-gather"
+SECTION_RESHARD = "Step 11: the post-forward reshard"
+SECTION_BACKWARD = "Backward"
+SECTION_SUMMARY = "Communication per layer per step"
+SECTION_MEMORY = "Memory (FSDPMemTracker)"
+
+
+def _representatives(per_layer: list[calc.UnitTables]) -> list[int]:
+    """The first layer of each distinct ``reshard_after_forward``: a layer like an earlier one
+    would repeat its entries."""
+    seen: dict[Any, int] = {}
+    for i, t in enumerate(per_layer):
+        seen.setdefault((type(t.reshard_after_forward), t.reshard_after_forward), i)
+    return sorted(seen.values())
+
+
 def _tables(
-    layer: calc.UnitTables,
-    model: calc.ModelTables,
+    per_layer: list[calc.UnitTables],
     symbols: dict[str, int],
     observe: list[int],
-    dtype: str,
-    layers: int,
+    compute_dtype: str,
 ) -> list[dict[str, Any]]:
+    layer = per_layer[0]
     first = observe[:1]
     tables: list[dict[str, Any]] = [
         {
-            "section": "参数列表（单层）",
+            "section": SECTION_PARAMS,
             "title": "parameter list",
             "check": "param",
             "with": {"layer": 0, "ranks": first},
             "entries": [{**p.row(), **_DRAFTED} for p in layer.params],
         },
         {
-            "section": "参数列表（单层）",
+            "section": SECTION_PARAMS,
             "title": "layer totals",
             "check": "params_total",
             "with": {"layer": 0, "ranks": first},
@@ -202,58 +311,133 @@ def _tables(
                 {"id": "layer_numel", **{k: v for k, v in layer.params_total().items() if k != "bytes"}, **_DRAFTED},
                 {
                     "id": "layer_bytes",
-                    "says": f"{layer.full_storage_bytes / calc.MB:.2f} MB per layer in {dtype}",
+                    "says": f"{layer.full_storage_bytes / calc.MB:.2f} MB per layer in {layer.storage_dtype}",
                     "bytes": layer.params_total()["bytes"],
                     **_DRAFTED,
                 },
             ],
         },
         {
-            "section": "每个 rank 上的参数分片",
+            "section": SECTION_SHARDS,
             "title": "shard per rank",
             "check": "param",
             "with": {"layer": 0},
             "entries": _shard_rows(layer, observe),
         },
         {
-            "section": "每个 rank 上的参数分片",
+            "section": SECTION_SHARDS,
             "title": "shard totals",
             "check": "params_total",
             "with": {"layer": 0},
             "entries": [{"id": f"rank{r}", "ranks": [r], **layer.params_total(r), **_DRAFTED} for r in observe],
         },
         {
-            "section": "Forward 逐算子 Walkthrough",
+            "section": SECTION_FORWARD,
             "title": "forward step shapes",
             "check": "step",
-            "with": {"layer": "all", "dtype": dtype},
+            "with": {"layer": "all", "dtype": compute_dtype},
             "entries": [
                 {"step": s.name, "shape": resolve_shape(s, symbols), **_INDEX_DTYPES.get(s.name, {}), **_DRAFTED}
                 for s in _layer_steps(layer)
             ],
         },
-        *_collective_tables(layer, model, layers),
+        *_collective_tables(per_layer),
         {
-            "section": "Step 11：Post-Forward Hook → Reshard",
+            "section": SECTION_RESHARD,
             "title": "parameter state",
             "check": "param_state",
-            "with": {"layer": 0},
-            "entries": [
-                {"id": "after_step0", "point": "pre_forward", **layer.param_state("pre_forward", 0), **_DRAFTED},
-                *(
-                    {
-                        "id": f"after_step11_rank{r}",
-                        "ranks": [r],
-                        "point": "post_forward",
-                        **layer.param_state("post_forward", r),
-                        **_DRAFTED,
-                    }
-                    for r in observe
-                ),
-            ],
+            "entries": _param_state_rows(per_layer, observe),
         },
+        *_memory_tables(per_layer),
     ]
     return tables
+
+
+def _prefix(i: int, reps: list[int]) -> str:
+    """Entry ids of layer 0 keep the plain names; another representative layer's say which."""
+    return "" if i == reps[0] else f"layer{i}_"
+
+
+def _param_state_rows(per_layer: list[calc.UnitTables], observe: list[int]) -> list[dict[str, Any]]:
+    reps = _representatives(per_layer)
+    rows: list[dict[str, Any]] = []
+    for i in reps:
+        t, pre = per_layer[i], _prefix(i, reps)
+        rows.append({"id": f"{pre}after_step0", "layer": i, "point": "pre_forward", **t.param_state("pre_forward", 0)})
+        if isinstance(t.reshard_after_forward, bool):  # a smaller group's reshard is not tabulated
+            rows += [
+                {
+                    "id": f"{pre}after_step11_rank{r}",
+                    "layer": i,
+                    "ranks": [r],
+                    "point": "post_forward",
+                    **t.param_state("post_forward", r),
+                }
+                for r in observe
+            ]
+    return [{**row, **_DRAFTED} for row in rows]
+
+
+def _gathered_bytes(t: calc.UnitTables) -> int:
+    """Bytes of a unit's unsharded parameters as FSDPMemTracker counts them: the all-gather's
+    output, padding included (each parameter's dim 0 padded to a multiple of the shard group)."""
+    return t.padded_numel * calc.dtype_bytes(t.gather_dtype)
+
+
+def _memory_tables(per_layer: list[calc.UnitTables]) -> list[dict[str, Any]]:
+    """Whole-rank FSDPMemTracker bytes the calculator can predict: every unit's padded shards,
+    the unsharded layers at each representative layer's forward hooks (a layer kept unsharded
+    after forward still counts at later layers' hooks) and the gradient shards after backward.
+    A layer resharded to a smaller group (an int) is left out: its bytes there are not tabulated."""
+    sharded = sum(t.padded_sharded_bytes for t in per_layer)
+    # gradients are reduced into shards in the parameters' own dtype (padded, like the parameters)
+    entries: list[dict[str, Any]] = [
+        {
+            "id": "after_fully_shard",
+            "unit": "root",
+            "state": "After fully_shard",
+            "sharded_param": sharded,
+            "unsharded_param": 0,
+        },
+        {
+            "id": "grads_sharded_after_backward",
+            "layer": 0,
+            "state": "After Post-Backward",
+            "sharded_grad": sharded,
+            "unsharded_param": 0,
+        },
+    ]
+    reps = _representatives(per_layer)
+    for i in reps:
+        if any(not isinstance(t.reshard_after_forward, bool) for t in per_layer[: i + 1]):
+            continue
+        kept = sum(_gathered_bytes(t) for t in per_layer[:i] if t.reshard_after_forward is False)
+        own = _gathered_bytes(per_layer[i])
+        pre = _prefix(i, reps)
+        entries += [
+            {
+                "id": f"{pre}unsharded_after_step0",
+                "layer": i,
+                "state": "After Pre-Forward",
+                "unsharded_param": kept + own,
+                "sharded_param": sharded,
+            },
+            {
+                "id": f"{pre}unsharded_after_step11",
+                "layer": i,
+                "state": "After Post-Forward",
+                "unsharded_param": kept + (own if per_layer[i].reshard_after_forward is False else 0),
+            },
+        ]
+    return [
+        {
+            "section": SECTION_MEMORY,
+            "title": "memory",
+            "check": "memory",
+            "note": "a snapshot counts the whole rank: every layer's shards, and every layer still unsharded",
+            "entries": [{**e, **_DRAFTED} for e in entries],
+        }
+    ]
 
 
 # A sparse layer's integer steps: torch.topk's indices and a count of them (a sum of bools), int64
@@ -290,12 +474,14 @@ def _shard_rows(layer: calc.UnitTables, observe: list[int]) -> list[dict[str, An
     return out
 
 
-def _collective_tables(layer: calc.UnitTables, model: calc.ModelTables, layers: int) -> list[dict[str, Any]]:
-    by = {(c.phase, c.op): c for c in layer.collectives}
-    if not by:  # a one-rank shard group issues no collective (torch FSDPParamGroup.unshard)
+def _collective_tables(per_layer: list[calc.UnitTables]) -> list[dict[str, Any]]:
+    """Step 0's all-gather, the backward's collectives and the per-layer and per-step totals,
+    for each representative layer (layers set alike repeat layer 0's entries)."""
+    reps = _representatives(per_layer)
+    if not per_layer[0].collectives:  # a one-rank shard group issues no collective (torch FSDPParamGroup.unshard)
         return [
             {
-                "section": "单层单步通信量汇总",
+                "section": SECTION_SUMMARY,
                 "title": "per layer per step",
                 "check": "collectives",
                 "note": "one rank: FSDP2 copies the shard in place and issues no all-gather or reduce-scatter",
@@ -303,48 +489,58 @@ def _collective_tables(layer: calc.UnitTables, model: calc.ModelTables, layers: 
             }
         ]
 
-    def entry(id_: str, c: calc.Collective, keep: tuple[str, ...] | None = None) -> dict[str, Any]:
+    def entry(id_: str, i: int, c: calc.Collective, keep: tuple[str, ...] | None = None) -> dict[str, Any]:
         fields = c.fields()
         if keep is not None:
             fields = {k: v for k, v in fields.items() if k in keep}
-        select = {"phase": c.phase, "layer": 0} | ({"op": c.op} if c.phase == "backward" else {})
+        select = {"phase": c.phase, "layer": i} | ({"op": c.op} if c.phase == "backward" else {})
         return {"id": id_, "select": select, "count": 1, **fields, **_DRAFTED}
 
-    ag_f, ag_b, rs = by["forward", "all_gather"], by.get(("backward", "all_gather")), by["backward", "reduce_scatter"]
-    gather = {
-        "section": "Step 0：Pre-Forward Hook → All-Gather 层参数",
-        "title": "all-gather",
-        "check": "collectives",
-        "entries": [entry("forward_all_gather", ag_f)],
-    }
+    gather: list[dict[str, Any]] = []
+    backward: list[dict[str, Any]] = []
+    totals: list[dict[str, Any]] = []
+    for i in reps:
+        t, pre = per_layer[i], _prefix(i, reps)
+        by = {(c.phase, c.op): c for c in t.collectives}
+        gather.append(entry(f"{pre}forward_all_gather", i, by["forward", "all_gather"]))
+        ag_b = by.get(("backward", "all_gather"))
+        if ag_b is not None:
+            backward.append(entry(f"{pre}backward_all_gather", i, ag_b, ("numel_out", "ring_bytes")))
+        else:  # kept unsharded after forward: the backward needs no all-gather
+            select = {"phase": "backward", "layer": i, "op": "all_gather"}
+            backward.append({"id": f"{pre}no_backward_all_gather", "select": select, "count": 0, **_DRAFTED})
+        rs = by["backward", "reduce_scatter"]
+        backward.append(entry(f"{pre}backward_reduce_scatter", i, rs, ("dtype", "numel_in", "numel_out", "ring_bytes")))
+        totals.append({"id": f"{pre}layer_step_total", "select": {"layer": i}, **t.step_total(), **_DRAFTED})
+    backward.append({"id": "optimizer_no_collective", "select": {"phase": "optimizer"}, "count": 0, **_DRAFTED})
+    sent = [t.total_ring_bytes for t in per_layer]
+    added = f"{len(sent)} × the per-layer total" if len(set(sent)) == 1 else "the sum of each layer's own total"
+    totals.append(
+        {
+            "id": "model_step_total",
+            "says": f"N_L = {len(per_layer)} layers: {added}",
+            "select": {},
+            "total_ring_bytes": _whole(sum(sent)),
+            **_DRAFTED,
+        }
+    )
+    gather_table = {"section": SECTION_GATHER, "title": "all-gather", "check": "collectives", "entries": gather}
+    layer = per_layer[0]
     if layer.padding_numel:
-        gather["note"] = (
+        gather_table["note"] = (
             f"padded: the layer holds {layer.numel:,} elements; the all-gather carries "
             f"{layer.padded_numel:,} ({layer.padding_numel:,} padding)"
         )
-    backward = [entry("backward_reduce_scatter", rs, ("dtype", "numel_in", "numel_out", "ring_bytes"))]
-    if ag_b is not None:
-        backward.insert(0, entry("backward_all_gather", ag_b, ("numel_out", "ring_bytes")))
-    backward.append({"id": "optimizer_no_collective", "select": {"phase": "optimizer"}, "count": 0, **_DRAFTED})
     return [
-        gather,
-        {"section": "Backward 简述", "title": "backward", "check": "collectives", "entries": backward},
-        {
-            "section": "单层单步通信量汇总",
-            "title": "per layer per step",
-            "check": "collectives",
-            "entries": [
-                {"id": "layer_step_total", "select": {"layer": 0}, **layer.step_total(), **_DRAFTED},
-                {
-                    "id": "model_step_total",
-                    "says": f"N_L × per-layer total, N_L = {layers}",
-                    "select": {},
-                    **model.step_total(),
-                    **_DRAFTED,
-                },
-            ],
-        },
+        gather_table,
+        {"section": SECTION_BACKWARD, "title": "backward", "check": "collectives", "entries": backward},
+        {"section": SECTION_SUMMARY, "title": "per layer per step", "check": "collectives", "entries": totals},
     ]
+
+
+def _whole(value: int | float) -> int | float:
+    """An int where the bytes are whole (a spec reads 7081344, not 7081344.0)."""
+    return int(value) if float(value).is_integer() else value
 
 
 def to_yaml(header: list[str], spec: dict[str, Any]) -> str:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 
 from rich.console import Console
 from rich.text import Text
@@ -10,13 +12,29 @@ from rich.text import Text
 __all__ = ["stdout_console", "stderr_console", "print_mark", "print_spec_error"]
 
 
+FALLBACK_WIDTH = 80
+"""Columns when neither COLUMNS nor any terminal says (output to a file or CI log, no terminal)."""
+
+
+def terminal_width() -> int:
+    """Columns to lay output out in: ``COLUMNS`` when set, else the width of the terminal on
+    stdout, or on stderr or stdin when stdout is piped (``harness run ... | less`` is read in that
+    terminal), else :data:`FALLBACK_WIDTH`."""
+    columns = shutil.get_terminal_size((0, 0)).columns  # COLUMNS, else stdout's terminal; 0: neither
+    if columns > 0:
+        return columns
+    for stream in (sys.__stderr__, sys.__stdin__):
+        try:
+            return os.get_terminal_size(stream.fileno()).columns or FALLBACK_WIDTH
+        except (AttributeError, ValueError, OSError):  # no such stream, closed, or not a terminal
+            continue
+    return FALLBACK_WIDTH
+
+
 def stdout_console() -> Console:
-    """rich's Console for stdout, colour only on a terminal. Piped output is not cut to 80
-    columns: tables get 160, and an error stays on one line (soft wrap)."""
-    console = Console(highlight=False, soft_wrap=True)
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(highlight=False, soft_wrap=True, width=160)
-    return console
+    """rich's Console for stdout, colour only on a terminal, laid out in :func:`terminal_width`
+    columns (tables wrap or go entry by entry to fit); a one-line message stays one line (soft wrap)."""
+    return Console(highlight=False, soft_wrap=True, width=terminal_width())
 
 
 def stderr_console() -> Console:

@@ -37,8 +37,29 @@ def add_arguments(sub: argparse._SubParsersAction) -> None:
         choices=("float16", "bfloat16", "float32"),
         help="parameter dtype (default: the config file's torch_dtype or dtype, else bfloat16)",
     )
-    draft.add_argument("--batch-per-rank", type=int, default=1)
-    draft.add_argument("--seq-len", type=int, default=16)
+    draft.add_argument(
+        "--param-dtype",
+        default=None,
+        choices=("float16", "bfloat16", "float32"),
+        help="MixedPrecisionPolicy param_dtype for every unit: the all-gather and compute dtype (default: none)",
+    )
+    draft.add_argument(
+        "--reduce-dtype",
+        default=None,
+        choices=("float16", "bfloat16", "float32"),
+        help="MixedPrecisionPolicy reduce_dtype for every unit: the gradient reduce-scatter dtype (default: none)",
+    )
+    draft.add_argument(
+        "--reshard-after-forward",
+        metavar="UNIT=VALUE",
+        action="append",
+        type=_unit_reshard,
+        default=[],
+        help="one unit's reshard_after_forward (true, false or a group size), e.g. layers.1=false; "
+        "repeatable; units left out reshard (true)",
+    )
+    draft.add_argument("--batch-per-rank", type=int, default=None, help="B (default: a spec's default)")
+    draft.add_argument("--seq-len", type=int, default=None, help="L (default: a spec's default)")
     draft.add_argument("--backend", choices=BACKENDS, default=None)
     draft.add_argument("-o", "--output", help="write the spec here instead of stdout")
     draft.add_argument(
@@ -48,11 +69,28 @@ def add_arguments(sub: argparse._SubParsersAction) -> None:
     )
 
 
+def _unit_reshard(text: str) -> tuple[str, bool | int]:
+    """``layers.1=false`` -> ("layers.1", False); argparse reports the ValueError's text."""
+    unit, sep, value = text.partition("=")
+    word = value.strip().lower()
+    if not sep or not unit.strip():
+        raise argparse.ArgumentTypeError(f"expected UNIT=VALUE (e.g. layers.1=false), got {text!r}")
+    if word in ("true", "false"):
+        return unit.strip(), word == "true"
+    if word.isdigit() and int(word) >= 1:
+        return unit.strip(), int(word)
+    raise argparse.ArgumentTypeError(f"{text!r}: expected true, false or a group size >= 1 after '='")
+
+
 def argument_problem(args: argparse.Namespace) -> str | None:
     """What argparse cannot check (a count below 1), as its error text; None when all are fine."""
     for name in ("world_size", "layers", "batch_per_rank", "seq_len"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             return f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}"
+    units = [unit for unit, _ in args.reshard_after_forward]
+    twice = sorted({u for u in units if units.count(u) > 1})
+    if twice:
+        return f"--reshard-after-forward: {', '.join(twice)} given more than once"
     return None
 
 
@@ -163,8 +201,10 @@ def _drafted_for_this_machine(args: argparse.Namespace, err: Console) -> str | N
             args.world_size,
             layers=args.layers,
             dtype=args.dtype,
-            batch_per_rank=args.batch_per_rank,
-            seq_len=args.seq_len,
+            param_dtype=args.param_dtype,
+            reduce_dtype=args.reduce_dtype,
+            reshard_after_forward=dict(args.reshard_after_forward),
+            **{k: getattr(args, k) for k in ("batch_per_rank", "seq_len") if getattr(args, k) is not None},
             backend=backend,
             output=args.output,
         )

@@ -60,7 +60,9 @@ class CheckResult:
     def explain(self) -> str:
         """Multi-line text for a failure: where it comes from, expected vs observed."""
         e = self.entry
-        lines = [f"{e.spec}:{e.line}: [{e.table or e.section}] {e.id}"]
+        failed = [f.field for f in self.fields if not f.ok]
+        line = e.line_of(failed[0]) if failed else e.line  # where to edit: the failing field's line
+        lines = [f"{e.spec}:{line}: [{e.table or e.section}] {e.id}"]
         if e.says:  # the spec's statement of the document's claim, with where the document makes it
             lines.append(f"  the document claims: {e.says}" + (f" (section: {e.section})" if e.section else ""))
         elif e.section:

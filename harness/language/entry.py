@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from harness.language.expect import Expectation, parse_expectation
@@ -24,6 +24,8 @@ class Entry:
         section: the document section (heading) the table encodes.
         table: the table's title.
         spec: spec file path; line: 1-based line of the entry in it.
+        field_lines: expected field name -> 1-based line where its value is written (the
+            entry's own key, or its table's ``with:``); a field left out: see ``line``.
     """
 
     id: str
@@ -35,6 +37,11 @@ class Entry:
     table: str = ""
     spec: str = ""
     line: int = 0
+    field_lines: Mapping[str, int] = field(default_factory=dict)
+
+    def line_of(self, name: str) -> int:
+        """The line of expected field ``name`` in the spec (the entry's line if unknown)."""
+        return self.field_lines.get(name) or self.line
 
 
 def make_entry(

@@ -44,14 +44,15 @@ def rank_hosts(obs: Mapping[str, Any]) -> dict[int, str]:
 
 
 def ranks_on_hosts(ranks: Iterable[int], hosts: Mapping[int, str]) -> str:
-    """``3 (host-b)`` or ``0, 1 (host-a); 5 (host-c)``: ranks grouped by host; plain ranks without hosts."""
+    """``3 (host node-b)`` or ``0, 1 (host node-a); 5 (host node-c)``: ranks grouped by host name;
+    plain ranks without hosts."""
     ranks = sorted(ranks)
     if not hosts or any(r not in hosts for r in ranks):
         return ranks_text(ranks)
     by_host: dict[str, list[int]] = {}
     for r in ranks:
         by_host.setdefault(hosts[r], []).append(r)
-    return "; ".join(f"{ranks_text(rs)} ({host})" for host, rs in by_host.items())
+    return "; ".join(f"{ranks_text(rs)} (host {host})" for host, rs in by_host.items())
 
 
 def ranks_text(ranks: Iterable[int]) -> str:

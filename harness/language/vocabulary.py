@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from harness.language.expect import BYTE_UNITS, COUNT_UNITS, Expectation
+from harness.language.suggest import did_you_mean
 
 DTYPE_NAMES: tuple[str, ...] = (
     "float16",
@@ -252,5 +253,6 @@ class CheckKind:
             return None
         return (
             f"{key!r} is not a selector or field of check kind {self.name!r}; "
+            f"{did_you_mean(key, [*self.selector_index, *self.field_index])}"
             f"selectors: {sorted(self.selector_index)}; fields: {sorted(self.field_index)}"
         )

@@ -12,6 +12,7 @@ declarations (``python -m harness.load.docs``). A validated mapping becomes a :c
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping
 
@@ -511,6 +512,18 @@ def _init_device(value: Any) -> str | None:
     return value.get("device") if isinstance(value, Mapping) else value
 
 
+MESH_RULE_KEYS = re.compile(
+    r"setup\.(mesh\.dim_names|observe_ranks|state_dict\.reload_world_sizes|schedule\.steps\[\d+\]\.all_reduce)$"
+)
+"""Key paths of the setup rules that read the mesh (``RunSetup._rules``)."""
+
+
+def reads_the_mesh(key_path: str) -> bool:
+    """True for a setup problem at a key path whose rule reads the mesh: with a mesh the schema
+    refused, the default mesh stood in, and the problem may be false."""
+    return MESH_RULE_KEYS.match(key_path) is not None
+
+
 @dataclass(frozen=True)
 class RunSetup:
     """How the harness runs the step: one FSDP2 training step, fully specified.
@@ -734,7 +747,8 @@ class RunSetup:
         return setup
 
     def _rules(self, given: Mapping[str, Any], where: str) -> Problems:
-        """What the schema cannot see across keys, as (key path, expected) pairs."""
+        """What the schema cannot see across keys, as (key path, expected) pairs. The rules that
+        read the mesh write only to :data:`MESH_RULE_KEYS`."""
         problems: Problems = []
         shape, names = list(self.mesh_shape), list(self.mesh_dim_names)
         if len(names) != len(shape):

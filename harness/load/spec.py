@@ -27,11 +27,12 @@ from harness.language.entry import Entry
 from harness.language.expect import ExpectationError, parse_expectation
 from harness.language.kinds import REGISTRY
 from harness.language.kinds.docs import ENTRY_TITLE
+from harness.language.suggest import closest_first, did_you_mean
 from harness.language.vocabulary import CheckKind, Context
 from harness.load.hooks import resolve_hooks
 from harness.load.model_config import resolve_config_file
 from harness.load.schedule import schedule_problems
-from harness.load.setup import RunSetup, SetupError
+from harness.load.setup import RunSetup, SetupError, reads_the_mesh
 from harness.load.spec_files import SUFFIXES
 from harness.load.timing import timing_dependent_errors
 from harness.load.yaml_safe import YamlFileError, load_file
@@ -274,18 +275,22 @@ def load_spec(path: str | Path) -> Spec:
         broken.append(key)
 
     setup, context = None, Context()
+    # A mesh the schema refused leaves the world size unknown: the default mesh standing in for it
+    # must not make right ranks look outside the world (one wrong type, one error).
+    mesh_unknown = any(b[:2] == ("setup", "mesh") for b in broken)
     if isinstance(data.get("setup"), dict) and ("setup",) not in broken:
         # the setup's keys the schema accepted: checked further even when a sibling key is broken
         valid = {k: v for k, v in data["setup"].items() if not any(b[:2] == ("setup", k) for b in broken)}
         valid, problems = resolve_config_file(valid, path)  # setup.model.config: path/to/config.json
         for key_path, message in problems:
             errors.add(_undotted(key_path), message)
-        context = Context(world_size=_world_size(valid))
+        context = Context(world_size=None if mesh_unknown else _world_size(valid))
         try:
             setup = RunSetup.from_mapping(valid)
         except SetupError as exc:
             for key_path, message in exc.errors:
-                errors.add(_undotted(key_path), message)
+                if not (mesh_unknown and reads_the_mesh(key_path)):
+                    errors.add(_undotted(key_path), message)
         calls = [
             (f"setup.schedule.steps[{i}].call", step.call)
             for i, step in enumerate(setup.schedule.steps if setup is not None and setup.schedule is not None else ())
@@ -310,6 +315,8 @@ def load_spec(path: str | Path) -> Spec:
                 for key_path, message in exc.errors:
                     errors.add(_undotted(key_path), message)
                 context = Context(world_size=setup.world_size, mesh_dim_names=tuple(setup.mesh_dim_names))
+            if mesh_unknown:
+                context = dataclasses.replace(context, world_size=None, mesh_dim_names=())
             if any(b[:2] == ("setup", "state_dict") for b in broken):  # its calls unknown, not absent
                 context = dataclasses.replace(context, state_dict_gets=None, state_dict_sets=None)
             if setup.schedule is not None and config is not None and context.unit_names is not None:
@@ -529,7 +536,7 @@ def _schema_errors(data: Any) -> list[tuple[tuple, str]]:
                         kind.unknown_key(extra)
                         if kind
                         else f"Additional properties are not allowed ({extra!r} was unexpected); "
-                        f"allowed keys: {sorted(allowed)}",
+                        f"{did_you_mean(extra, allowed)}allowed keys: {closest_first(extra, sorted(allowed))}",
                     )
                 )
         else:
@@ -575,7 +582,10 @@ def _schema_message(err: jsonschema.ValidationError) -> str:
         allowed = sorted(err.schema.get("properties", {}))
         return f"{err.message}; allowed keys: {allowed}"
     if err.validator == "enum":
-        return f"expected one of {err.validator_value}, got {err.instance!r}"
+        values = err.validator_value
+        hint = did_you_mean(err.instance, [v for v in values if isinstance(v, str)])
+        shown = closest_first(err.instance, values) if hint else values
+        return f"{hint}expected one of {shown}, got {err.instance!r}"
     if err.validator == "required":
         return err.message
     types = err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]
@@ -746,6 +756,7 @@ def _table_items(
             table=title,
             spec=str(errors.path),
             line=lines(key),
+            field_lines={k: lines(at(k)) for k in expect},
         )
         ranges = [r for r in (spec_range, table.get("torch", ""), meta.get("torch", "")) if r]
         items.append(SpecItem(entry, ",".join(ranges), meta.get("deviation"), bool(meta.get("drafted"))))

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Sequence
 
 from harness.contract.calculator import DTYPE_BYTES
+from harness.language.suggest import closest, did_you_mean
 from harness.load.declare import convert_key, key, object_schema
 
 __all__ = [
@@ -459,10 +460,15 @@ def _unused_checkpoint_defaults(defaults: Mapping[str, Any], plans: Sequence[Uni
 
 
 def _near(pattern: str, module_paths: Sequence[str]) -> str:
-    """Module paths at the pattern's depth that share its first component (at most 8)."""
+    """The closest module paths first (a spelling slip, a prefix too many), then those at the
+    pattern's depth that share its first component (at most 8 shown)."""
     depth = pattern.count(".")
     head = pattern.split(".")[0]
     same = [p for p in module_paths if p and p.count(".") == depth and p.split(".")[0] == head]
     pool = same or [p for p in module_paths if p and p.count(".") == depth] or [p for p in module_paths if p]
+    near = closest(pattern, module_paths)
+    pool = near + [p for p in pool if p not in near]
     shown = pool[:8]
-    return f"modules like it: {shown}" + (f" (and {len(pool) - 8} more)" if len(pool) > 8 else "")
+    return f"{did_you_mean(pattern, module_paths)}modules like it: {shown}" + (
+        f" (and {len(pool) - 8} more)" if len(pool) > 8 else ""
+    )

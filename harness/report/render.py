@@ -1,25 +1,33 @@
 """The walkthrough document's tables, regenerated from a run: (spec, observation) -> Markdown.
 
-:func:`render_markdown` lays out an observation document (``harness/schemas/
-observation.schema.json``) as the tables of *FSDP2 Qwen3 Decoder Layer Walkthrough*, each
-under a heading that names the document section it regenerates:
+:func:`render_markdown` lays out an observation document (``harness/contract/
+observation.schema.json``) as the tables of *FSDP2 Qwen3 Decoder Layer Walkthrough*, for
+every FSDP unit of the run, under English headings:
 
-- "配置（精简版，便于数值追踪）": the configuration (d, h_q, h_kv, d_h, d_ffn, N, B, L);
-- "参数列表（单层）": one layer's parameters (name, shape, elements) and the layer total;
-- "每个 rank 上的参数分片": each parameter's Shard(0) shard per rank, and the per-rank total;
-- "每个 rank 上的激活值（输入）": the input each rank holds and which samples of the batch;
-- "Forward 逐算子 Walkthrough": Steps 0-11 of one layer: tensors and their shapes, and the
+- "Configuration": d, h_q, h_kv, d_h, d_ffn, N, B, L;
+- "Parameters": each unit's parameters (name, shape, elements) and its total;
+- "Shards on each rank": each parameter's shard per rank, and the per-rank total;
+- "Inputs on each rank": the input each rank holds and which samples of the batch;
+- "Forward, step by step": Steps 0-11 of each layer: tensors and their shapes, and the
   collectives each step issues (Step 0's all-gather, Step 11's reshard);
-- "层间过渡": collectives issued between layers in forward;
-- "Backward 简述": the backward's Step 0 (all-gather), 1-10 and 11 (reduce-scatter);
-- "单层单步通信量汇总": bytes each rank sends per layer per step, and for all N_L layers.
+- "Between layers": collectives issued between layers in forward;
+- "Backward": each layer's Step 0 (all-gather), 1-10 and 11 (reduce-scatter);
+- "Mixed precision": each unit's MixedPrecisionPolicy and the dtypes its collectives and
+  output were observed in;
+- "Memory": FSDPMemTracker's bytes by category at each snapshot of the first step;
+- "Communication per unit per step": bytes each rank sends per unit, and the step's total as
+  the sum of what each layer really sends (a layer kept unsharded after forward sends less).
+
+Units built the same way and observed the same share one table ("each of `layers.0`,
+`layers.1`"); a unit that differs gets its own. A heading names the document section it
+regenerates ("Document section: ...") only where the spec's own tables cite that section: the
+walkthrough's names belong to the specs written from it.
 
 Figures are printed the document's way (three significant digits, "≈2.36M", "4.72 MB" with
 MB = 10^6 bytes; ``harness.report.figures``) with the exact figure beside. Bytes a collective
 "sends per rank" follow the ring model used by the checks (``harness.language.observed.ring_bytes``):
-S x (N-1)/N for all-gather and reduce-scatter, S the full buffer. The document's layer is the
-first layer unit; per-rank tables show the first observed rank and say which ranks agree
-(ranks that differ get their own table).
+S x (N-1)/N for all-gather and reduce-scatter, S the full buffer. Per-rank tables show the
+first observed rank and say which ranks agree (ranks that differ get their own table).
 
 Pure: reads only its arguments (and ``model.config`` / ``model.steps`` for the configuration's
 field values and the step numbers of observed tensors); no torch, no files.
@@ -27,15 +35,17 @@ field values and the step numbers of observed tensors); no torch, no files.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from harness.contract.names import MEMORY_CATEGORIES, MEMORY_UNIT_STATES
 from harness.language.observed import ring_bytes
 from harness.report.figures import count_exact, fraction, mb, mb_exact, ranks_text, shape, thousands
 from model.names import LAYER_PARAM_NAMES_DOCUMENT
 
 __all__ = ["render_markdown", "SECTIONS"]
 
-#: Document section headings (cited by name) for each regenerated table.
+#: The walkthrough's section (cited by name, where the spec cites it) for each regenerated table.
 SECTIONS = {
     "config": "配置（精简版，便于数值追踪）",
     "params": "参数列表（单层）",
@@ -62,12 +72,26 @@ _STEP_WHAT = {
 }
 
 _OP_WHAT = {
-    "all_gather": "all-gather the layer's parameters",
-    "reduce_scatter": "reduce-scatter the layer's gradients",
+    "all_gather": "all-gather the unit's parameters",
+    "reduce_scatter": "reduce-scatter the unit's gradients",
     "all_reduce": "all-reduce the gradient shards across replicas",
 }
 
 _STEP_PHASES = ("forward", "backward", "optimizer")
+
+# Categories whose bytes depend on thread timing on a real backend (observation schema:
+# x-timing-dependent): a page regenerated from two runs must read the same.
+_TIMING_CATEGORIES = ("temp", "total")
+
+
+@dataclass
+class _Block:
+    """One ``##`` section of the page: its heading, the document section it regenerates (a key
+    of :data:`SECTIONS`, None for none) and its lines."""
+
+    title: str
+    section: str | None
+    lines: list[str]
 
 
 # --- small Markdown helpers ---------------------------------------------------------------
@@ -81,10 +105,6 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     out += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
     return out
-
-
-def _heading(title: str, section_key: str) -> list[str]:
-    return ["", f"## {title}", "", f"Document section: {SECTIONS[section_key]}", ""]
 
 
 def _per_rank(obs: Mapping[str, Any], build: Callable[[Mapping[str, Any]], list[str]]) -> list[str]:
@@ -106,11 +126,45 @@ def _per_rank(obs: Mapping[str, Any], build: Callable[[Mapping[str, Any]], list[
     return out
 
 
+def _unit_label(name: str) -> str:
+    return "the root" if name == "" else f"`{name}`"
+
+
+def _per_unit(
+    obs: Mapping[str, Any],
+    units: Sequence[Mapping[str, Any]],
+    what: Callable[[Mapping[str, Any]], str],
+    section: str,
+    build: Callable[[Mapping[str, Any], str], list[str]],
+) -> list[_Block]:
+    """One block per group of units whose per-rank tables read the same (``build(rank_doc,
+    unit name)``), titled ``what(first unit)`` and the units: "(each of `layers.0`, `layers.1`)"."""
+    groups: list[tuple[list[str], list[Mapping[str, Any]]]] = []
+    for unit in units:
+        lines = _per_rank(obs, lambda rank_doc, name=unit["name"]: build(rank_doc, name))
+        for known, members in groups:
+            if known == lines and members[0]["role"] == unit["role"]:
+                members.append(unit)
+                break
+        else:
+            groups.append((lines, [unit]))
+    blocks = []
+    for lines, members in groups:
+        names = ", ".join(_unit_label(u["name"]) for u in members)
+        blocks.append(_Block(f"{what(members[0])} ({'each of ' if len(members) > 1 else ''}{names})", section, lines))
+    return blocks
+
+
 # --- reading the observation --------------------------------------------------------------
 
 
 def _layer_units(obs: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [u for u in obs["fsdp_units"] if u["role"] == "layer"]
+
+
+def _param_units(obs: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Units that manage parameters, in ``fully_shard`` order."""
+    return [u for u in obs["fsdp_units"] if u["params"]]
 
 
 def _rel(fqn: str, unit: str) -> str:
@@ -196,6 +250,13 @@ def _config(obs: Mapping[str, Any]) -> Any | None:
         return None
 
 
+def _param_state(rank_doc: Mapping[str, Any], unit: str, point: str) -> Mapping[str, Any] | None:
+    for s in rank_doc["param_states"]:
+        if s["unit"] == unit and s["point"] == point:
+            return s
+    return None
+
+
 # --- the sections -------------------------------------------------------------------------
 
 
@@ -217,7 +278,7 @@ def _intro(spec: Any, obs: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _section_config(obs: Mapping[str, Any]) -> list[str]:
+def _section_config(obs: Mapping[str, Any]) -> list[_Block]:
     config = _config(obs)
     if config is None:
         return []
@@ -240,43 +301,41 @@ def _section_config(obs: Mapping[str, Any]) -> list[str]:
         ("sequence length", "L", setup["seq_len"]),
         ("parameter dtype", "", setup["model"]["dtype"]),
     ]
-    return _heading("Configuration", "config") + _table(("setting", "symbol", "value"), rows)
+    return [_Block("Configuration", "config", _table(("setting", "symbol", "value"), rows))]
 
 
-def _section_params(obs: Mapping[str, Any]) -> list[str]:
-    layers = _layer_units(obs)
-    if not layers:
-        return []
-    unit = layers[0]["name"]
-    rank_doc = obs["ranks"][0]
-    params = _unit_params(rank_doc, unit)
-    rows = [(_rel(p["fqn"], unit), shape(p["full_shape"]), thousands(p["numel"])) for p in params]
-    numel = sum(p["numel"] for p in params)
-    nbytes = sum(p["numel"] * p["element_size"] for p in params)
-    rows.append((f"**layer total ({len(params)} parameters)**", "", count_exact(numel)))
-    dtypes = sorted({p["dtype"] for p in params})
-    same = [u["name"] for u in layers if len(u["params"]) == len(layers[0]["params"])]
-    lines = _heading(f"Parameters of one layer (`{unit}`)", "params") + _table(("name", "shape", "elements"), rows)
-    lines += ["", f"In {', '.join(dtypes)} the layer's parameters take {mb_exact(nbytes)}."]
-    if len(layers) > 1:
-        lines.append(
-            f"Every layer unit is built the same way: {', '.join(f'`{n}`' for n in same)} hold "
-            f"{len(layers[0]['params'])} parameters each."
-        )
-    return lines
+def _unit_kind(unit: Mapping[str, Any]) -> str:
+    return "one layer" if unit["role"] == "layer" else "a unit"
 
 
-def _section_shards(obs: Mapping[str, Any]) -> list[str]:
-    layers = _layer_units(obs)
-    if not layers:
-        return []
-    unit = layers[0]["name"]
-    first = _unit_params(obs["ranks"][0], unit)
-    placements = sorted({" ".join(p["placements"]) or "(plain tensor)" for p in first})
-    mesh_dims = sorted({", ".join(p["mesh_dim_names"]) for p in first if p["mesh_dim_names"]})
-
-    def build(rank_doc: Mapping[str, Any]) -> list[str]:
+def _section_params(obs: Mapping[str, Any]) -> list[_Block]:
+    def build(rank_doc: Mapping[str, Any], unit: str) -> list[str]:
         params = _unit_params(rank_doc, unit)
+        rows = [(_rel(p["fqn"], unit), shape(p["full_shape"]), thousands(p["numel"])) for p in params]
+        numel = sum(p["numel"] for p in params)
+        nbytes = sum(p["numel"] * p["element_size"] for p in params)
+        total = "layer" if unit in layers else "unit"
+        rows.append((f"**{total} total ({len(params)} parameters)**", "", count_exact(numel)))
+        dtypes = sorted({p["dtype"] for p in params})
+        return _table(("name", "shape", "elements"), rows) + [
+            "",
+            f"In {', '.join(dtypes)} the {total}'s parameters take {mb_exact(nbytes)}.",
+        ]
+
+    layers = {u["name"] for u in _layer_units(obs)}
+    # full shapes are the same on every rank: the first rank's table stands for all
+    first = {**obs, "ranks": obs["ranks"][:1]}
+    blocks = _per_unit(first, _param_units(obs), lambda u: f"Parameters of {_unit_kind(u)}", "params", build)
+    for block in blocks:  # "On rank 0 (every observed rank):" would claim more than was looked at
+        block.lines = block.lines[2:]
+    return blocks
+
+
+def _section_shards(obs: Mapping[str, Any]) -> list[_Block]:
+    def build(rank_doc: Mapping[str, Any], unit: str) -> list[str]:
+        params = _unit_params(rank_doc, unit)
+        placements = sorted({" ".join(p["placements"]) or "(plain tensor)" for p in params})
+        mesh_dims = sorted({", ".join(p["mesh_dim_names"]) for p in params if p["mesh_dim_names"]})
         rows = [
             (_rel(p["fqn"], unit), shape(p["full_shape"]), shape(p["local_shape"]), thousands(p["local_numel"]))
             for p in params
@@ -285,42 +344,38 @@ def _section_shards(obs: Mapping[str, Any]) -> list[str]:
         local_bytes = sum(p["local_numel"] * p["element_size"] for p in params)
         full_bytes = sum(p["numel"] * p["element_size"] for p in params)
         rows.append(("**total per rank**", "", "", count_exact(local)))
-        share = f"{_share(local_bytes, full_bytes)} of the layer's {mb(full_bytes)}" if full_bytes else "no bytes"
-        return _table(("name", "full shape", "shard on this rank", "elements on this rank"), rows) + [
-            "",
-            f"This rank's shards of the layer take {mb_exact(local_bytes)}: {share}.",
-        ]
+        what = "layer" if unit in layers else "unit"
+        share = f"{_share(local_bytes, full_bytes)} of the {what}'s {mb(full_bytes)}" if full_bytes else "no bytes"
+        return (
+            [
+                f"Every parameter is a DTensor with placements {', '.join(placements)} on mesh dim "
+                f"{', '.join(mesh_dims) or '-'}.",
+                "",
+            ]
+            + _table(("name", "full shape", "shard on this rank", "elements on this rank"), rows)
+            + [
+                "",
+                f"This rank's shards of the {what} take {mb_exact(local_bytes)}: {share}.",
+            ]
+        )
 
-    lines = _heading(f"Shards on each rank (`{unit}`)", "shards")
-    lines += [
-        f"Every parameter is a DTensor with placements {', '.join(placements)} on mesh dim "
-        f"{', '.join(mesh_dims) or '-'}.",
-        "",
-    ]
-    return lines + _per_rank(obs, build)
+    layers = {u["name"] for u in _layer_units(obs)}
+    return _per_unit(obs, _param_units(obs), lambda u: "Shards on each rank", "shards", build)
 
 
-def _section_inputs(obs: Mapping[str, Any]) -> list[str]:
+def _section_inputs(obs: Mapping[str, Any]) -> list[_Block]:
     ranks = obs["ranks"]
     name = ranks[0]["input"]["name"]
     rows = [(r["rank"], shape(r["input"]["shape"]), ", ".join(str(s) for s in r["input"]["samples"])) for r in ranks]
     setup, env = obs["setup"], obs["environment"]
-    lines = _heading("Inputs on each rank", "inputs")
-    lines += [
+    lines = [
         f"Global batch {env['world_size'] * setup['batch_per_rank']} = {env['world_size']} ranks × "
         f"{setup['batch_per_rank']} samples; the samples column is observed (the rank's input rows matched "
         f"against the global batch).",
         "",
     ]
     lines += _table(("rank", f"{name} held", "samples of the global batch"), rows)
-    return lines
-
-
-def _param_state(rank_doc: Mapping[str, Any], unit: str, point: str) -> Mapping[str, Any] | None:
-    for s in rank_doc["param_states"]:
-        if s["unit"] == unit and s["point"] == point:
-            return s
-    return None
+    return [_Block("Inputs on each rank", "inputs", lines)]
 
 
 def _state_text(state: Mapping[str, Any] | None, placements: str) -> str:
@@ -337,15 +392,13 @@ def _state_text(state: Mapping[str, Any] | None, placements: str) -> str:
     return f"{len(params)} parameters: {kind}, {mb_exact(state['bytes'])}"
 
 
-def _section_forward(obs: Mapping[str, Any]) -> list[str]:
+def _section_forward(obs: Mapping[str, Any]) -> list[_Block]:
     from model.steps import STEPS_BY_NAME
 
-    layers = _layer_units(obs)
-    if not layers:
-        return []
-    unit, index = layers[0]["name"], layers[0]["layer"]
+    index_of = {u["name"]: u["layer"] for u in _layer_units(obs)}
 
-    def build(rank_doc: Mapping[str, Any]) -> list[str]:
+    def build(rank_doc: Mapping[str, Any], unit: str) -> list[str]:
+        index = index_of[unit]
         colls = [c for c in _step_collectives(rank_doc) if c["phase"] == "forward" and c.get("unit") == unit]
         pre = [c for c in colls if _hook(c) == "pre_forward"]
         post = [c for c in colls if _hook(c) == "post_forward"]
@@ -380,11 +433,10 @@ def _section_forward(obs: Mapping[str, Any]) -> list[str]:
             ]
         return out
 
-    lines = _heading(f"Forward, step by step (`{unit}`)", "forward")
-    return lines + _per_rank(obs, build)
+    return _per_unit(obs, _layer_units(obs), lambda u: "Forward, step by step", "forward", build)
 
 
-def _section_between(obs: Mapping[str, Any]) -> list[str]:
+def _section_between(obs: Mapping[str, Any]) -> list[_Block]:
     layer_names = {u["name"] for u in _layer_units(obs)}
 
     def build(rank_doc: Mapping[str, Any]) -> list[str]:
@@ -395,16 +447,11 @@ def _section_between(obs: Mapping[str, Any]) -> list[str]:
 
     if not layer_names:
         return []
-    return _heading("Between layers", "between") + _per_rank(obs, build)
+    return [_Block("Between layers", "between", _per_rank(obs, build))]
 
 
-def _section_backward(obs: Mapping[str, Any]) -> list[str]:
-    layers = _layer_units(obs)
-    if not layers:
-        return []
-    unit = layers[0]["name"]
-
-    def build(rank_doc: Mapping[str, Any]) -> list[str]:
+def _section_backward(obs: Mapping[str, Any]) -> list[_Block]:
+    def build(rank_doc: Mapping[str, Any], unit: str) -> list[str]:
         colls = _step_collectives(rank_doc)
         bwd = [c for c in colls if c["phase"] == "backward" and c.get("unit") == unit]
         gather = [c for c in bwd if _hook(c) in ("pre_backward", "backward_prefetch")]
@@ -431,19 +478,129 @@ def _section_backward(obs: Mapping[str, Any]) -> list[str]:
         ]
         return _table(("step", "what", "communication"), rows)
 
-    return _heading(f"Backward (`{unit}`)", "backward") + _per_rank(obs, build)
+    return _per_unit(obs, _layer_units(obs), lambda u: "Backward", "backward", build)
 
 
-def _section_summary(obs: Mapping[str, Any]) -> list[str]:
-    layers = _layer_units(obs)
-    if not layers:
+def _dtypes(values: Iterable[str | None]) -> str:
+    found = sorted({v for v in values if v})
+    return ", ".join(found) if found else "none observed"
+
+
+def _section_precision(obs: Mapping[str, Any]) -> list[_Block]:
+    """Each unit's MixedPrecisionPolicy (as torch's FSDP state holds it after the step) beside the
+    dtypes observed on the first rank: its all-gathers, its reduce-scatters, its forward output."""
+    units = _param_units(obs)
+    if not units:
         return []
-    unit = layers[0]["name"]
-    n_layers = len(layers)
+    rank_doc = obs["ranks"][0]
+    storage = obs["setup"]["model"]["dtype"]
+
+    def policy(unit: Mapping[str, Any], key: str) -> str:
+        state = unit.get("state")
+        if not state or key not in state:
+            return "not recorded"
+        return state[key] or f"none (keeps {storage})" if key == "param_dtype" else state[key] or "none"
+
+    rows = []
+    for unit in units:
+        colls = [c for c in _step_collectives(rank_doc) if c.get("unit") == unit["name"]]
+        after = _param_state(rank_doc, unit["name"], "post_forward")
+        rows.append(
+            (
+                _unit_label(unit["name"]),
+                policy(unit, "param_dtype"),
+                policy(unit, "reduce_dtype"),
+                policy(unit, "output_dtype"),
+                _dtypes(c["dtype"] for c in colls if c["op"] == "all_gather"),
+                _dtypes(c["dtype"] for c in colls if c["op"] == "reduce_scatter"),
+                _dtypes((after or {}).get("output_dtypes") or ()),
+            )
+        )
+    header = (
+        "unit",
+        "param_dtype",
+        "reduce_dtype",
+        "output_dtype",
+        "all-gather (observed)",
+        "reduce-scatter (observed)",
+        "forward output (observed)",
+    )
+    lines = [
+        f"Parameters are stored in {storage}. The policy is each unit's MixedPrecisionPolicy as FSDP holds it "
+        f"(none: that dtype is not changed); the observed dtypes are rank {rank_doc['rank']}'s.",
+        "",
+    ] + _table(header, rows)
+    return [_Block("Mixed precision", None, lines)]
+
+
+def _memory_order(obs: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], tuple]:
+    """Snapshots in the order of a step: the root's 'After fully_shard', each unit's states in
+    forward order, then the root's whole-rank states after the step."""
+    units = {u["name"]: i for i, u in enumerate(obs["fsdp_units"])}
+    root_only = ("After fully_shard",)
+
+    def key(m: Mapping[str, Any]) -> tuple:
+        state = m["state"]
+        if state in root_only:
+            return (0, 0, 0)
+        if state in MEMORY_UNIT_STATES:
+            return (1, units.get(m["module"], len(units)), MEMORY_UNIT_STATES.index(state))
+        return (2, 0, 0)
+
+    return key
+
+
+def _section_memory(obs: Mapping[str, Any]) -> list[_Block]:
+    """FSDPMemTracker's snapshots of the first step (and first microbatch) on each rank, bytes by
+    category (categories that stay 0 left out; temp and total, which depend on thread timing on a
+    real backend, too, and there the peaks)."""
+    if not any(r.get("memory") for r in obs["ranks"]):
+        return []
+    labels = {name: label for label, name in MEMORY_CATEGORIES.items()}
+    order = _memory_order(obs)
+
+    simulated = obs["environment"]["simulated"]
+
+    def listed(m: Mapping[str, Any]) -> bool:
+        # A peak is snapshotted when the total is highest, and on a real backend the total holds
+        # timing-dependent temp bytes: which moment that is may differ from run to run.
+        peak = m["state"].startswith("Peak")
+        return m.get("step_index") in (None, 0) and m.get("microbatch") in (None, 0) and (simulated or not peak)
 
     def build(rank_doc: Mapping[str, Any]) -> list[str]:
-        colls = _step_collectives(rank_doc)
-        mine = [c for c in colls if c.get("unit") == unit]
+        snaps = sorted((m for m in rank_doc.get("memory", []) if listed(m)), key=order)
+        if not snaps:
+            return ["No snapshot recorded."]
+        sizes = [m.get("unrounded_bytes", m["bytes"]) for m in snaps]
+        shown = [c for c in labels if c not in _TIMING_CATEGORIES and any(b.get(c) for b in sizes)]
+        rows = [
+            (_unit_label(m["module"]), m["state"], *(mb(b.get(c, 0)) if b.get(c) else "0" for c in shown))
+            for m, b in zip(snaps, sizes)
+        ]
+        return _table(("unit", "state", *(labels[c] for c in shown)), rows)
+
+    lines = [
+        "Each rank's bytes by FSDPMemTracker category at every snapshot of the first step, storages at "
+        "their real sizes (MB = 10^6 bytes; a snapshot counts the whole rank). Temp and Total are left out: "
+        "on a real backend they depend on thread timing"
+        + ("." if obs["environment"]["simulated"] else ", and so does when a peak is snapshotted: peaks too."),
+        "",
+    ]
+    return [_Block("Memory", None, lines + _per_rank(obs, build))]
+
+
+def _unit_sent(rank_doc: Mapping[str, Any], unit: str) -> int:
+    return sum(ring_bytes(c) for c in _step_collectives(rank_doc) if c.get("unit") == unit)
+
+
+def _section_summary(obs: Mapping[str, Any]) -> list[_Block]:
+    layers = _layer_units(obs)
+    units = [u for u in obs["fsdp_units"] if any(_unit_sent(r, u["name"]) for r in obs["ranks"])]
+    if not units:
+        return []
+
+    def build(rank_doc: Mapping[str, Any], unit: str) -> list[str]:
+        mine = [c for c in _step_collectives(rank_doc) if c.get("unit") == unit]
         groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
         for c in mine:
             groups.setdefault((c["phase"], c["op"]), []).append(c)
@@ -453,19 +610,27 @@ def _section_summary(obs: Mapping[str, Any]) -> list[str]:
             formula = _sent_formula(cs[0])
             times = f"{len(cs)} × " if len(cs) > 1 else ""
             rows.append((phase, _OP_WHAT.get(op, op), f"{times}{formula} ≈ {mb_exact(total)}"))
-        layer_total = sum(ring_bytes(c) for c in mine)
+        what = "one layer" if unit in layer_names else "this unit"
+        rows.append((f"**{what}, one step**", "", mb_exact(_unit_sent(rank_doc, unit))))
         dtypes = ", ".join(sorted({c["dtype"] for c in mine})) or "-"
-        rows.append(("**one layer, one step**", "", f"{mb_exact(layer_total)}"))
-        step_total = sum(ring_bytes(c) for c in colls)
-        out = _table(("phase", "operation", f"sent per rank ({dtypes})"), rows)
-        out += [
-            "",
-            f"For N_L = {n_layers} layers: {n_layers} × {mb(layer_total)} ≈ {mb_exact(n_layers * layer_total)} "
-            f"per rank; all collectives of the step on this rank send {mb_exact(step_total)}.",
-        ]
+        return _table(("phase", "operation", f"sent per rank ({dtypes})"), rows)
+
+    def totals(rank_doc: Mapping[str, Any]) -> list[str]:
+        rows = [(_unit_label(u["name"]), mb_exact(_unit_sent(rank_doc, u["name"]))) for u in units]
+        step_total = sum(ring_bytes(c) for c in _step_collectives(rank_doc))
+        out = _table(("unit", "sent per rank, one step"), rows) + [""]
+        if layers:
+            sent = [_unit_sent(rank_doc, u["name"]) for u in layers]
+            n = len(sent)
+            # each layer's own bytes: layers that differ (one kept unsharded after forward) add as they are
+            added = f"{n} × {mb(sent[0])}" if len(set(sent)) == 1 else " + ".join(mb(b) for b in sent)
+            out.append(f"For N_L = {n} layers: {added} ≈ {mb_exact(sum(sent))} per rank.")
+        out.append(f"All collectives of the step on this rank send {mb_exact(step_total)}.")
         return out
 
-    return _heading(f"Communication per layer per step (`{unit}`)", "summary") + _per_rank(obs, build)
+    layer_names = {u["name"] for u in layers}
+    blocks = _per_unit(obs, units, lambda u: f"Communication of {_unit_kind(u)} per step", "summary", build)
+    return blocks + [_Block("Communication of the step", "summary", _per_rank(obs, totals))]
 
 
 def render_markdown(spec: Any, observation: Mapping[str, Any]) -> str:
@@ -473,13 +638,17 @@ def render_markdown(spec: Any, observation: Mapping[str, Any]) -> str:
 
     Args:
         spec: the loaded spec (``harness.load.spec.Spec``): its ``name``, ``title`` and
-            ``document`` head the page.
+            ``document`` head the page; the sections its tables cite (``raw["tables"][i]
+            ["section"]``) are named under the headings that regenerate them.
         observation: a validated observation document (format ``fsdp2-observation/1``).
 
     Returns:
-        Markdown text: one ``##`` section per regenerated table, each naming its document
-        section. Units: elements, bytes; MB = 10^6 bytes.
+        Markdown text: one ``##`` section per regenerated table (per unit, or per group of units
+        observed the same). Units: elements, bytes; MB = 10^6 bytes.
     """
+    raw = getattr(spec, "raw", None) or {}
+    tables = raw.get("tables") if isinstance(raw, Mapping) else None
+    cited = {t.get("section") for t in tables or () if isinstance(t, Mapping)}
     lines = _intro(spec, observation)
     for section in (
         _section_config,
@@ -489,9 +658,16 @@ def render_markdown(spec: Any, observation: Mapping[str, Any]) -> str:
         _section_forward,
         _section_between,
         _section_backward,
+        _section_precision,
+        _section_memory,
         _section_summary,
     ):
-        lines += section(observation)
+        for block in section(observation):
+            lines += ["", f"## {block.title}", ""]
+            document = SECTIONS.get(block.section or "")
+            if document in cited:
+                lines += [f"Document section: {document}", ""]
+            lines += block.lines
     out: list[str] = []
     for line in lines:  # no runs of blank lines, none at the end
         if line or (out and out[-1]):

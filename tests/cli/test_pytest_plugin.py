@@ -112,7 +112,7 @@ def test_malformed_spec_is_one_failing_pytest_item(pytester, monkeypatch):
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*collected 1 item*", "specs/bad.yaml::load FAILED*"])
     line = line_of(bad_text, "check: parm")
-    assert f"spec does not load: {bad}:{line}: tables[1].check: expected one of [" in out
+    assert f"spec does not load: {bad}:{line}: tables[1].check: did you mean 'param'? expected one of [" in out
     assert "Traceback" not in out and "elsewhere.yaml" not in out
 
 

@@ -26,7 +26,9 @@ def test_validate_prints_every_error_without_traceback(tmp_path):
     assert lines[0].startswith(
         f"✗ {bad}:{line_of(text, 'kv_heads')}: tables[0].entries[1].step: unknown step 'step2.kv_heads'"
     )
-    assert lines[1].startswith(f"✗ {bad}:{line_of(text, 'check: parm')}: tables[1].check: expected one of [")
+    assert lines[1].startswith(
+        f"✗ {bad}:{line_of(text, 'check: parm')}: tables[1].check: did you mean 'param'? expected one of ['param',"
+    )
 
 
 def validate(*paths: Path, columns: int | None = None) -> subprocess.CompletedProcess:
@@ -52,7 +54,9 @@ def test_validate_prints_one_line_per_bad_spec_and_exits_1(tmp_path):
     assert "Traceback" not in proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert len(lines) == 2, proc.stdout
-    assert lines[0].startswith(f"✗ {bad}:{line_of(bad_text, 'check: parm')}: tables[1].check: expected one of [")
+    assert lines[0].startswith(
+        f"✗ {bad}:{line_of(bad_text, 'check: parm')}: tables[1].check: did you mean 'param'? expected one of ['param',"
+    )
     assert lines[1] == f"✓ {good}: 5 entries, world size 4"
 
 

@@ -81,3 +81,69 @@ def test_drafted_spec_from_a_released_config_json_on_the_fake_backend(tmp_path, 
     results = evaluate_spec(spec, spec_observation(spec))
     assert [r.explain() for r in results if r.status in FAILING] == []
     assert {r.status for r in results} == {"pass"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(
+            (
+                "--config",
+                "walkthrough",
+                "--world-size",
+                "4",
+                "--dtype",
+                "float32",
+                "--param-dtype",
+                "bfloat16",
+                "--reduce-dtype",
+                "float32",
+                "--reshard-after-forward",
+                "layers.1=false",
+            ),
+            id="gloo-fp32-stored-bf16-computed-layer1-kept",
+        ),
+        pytest.param(
+            (
+                "--config",
+                "Qwen3-1.7B",
+                "--world-size",
+                "6",
+                "--backend",
+                "fake",
+                "--param-dtype",
+                "bfloat16",
+                "--reduce-dtype",
+                "float32",
+                "--reshard-after-forward",
+                "layers.1=false",
+            ),
+            id="fake-issue-41-padded-layer1-kept",
+        ),
+        pytest.param(
+            (
+                "--config",
+                "walkthrough",
+                "--world-size",
+                "8",
+                "--layers",
+                "3",
+                "--backend",
+                "fake",
+                "--reshard-after-forward",
+                "layers.0=false",
+                "--reshard-after-forward",
+                "layers.2=2",
+            ),
+            id="fake-layer0-kept-layer2-to-2-ranks",
+        ),
+    ],
+)
+def test_a_drafted_policy_reshard_and_memory_pass_when_run(tmp_path, spec_observation, args):
+    """The doc author's options (issue 41): every drafted entry, memory included, holds in a run."""
+    spec = load_spec(_draft(tmp_path, *args))
+    assert any(item.entry.check == "memory" for item in spec.items)
+    results = evaluate_spec(spec, spec_observation(spec))
+    assert [r.explain() for r in results if r.status in FAILING] == []
+    assert {r.status for r in results} == {"pass"}

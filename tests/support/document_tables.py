@@ -100,13 +100,16 @@ DOCUMENT_LINES: dict[str, tuple[str, ...]] = {
 
 
 def sections(markdown: str) -> dict[str, list[str]]:
-    """Document section cited by each '## ' heading -> the lines under it."""
+    """Document section cited by '## ' headings -> the lines under them (every heading citing it:
+    a table per unit, or per group of units observed the same). A heading cites one section at
+    most; one that cites none (mixed precision, memory) is not the document's."""
     out: dict[str, list[str]] = {}
     for block in markdown.split("\n## ")[1:]:
         lines = block.splitlines()
         cited = [ln.removeprefix("Document section: ") for ln in lines if ln.startswith("Document section: ")]
-        assert len(cited) == 1, f"heading {lines[0]!r} cites {cited}"
-        out[cited[0]] = lines
+        assert len(cited) <= 1, f"heading {lines[0]!r} cites {cited}"
+        if cited:
+            out.setdefault(cited[0], []).extend(lines)
     return out
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from harness.contract.names import MEMORY_CATEGORIES, MEMORY_ROOT_STATES, MEMORY_UNIT_STATES
 from harness.language.kinds.common import LAYER, MICROBATCH, RANKS, STEP_INDEX, UNIT, position_matches
 from harness.language.observed import CheckError, rank_docs, unit_name
+from harness.language.suggest import closest_first, did_you_mean
 from harness.language.vocabulary import BYTES, CheckKind, Context, Field, Selector
 
 
@@ -22,7 +23,10 @@ def _check_module(value: Any, ctx: Context) -> str | None:
     if not isinstance(value, str):
         return f"expected an FSDP unit's module FQN ('' for the root), got {value!r}"
     if ctx.unit_names is not None and value not in ctx.unit_names:
-        return f"no FSDP unit with module {value!r} in this setup; units: {list(ctx.unit_names)}"
+        return (
+            f"no FSDP unit with module {value!r} in this setup; {did_you_mean(value, ctx.unit_names)}"
+            f"units: {closest_first(value, ctx.unit_names)}"
+        )
     return None
 
 
@@ -58,7 +62,13 @@ def _state_of_its_unit(values, ctx):
     hint = ""
     if state in MEMORY_ROOT_STATES:
         hint = f" ({state!r} is a whole-rank snapshot recorded under the root unit: unit: root)"
-    return [("state", f"{state!r} is not an FSDPMemTracker state of {what}; states: {list(valid)}{hint}")]
+    return [
+        (
+            "state",
+            f"{state!r} is not an FSDPMemTracker state of {what}; {did_you_mean(state, valid)}"
+            f"states: {closest_first(state, valid)}{hint}",
+        )
+    ]
 
 
 # Which categories depend on thread timing is written once, in the observation schema; the loader

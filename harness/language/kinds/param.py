@@ -7,6 +7,7 @@ from typing import Any
 
 from harness.language.kinds.common import LAYER, RANKS
 from harness.language.observed import find_param, param_fqn, rank_docs
+from harness.language.suggest import closest_first, did_you_mean
 from harness.language.vocabulary import (
     BOOL,
     BYTES,
@@ -45,8 +46,8 @@ def _check_param(value: Any, ctx: Context) -> str | None:
     if value in names:
         return None
     return (
-        f"{value!r} is not the name of a parameter inside a decoder layer; names: "
-        f"{list(names)} (outside the layers, name the full 'fqn')"
+        f"{value!r} is not the name of a parameter inside a decoder layer; {did_you_mean(value, names)}names: "
+        f"{closest_first(value, names)} (outside the layers, name the full 'fqn')"
     )
 
 
@@ -54,7 +55,10 @@ def _check_fqn(value: Any, ctx: Context) -> str | None:
     if not isinstance(value, str):
         return f"expected a parameter's fully qualified name, got {value!r}"
     if ctx.param_fqns is not None and value not in ctx.param_fqns:
-        return f"the model of this setup has no parameter {value!r}; e.g. {list(ctx.param_fqns[:4])}"
+        return (
+            f"the model of this setup has no parameter {value!r}; {did_you_mean(value, ctx.param_fqns)}"
+            f"e.g. {closest_first(value, ctx.param_fqns)[:4]}"
+        )
     return None
 
 

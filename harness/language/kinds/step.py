@@ -6,6 +6,7 @@ from typing import Any
 
 from harness.language.kinds.common import LAYER, MICROBATCH, RANKS, STEP_INDEX, position_matches
 from harness.language.observed import CheckError, common, rank_docs
+from harness.language.suggest import closest_first, did_you_mean
 from harness.language.vocabulary import COUNT, DTYPE, SHAPE, CheckKind, Context, Field, Selector
 from model.steps import ALL_STEPS_BY_NAME
 
@@ -13,7 +14,9 @@ _STEP_NAMES = tuple(ALL_STEPS_BY_NAME)  # the dense layer's Steps, then a sparse
 
 
 def _check_step(value: Any, ctx: Context) -> str | None:
-    return None if value in _STEP_NAMES else f"unknown step {value!r}; steps: {list(_STEP_NAMES)}"
+    if value in _STEP_NAMES:
+        return None
+    return f"unknown step {value!r}; {did_you_mean(value, _STEP_NAMES)}steps: {closest_first(value, _STEP_NAMES)}"
 
 
 def _names_step(values, ctx):

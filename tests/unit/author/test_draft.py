@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -114,3 +115,109 @@ def test_draft_rejects_an_unknown_config(tmp_path):
     )
     assert proc.returncode != 0
     assert "Qwen3-15B" in proc.stderr and "Qwen3-14B" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# --- what the doc author wanted to say: a policy, a unit's own reshard, memory (issue 41) ------
+
+
+def _entries(data: dict, section: str | None = None) -> dict[str, dict]:
+    """Entries by id (those with one: a parameter row is named by its 'param')."""
+    return {e["id"]: e for t in data["tables"] if section in (None, t["section"]) for e in t["entries"] if "id" in e}
+
+
+def test_defaults_are_a_specs_defaults():
+    """It drafted batch 1, sequence 16 where a spec's defaults are 2 and 8."""
+    from harness.author.draft import draft
+    from harness.load.setup import RunSetup
+
+    _, data = draft("walkthrough", 4)
+    assert (data["setup"]["batch_per_rank"], data["setup"]["seq_len"]) == (2, 8)
+    assert (RunSetup().batch_per_rank, RunSetup().seq_len) == (2, 8)
+
+
+def test_section_names_are_english():
+    import re
+
+    from harness.author.draft import draft_spec
+
+    text = draft_spec("walkthrough", 4, reshard_after_forward={"layers.1": False})
+    chinese = [ln for ln in text.splitlines() if re.search(r"[\u4e00-\u9fff]", ln)]
+    assert chinese == []
+
+
+def test_a_mixed_precision_policy_sets_the_gather_and_reduce_dtypes():
+    """The author's run reduces in fp32; the draft once reduce-scattered in bf16 whatever it was told."""
+    from harness.author.draft import draft
+
+    header, data = draft("walkthrough", 4, dtype="float32", param_dtype="bfloat16", reduce_dtype="float32")
+    assert data["setup"]["fsdp"]["mixed_precision"] == {"param_dtype": "bfloat16", "reduce_dtype": "float32"}
+    entries = _entries(data)
+    assert entries["forward_all_gather"]["dtype"] == "bfloat16"
+    assert entries["forward_all_gather"]["buffer_bytes"] == 2_360_448 * 2  # gathered in bf16
+    assert entries["backward_reduce_scatter"]["dtype"] == "float32"
+    assert entries["backward_reduce_scatter"]["ring_bytes"] == 2_360_448 * 4 * 3 // 4
+    assert entries["layer_bytes"]["bytes"] == 2_360_448 * 4  # stored in fp32
+    forward = next(t for t in data["tables"] if t["check"] == "step")
+    assert forward["with"]["dtype"] == "bfloat16"  # computed in bf16
+    assert "--param-dtype bfloat16 --reduce-dtype float32" in header[0]
+
+
+def test_a_units_own_reshard_after_forward():
+    """layers.1 kept unsharded after forward: no backward all-gather, so it sends 2 × 3.54 MB
+    where layers.0 sends 3 ×, and the step total adds the two."""
+    from harness.author.draft import draft
+
+    header, data = draft("walkthrough", 4, dtype="float16", reshard_after_forward={"layers.1": False})
+    assert data["setup"]["fsdp"]["units"] == ["layers.0", {"modules": "layers.1", "reshard_after_forward": False}]
+    entries = _entries(data)
+    assert entries["layer_step_total"] == {
+        "id": "layer_step_total",
+        "select": {"layer": 0},
+        "count": 3,
+        "total_ring_bytes": 10_622_016,
+        "drafted": True,
+    }
+    assert entries["layer1_layer_step_total"]["total_ring_bytes"] == 7_081_344
+    assert entries["layer1_no_backward_all_gather"]["count"] == 0
+    assert entries["model_step_total"]["total_ring_bytes"] == 10_622_016 + 7_081_344
+    assert entries["layer1_after_step11_rank0"]["bytes"] == 4_720_896  # still the whole layer
+    assert "--reshard-after-forward layers.1=false" in header[0]
+
+
+def test_memory_entries_count_the_whole_rank():
+    from harness.author.draft import SECTION_MEMORY, draft
+
+    _, data = draft("walkthrough", 4, dtype="float16", reshard_after_forward={"layers.0": False})
+    memory = _entries(data, SECTION_MEMORY)
+    assert memory["after_fully_shard"]["sharded_param"] == 2 * 1_180_224  # both layers' shards
+    assert memory["unsharded_after_step11"]["unsharded_param"] == 4_720_896  # layers.0 kept
+    # layers.1's hooks still see layers.0 unsharded: 2 layers at its Step 0, layers.0 after its Step 11
+    assert memory["layer1_unsharded_after_step0"]["unsharded_param"] == 2 * 4_720_896
+    assert memory["layer1_unsharded_after_step11"]["unsharded_param"] == 4_720_896
+
+
+def test_memory_counts_the_padding():
+    """Qwen3-1.7B on 6 ranks pads dims that 6 does not divide: FSDPMemTracker counts the padded
+    all-gather output, not the layer's elements."""
+    from harness.author.draft import SECTION_MEMORY, draft
+    from harness.contract.calculator import layer_tables
+    from model.config import KNOWN_CONFIGS
+
+    layer = layer_tables(KNOWN_CONFIGS["Qwen3-1.7B"], 6, storage_dtype="bfloat16")
+    assert layer.padding_numel > 0
+    _, data = draft("Qwen3-1.7B", 6, dtype="bfloat16")
+    assert _entries(data, SECTION_MEMORY)["unsharded_after_step0"]["unsharded_param"] == layer.padded_numel * 2
+
+
+@pytest.mark.parametrize(
+    "reshard, says",
+    [
+        ({"model.layers.1": False}, "no FSDP unit 'model.layers.1' in the draft; did you mean 'layers.1'?"),
+        ({"layers.1": 3}, "must divide the shard size 4, got 3"),
+    ],
+)
+def test_a_reshard_the_draft_cannot_make_is_refused(reshard, says):
+    from harness.author.draft import DraftError, draft
+
+    with pytest.raises(DraftError, match=re.escape(says)):
+        draft("walkthrough", 4, reshard_after_forward=reshard)

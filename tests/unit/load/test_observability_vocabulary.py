@@ -178,11 +178,15 @@ def test_the_new_keys_load(tmp_path, check, entry):
             "setup.init.repair",
             "nothing to repair; repair: false goes with device: meta",
         ),
-        ({"device": "metal"}, "setup.init.device", "expected one of ['full', 'meta']"),
+        ({"device": "metal"}, "setup.init.device", "did you mean 'meta'? expected one of ['meta', 'full']"),
         ({"repair": False}, "setup.init", "'device' is a required property"),
         ({"device": "meta", "repair": "no"}, "setup.init.repair", "'no' is not of type 'boolean'"),
-        ({"device": "meta", "repairs": False}, "setup.init.repairs", "allowed keys: ['device', 'repair']"),
-        ("metal", "setup.init", "expected one of ['full', 'meta']"),
+        (
+            {"device": "meta", "repairs": False},
+            "setup.init.repairs",
+            "did you mean 'repair'? allowed keys: ['repair', 'device']",
+        ),
+        ("metal", "setup.init", "did you mean 'meta'? expected one of ['meta', 'full']"),
     ],
 )
 def test_init_mapping_errors_name_the_key(tmp_path, init, key_path, words):

@@ -213,7 +213,7 @@ def test_meta_init_gives_the_full_inits_values_and_inv_freq(tmp_path: Path):
 @pytest.mark.parametrize(
     "setup_yaml, key, words",
     [
-        ("  init: metal\n", "setup.init", "expected one of ['full', 'meta']"),
+        ("  init: metal\n", "setup.init", "did you mean 'meta'? expected one of ['meta', 'full']"),
         ("  track_memory: maybe\n", "setup.track_memory", "is not of type 'boolean'"),
         ("  freeze: {params: []}\n", "setup.freeze.params", "should be non-empty"),
         (
@@ -296,3 +296,21 @@ def test_a_checkpoint_form_at_fsdp_level_is_every_checkpointed_units_default():
         ("layers.1", False, "call"),
         ("", False, "call"),
     ]
+
+
+@pytest.mark.parametrize(
+    "written, meant, body",
+    [
+        ("model.layers.1", "layers.1", "decoder_layers"),  # the causal_lm prefix on a bare stack of layers
+        ("layer.1", "layers.1", "decoder_layers"),
+        ("model.layers.1.attn", "model.layers.1.self_attn", "causal_lm"),
+    ],
+)
+def test_a_module_that_matches_nothing_hints_the_one_meant_first(written, meant, body):
+    """The hint once listed layers.1's children but not layers.1 itself."""
+    with pytest.raises(SetupError) as info:
+        _setup({"units": [written]}, body=body).unit_plan(2)
+    message = info.value.message
+    assert f"did you mean {meant!r}" in message, message
+    assert message.index(repr(meant)) < message.index("modules like it")
+    assert f"modules like it: [{meant!r}" in message, message

@@ -39,7 +39,7 @@ def test_the_bandwidth_table_and_the_results():
     )
     assert "| 4,720,896 | 2,360,448 | bfloat16 | none | -1 | 11500.0 | 0.41 | 0.31 | 5 | all_gather | layer |" in text
     assert "| ✗ | sweep | ag_correct | fail |" in text
-    assert "failing ranks: 1 (node-a)" in text
+    assert "failing ranks: 1 (host node-a)" in text
 
 
 def test_a_failed_run_reports_its_error():

@@ -80,3 +80,78 @@ def test_render_is_pure():
     spec = load_spec(WALKTHROUGH)
     assert render_markdown(spec, obs) == render_markdown(spec, obs)
     assert obs == before
+
+
+# --- every unit, totals as each layer sends, the policy, memory, English headings -----------
+
+
+def _layer1_keeps_its_parameters():
+    """The walkthrough with layers.1 kept unsharded after forward (reshard_after_forward=False):
+    its backward needs no all-gather, so it sends 2 × 3.54 MB a step where layers.0 sends 3 ×."""
+    obs = walkthrough_observation()
+    for rank in obs["ranks"]:
+        rank["collectives"] = [
+            c
+            for c in rank["collectives"]
+            if not (c["unit"] == "layers.1" and c["phase"] == "backward" and c["op"] == "all_gather")
+        ]
+    return obs
+
+
+def test_the_step_total_adds_what_each_layer_sends():
+    """It printed "For N_L = 2 layers: 2 × 336 MB ≈ 672 MB" beside the step's true 588 MB."""
+    text = render_markdown(load_spec(WALKTHROUGH), _layer1_keeps_its_parameters())
+    assert "For N_L = 2 layers: 10.6 MB + 7.08 MB ≈ 17.7 MB (17,703,360 B) per rank." in text
+    assert "2 × 10.6 MB" not in text
+    assert "All collectives of the step on this rank send 17.7 MB (17,703,360 B)." in text
+
+
+def test_units_that_differ_get_tables_of_their_own():
+    text = render_markdown(load_spec(WALKTHROUGH), _layer1_keeps_its_parameters())
+    for heading in ("## Backward (`layers.0`)", "## Backward (`layers.1`)", "## Communication of one layer per step"):
+        assert heading in text, heading
+    assert "| **one layer, one step** |  | 7.08 MB (7,081,344 B) |" in text
+    # what the layers share stays one table
+    assert "## Parameters of one layer (each of `layers.0`, `layers.1`)" in text
+
+
+class _Spec:
+    """A spec whose tables cite none of the walkthrough's sections."""
+
+    name, title, document = "mine", "my spec", "my notes"
+    raw = {"tables": [{"section": "my section", "check": "step", "entries": []}]}
+
+
+def test_headings_are_english_and_cite_the_walkthrough_only_for_its_specs():
+    import re
+
+    mine = render_markdown(_Spec(), walkthrough_observation())
+    assert not re.search(r"[\u4e00-\u9fff]", mine), [
+        ln for ln in mine.splitlines() if re.search(r"[\u4e00-\u9fff]", ln)
+    ]
+    assert "Document section:" not in mine
+    walkthrough = render_markdown(load_spec(WALKTHROUGH), walkthrough_observation())
+    assert (
+        "## Parameters of one layer (each of `layers.0`, `layers.1`)\n\nDocument section: 参数列表（单层）"
+        in walkthrough
+    )
+
+
+def test_the_mixed_precision_policy_of_each_unit():
+    obs = walkthrough_observation()
+    for unit in obs["fsdp_units"]:
+        if unit["params"]:
+            unit["state"] = {"param_dtype": "bfloat16", "reduce_dtype": "float32", "output_dtype": None}
+    text = render_markdown(load_spec(WALKTHROUGH), obs)
+    assert "## Mixed precision" in text
+    assert "| `layers.1` | bfloat16 | float32 | none | float16 | float16 | none observed |" in text
+    plain = render_markdown(load_spec(WALKTHROUGH), walkthrough_observation())  # no unit state recorded
+    assert "| `layers.0` | not recorded | not recorded | not recorded | float16 | float16 |" in plain
+
+
+def test_memory_by_category_at_each_snapshot():
+    text = render_markdown(load_spec(WALKTHROUGH), walkthrough_observation())
+    memory = text.split("## Memory", 1)[1].split("\n## ", 1)[0]
+    assert "| unit | state | Sharded Param | Unsharded Param | Sharded Grad | OptState |" in memory
+    assert "| `layers.0` | After Pre-Forward | 2.36 MB | 4.72 MB | 0 | 0 |" in memory
+    assert "| the root | After Optimizer Step | 2.36 MB | 0 | 2.36 MB | 4.72 MB |" in memory

@@ -53,7 +53,7 @@ def test_the_least_busbw_of_the_selected_rows_is_the_one_held():
 def test_wrong_elements_fail_naming_the_rank_and_its_host():
     result = run(timed_observation(wrong_rank=2), op="all_gather", size="layer", wrong=0)
     assert result.status == "fail"
-    assert "failing ranks: 2 (node-b)" in result.explain()
+    assert "failing ranks: 2 (host node-b)" in result.explain()
 
 
 def test_an_unknown_row_is_an_error_listing_the_timed_ones():

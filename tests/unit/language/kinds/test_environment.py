@@ -79,15 +79,15 @@ def test_a_rank_with_another_torch_fails_naming_its_host_and_the_others():
     result = run(obs, same_torch_version=True)
     assert result.status == "fail"
     text = result.explain()
-    assert "torch 2.12.0 on node-b; ranks 0, 1 (node-a); 2 (node-b) have 2.13.0" in text, text
-    assert "failing ranks: 3 (node-b)" in text
+    assert "torch 2.12.0 on node-b; ranks 0, 1 (host node-a); 2 (host node-b) have 2.13.0" in text, text
+    assert "failing ranks: 3 (host node-b)" in text
 
 
 def test_differing_variables_are_shown():
     obs = cluster_observation()
     obs["ranks"][0]["environment"]["variables"]["NCCL_IB_DISABLE"] = "1"
     text = run(obs, same_variables=True).explain()
-    assert "variables NCCL_DEBUG=WARN, NCCL_IB_DISABLE=1 on node-a" in text and "failing ranks: 0 (node-a)" in text
+    assert "variables NCCL_DEBUG=WARN, NCCL_IB_DISABLE=1 on node-a" in text and "failing ranks: 0 (host node-a)" in text
 
 
 def test_two_ranks_on_one_gpu_fail_naming_both():
@@ -98,7 +98,7 @@ def test_two_ranks_on_one_gpu_fail_naming_both():
     assert result.status == "fail"
     text = result.explain()
     assert "shares GPU-node-a-0 with rank 1 on node-a" in text and "shares GPU-node-a-0 with rank 0 on node-a" in text
-    assert "failing ranks: 0, 1 (node-a)" in text
+    assert "failing ranks: 0, 1 (host node-a)" in text
 
 
 def test_ranks_per_host_names_the_host_that_differs():
@@ -106,7 +106,7 @@ def test_ranks_per_host_names_the_host_that_differs():
     obs["ranks"][2]["environment"]["host"] = "node-a"  # three ranks on node-a, one on node-b
     result = run(obs, ranks_per_host=2)
     assert result.status == "fail"
-    assert "failing ranks: 0-2 (node-a); 3 (node-b)" in result.explain()
+    assert "failing ranks: 0-2 (host node-a); 3 (host node-b)" in result.explain()
 
 
 def test_cpu_ranks_do_not_measure_distinct_devices():

@@ -362,7 +362,8 @@ SETUP_BAD = [
     (
         "state_dict: {roundtrip: true}",
         "setup.state_dict.roundtrip",
-        "('roundtrip' was unexpected); allowed keys: ['get_model', 'reload_world_sizes', 'round_trip', 'set_model']",
+        "('roundtrip' was unexpected); did you mean 'round_trip'? "
+        "allowed keys: ['round_trip', 'get_model', 'reload_world_sizes', 'set_model']",
     ),
 ]
 

@@ -739,7 +739,7 @@ def test_mutating_one_value_fails_exactly_that_item(tmp_path, obs, marker, old, 
     # the item's own line, or the first line of a multi-line entry holding the marker
     assert r.entry.line == line or (r.entry.line < line and "grads_count" in marker)
     text = r.explain()
-    assert text.startswith(f"{path}:{r.entry.line}: ")
+    assert text.startswith(f"{path}:{line}: ")  # the mutated field's line, where a multi-line entry has it
     assert f"(section: {section})" in text or f"document section: {section}" in text
     assert expected in text and observed in text, text
     assert "failing ranks: 0-3" in text
