@@ -197,6 +197,12 @@ def diagnose(progress: Mapping[int, Mapping[str, Any]], phases: Mapping[int, str
         }
     else:
         target = next(p["entered"] for r, p in sorted(progress.items()) if entered[r] == frontier)
+    note = (
+        " (synchronous: the backend gave nothing to watch, so its completion is counted at the next phase;"
+        " on NCCL the flight recorder's device view says whether the GPU completed it)"
+        if target.get("sync")
+        else ""
+    )
     behind = [r for r in progress if entered[r] < frontier]
     # A collective cannot succeed on any member while another member never entered it: a rank
     # that reports it completed saw its Work end in error (gloo marks a timed-out Work completed).
@@ -210,12 +216,12 @@ def diagnose(progress: Mapping[int, Mapping[str, Any]], phases: Mapping[int, str
     if behind:
         head = f"{_ranks(behind)} never entered {describe(target)}"
         if waiting:
-            return f"{head}; {_ranks(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in it"
-        return f"{head}; the others completed it"
+            return f"{head}; {_ranks(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in it{note}"
+        return f"{head}; the others completed it{note}"
     if waiting:
         return (
             f"every rank entered {describe(target)} and {_ranks(waiting)} did not complete it "
-            "(mismatched sizes or a stuck transport)"
+            f"(mismatched sizes or a stuck transport){note}"
         )
     where = ", ".join(f"rank {r} in {phases[r]}" for r in sorted(progress) if r in phases)
     return f"every rank completed {describe(target)}, its last collective; they are stuck outside collectives" + (
