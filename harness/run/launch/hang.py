@@ -14,8 +14,10 @@ collective timed out reads every rank's records back. E.g.
 
 Sequence numbers are the rank's collective index (the observation's ``index``), the same on
 every rank of a symmetric step. On NCCL, PyTorch's flight recorder keeps its own record
-(``TORCH_NCCL_TRACE_BUFFER_SIZE``); the launcher asks it to dump (see
-``harness.run.launch.flight_recorder``) and names the files.
+(``TORCH_FR_BUFFER_SIZE``); the launcher asks it to dump (see
+``harness.run.launch.flight_recorder``), names the files and says, from them, the oldest
+collective each rank's device has not completed (a synchronous NCCL op hands back no ``Work``,
+so its record here is marked ``"sync"`` and its completion inferred).
 """
 
 from __future__ import annotations
