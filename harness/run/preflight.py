@@ -48,10 +48,10 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from harness.contract.machine import usable_cpus
+from harness.run import cuda_context
 from harness.run.launch.errors import RunError
 
 __all__ = [
-    "CUDA_CONTEXT_BYTES",
     "GPU_CHECK_SKIPPED",
     "MAX_SIMULATED_WORLD",
     "NCCL_COMMUNICATOR_BYTES",
@@ -84,12 +84,6 @@ private, 139-208 MB proportional set size, tensors included; 8 ranks of
 ``specs/qwen3_0_6b_8_ranks.yaml`` peaked at 1.48-1.70 GB each (12.0 GB together) where
 :func:`estimate` gives 1.83 GB each."""
 
-
-CUDA_CONTEXT_BYTES = 500 * 10**6
-"""GPU memory one rank's CUDA context takes before any tensor (kernels, cuBLAS workspace, the
-caching allocator's first segment). An assumption, not measured here (no GPU on the machines
-this project is developed on): the figure of issue 25 ("about 0.5 GB"); a bare PyTorch process
-shows 781 MB in nvidia-smi in pytorch/pytorch#34323. ``scripts/gpu_check`` measures it on a GPU."""
 
 NCCL_COMMUNICATOR_BYTES = 2 * 32 * 4 * 2**20
 """GPU memory one NCCL communicator takes per rank: NCCL's default ``NCCL_BUFFSIZE`` of 4 MiB
@@ -335,14 +329,14 @@ def check(
     host_per_rank = est.base if on_gpu else est.per_rank
     memory = available_memory() if memory is None else memory
     if on_gpu:
-        per_rank, on_gpu_0 = gpu_need(est, setup)
+        context = cuda_context.context_bytes()
+        per_rank, on_gpu_0 = gpu_need(est, setup, context)
         for rank, free in enumerate(gpus[:world]):
             need = on_gpu_0 if rank == 0 else per_rank
             if need > free:
-                nccl = per_rank - est.tensors - CUDA_CONTEXT_BYTES
-                parts = (
-                    f"{_gb(est.tensors)} GB tensors + {_gb(CUDA_CONTEXT_BYTES)} GB CUDA context + {_gb(nccl)} GB "
-                    f"NCCL" + (f" + {_gb(est.replica_once)} GB replica" if need > per_rank else "")
+                nccl = per_rank - est.tensors - context
+                parts = f"{_gb(est.tensors)} GB tensors + {_gb(context)} GB CUDA context + {_gb(nccl)} GB NCCL" + (
+                    f" + {_gb(est.replica_once)} GB replica" if need > per_rank else ""
                 )
                 raise PreflightError(
                     f"needs ~{_gb(need)} GB of GPU memory per rank on GPU {rank} ({parts}), {_gb(free)} GB free on it",
@@ -364,14 +358,17 @@ def _gpu_device_nodes() -> bool:
     return bool(glob.glob("/dev/nvidia[0-9]*")) or os.path.exists("/dev/kfd")
 
 
-def gpu_need(est: Estimate, setup: Any) -> tuple[int, int]:
+def gpu_need(est: Estimate, setup: Any, context_bytes: int | None = None) -> tuple[int, int]:
     """(bytes every rank needs on its GPU, bytes rank 0 needs on GPU 0) under NCCL: the rank's tensors,
-    :data:`CUDA_CONTEXT_BYTES`, :data:`NCCL_COMMUNICATOR_BYTES` for each communicator (the world's,
+    its CUDA context (``context_bytes``; default: measured once on this machine and cached,
+    :func:`harness.run.cuda_context.context_bytes`), :data:`NCCL_COMMUNICATOR_BYTES` for each communicator (the world's,
     plus one per mesh dimension of a 2-D mesh), and on GPU 0 the ``numerics_reference: rank_0``
     replica (``harness.run.build.reference_from_rank_0`` builds it on rank 0's device)."""
     mesh = tuple(setup.mesh_shape)
     communicators = 1 + (len(mesh) if len(mesh) > 1 else 0)
-    per_rank = est.tensors + CUDA_CONTEXT_BYTES + communicators * NCCL_COMMUNICATOR_BYTES
+    if context_bytes is None:
+        context_bytes = cuda_context.context_bytes()
+    per_rank = est.tensors + context_bytes + communicators * NCCL_COMMUNICATOR_BYTES
     return per_rank, per_rank + est.replica_once
 
 

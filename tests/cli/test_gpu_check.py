@@ -153,3 +153,26 @@ def test_joined_hang_needs_the_diagnosis_and_the_dumps_before_the_groups_timeout
     assert gc.judge_joined_hang(0, output, 70).status == "FAIL"
     assert gc.judge_joined_hang(1, output.replace("NCCL flight recorder dumps", "no dumps"), 70).status == "FAIL"
     assert gc.judge_joined_hang(1, "Watchdog caught collective operation timeout", 70).status == "FAIL"
+
+
+def _reduce_facts(torch_version="2.11.0+cu130", **wrong):
+    seen = {"op": "reduce_scatter", "reduce_op": "PREMUL_SUM", "got": 2.0, "want": 1.0, "sum": 2.0, **wrong}
+    return {"wrong": [seen], "nccl": "2.28.9", "torch": torch_version, "trace_entries": 9, "trace_all_reduces": 6}
+
+
+def test_a_torch_deviation_a_spec_pins_is_known_not_a_failure():
+    """What an H200 gave (torch 2.11, one rank): the PREMUL_SUM reduce-scatter returned the plain
+    sum. specs/premul_sum_reduce_scatter_one_rank.yaml pins it: KNOWN, the spec named."""
+    gc = load_script()
+    check = gc.judge_reduce_ops("reduce_ops", 1, _reduce_facts())
+    assert check.status == "KNOWN", check.figure
+    assert "pinned by specs/premul_sum_reduce_scatter_one_rank.yaml" in check.figure
+    assert gc.judge_reduce_ops("reduce_ops", 1, {**_reduce_facts(), "wrong": []}).status == "PASS"
+
+
+def test_a_wrong_reduction_no_spec_pins_fails():
+    gc = load_script()
+    assert gc.judge_reduce_ops("reduce_ops", 1, _reduce_facts(got=0.0)).status == "FAIL"  # not the plain sum
+    assert gc.judge_reduce_ops("reduce_ops", 1, _reduce_facts(op="all_reduce")).status == "FAIL"
+    assert gc.judge_reduce_ops("reduce_ops", 4, _reduce_facts()).status == "FAIL"  # the pin is one rank's
+    assert gc.judge_reduce_ops("reduce_ops", 1, _reduce_facts("2.10.0+cu128")).status == "FAIL"  # outside its range

@@ -42,7 +42,8 @@ def world(tmp_path: Path):
 
 @pytest.mark.parametrize("op", ["all_gather", "reduce_scatter"])
 def test_hang_progress_keeps_no_work_and_its_buffer_goes_with_the_step(world, op):
-    """gloo's reduce-scatter work has no future: it was kept until the next phase (its buffer with it)."""
+    """gloo's reduce-scatter work has no future: its record is marked "sync" and completed at the
+    next phase; neither work is kept (its buffer goes with the step)."""
     import torch
     import torch.distributed as dist
     from torch.multiprocessing.reductions import StorageWeakRef
@@ -65,9 +66,15 @@ def test_hang_progress_keeps_no_work_and_its_buffer_goes_with_the_step(world, op
         settle_threads()
         assert all(b.expired() for b in buffers), "a collective's buffer outlived the step's last reference"
         recorder.settle()  # the next phase: a work without a future counts as completed
-    assert [r["seq"] for r in log.entered_records] == [0]
+    # entered once; the reduce-scatter's slot written again with its "sync" mark
+    assert [(r["seq"], r.get("sync", False)) for r in log.entered_records] == (
+        [(0, False)] if op == "all_gather" else [(0, False), (0, True)]
+    )
     assert [(r["seq"], r["op"]) for r in log.completed_records] == [(0, op)]
-    assert [r and r["seq"] for r in log.open_records] == [0, None]  # open from entered until completed
+    # open from entered until completed; the reduce-scatter's again once marked "sync" (no future to watch)
+    opened = [r and r["seq"] for r in log.open_records]
+    assert opened == ([0, None] if op == "all_gather" else [0, 0, None])
+    assert log.completed_records[0].get("sync", False) is (op == "reduce_scatter")
 
 
 def test_a_functional_collective_carries_its_reduce_op(world):

@@ -1,6 +1,7 @@
 """PyTorch's NCCL flight recorder in local NCCL ranks: enabled before the process group, dumped on a hang.
 
-Each rank keeps ``TORCH_NCCL_TRACE_BUFFER_SIZE`` entries; on a timeout the launcher asks every
+Each rank keeps 2,000 entries (``TORCH_FR_BUFFER_SIZE`` from torch 2.11, which warns that
+``TORCH_NCCL_TRACE_BUFFER_SIZE``, the name before, is deprecated); on a timeout the launcher asks every
 rank for its dump through the rank's debug pipe and names the files (read them with
 ``torchfrtrace <folder>``). On gloo no rank opens a pipe and nothing is dumped.
 """
@@ -8,15 +9,64 @@ rank for its dump through the rank's debug pipe and names the files (read them w
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import pickle
 import shutil
 import tempfile
 import time
+from collections.abc import Mapping
+from typing import Any
 
-__all__ = ["FLIGHT_RECORDER_PREFIX", "make_folder", "enable", "dump", "clean_up"]
+__all__ = [
+    "FLIGHT_RECORDER_PREFIX",
+    "BUFFER_ENTRIES",
+    "buffer_size_variable",
+    "buffer_size_environment",
+    "make_folder",
+    "enable",
+    "dump",
+    "clean_up",
+    "oldest_not_completed",
+    "device_view",
+]
 
 FLIGHT_RECORDER_PREFIX = "nccl_trace_rank_"
 """File name of a rank's NCCL flight recorder dump, followed by the rank."""
+
+
+BUFFER_ENTRIES = 2000
+"""Collectives each rank's flight recorder keeps."""
+
+_BUFFER_SIZE_VARIABLES = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+
+
+def buffer_size_variable(torch_version: str | None = None) -> str:
+    """The variable that sizes the flight recorder in ``torch_version`` (default: the installed
+    torch, read from its metadata without importing it): ``TORCH_FR_BUFFER_SIZE`` from 2.11,
+    ``TORCH_NCCL_TRACE_BUFFER_SIZE`` before (torch 2.11 warns the old name is deprecated)."""
+    if torch_version is None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            torch_version = version("torch")
+        except PackageNotFoundError:
+            return _BUFFER_SIZE_VARIABLES[0]
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        release = Version(torch_version.split("+")[0]).release
+    except InvalidVersion:
+        return _BUFFER_SIZE_VARIABLES[0]
+    return _BUFFER_SIZE_VARIABLES[0] if release[:2] >= (2, 11) else _BUFFER_SIZE_VARIABLES[1]
+
+
+def buffer_size_environment(torch_version: str | None = None) -> dict[str, str]:
+    """``{variable: "2000"}`` for :func:`buffer_size_variable`, or nothing where the user set
+    either name (theirs is kept)."""
+    if any(name in os.environ for name in _BUFFER_SIZE_VARIABLES):
+        return {}
+    return {buffer_size_variable(torch_version): str(BUFFER_ENTRIES)}
 
 
 def make_folder() -> str:
@@ -26,12 +76,12 @@ def make_folder() -> str:
 
 def enable(folder: str) -> None:
     """In a NCCL rank, before init_process_group: keep PyTorch's flight recorder
-    (``TORCH_NCCL_TRACE_BUFFER_SIZE`` entries), dump it to ``folder/nccl_trace_rank_<r>`` and
+    (:data:`BUFFER_ENTRIES` entries, :func:`buffer_size_environment`), dump it to ``folder/nccl_trace_rank_<r>`` and
     open the pipe ``folder/pipe_<r>.pipe`` through which the launcher asks for a dump on a hang
     (``TORCH_NCCL_DEBUG_INFO_PIPE_FILE``). Variables the user set are kept."""
     prefix = os.path.join(folder, FLIGHT_RECORDER_PREFIX)
     for name, value in (
-        ("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000"),
+        *buffer_size_environment().items(),
         ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1"),
         ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", prefix),
         ("TORCH_FR_DUMP_TEMP_FILE", prefix),
@@ -73,3 +123,55 @@ def clean_up(folder: str) -> None:
     for name in set(os.listdir(folder)) - set(kept):
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(folder, name))
+
+
+def _entry_done(entry: Mapping[str, Any]) -> bool:
+    """Whether the device finished a recorded collective: NCCL's watchdog marks it ``completed``
+    when its end event fires, and ``retired`` once it let go of the work (after completion)."""
+    return entry.get("state") == "completed" or bool(entry.get("retired"))
+
+
+def oldest_not_completed(dump: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The first entry of one rank's dump (a dict with ``entries``, as torch pickles it) that the
+    device has not finished, or None when every recorded collective finished."""
+    entries = sorted(dump.get("entries") or [], key=lambda e: e.get("record_id", 0))
+    return next((e for e in entries if not _entry_done(e)), None)
+
+
+def _describe(entry: Mapping[str, Any]) -> str:
+    group = entry.get("process_group")
+    group = group[1] if isinstance(group, (list, tuple)) and len(group) > 1 else group
+    return (
+        f"{entry.get('profiling_name', '?')} #{entry.get('collective_seq_id', '?')} (group {group}, "
+        f"state {entry.get('state', '?')}, input sizes {entry.get('input_sizes', '?')})"
+    )
+
+
+def _load(path: str) -> Any:
+    """A dump as torch writes it: pickled by default, JSON where the user asked for JSON."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        return pickle.loads(data)
+    except Exception:  # noqa: BLE001 - not a pickle: the JSON dump
+        return json.loads(data)
+
+
+def device_view(dumps: list[str]) -> list[str]:
+    """One line per dump file (``nccl_trace_rank_<r>``): the oldest collective the rank's device
+    has not completed, by the flight recorder; what the hang recorder cannot see on NCCL, where a
+    synchronous op hands back no ``Work`` to watch. A file that cannot be read says so."""
+    lines = []
+    for path in sorted(dumps, key=lambda p: (len(p), p)):
+        rank = os.path.basename(path).removeprefix(FLIGHT_RECORDER_PREFIX)
+        try:
+            dump = _load(path)
+        except Exception as exc:  # noqa: BLE001 - a partial or foreign file: say so, do not stop the diagnosis
+            lines.append(f"rank {rank} on the device (flight recorder): unreadable dump ({type(exc).__name__})")
+            continue
+        oldest = oldest_not_completed(dump) if isinstance(dump, Mapping) else None
+        said = (
+            f"oldest not completed {_describe(oldest)}" if oldest is not None else "every recorded collective completed"
+        )
+        lines.append(f"rank {rank} on the device (flight recorder): {said}")
+    return lines

@@ -14,8 +14,10 @@ collective timed out reads every rank's records back. E.g.
 
 Sequence numbers are the rank's collective index (the observation's ``index``), the same on
 every rank of a symmetric step. On NCCL, PyTorch's flight recorder keeps its own record
-(``TORCH_NCCL_TRACE_BUFFER_SIZE``); the launcher asks it to dump (see
-``harness.run.launch.flight_recorder``) and names the files.
+(``TORCH_FR_BUFFER_SIZE``); the launcher asks it to dump (see
+``harness.run.launch.flight_recorder``), names the files and says, from them, the oldest
+collective each rank's device has not completed (a synchronous NCCL op hands back no ``Work``,
+so its record here is marked ``"sync"`` and its completion inferred).
 """
 
 from __future__ import annotations
@@ -197,6 +199,12 @@ def diagnose(progress: Mapping[int, Mapping[str, Any]], phases: Mapping[int, str
         }
     else:
         target = next(p["entered"] for r, p in sorted(progress.items()) if entered[r] == frontier)
+    note = (
+        " (synchronous: the backend gave nothing to watch, so its completion is counted at the next phase;"
+        " on NCCL the flight recorder's device view says whether the GPU completed it)"
+        if target.get("sync")
+        else ""
+    )
     behind = [r for r in progress if entered[r] < frontier]
     # A collective cannot succeed on any member while another member never entered it: a rank
     # that reports it completed saw its Work end in error (gloo marks a timed-out Work completed).
@@ -210,12 +218,12 @@ def diagnose(progress: Mapping[int, Mapping[str, Any]], phases: Mapping[int, str
     if behind:
         head = f"{_ranks(behind)} never entered {describe(target)}"
         if waiting:
-            return f"{head}; {_ranks(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in it"
-        return f"{head}; the others completed it"
+            return f"{head}; {_ranks(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in it{note}"
+        return f"{head}; the others completed it{note}"
     if waiting:
         return (
             f"every rank entered {describe(target)} and {_ranks(waiting)} did not complete it "
-            "(mismatched sizes or a stuck transport)"
+            f"(mismatched sizes or a stuck transport){note}"
         )
     where = ", ".join(f"rank {r} in {phases[r]}" for r in sorted(progress) if r in phases)
     return f"every rank completed {describe(target)}, its last collective; they are stuck outside collectives" + (

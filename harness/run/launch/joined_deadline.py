@@ -18,6 +18,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
+from harness.run.launch.flight_recorder import device_view
 from harness.run.launch.hang import diagnose, per_rank_lines
 
 __all__ = ["JOINED_GRACE_S", "JoinedDeadline", "deadline_message", "process_group_timeout_s"]
@@ -45,6 +46,7 @@ def deadline_message(rank: int, timeout_s: float, progress: Mapping[int, Mapping
         lines.append("no rank entered a collective")
     if dumps:
         lines.append(f"NCCL flight recorder dumps (read with torchfrtrace): {', '.join(dumps)}")
+        lines += device_view(dumps)
     return "\n".join(lines) + "\n"
 
 

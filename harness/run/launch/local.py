@@ -234,6 +234,7 @@ class _LocalWorld:
             [f"Diagnosis: {verdict}.", *per_rank_lines(progress, all_phases)]
             + (
                 [f"NCCL flight recorder dumps (read with torchfrtrace {self.fr_dir}): {', '.join(dumps)}"]
+                + flight_recorder.device_view(dumps)
                 if dumps
                 else []
             )

@@ -171,6 +171,6 @@ class CollectiveRecorder(TorchDispatchMode):
 
     def settle(self) -> None:
         """A new phase began: every collective issued so far was waited on; hang progress
-        reports those whose work has no future completed (it holds no work either way)."""
+        reports those it had nothing to watch for (marked ``"sync"``) completed; it holds no work."""
         if self.progress is not None:
             self.progress.settle()

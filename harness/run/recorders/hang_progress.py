@@ -9,11 +9,16 @@ the rank's thread issues collectives ahead of the one its stream waits in).
 Completion is counted without keeping the ``Work`` (a ``Work`` keeps the collective's buffers
 alive, so FSDPMemTracker would count them): a callback is attached to the work's future
 (``Work.get_future().add_done_callback``), which torch keeps with the work and drops with it;
-the callback holds only the record, a dict. gloo's ``reduce_scatter_tensor`` returns a work
-with no future (``Work::getFuture not implemented``, torch 2.13): its record is reported
-completed when the rank's thread enters the next phase, since FSDP has waited on every
-reduce-scatter of a backward by its end. A future that ends in an error (a timeout) is not
-reported completed: it stays the rank's open collective.
+the callback holds only the record, a dict. Nothing here assumes an op hands back a ``Work``,
+that a work has a future, or that a collective is done when its op returns. Three kinds give no
+completion to watch, and their records are marked ``"sync": true`` and reported completed when
+the rank's thread enters the next phase (FSDP has waited on every collective of a phase by its
+end): a synchronous c10d op on NCCL (at dispatch level its boxed ``Work`` unboxes to ``None``:
+the backend waits in C++), a work with no future (gloo's ``reduce_scatter_tensor``: ``Work::getFuture
+not implemented``, torch 2.13), and a functional collective (``_c10d_functional``: a tensor,
+completed by a later ``wait_tensor``). On NCCL the flight recorder says which of them the device
+completed (``harness.run.launch.flight_recorder.device_view``). A future that ends in an error (a
+timeout) is not reported completed: it stays the rank's open collective.
 
 The unit comes from FSDP's ``record_function`` calls, which dispatch
 ``profiler._record_function_enter_new`` / ``_exit``: the recorder passes them here whether or
@@ -47,7 +52,7 @@ class HangProgress:
         self._local = threading.local()
         self._current: dict[str, Any] | None = None
         self._lock = threading.Lock()  # future callbacks run on the backend's threads
-        self._without_future: list[dict[str, Any]] = []  # records only: no Work is kept
+        self._unwatched: list[dict[str, Any]] = []  # "sync" records (no future to watch); no Work is kept
         self._last_completed = -1
         self._open: dict[int, dict[str, Any]] = {}  # seq -> record, entered and not completed
 
@@ -83,17 +88,19 @@ class HangProgress:
                 self.sink.oldest_open(self._current)
 
     def issued(self, out: Any) -> None:
-        """The op returned ``out``: watch its works' futures, or note it done when it has none."""
+        """The op returned ``out``: watch its works' futures; with none to watch, the record is
+        marked ``"sync"`` and completed at the next phase (:meth:`settle`)."""
         record, self._current = self._current, None
         if record is None:
             return
         futures = _futures(out)
-        if futures is None:  # a work without a future: completed at the next phase
+        if futures is None:
+            record["sync"] = True
             with self._lock:
-                self._without_future.append(record)
-            return
-        if not futures:  # nothing asynchronous: done when the op returns
-            self._completed(record)
+                self._unwatched.append(record)
+                self.sink.entered(record)  # the slots carry the mark too
+                if self._open and min(self._open) == record["seq"]:
+                    self.sink.oldest_open(record)
             return
         remaining = [len(futures)]
 
@@ -137,9 +144,9 @@ class HangProgress:
     def settle(self) -> None:
         """The rank's thread entered a new phase: every collective issued before it was waited
         on (FSDP waits for its all-gathers in forward and for its reduce-scatters by the end of
-        backward), so those without a future are reported completed."""
+        backward), so the ``"sync"`` ones (no future to watch) are reported completed."""
         with self._lock:
-            records, self._without_future = self._without_future, []
+            records, self._unwatched = self._unwatched, []
         for record in sorted(records, key=lambda r: r["seq"]):
             self._completed(record)
 
@@ -148,18 +155,22 @@ class HangProgress:
 
 
 def _futures(out: Any) -> list[Any] | None:
-    """The futures of the ``Work`` objects a c10d op returned (boxed as ScriptObjects); None when
-    a work has none. The works themselves are not kept."""
+    """The futures of the ``Work`` objects a c10d op handed back (boxed as ScriptObjects), or
+    None when there is nothing to watch: no ``Work`` at all (a functional collective's tensor), a
+    boxed ``Work`` that unboxes to ``None`` (NCCL's synchronous ops) or a ``Work`` without a
+    future (gloo's ``reduce_scatter_tensor``). The works themselves are not kept."""
     found = []
     for value in out if isinstance(out, (tuple, list)) else [out]:
         if not isinstance(value, torch.ScriptObject):
             continue
         try:
             work = dist.distributed_c10d.Work.unbox(value)
-        except Exception:  # not a Work
+        except Exception:  # noqa: BLE001 - not a Work
             continue
+        if work is None:  # the backend waited in C++ and handed back no Work (NCCL, async_op=False)
+            return None
         try:
             found.append(work.get_future())
         except RuntimeError:  # "Work::getFuture not implemented" (gloo's reduce_scatter_tensor)
             return None
-    return found
+    return found or None

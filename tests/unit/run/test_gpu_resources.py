@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from harness.load.setup import RunSetup
-from harness.run import gpus, preflight
+from harness.run import cuda_context, gpus, preflight
 from harness.run.preflight import PreflightError
 from tests.support import REPO
 
@@ -109,18 +109,20 @@ def test_preflight_says_it_skips_the_gpu_part_when_nothing_can_tell(tmp_path, mo
         preflight.check(RunSetup(), "auto", memory=10**12)  # a CPU host on auto: gloo, nothing to say
 
 
-def test_gpu_estimate_counts_the_context_nccl_and_the_rank_0_replica():
+def test_gpu_estimate_counts_the_context_nccl_and_the_rank_0_replica(monkeypatch):
+    context = 500 * 10**6  # what cuda_context measures once per GPU and torch (test_cuda_context.py)
+    monkeypatch.setattr(cuda_context, "context_bytes", lambda: context)
     setup = RunSetup()  # the walkthrough: a few MB of tensors per rank
     est = preflight.estimate(setup)
     per_rank, on_gpu_0 = preflight.gpu_need(est, setup)
-    assert per_rank == est.tensors + preflight.CUDA_CONTEXT_BYTES + preflight.NCCL_COMMUNICATOR_BYTES
+    assert per_rank == est.tensors + context + preflight.NCCL_COMMUNICATOR_BYTES
     with pytest.raises(PreflightError, match=r"GPU 0 \(.* GB tensors \+ 0.5 GB CUDA context \+ 0.3 GB NCCL\)"):
         preflight.check(setup, "nccl", memory=10**12, gpus=[est.tensors + 1] * 4)  # tensors alone fit
     assert preflight.check(setup, "nccl", memory=10**12, gpus=[per_rank] * 4) is not None
     hsdp = RunSetup.from_mapping({"mesh": {"shape": [2, 2], "dim_names": ["replicate", "shard"]}})
     assert (
         preflight.gpu_need(preflight.estimate(hsdp), hsdp)[0] - preflight.estimate(hsdp).tensors
-        == preflight.CUDA_CONTEXT_BYTES + 3 * preflight.NCCL_COMMUNICATOR_BYTES
+        == context + 3 * preflight.NCCL_COMMUNICATOR_BYTES
     )  # world + one per mesh dim
 
     one = RunSetup.from_mapping({"numerics": True, "numerics_reference": "rank_0"})

@@ -172,3 +172,49 @@ def test_hang_progress_reports_the_oldest_open_collective_as_works_complete(monk
     assert sink.oldest == 2
     futures[2].finish()
     assert sink.oldest is None
+
+
+# --- NCCL's dispatch: a synchronous op hands back no Work; nothing to watch is marked "sync" -----------
+
+
+def test_nothing_to_watch_is_none_whatever_the_op_handed_back():
+    """NCCL's synchronous ops hand back a boxed Work that unboxes to None; a functional
+    collective hands back a tensor: neither is a completion to watch (seen: None.get_future())."""
+    import torch
+    import torch.distributed as dist
+
+    from harness.run.recorders.hang_progress import _futures
+
+    no_work = dist.distributed_c10d.Work.boxed(None)
+    assert dist.distributed_c10d.Work.unbox(no_work) is None  # what NCCL hands back, torch 2.11
+    assert _futures((torch.ones(2), no_work)) is None
+    assert _futures(no_work) is None
+    assert _futures(torch.ones(2)) is None  # _c10d_functional.all_reduce: completed by wait_tensor
+    assert _futures(None) is None
+
+
+def test_a_collective_with_nothing_to_watch_is_marked_sync_and_completed_at_the_next_phase(monkeypatch):
+    from harness.run.recorders import hang_progress
+
+    monkeypatch.setattr(hang_progress, "_futures", lambda out: None)
+    sink = Sink()
+    entered = []
+    sink.entered = lambda record: entered.append(dict(record))
+    progress = hang_progress.HangProgress(sink)
+    progress.entered(0, "all_reduce", "backward")
+    progress.issued("no work")
+    assert (sink.oldest, sink.completed_seqs) == (0, [])  # not done when its op returns
+    assert entered[-1]["sync"] is True  # the rank's slot carries the mark
+    progress.settle()
+    assert (sink.oldest, sink.completed_seqs) == (None, [0])
+
+
+def test_a_sync_collective_in_the_verdict_says_its_completion_was_not_observed():
+    progress = {r: {"entered": rec(4, "all_reduce", "layers.0", "backward"), "completed": rec(3)} for r in range(2)}
+    for r in range(2):
+        progress[r]["oldest_open"] = {**rec(4, "all_reduce", "layers.0", "backward"), "sync": True}
+    verdict = diagnose(progress)
+    assert verdict.startswith("every rank entered all_reduce #4 (layers.0, backward) and ranks 0, 1 did not")
+    assert "synchronous: the backend gave nothing to watch" in verdict
+    del progress[0]["oldest_open"]["sync"], progress[1]["oldest_open"]["sync"]
+    assert "synchronous" not in diagnose(progress)
