@@ -84,7 +84,8 @@ class Leaf(_Node):
 
 class Record(_Node):
     """A JSON object with the named ``children``; ``required`` of them always present;
-    ``nullable``: the value may be null instead; ``closed``: no other key is allowed."""
+    ``nullable``: the value may be null instead; ``closed``: no other key is allowed; ``define``:
+    the schema names it in ``$defs`` and refers to it there (a record used in several places)."""
 
     def __init__(
         self,
@@ -93,6 +94,7 @@ class Record(_Node):
         required: tuple[str, ...] = (),
         nullable: bool = False,
         closed: bool = True,
+        define: str | None = None,
         schema: Mapping[str, Any] | None = None,
         **facts: Any,
     ) -> None:
@@ -100,6 +102,7 @@ class Record(_Node):
         if missing:
             raise ValueError(f"required {sorted(missing)} not among the children {list(children)}")
         self.children, self.required, self.nullable, self.closed = dict(children), tuple(required), nullable, closed
+        self.define = define
         self._take(schema, facts)
 
 
@@ -155,18 +158,28 @@ def walk(node: Node, path: str = "", facts: Facts = Facts()) -> Iterator[tuple[s
             yield from walk(node.child(key), f"{path}.{key}", here)
 
 
-def schema_of(node: Node) -> dict[str, Any]:
-    """The JSON schema (draft 2020-12) of ``node``'s values."""
+def schema_of(node: Node, defs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON schema (draft 2020-12) of ``node``'s values; a record with ``define`` becomes a
+    ``$ref`` and its schema goes into ``defs`` (inline when ``defs`` is None)."""
     if isinstance(node, Leaf):
         return dict(node.schema)
     if isinstance(node, Records):
-        return {"type": "array", **node.schema, "items": schema_of(node.record)}
+        return {"type": "array", **node.schema, "items": schema_of(node.record, defs)}
     if isinstance(node, Keyed):
-        return {"type": "object", **node.schema, "additionalProperties": schema_of(node.value)}
+        return {"type": "object", **node.schema, "additionalProperties": schema_of(node.value, defs)}
+    if node.define and defs is not None:
+        if node.define not in defs:
+            defs[node.define] = {}  # claimed first: the order of $defs is the order of first use
+            defs[node.define] = _record_schema(node, defs)
+        return {"$ref": f"#/$defs/{node.define}"}
+    return _record_schema(node, defs)
+
+
+def _record_schema(node: Record, defs: dict[str, Any] | None) -> dict[str, Any]:
     out: dict[str, Any] = {"type": ["object", "null"] if node.nullable else "object", **node.schema}
     if node.closed:
         out["additionalProperties"] = False
     if node.required:
         out["required"] = list(node.required)
-    out["properties"] = {name: schema_of(child) for name, child in node.children.items()}
+    out["properties"] = {name: schema_of(child, defs) for name, child in node.children.items()}
     return out

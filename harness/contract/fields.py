@@ -68,14 +68,10 @@ _TEMP_TIMING = {
 _TIMING_CATEGORIES = {"temp": _TEMP_TIMING, "total": _TEMP_TIMING}
 
 DEFS: dict[str, Any] = {
+    "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
     "dtype": {
         "type": "string",
         "pattern": "^(float16|bfloat16|float32|float64|int64|int32|uint8|int8|bool|float8_e4m3fn|float8_e5m2)$",
-    },
-    "microbatch": {
-        "type": ["integer", "null"],
-        "minimum": 0,
-        "description": "the microbatch within the step; null outside one (setup, zero_grad, clip_grad_norm, optimizer)",
     },
     "diff": {
         "type": "object",
@@ -87,7 +83,7 @@ DEFS: dict[str, Any] = {
             "nonfinite": {
                 "type": "integer",
                 "minimum": 0,
-                "description": "elements of the sharded side (output, loss, gradient shard) that are NaN or infinite",
+                "description": ("elements of the sharded side (output, loss, gradient shard) that are NaN or infinite"),
             },
         },
     },
@@ -98,7 +94,13 @@ DEFS: dict[str, Any] = {
             "the schedule's step (0-based, repeats counted); null outside the steps (setup, the whole-run peak)"
         ),
     },
-    "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+    "microbatch": {
+        "type": ["integer", "null"],
+        "minimum": 0,
+        "description": (
+            "the microbatch within the step; null outside one (setup, zero_grad, clip_grad_norm, optimizer)"
+        ),
+    },
 }
 """Small types the declarations refer to (``{"$ref": "#/$defs/dtype"}``), copied into the schema."""
 
@@ -898,6 +900,7 @@ RANK_ENVIRONMENT = Record(
     by="harness/run/recorders/environment.py",
     aspect="environment",
     kinds=_reads("environment"),
+    define="rank_environment",
 )
 
 RANK_BANDWIDTH = Records(
@@ -1011,6 +1014,7 @@ RANK_BANDWIDTH = Records(
             "timer",
         ),
         schema={"description": "one timed collective on one rank, sized as nccl-tests counts it"},
+        define="bandwidth_row",
     ),
     schema={
         "description": (
@@ -1162,6 +1166,7 @@ RANK_STATE_DICT = Record(
     by="harness/run/checkpoint.py",
     unobserved=_NO_CHECKPOINT,
     kinds=_reads("state_dict"),
+    define="state_dict",
 )
 
 RANK_STATE_DICT_OPTIONS = Record(
@@ -1394,6 +1399,7 @@ RANK_STATE_DICT_OPTIONS = Record(
     },
     by="harness/run/state_dict_options.py",
     unobserved={"fake": "makes no state-dict calls"},
+    define="state_dict_options",
 )
 
 RANK_COMPILE = Record(
@@ -1884,6 +1890,7 @@ DOCUMENT = Record(
         "ranks": Records(
             Record(
                 RANK_PARTS,
+                define="rank",
                 required=(
                     "rank",
                     "input",

@@ -21,8 +21,9 @@ __all__ = ["build_schema", "schema_text", "main"]
 
 def build_schema() -> dict[str, Any]:
     """The observation document's JSON schema (draft 2020-12), with :data:`~harness.contract.fields.DEFS`."""
-    schema = schema_of(DOCUMENT)
-    schema["$defs"] = dict(DEFS)
+    defs = dict(DEFS)
+    schema = schema_of(DOCUMENT, defs)
+    schema["$defs"] = defs
     return schema
 
 
