@@ -1435,8 +1435,10 @@ RANK_ERROR = Record(
         "message": Leaf(
             {"type": "string", "description": "str() of the exception"},
             masked=True,
-            varies="a bystander rank's message names gloo's ephemeral ports",
-            varies_in=("gloo",),
+            varies=(
+                "a bystander rank's message names gloo's ephemeral port; a message that prints a set "
+                "(mixed_grad_dtypes_refused) orders it by hashes"
+            ),
         ),
         "phase": Leaf(
             {

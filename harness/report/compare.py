@@ -195,14 +195,22 @@ _MASKS = (
 )
 
 
+_SET = re.compile(r"\{([^{}:]+,[^{}:]+)\}")  # a printed Python set: {torch.bfloat16, torch.float32}
+
+
+def _sorted_set(match: re.Match) -> str:
+    return "{" + ", ".join(sorted(item.strip() for item in match.group(1).split(","))) + "}"
+
+
 def mask(value: Any) -> Any:
-    """``value`` with file paths, line numbers, ports, addresses and process ids masked (a string;
-    anything else as given)."""
+    """``value`` with file paths, line numbers, ports, addresses and process ids masked, and a
+    printed set's items sorted (its order follows hashes: it varies run to run); a string, anything
+    else as given."""
     if not isinstance(value, str):
         return value
     for pattern, replacement in _MASKS:
         value = pattern.sub(replacement, value)
-    return value
+    return _SET.sub(_sorted_set, value)
 
 
 def _text(value: Any) -> str:

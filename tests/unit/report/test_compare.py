@@ -136,6 +136,8 @@ def test_messages_are_compared_with_ports_paths_and_line_numbers_masked(document
     differences = _compare(a, b)
     assert [(d.key.path, d.apart) for d in differences] == [("error.message", None)]
     assert mask("at 10.1.2.3:29500, pid 4242, 0x7f3a2b1c4d5e") == "at 10.1.2.3:<port>, pid <pid>, 0x<addr>"
+    uniform = "expects uniform gradient dtype but got {torch.float32, torch.bfloat16}"
+    assert mask(uniform) == "expects uniform gradient dtype but got {torch.bfloat16, torch.float32}"  # a set's order
 
 
 def test_what_varies_on_a_real_backend_is_set_apart_there_and_not_in_a_simulation(document):
