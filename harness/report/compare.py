@@ -82,11 +82,13 @@ class Difference:
 @dataclass(frozen=True)
 class RunFile:
     """What a ``run --json`` file holds: ``documents`` (spec path -> observation), ``failed``
-    (spec path -> why its run failed) and the torch version it ran on."""
+    (spec path -> why its run failed), the torch version it ran on, and ``skipped`` (spec path ->
+    why it was skipped whole, from its entries' results: a torch range or build, missing GPUs)."""
 
     documents: Mapping[str, Mapping[str, Any]]
     failed: Mapping[str, str] = field(default_factory=dict)
     torch_version: str | None = None
+    skipped: Mapping[str, str] = field(default_factory=dict)
 
 
 class CompareError(ValueError):
@@ -246,23 +248,38 @@ def _run_key(state: str) -> Key:
 
 def compare_runs(a: RunFile, b: RunFile) -> list[Difference]:
     """Every difference between two run files; a spec observed on one side only is one
-    difference: ``observed`` (True / False per side) or, where that side's run failed, ``run``
-    (``"failed: <why>"`` on that side, ``"observed"`` on the other)."""
+    difference: ``run`` (``"observed"``, ``"failed: <why>"`` or ``"skipped: <why>"`` per side, None
+    where it was not run at all)."""
     da, db = _paired(a.documents, b.documents)
     fa, fb = _paired(a.failed, b.failed)
+    sa, sb = _paired(a.skipped, b.skipped)
     out: list[Difference] = []
-    for spec in list(dict.fromkeys([*da, *fa, *db, *fb])):
+    for spec in list(dict.fromkeys([*da, *fa, *sa, *db, *fb, *sb])):
         if spec in da and spec in db:
             out.extend(_compare_spec(spec, da[spec], db[spec]))
-        elif spec in fa or spec in fb:
-            if spec in fa and spec in fb and fa[spec] == fb[spec]:
-                continue
-            va = f"failed: {fa[spec]}" if spec in fa else "observed" if spec in da else None
-            vb = f"failed: {fb[spec]}" if spec in fb else "observed" if spec in db else None
+            continue
+        va, vb = _outcome(spec, da, fa, sa), _outcome(spec, db, fb, sb)
+        if va != vb:
             out.append(Difference(spec, _run_key("run"), va, vb))
-        else:
-            out.append(Difference(spec, _run_key("observed"), spec in da, spec in db))
     return out
+
+
+def _outcome(spec: str, documents: Mapping, failed: Mapping, skipped: Mapping) -> str | None:
+    if spec in documents:
+        return "observed"
+    if spec in failed:
+        return f"failed: {failed[spec]}"
+    return f"skipped: {skipped[spec]}" if spec in skipped else None
+
+
+def _skipped(results: Any) -> dict[str, str]:
+    """Spec path -> why, for the specs all of whose entries were skipped with one reason (a spec
+    gated out whole is never run); a spec with an observation is dropped by the caller."""
+    reasons: dict[str, set] = {}
+    for r in results if isinstance(results, list) else []:
+        if isinstance(r, Mapping) and isinstance(r.get("spec"), str):
+            reasons.setdefault(r["spec"], set()).add(r.get("message") if r.get("status") == "skip" else None)
+    return {spec: next(iter(why)) for spec, why in reasons.items() if len(why) == 1 and None not in why}
 
 
 def select(differences: list[Difference], include: Iterable[str] = (), exclude: Iterable[str] = ()) -> list[Difference]:
@@ -306,7 +323,9 @@ def read_run_file(path: str | Path) -> RunFile:
         failed = doc.get("failed_specs") or {}
         if not isinstance(failed, dict):
             raise CompareError(f"{path}: failed_specs: expected a mapping of spec path -> error, got {failed!r:.80}")
-        return RunFile(doc["observations"], {k: str(v) for k, v in failed.items()}, doc.get("torch_version"))
+        skipped = {k: v for k, v in _skipped(doc.get("results")).items() if k not in doc["observations"]}
+        failed = {k: str(v) for k, v in failed.items()}
+        return RunFile(doc["observations"], failed, doc.get("torch_version"), skipped)
     if isinstance(doc, dict) and str(doc.get("format", "")).startswith("fsdp2-observation"):
         return RunFile({str(path): doc}, {}, (doc.get("environment") or {}).get("torch_version"))
     raise CompareError(f"{path}: expected a file written by 'harness run --json' (an 'observations' mapping)")

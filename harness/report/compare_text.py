@@ -68,8 +68,6 @@ def _error_lines(error: str) -> list[str]:
 
 
 def _run_lines(d: Difference, names: tuple[str, str]) -> list[str]:
-    if d.key.field == "observed":
-        return [f"  observed only in {names[0] if d.a else names[1]}"]
     lines = []
     for name, value in zip(names, (d.a, d.b)):
         if value is None:
@@ -77,26 +75,49 @@ def _run_lines(d: Difference, names: tuple[str, str]) -> list[str]:
         elif str(value).startswith("failed: "):
             lines += [f"  the run failed in {name}:", *_error_lines(str(value)[len("failed: ") :])]
         else:
-            lines.append(f"  {name}: {value}")
+            lines.append(_window(f"  {name}: {value}", 0, WIDTH))
     return lines
+
+
+def _raised(differences: list[Difference]) -> dict[tuple[int | None, int], str]:
+    """(rank, side 0/1) -> what that rank raised where the other side's same rank did not."""
+    out = {}
+    for d in differences:
+        if d.key.path == "error.type" and d.present != (True, True):
+            side = 0 if d.present[0] else 1
+            out[(d.key.rank, side)] = str(d.a if side == 0 else d.b)
+    return out
 
 
 def _listed(differences: Iterable[Difference], names: tuple[str, str]) -> list[str]:
     lines: list[str] = []
-    spec = group = None
+    by_spec: dict[str, list[Difference]] = {}
     for d in differences:
-        if d.spec != spec:
-            spec, group = d.spec, None
-            lines.append(spec_name(d.spec))
-        if d.key.part == "spec":
-            lines += _run_lines(d, names)
-            continue
-        kind = d.key.part if d.key.part == "spec" else fields.part_kind(d.key.path)
-        here = (kind, selector_text(d.key))
-        if here != group:
-            group = here
-            lines.append(_window(f"  {kind}  {here[1]}" if here[1] else f"  {kind}", 0, WIDTH))
-        lines += _value_lines(d, names)
+        by_spec.setdefault(d.spec, []).append(d)
+    for spec, mine in by_spec.items():
+        lines.append(spec_name(spec))
+        raised, group = _raised(mine), None
+        hidden: dict[tuple[int | None, int], int] = {}
+        for d in mine:
+            if d.key.part == "spec":
+                lines += _run_lines(d, names)
+                continue
+            lost = [s for s in (0, 1) if not d.present[s] and (d.key.rank, s) in raised]
+            if lost and not d.key.path.startswith("error"):  # recorded after the error, on the other side only
+                hidden[(d.key.rank, lost[0])] = hidden.get((d.key.rank, lost[0]), 0) + 1
+                continue
+            kind = fields.part_kind(d.key.path)
+            here = (kind, selector_text(d.key))
+            if here != group:
+                group = here
+                lines.append(_window(f"  {kind}  {here[1]}" if here[1] else f"  {kind}", 0, WIDTH))
+            lines += _value_lines(d, names)
+        for (rank, side), count in hidden.items():
+            other = names[1 - side]
+            lines.append(
+                f"  rank {rank} raised {raised[(rank, side)]} in {names[side]}, not in {other}: "
+                f"{count} values recorded only in {other} not listed"
+            )
     return lines
 
 

@@ -19,6 +19,7 @@ from harness.report.compare import (
     compare_runs,
     flatten_observation,
     mask,
+    read_run_file,
     select,
 )
 from harness.report.compare_text import WIDTH, format_report, summary_line
@@ -90,7 +91,7 @@ def test_a_changed_collective_names_its_rank_position_field_and_path(document):
 
 def test_a_spec_on_one_side_only_is_a_difference(document):
     differences = compare_documents({"a.yaml": document}, {"a.yaml": document, "b.yaml": document})
-    assert format_report(differences)[-2:] == ["b.yaml", "  observed only in B"]
+    assert format_report(differences)[-3:] == ["b.yaml", "  not run in A", "  B: observed"]
 
 
 def test_a_failed_run_shows_its_error_not_only_that_it_is_missing(document):
@@ -107,6 +108,30 @@ def test_a_failed_run_shows_its_error_not_only_that_it_is_missing(document):
     assert "run failed or missing on one side" in lines[1]
     same = compare_runs(RunFile({}, {"s.yaml": error}), RunFile({}, {"s.yaml": error}))
     assert same == []  # the same failure on both sides is no difference
+
+
+def test_a_spec_skipped_whole_on_one_side_says_why(tmp_path: Path, document):
+    skip = {"spec": "specs/s.yaml", "status": "skip", "message": "describes a cpu build of torch"}
+    path = tmp_path / "b.json"
+    path.write_text(strict_json.dumps({"observations": {}, "results": [skip, skip]}))
+    skipped = read_run_file(path)
+    assert skipped.skipped == {"specs/s.yaml": "describes a cpu build of torch"}
+    differences = compare_runs(RunFile({"specs/s.yaml": document}), skipped)
+    assert format_report(differences)[-2:] == ["  A: observed", "  B: skipped: describes a cpu build of torch"]
+
+
+def test_values_recorded_after_one_sides_error_are_counted_not_listed(document):
+    raised, finished = copy.deepcopy(document), copy.deepcopy(document)
+    _rank(raised, 0)["error"] = _error("attempting to assign a gradient with dtype")
+    _rank(finished, 0)["error"] = None
+    del _rank(raised, 0)["params"][1:]  # what the raising rank never recorded
+    lines = format_report(_compare(raised, finished))
+    left_out = len(document["ranks"][0]["params"]) - 1
+    assert lines[-1].startswith("  rank 0 raised RuntimeError in A, not in B: ") and lines[-1].endswith(
+        "values recorded only in B not listed"
+    )
+    assert not any(line.startswith("  param  rank 0") for line in lines) and left_out > 0
+    assert '    type: "RuntimeError" (A) ≠ absent (B)' in lines  # the error itself is listed
 
 
 def test_timings_pids_environment_and_tracebacks_are_set_apart(document):
