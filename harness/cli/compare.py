@@ -62,7 +62,7 @@ def command(args: argparse.Namespace, console: Console) -> int:
         print_mark(console, False, str(exc))
         return 2
     differences = select(compare_runs(a, b), args.include, args.exclude)
-    specs = len({spec_name(k) for run in (a, b) for k in [*run.documents, *run.failed]})
+    specs = len({spec_name(k) for run in (a, b) for k in [*run.documents, *run.failed, *run.skipped]})
     console.print(Text(f"A = {args.a} (torch {a.torch_version})\nB = {args.b} (torch {b.torch_version})"))
     for line in format_report(differences, every=args.every):
         console.print(Text(line))
