@@ -164,6 +164,7 @@ DOC_ENVIRONMENT = Record(
 DOC_SETUP = Leaf(
     {"type": "object", "description": "the resolved setup the run used (spec setup with defaults filled in)"},
     by=_RUNNER,
+    masked=True,  # setup.hooks.file is an absolute path: another checkout is no other behaviour
 )
 
 DOC_FSDP_UNITS = Records(

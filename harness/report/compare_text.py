@@ -165,7 +165,8 @@ def format_report(differences: list[Difference], every: bool = False, names: tup
 
 
 def summary_line(differences: list[Difference], specs: int, every: bool = False) -> str:
-    """``compare: 3 behaviour differences in 1 of 48 specs; 120 set apart (environment 96, ...)``."""
+    """``compare: 3 behaviour differences in 1 of 48 specs; 120 set apart`` (the line before it
+    counts what was set apart by kind)."""
     behaviour = [d for d in differences if every or d.apart is None]
     apart = [d for d in differences if d.apart is not None]
     what = "difference" if every else "behaviour difference"
@@ -176,7 +177,7 @@ def summary_line(differences: list[Difference], specs: int, every: bool = False)
         head = f"compare: {len(behaviour)} {what}{many} in {touched} of {specs} spec{plural}"
     else:
         head = f"compare: no {what} in {specs} spec{plural}"
-    return head + (f"; {len(apart)} set apart ({_counts(apart)})" if apart and not every else "")
+    return head + (f"; {len(apart)} set apart" if apart and not every else "")
 
 
 def report_json(differences: list[Difference], specs: int, sides: dict[str, Any]) -> dict[str, Any]:
