@@ -136,8 +136,10 @@ def _per_spec(differences: list[Difference]) -> list[str]:
         if not behaviour:
             quiet += 1
             continue
-        if any(d.key.part == "spec" for d in behaviour):
-            text = "run failed or missing on one side"
+        run = next((d for d in behaviour if d.key.part == "spec"), None)
+        if run is not None:
+            outcomes = [str(v).split(":", 1)[0] if v else "not run" for v in (run.a, run.b)]
+            text = f"{outcomes[0]} in A, {outcomes[1]} in B"
         else:
             paths = list(dict.fromkeys(d.key.path for d in behaviour))
             shown = ", ".join(paths[:2]) + (f", +{len(paths) - 2} fields" if len(paths) > 2 else "")
@@ -145,7 +147,8 @@ def _per_spec(differences: list[Difference]) -> list[str]:
         text += f"; set apart: {_counts(apart)}" if apart else ""
         lines.append(_window(f"  {spec_name(spec)}: {text}", 0, WIDTH))
     if quiet:
-        lines.append(f"  {quiet} other spec{'s' if quiet != 1 else ''}: no behaviour difference (some set apart)")
+        other = " other" if lines else ""
+        lines.append(f"  {quiet}{other} spec{'s' if quiet != 1 else ''}: no behaviour difference (some set apart)")
     return lines
 
 

@@ -31,6 +31,6 @@ def test_a_failed_run_is_listed_in_json_and_compare_shows_its_error(tmp_path: Pa
     assert compared.returncode == 1, compared.stdout
     lines = compared.stdout.splitlines()
     assert "  the run failed in B:" in lines and any("ValueError: refused" in line for line in lines)
-    assert "  tiny.yaml: run failed or missing on one side" in lines
+    assert "  tiny.yaml: observed in A, failed in B" in lines
     assert cli("compare", str(b), str(b)).returncode == 0  # the same failure on both sides
     no_traceback(compared)
