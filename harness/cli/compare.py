@@ -1,7 +1,12 @@
-"""``compare A.json B.json``: every observed value that differs between two ``run --json`` files
-(``harness.report.compare``), grouped by spec, check kind and selector, timings ignored.
+"""``compare A.json B.json``: did FSDP2 behave differently between two ``run --json`` files?
 
-Exit 0 when they are the same, 1 when they differ, 2 when a file cannot be read.
+Prints a summary per spec, then every behaviour difference (``harness.report.compare``) grouped by
+spec, check kind and selector; environment, timings, tracebacks and values declared to vary run
+to run are set apart and counted (``--all`` lists them too). ``--include`` / ``--exclude`` keep
+or drop fields by declared path (globs: ``'memory.*'``); ``--json OUT`` writes the comparison.
+
+Exit 0 when no behaviour difference, 1 when there is one (with ``--all``: any difference), 2 when
+a file cannot be read or written.
 """
 
 from __future__ import annotations
@@ -19,9 +24,25 @@ __all__ = ["add_arguments", "argument_problem", "command"]
 
 
 def add_arguments(sub: argparse._SubParsersAction) -> None:
-    compare = sub.add_parser("compare", help="list every observed value that differs between two 'run --json' files")
+    compare = sub.add_parser(
+        "compare", help="did FSDP2 behave differently? every behaviour difference between two 'run --json' files"
+    )
     compare.add_argument("a", type=Path, metavar="A.json")
     compare.add_argument("b", type=Path, metavar="B.json")
+    compare.add_argument(
+        "--all",
+        dest="every",
+        action="store_true",
+        help="list also what is set apart (environment, timings, tracebacks, values that vary run to run) "
+        "and count it in the exit status",
+    )
+    compare.add_argument(
+        "--include", action="append", default=[], metavar="GLOB", help="only fields whose path matches (repeatable)"
+    )
+    compare.add_argument(
+        "--exclude", action="append", default=[], metavar="GLOB", help="leave out fields whose path matches"
+    )
+    compare.add_argument("--json", metavar="OUT", help="write the comparison as JSON")
 
 
 def argument_problem(args: argparse.Namespace) -> str | None:
@@ -30,23 +51,32 @@ def argument_problem(args: argparse.Namespace) -> str | None:
 
 def command(args: argparse.Namespace, console: Console) -> int:
     with signals_held():
-        from harness.report.compare import (
-            CompareError,
-            compare_documents,
-            format_differences,
-            read_documents,
-            summary_line,
-        )
+        from harness.contract import strict_json
+        from harness.report.compare import CompareError, compare_runs, read_run_file, select
+        from harness.report.compare_text import format_report, report_json, spec_name, summary_line
+        from harness.report.output import write_atomically
 
     try:
-        a, b = read_documents(args.a), read_documents(args.b)
+        a, b = read_run_file(args.a), read_run_file(args.b)
     except CompareError as exc:
         print_mark(console, False, str(exc))
         return 2
-    differences = compare_documents(a, b)
-    if differences:
-        console.print(Text(f"A = {args.a}\nB = {args.b}"))
-    for line in format_differences(differences):
+    differences = select(compare_runs(a, b), args.include, args.exclude)
+    specs = len({spec_name(k) for run in (a, b) for k in [*run.documents, *run.failed, *run.skipped]})
+    console.print(Text(f"A = {args.a} (torch {a.torch_version})\nB = {args.b} (torch {b.torch_version})"))
+    for line in format_report(differences, every=args.every):
         console.print(Text(line))
-    console.print(Text(summary_line(differences, len({Path(k).name for k in [*a, *b]}))))
-    return 1 if differences else 0
+    console.print(Text(summary_line(differences, specs, every=args.every)))
+    if args.json:
+        sides = {
+            "a": {"file": str(args.a), "torch": a.torch_version},
+            "b": {"file": str(args.b), "torch": b.torch_version},
+        }
+        try:
+            write_atomically(args.json, strict_json.dumps(report_json(differences, specs, sides), indent=1))
+        except OSError as exc:
+            print_mark(console, False, f"--json {args.json}: cannot write ({exc.strerror or exc})")
+            return 2
+        console.print(Text(f"wrote {args.json}"))
+    counted = differences if args.every else [d for d in differences if d.apart is None]
+    return 1 if counted else 0

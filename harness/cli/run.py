@@ -111,6 +111,7 @@ class _Runs:
     results: list[Any] = field(default_factory=list)  # every entry's CheckResult, for --json
     documents: dict[str, Any] = field(default_factory=dict)  # spec path -> observation, for --json
     finished: list[str] = field(default_factory=list)  # spec paths whose run finished
+    failed: dict[str, str] = field(default_factory=dict)  # spec path -> why its run failed, for --json
     cases: list[Any] = field(default_factory=list)  # JUnit test cases, for --junitxml
     status: int = 0
     follower: bool = False  # a non-zero rank under torchrun: rank 0 reports and writes
@@ -177,6 +178,7 @@ def _run_one(path: Path, args: argparse.Namespace, console: Console, done: _Runs
             observation = run_spec(spec, args, shown.ranks)
         except PreflightError as exc:
             print_mark(console, False, f"{path}: {exc}")
+            done.failed[str(path)] = f"refused by the pre-flight check: {exc}"
             done.status = 2
             return
         except (RunError, ObservationError) as exc:
@@ -185,6 +187,7 @@ def _run_one(path: Path, args: argparse.Namespace, console: Console, done: _Runs
             done.runs.append(
                 SpecRun(str(path), spec.name, spec.title, error=str(exc), seconds=time.perf_counter() - started)
             )
+            done.failed[str(path)] = str(exc)
             done.cases += [junit.run_error_case(nodeid_path, item.entry, exc) for item in spec.items]
             done.status = 2
             return
@@ -245,9 +248,7 @@ def _write_outputs(
 
     with files_written_whole(bool(args.json or args.report or args.junitxml)):
         if args.json and global_rank() == 0:
-            done.status = _write_payload(
-                console, args, done.results, done.documents, done.finished, cut_short, done.status
-            )
+            done.status = _write_payload(console, args, done, cut_short)
         if args.report and not done.follower and global_rank() == 0:
             _write_file(console, "--report", args.report, cluster_report(done.runs), done, f"wrote {args.report}")
         if args.junitxml and not done.follower and global_rank() == 0:
@@ -327,27 +328,26 @@ def _print_bandwidth(observation: dict, console: Console) -> None:
         console.print(Text("\n".join(table_lines(rows, world_size=observation["environment"]["world_size"]))))
 
 
-def _write_payload(
-    console: Console,
-    args: argparse.Namespace,
-    results: list[Any],
-    documents: dict[str, Any],
-    finished: list[str],
-    interrupted: BaseException | None,
-    status: int,
-) -> int:
+def _write_payload(console: Console, args: argparse.Namespace, done: _Runs, interrupted: BaseException | None) -> int:
+    """Write --json: the running torch, every entry's result, each spec's observation and the specs
+    whose run failed (``failed_specs``: path -> error); the run's status, 2 if it cannot be written."""
     from harness.report.terminal import result_to_json
 
     version = None
     if "torch" in sys.modules:
         version = sys.modules["torch"].__version__
-    payload = {"torch_version": version, "results": [result_to_json(r) for r in results], "observations": documents}
+    payload = {
+        "torch_version": version,
+        "results": [result_to_json(r) for r in done.results],
+        "observations": done.documents,
+        "failed_specs": done.failed,
+    }
     if interrupted is not None:  # Ctrl-C, SIGTERM, or a harness error: what finished before it
         payload["interrupted"] = True
-        payload["finished_specs"] = finished
+        payload["finished_specs"] = done.finished
     if not save_results(console, args.json, payload):
-        status = max(status, 2)
-    return status
+        return max(done.status, 2)
+    return done.status
 
 
 def save_results(console: Console, target: str, payload: dict[str, Any]) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
 
+from harness.contract import fields
 from harness.contract.names import torch_build_of
 from harness.judge.checks import CheckResult, check
 
@@ -53,52 +54,29 @@ def evaluate_item(item: "SpecItem", observation: Mapping[str, Any]) -> CheckResu
     return result
 
 
-_NO_VALUES = "holds no values (fake tensors)"
 _META_MESSAGE = (
     "raises a kernel's error from the fake tensor's meta kernel, whose message may differ from the device "
     "kernel's (the type, phase and ranks are checked)"
 )
-SIMULATION_UNOBSERVED: dict[str, tuple[frozenset[str] | None, str]] = {
-    "numerics": (None, "records no numerics"),
-    "state_dict": (None, "saves no checkpoint"),
-    "state_dict_get": (None, "makes no state-dict calls"),
-    "state_dict_set": (None, "makes no state-dict calls"),
-    "param_update": (None, f"records no parameter updates: it {_NO_VALUES}"),
-    "param": (frozenset({"finite", "pinned", "grad_pinned"}), _NO_VALUES),
-    "buffer": (frozenset({"finite"}), _NO_VALUES),
-    "grad_norm": (
-        frozenset(
-            {"value", "clipped", "reference", "abs_diff", "rel_diff", "local_value", "local_equals_value"}
-            | {"shard_reference", "local_shard_rel_diff", "clip_coef", "reference_clip_coef", "clip_coef_rel_diff"}
-        ),
-        _NO_VALUES,
-    ),
-    "memory": (
-        frozenset({"temp", "total"}),
-        "completes each collective at once, where a real rank may still hold its temporary buffer",
-    ),
-    "experts": (
-        frozenset({"tokens", "tokens_total", "unrouted_here", "unrouted_anywhere", "zero_grad_rows"})
-        | frozenset({"zero_grad_rows_are_unrouted"}),
-        f"{_NO_VALUES}: the router's choices are not observed",
-    ),
-}
-"""Check kind -> (the fields a simulated run cannot observe, None: the whole kind; why). An entry
-expecting one of them is skipped in a simulated run, with the reason, instead of failing on a
-null. Also skipped there: a ``memory`` entry at a peak state (:data:`_PEAK_STATES`), and an
-``expect_error`` entry that fails on its message alone (:data:`_META_MESSAGE`)."""
-_PEAK_STATES = frozenset({"Peak", "Peak Forward", "Peak Backward"})
 
 
 def simulation_unobserved(entry: Any) -> str | None:
-    """Why a simulated run cannot answer ``entry`` (a phrase after "a simulated run"), or None."""
-    if entry.check == "memory" and entry.selectors.get("state") in _PEAK_STATES:
-        return "completes each collective at once: its peaks are not a real rank's (buffers coexist differently)"
-    fields, why = SIMULATION_UNOBSERVED.get(entry.check, (frozenset(), ""))
-    if fields is None:
-        return why
-    named = sorted(fields & set(entry.expect))
-    return f"{why}: {', '.join(named)} not observed" if named else None
+    """Why a simulated run cannot answer ``entry`` (a phrase after "a simulated run"), or None.
+
+    Read from the field declarations (:mod:`harness.contract.fields`): the kind's whole source
+    unobserved in the fake world (numerics, checkpoints, state-dict calls, parameter updates),
+    one of the expected fields unobserved there (values of fake tensors, ``temp``), or a record
+    the selectors choose that is (a memory peak)."""
+    for condition in fields.RECORD_CONDITIONS:
+        if entry.selectors.get(condition.key) in condition.values and "fake" in condition.unobserved:
+            if any(f.path.split(".", 1)[0] == condition.part for f in fields.read_by(entry.check).values()):
+                return condition.unobserved["fake"]
+    sources = fields.read_by(entry.check)
+    reasons = {name: f.unobserved.get("fake") for name, f in sources.items()}
+    if sources and all(reasons.values()):
+        return next(iter(reasons.values()))
+    named = sorted(name for name in entry.expect if reasons.get(name))
+    return f"{reasons[named[0]]}: {', '.join(named)} not observed" if named else None
 
 
 def _explicit_ranks(selectors) -> list[int]:

@@ -1,98 +1,109 @@
-"""Two runs' observations compared field by field: what differs, grouped by spec, check kind and selector.
+"""Two runs' observations compared field by field: did FSDP2 behave differently?
 
 ``python -m harness compare A.json B.json`` reads two ``run --json`` files (another torch
-release, another cluster, another commit) and lists every observed value that differs, timings
-and process ids left out (:data:`VOLATILE_FIELDS`). Everything here is a pure function of the
-two documents; :func:`read_documents` is the only reader of files.
-
-A document is flattened (:func:`flatten_observation`) into ``{Key: value}``: a
-:class:`Key` names the part of the document (``memory``, ``collectives``, ``params``, ...,
-which is the check kind that reads it), the rank, the selector of the record inside it (a
-memory snapshot by module, state, step, microbatch and occurrence; a parameter by FQN; a
-collective, event or step tensor by position) and the field. Lists of plain values (shapes,
-placements) are one value.
+release, another cluster, another commit). Every observed value is flattened
+(:func:`flatten_observation`) into ``{Key: value}``; a :class:`Key` names the document part, the
+rank, the record inside it (a memory snapshot by module, state, step, microbatch and occurrence;
+a parameter by FQN; a collective, event or step tensor by position), the field and its declared
+path (:mod:`harness.contract.fields`). A difference is a *behaviour* difference unless the
+declarations set it apart (:func:`set_apart`): where the run ran (environment), how long it took
+(timings), how it failed (tracebacks, process ids), or a value declared to vary run to run in the
+run's world (``temp`` bytes, memory peaks on gloo). Messages and tracebacks are compared with
+paths, line numbers, ports and addresses masked (:func:`mask`). Everything here is a pure
+function of the documents; :func:`read_run_file` is the only reader of files.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple
 
-from harness.contract import strict_json
+from harness.contract import fields, strict_json
 
 __all__ = [
-    "VOLATILE_FIELDS",
-    "KINDS",
+    "APART",
     "Key",
     "Difference",
+    "RunFile",
     "CompareError",
     "flatten_observation",
+    "record_of",
+    "set_apart",
+    "mask",
     "compare_documents",
+    "compare_runs",
+    "select",
+    "read_run_file",
     "read_documents",
-    "format_differences",
-    "summary_line",
     "selector_text",
 ]
 
-VOLATILE_FIELDS = frozenset({"timings_s", "time_s", "pid"})
-"""Fields that differ in every run and are never compared: the phases' wall times
-(``timings_s``), a timed collective's ``time_s`` (``bandwidth``), a rank's process id."""
-
-KINDS: dict[str, str] = {
-    "memory": "memory",
-    "collectives": "collectives",
-    "params": "param",
-    "param_states": "param_state",
-    "fully_shard_calls": "param_state",
-    "buffers": "buffer",
-    "steps": "step",
-    "events": "events",
-    "grad_norms": "grad_norm",
-    "param_updates": "param_update",
-    "numerics": "numerics",
-    "input": "input",
-    "output": "input",
+APART: dict[str, str] = {
     "environment": "environment",
-    "state_dict": "state_dict",
-    "bandwidth": "bandwidth",
-    "error": "expect_error",
+    "timing": "timings",
+    "diagnostic": "tracebacks, pids",
+    "varies": "varies run to run",
 }
-"""A rank entry's part -> the check kind that reads it (parts not listed keep their own name)."""
+"""Why a difference is set apart -> its heading (aspects of :data:`harness.contract.field_tree.ASPECTS`
+other than behaviour, and ``varies``)."""
 
 _BY_NAME = {"params": "fqn", "fsdp_units": "name"}  # lists whose records are selected by a name field
 
 
 class Key(NamedTuple):
-    """Where a value sits: document part, rank (None for the document's own parts), selector, field."""
+    """Where a value sits: document part, rank (None for the document's own parts), selector,
+    field (dotted, positions included) and the declared field path (positions left out)."""
 
     part: str
     rank: int | None
     selector: tuple
     field: str
+    path: str
 
 
 @dataclass(frozen=True)
 class Difference:
-    """One value that differs: in ``spec``, at ``key``; ``a`` / ``b`` are the two values (None: absent)."""
+    """One value that differs: in ``spec``, at ``key``; ``a`` / ``b`` the two values (None when
+    absent: ``present`` says which side has the key); ``apart``: a key of :data:`APART` when it is
+    no behaviour difference, else None."""
 
     spec: str
     key: Key
     a: Any
     b: Any
+    apart: str | None = None
+    present: tuple[bool, bool] = (True, True)
+
+
+@dataclass(frozen=True)
+class RunFile:
+    """What a ``run --json`` file holds: ``documents`` (spec path -> observation), ``failed``
+    (spec path -> why its run failed), the torch version it ran on, and ``skipped`` (spec path ->
+    why it was skipped whole, from its entries' results: a torch range or build, missing GPUs)."""
+
+    documents: Mapping[str, Mapping[str, Any]]
+    failed: Mapping[str, str] = field(default_factory=dict)
+    torch_version: str | None = None
+    skipped: Mapping[str, str] = field(default_factory=dict)
 
 
 class CompareError(ValueError):
     """A file cannot be compared; the message names it and says why."""
 
 
+def _declared(*keys: Any) -> str:
+    return ".".join(str(k) for k in keys if not isinstance(k, int))
+
+
 def _leaves(value: Any, path: tuple = ()) -> Iterable[tuple[tuple, Any]]:
     """(path, value) for every plain value; a list of plain values is one value."""
     if isinstance(value, Mapping):
         for k, v in value.items():
-            if k not in VOLATILE_FIELDS:
-                yield from _leaves(v, path + (str(k),))
+            yield from _leaves(v, path + (str(k),))
     elif isinstance(value, list) and any(isinstance(v, (Mapping, list)) for v in value):
         for i, v in enumerate(value):
             yield from _leaves(v, path + (i,))
@@ -107,10 +118,11 @@ def _memory(rank: int | None, records: list[Mapping[str, Any]]) -> Iterable[tupl
         occurrence = seen.get(where, 0)
         seen[where] = occurrence + 1
         for category, value in (m.get("bytes") or {}).items():
-            yield Key("memory", rank, where + (occurrence,), category), value
+            yield Key("memory", rank, where + (occurrence,), category, f"memory.bytes.{category}"), value
 
 
 def _part(part: str, rank: int | None, value: Any) -> Iterable[tuple[Key, Any]]:
+    root = part if rank is None else fields.rank_part_path(part)
     if part == "memory" and isinstance(value, list):
         yield from _memory(rank, value)
         return
@@ -119,44 +131,170 @@ def _part(part: str, rank: int | None, value: Any) -> Iterable[tuple[Key, Any]]:
         for i, record in enumerate(value):
             selector = (record.get(name),) if name and name in record else (i,)
             for path, leaf in _leaves(record):
-                yield Key(part, rank, selector, ".".join(map(str, path))), leaf
+                yield Key(part, rank, selector, ".".join(map(str, path)), _declared(root, *path)), leaf
         return
     for path, leaf in _leaves(value):
-        yield Key(part, rank, path[:-1] if len(path) > 1 else (), str(path[-1]) if path else part), leaf
+        where = path[:-1] if len(path) > 1 else ()
+        yield Key(part, rank, where, str(path[-1]) if path else part, _declared(root, *path)), leaf
 
 
-def flatten_observation(doc: Mapping[str, Any]) -> dict[Key, Any]:
-    """Every compared value of an observation document (``fsdp2-observation/1``) by its :class:`Key`."""
+def flatten_observation(doc: Mapping[str, Any], *, every: bool = False) -> dict[Key, Any]:
+    """Every observed value of an observation document (``fsdp2-observation/1``) by its :class:`Key`;
+    timings and what is declared to differ in every run (process ids, tracebacks) only with ``every``."""
     out: dict[Key, Any] = {}
     for part, value in doc.items():
-        if part in VOLATILE_FIELDS or part == "format":
+        if part == "format":
             continue
         if part == "ranks":
             for entry in value:
                 rank = entry.get("rank")
                 for sub, v in entry.items():
-                    if sub not in VOLATILE_FIELDS and sub != "rank":
+                    if sub != "rank":
                         out.update(_part(sub, rank, v))
         else:
             out.update(_part(part, None, value))
+    if every:
+        return out
+    return {k: v for k, v in out.items() if not _always_differs(k.path)}
+
+
+def _always_differs(path: str) -> bool:
+    declared = fields.lookup(path)
+    return declared.aspect == "timing" or (declared.aspect == "diagnostic" and declared.varies is not None)
+
+
+def record_of(key: Key) -> dict[str, Any] | None:
+    """The selecting fields of the record holding ``key`` (a memory snapshot's module and state), or None."""
+    if key.part == "memory" and len(key.selector) >= 2:
+        return {"module": key.selector[0], "state": key.selector[1]}
+    return None
+
+
+def _worlds(*docs: Mapping[str, Any] | None) -> set[str]:
+    return {d["environment"].get("backend") for d in docs if d and isinstance(d.get("environment"), Mapping)}
+
+
+def set_apart(key: Key, worlds: Iterable[str] = fields.WORLDS) -> str | None:
+    """Why a difference at ``key`` answers nothing about FSDP2's behaviour (a key of :data:`APART`),
+    or None when it does. ``worlds``: the backends of the two runs."""
+    declared = fields.lookup(key.path)
+    if declared.aspect != "behaviour":
+        return declared.aspect
+    if declared.masked:  # compared masked: what varies (ports, paths) is masked away
+        return None
+    worlds = [w for w in worlds if w in fields.WORLDS]
+    return "varies" if any(not fields.stable(key.path, w, record_of(key)) for w in worlds) else None
+
+
+_MASKS = (
+    (re.compile(r"(?:[A-Za-z]:)?(?:[/\\][\w.+@~-]+){2,}(?::\d+)?"), "<path>"),  # file paths, with a line
+    (re.compile(r"\bline \d+"), "line <n>"),
+    (re.compile(r"(\.py):\d+"), r"\1:<n>"),
+    (re.compile(r"((?:\d{1,3}\.){3}\d{1,3}|\[[0-9a-fA-F:.]+\]|localhost|\w[\w.-]*):\d{2,5}\b"), r"\1:<port>"),
+    (re.compile(r"\b(port:? )\d{2,5}\b", re.IGNORECASE), r"\1<port>"),
+    (re.compile(r"\b0x[0-9a-fA-F]{6,}\b"), "0x<addr>"),
+    (re.compile(r"\b(pid:? )\d+\b", re.IGNORECASE), r"\1<pid>"),
+)
+
+
+_SET = re.compile(r"\{([^{}:]+,[^{}:]+)\}")  # a printed Python set: {torch.bfloat16, torch.float32}
+
+
+def _sorted_set(match: re.Match) -> str:
+    return "{" + ", ".join(sorted(item.strip() for item in match.group(1).split(","))) + "}"
+
+
+def mask(value: Any) -> Any:
+    """``value`` with file paths, line numbers, ports, addresses and process ids masked, and a
+    printed set's items sorted (its order follows hashes: it varies run to run); a string, anything
+    else as given."""
+    if not isinstance(value, str):
+        return value
+    for pattern, replacement in _MASKS:
+        value = pattern.sub(replacement, value)
+    return _SET.sub(_sorted_set, value)
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _compare_spec(spec: str, a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Difference]:
+    fa, fb = flatten_observation(a, every=True), flatten_observation(b, every=True)
+    worlds = _worlds(a, b)
+    out = []
+    for key in list(fa) + [k for k in fb if k not in fa]:
+        va, vb = fa.get(key), fb.get(key)
+        if key in fa and key in fb:
+            if va == vb and type(va) is type(vb):  # the common case, without serialising
+                continue
+            if fields.lookup(key.path).masked:
+                va, vb = mask(va), mask(vb)
+            if _text(va) == _text(vb):
+                continue
+        out.append(Difference(spec, key, va, vb, set_apart(key, worlds), (key in fa, key in fb)))
     return out
 
 
 def compare_documents(a: Mapping[str, Mapping[str, Any]], b: Mapping[str, Mapping[str, Any]]) -> list[Difference]:
     """Every difference between two ``{spec path: observation document}`` mappings, in spec order
     then document order; a spec present on one side only is one difference (key part ``spec``)."""
-    a, b = _paired(a, b)
-    out = []
-    for spec in list(a) + [s for s in b if s not in a]:
-        if spec not in a or spec not in b:
-            out.append(Difference(spec, Key("spec", None, (), "observed"), spec in a, spec in b))
+    return compare_runs(RunFile(a), RunFile(b))
+
+
+def _run_key(state: str) -> Key:
+    return Key("spec", None, (), state, "spec")
+
+
+def compare_runs(a: RunFile, b: RunFile) -> list[Difference]:
+    """Every difference between two run files; a spec observed on one side only is one
+    difference: ``run`` (``"observed"``, ``"failed: <why>"`` or ``"skipped: <why>"`` per side, None
+    where it was not run at all)."""
+    da, db = _paired(a.documents, b.documents)
+    fa, fb = _paired(a.failed, b.failed)
+    sa, sb = _paired(a.skipped, b.skipped)
+    out: list[Difference] = []
+    for spec in list(dict.fromkeys([*da, *fa, *sa, *db, *fb, *sb])):
+        if spec in da and spec in db:
+            out.extend(_compare_spec(spec, da[spec], db[spec]))
             continue
-        fa, fb = flatten_observation(a[spec]), flatten_observation(b[spec])
-        for key in list(fa) + [k for k in fb if k not in fa]:
-            va, vb = fa.get(key), fb.get(key)
-            if key not in fa or key not in fb or json.dumps(va, sort_keys=True) != json.dumps(vb, sort_keys=True):
-                out.append(Difference(spec, key, va, vb))
+        va, vb = _outcome(spec, da, fa, sa), _outcome(spec, db, fb, sb)
+        if va != vb:
+            out.append(Difference(spec, _run_key("run"), va, vb))
     return out
+
+
+def _outcome(spec: str, documents: Mapping, failed: Mapping, skipped: Mapping) -> str | None:
+    if spec in documents:
+        return "observed"
+    if spec in failed:
+        return f"failed: {failed[spec]}"
+    return f"skipped: {skipped[spec]}" if spec in skipped else None
+
+
+def _skipped(results: Any) -> dict[str, str]:
+    """Spec path -> why, for the specs all of whose entries were skipped with one reason (a spec
+    gated out whole is never run); a spec with an observation is dropped by the caller."""
+    reasons: dict[str, set] = {}
+    for r in results if isinstance(results, list) else []:
+        if isinstance(r, Mapping) and isinstance(r.get("spec"), str):
+            reasons.setdefault(r["spec"], set()).add(r.get("message") if r.get("status") == "skip" else None)
+    return {spec: next(iter(why)) for spec, why in reasons.items() if len(why) == 1 and None not in why}
+
+
+def select(differences: list[Difference], include: Iterable[str] = (), exclude: Iterable[str] = ()) -> list[Difference]:
+    """The differences whose declared path matches one of ``include`` (fnmatch globs; none given:
+    all) and none of ``exclude``; a spec observed or failed on one side only is always kept."""
+    include, exclude = list(include), list(exclude)
+
+    def kept(d: Difference) -> bool:
+        if d.key.part == "spec":
+            return True
+        if include and not any(fnmatch.fnmatchcase(d.key.path, g) for g in include):
+            return False
+        return not any(fnmatch.fnmatchcase(d.key.path, g) for g in exclude)
+
+    return [d for d in differences if kept(d)]
 
 
 def _paired(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
@@ -168,11 +306,11 @@ def _paired(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[Mapping[str, An
     return dict(zip(names_a, a.values())), dict(zip(names_b, b.values()))
 
 
-def read_documents(path: str | Path) -> dict[str, dict[str, Any]]:
-    """``{spec path: observation document}`` of a ``run --json`` file (or one bare document).
+def read_run_file(path: str | Path) -> RunFile:
+    """The observations, failed specs and torch version of a ``run --json`` file (or one bare document).
 
     Raises:
-        CompareError: unreadable, not JSON, or holding no observation.
+        CompareError: unreadable, not JSON, or holding no observation and no failed spec.
     """
     path = Path(path)
     try:
@@ -182,10 +320,20 @@ def read_documents(path: str | Path) -> dict[str, dict[str, Any]]:
     except ValueError as exc:
         raise CompareError(f"{path}: not JSON: {exc}") from None
     if isinstance(doc, dict) and isinstance(doc.get("observations"), dict):
-        return doc["observations"]
+        failed = doc.get("failed_specs") or {}
+        if not isinstance(failed, dict):
+            raise CompareError(f"{path}: failed_specs: expected a mapping of spec path -> error, got {failed!r:.80}")
+        skipped = {k: v for k, v in _skipped(doc.get("results")).items() if k not in doc["observations"]}
+        failed = {k: str(v) for k, v in failed.items()}
+        return RunFile(doc["observations"], failed, doc.get("torch_version"), skipped)
     if isinstance(doc, dict) and str(doc.get("format", "")).startswith("fsdp2-observation"):
-        return {str(path): doc}
+        return RunFile({str(path): doc}, {}, (doc.get("environment") or {}).get("torch_version"))
     raise CompareError(f"{path}: expected a file written by 'harness run --json' (an 'observations' mapping)")
+
+
+def read_documents(path: str | Path) -> dict[str, dict[str, Any]]:
+    """``{spec path: observation document}`` of a ``run --json`` file (see :func:`read_run_file`)."""
+    return dict(read_run_file(path).documents)
 
 
 def selector_text(key: Key) -> str:
@@ -201,37 +349,3 @@ def selector_text(key: Key) -> str:
     else:
         parts += [f"#{s}" if isinstance(s, int) else str(s) for s in key.selector]
     return ", ".join(parts)
-
-
-def _value(value: Any) -> str:
-    return "absent" if value is None else json.dumps(value, ensure_ascii=False)
-
-
-def format_differences(differences: list[Difference], name_a: str = "A", name_b: str = "B") -> list[str]:
-    """Lines: the spec, then per check kind and selector its differing fields, ``field: A value ≠ B value``."""
-    lines: list[str] = []
-    spec = group = None
-    for d in differences:
-        if d.spec != spec:
-            spec, group = d.spec, None
-            lines.append(d.spec)
-        if d.key.part == "spec":
-            lines.append(f"  observed only in {name_a if d.a else name_b}")
-            continue
-        here = (KINDS.get(d.key.part, d.key.part), selector_text(d.key))
-        if here != group:
-            group = here
-            lines.append(f"  {here[0]}  {here[1]}" if here[1] else f"  {here[0]}")
-        lines.append(f"    {d.key.field}: {_value(d.a)} ({name_a}) ≠ {_value(d.b)} ({name_b})")
-    return lines
-
-
-def summary_line(differences: list[Difference], specs: int) -> str:
-    """``compare: 3 observed values differ in 1 of 48 specs (timings ignored)`` or ``... the same``."""
-    if not differences:
-        return f"compare: the observations of {specs} spec{'s' if specs != 1 else ''} are the same (timings ignored)"
-    touched = len({d.spec for d in differences})
-    return (
-        f"compare: {len(differences)} observed value{'s' if len(differences) != 1 else ''} differ in {touched} of "
-        f"{specs} spec{'s' if specs != 1 else ''} (timings ignored)"
-    )

@@ -2,8 +2,10 @@
 
 Pure functions of the N observation documents and the N lists of results of one spec:
 
-- :func:`varying_fields`: every value (``harness.report.compare``'s keys, timings left out)
-  that is not the same in all runs, with its value in each run;
+- :func:`varying_fields`: every value (``harness.report.compare``'s keys) that is not the same
+  in all runs, with its value in each run and, where the field declarations
+  (:mod:`harness.contract.fields`) say it may vary (timings, process ids, ports, ``temp``
+  bytes, memory peaks), why; :func:`format_varying` lists the others and counts these;
 - :func:`repeated_outcomes`: per entry, its outcome over the runs. An entry whose observed
   values (or status) differ between runs reads a varying field: it is ``unstable``, with each
   run's values and status; never counted as passed or failed;
@@ -17,7 +19,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from harness.report.compare import KINDS, Key, flatten_observation, selector_text
+from harness.contract import fields
+from harness.report.compare import Key, flatten_observation, mask, record_of, selector_text
 
 __all__ = [
     "UNSTABLE_EXIT",
@@ -37,10 +40,12 @@ UNSTABLE_EXIT = 3
 
 @dataclass(frozen=True)
 class Varying:
-    """One observed value that differed: its key and its value in each run (None: absent)."""
+    """One observed value that differed: its key, its value in each run (None: absent) and, when
+    the declarations expect it to vary, why (else None: a surprise)."""
 
     key: Key
     values: tuple
+    expected: str | None = None
 
 
 @dataclass(frozen=True)
@@ -57,15 +62,29 @@ def _text(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
+def _expected(key: Key, worlds: set[str]) -> str | None:
+    declared = fields.lookup(key.path)
+    if declared.aspect in ("timing", "diagnostic"):
+        return declared.varies or declared.aspect
+    for world in worlds & set(fields.WORLDS):
+        why = fields.varies(key.path, world, record_of(key))
+        if why:
+            return why
+    return None
+
+
 def varying_fields(documents: Sequence[Mapping[str, Any]]) -> list[Varying]:
-    """Every value not the same in all ``documents`` (one spec's runs), in document order."""
-    flats = [flatten_observation(doc) for doc in documents]
+    """Every value not the same in all ``documents`` (one spec's runs), in document order; masked
+    fields (messages, tracebacks) compared with ports, paths and line numbers masked."""
+    flats = [flatten_observation(doc, every=True) for doc in documents]
+    worlds = {doc["environment"].get("backend") for doc in documents}
     keys = list(dict.fromkeys(k for flat in flats for k in flat))
     out = []
     for key in keys:
         values = tuple(flat.get(key) for flat in flats)
-        if len({_text(v) for v in values}) > 1:
-            out.append(Varying(key, values))
+        seen = [mask(v) for v in values] if fields.lookup(key.path).masked else values
+        if len({_text(v) for v in seen}) > 1:
+            out.append(Varying(key, values, _expected(key, worlds)))
     return out
 
 
@@ -96,11 +115,17 @@ def _which(values: Sequence[Any]) -> str:
 
 
 def format_varying(varying: Sequence[Varying]) -> list[str]:
-    """One line per varying value: check kind, selector, field, the values and their runs."""
-    return [
-        f"  varies: {KINDS.get(v.key.part, v.key.part)} {selector_text(v.key)}: {v.key.field}: {_which(v.values)}"
+    """One line per value that varied though declared stable: check kind, selector, field, the
+    values and their runs; then one line counting those declared to vary."""
+    lines = [
+        f"  varies: {fields.part_kind(v.key.path)} {selector_text(v.key)}: {v.key.field}: {_which(v.values)}"
         for v in varying
+        if v.expected is None
     ]
+    expected = sum(v.expected is not None for v in varying)
+    if expected:
+        lines.append(f"  {expected} value{'s' if expected != 1 else ''} declared to vary run to run also differed")
+    return lines
 
 
 def format_unstable(outcomes: Sequence[RepeatedOutcome]) -> list[str]:

@@ -425,10 +425,13 @@ def test_timing_dependent_memory_fields_are_refused_on_real_backends(tmp_path, f
     load_spec(write(tmp_path, text.replace("tables:", "backend: fake\ntables:")))  # simulated: deterministic
 
 
-def test_timing_dependent_fields_are_named_in_the_observation_schema(tmp_path):
-    schema = json.loads((REPO / "harness" / "contract" / "observation.schema.json").read_text())
-    note = schema["$defs"]["rank"]["properties"]["memory"]["x-timing-dependent"]
-    assert note["categories"] == ["temp", "total"] and "4,720,896" in note["description"]
+def test_timing_dependent_fields_are_named_in_the_field_declarations(tmp_path):
+    from harness.contract import fields
+
+    varying = {f.path for f in fields.varying_in("gloo") if f.aspect == "behaviour"}
+    assert {"memory.bytes.temp", "memory.bytes.total"} <= varying
+    assert "4,720,896" in fields.lookup("memory.bytes.temp").varies
+    assert fields.stable("memory.bytes.temp", "fake")
     load_spec(write(tmp_path, MEMORY.replace("FIELD", "unsharded_param: 0")))  # other categories load
 
 

@@ -3,9 +3,10 @@ shipped specs gloo can hold here, the disagreements of two observation documents
 judge's verdicts on them.
 
 :func:`fake_claims` is the one rule of which observed fields a simulated run claims to observe
-as a real rank would, and are stable from one gloo run to the next. Everything else a
-comparison leaves out is named in it, with the reason. Observations are compared as
-``harness.report.compare.flatten_observation`` flattens them (one value per :class:`Key`).
+as a real rank would, and are stable from one gloo run to the next; it reads the field
+declarations (``harness/contract/fields.py``), which give the reason for everything it leaves
+out. Observations are compared as ``harness.report.compare.flatten_observation`` flattens them
+(one value per :class:`Key`).
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from harness.report.compare import Key, flatten_observation
+from harness.contract import fields
+from harness.report.compare import Key, flatten_observation, record_of
 
 __all__ = [
     "HOLD_BYTES",
     "MAX_GLOO_RANKS",
-    "NOT_CLAIMED",
     "PEER_ERRORS",
     "Candidate",
     "candidates",
@@ -30,59 +31,22 @@ __all__ = [
 
 # --- which fields a simulation claims ---------------------------------------------------------
 
-NOT_CLAIMED: dict[str, str] = {
-    "environment": "where the ranks ran (backend, launcher, device, host, pid): one process simulates them all",
-    "numerics": "a simulated run has no values to compare",
-    "param_updates": "a simulated run has no values: no parameter moves",
-    "state_dict": "a simulated run saves no checkpoint and makes no state-dict calls (also reloads)",
-    "bandwidth": "a simulated run moves no data: nothing to time",
-    "error": "the error's message and traceback carry ports and paths; its type and phase are compared",
-    "values": "params' and buffers' finite, pinned, grad_pinned; grad_norms' values and references; "
-    "experts' token counts and zero gradient rows: read from tensor values, null in a simulation",
-    "Peak": "FSDPMemTracker's peaks: a real collective completes asynchronously, so which buffers "
-    "coexist at a peak varies run to run on gloo",
-    "temp": "a real rank may still hold a reduce-scatter's temporary buffer while gloo's work is in "
-    "flight (timing: varies run to run), and total includes it; a fake collective completes at once",
-}
-"""What a simulated run does not claim, and why (see :func:`fake_claims`)."""
-
-_KEPT_ENVIRONMENT = frozenset({"world_size", "mesh_shape", "mesh_dim_names", "observed_ranks", "torch_version"})
-_VALUE_FIELDS = {
-    "params": frozenset({"finite", "pinned", "grad_pinned"}),
-    "buffers": frozenset({"finite", "pinned"}),
-    "grad_norms": frozenset(
-        {"value", "local_value", "reference", "shard_reference", "clip_coef", "reference_clip_coef"}
-    ),
-    "experts": frozenset({"counts", "zero_rows"}),
-}
-_NOT_CLAIMED_PARTS = frozenset({"numerics", "param_updates", "bandwidth", "reloads"})
-_ERROR_FIELDS = frozenset({"type", "qualname", "phase"})
-_PEAK_STATES = frozenset({"Peak", "Peak Forward", "Peak Backward"})
-_TIMING_CATEGORIES = frozenset({"temp", "total"})
-
 
 def fake_claims(key: Key) -> bool:
     """Whether a simulated run claims the value at ``key`` (a flattened observation's key) as a
-    real gloo rank observes it, and gloo observes it the same in every run (:data:`NOT_CLAIMED`).
+    real gloo rank observes it, and gloo observes it the same in every run: read from the field
+    declarations (:mod:`harness.contract.fields`), which say why each other field is left out.
 
-    Left out: the environment except the world's shape and torch's version; numerics, parameter
-    updates, bandwidth rows, state-dict calls, checkpoints and reloads; an error's message and
-    traceback; the fields read from tensor values; in memory, the peak states and the ``temp``
-    and ``total`` categories."""
-    part, _, selector, field = key
-    leaf = field.rsplit(".", 1)[-1]
-    if part == "environment":
-        return key.rank is None and field in _KEPT_ENVIRONMENT
-    if part in _NOT_CLAIMED_PARTS or part.startswith("state_dict"):
+    Claimed: behaviour fields (not where the ranks ran, timings or tracebacks) that the fake world
+    observes (:func:`~harness.contract.fields.observed_in`: not numerics, parameter updates,
+    bandwidth, checkpoints, state-dict calls, values of fake tensors, ``temp`` and ``total``,
+    memory peaks) and that are stable on gloo (:func:`~harness.contract.fields.stable`: not an
+    error's message, which names ports)."""
+    declared = fields.lookup(key.path)
+    if declared.aspect != "behaviour":
         return False
-    if part == "error":
-        return leaf in _ERROR_FIELDS
-    if part in _VALUE_FIELDS:
-        return leaf not in _VALUE_FIELDS[part]
-    if part == "memory":
-        state = selector[1] if len(selector) > 1 else None
-        return state not in _PEAK_STATES and field not in _TIMING_CATEGORIES
-    return True
+    record = record_of(key)
+    return fields.observed_in(key.path, "fake", record) and fields.stable(key.path, "gloo", record)
 
 
 def disagreements(fake: Mapping[str, Any], real: Mapping[str, Any], limit: int = 20) -> list[str]:

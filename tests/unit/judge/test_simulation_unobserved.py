@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.judge.evaluate import SIMULATION_UNOBSERVED, evaluate_item
+from harness.judge.evaluate import evaluate_item
 from harness.language.entry import make_entry
 from harness.load.spec import SpecItem
 from tests.support.observations import walkthrough_observation
@@ -73,12 +73,3 @@ def test_an_error_whose_message_alone_differs_is_skipped_and_the_rest_is_checked
     assert _judge(obs, "expect_error", ranks=[0], raised=True, type="RuntimeError").status == "pass"
     obs["environment"]["simulated"] = False  # a real run's message is checked
     assert _judge(obs, "expect_error", ranks=[0], raised=True, message=cpu).status == "fail"
-
-
-def test_every_kind_named_exists():
-    from harness.language.kinds import REGISTRY
-
-    assert set(SIMULATION_UNOBSERVED) <= set(REGISTRY)
-    for kind, (fields, _) in SIMULATION_UNOBSERVED.items():
-        if fields is not None:
-            assert fields <= {f.name for f in REGISTRY[kind].fields}, kind

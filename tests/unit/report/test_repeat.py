@@ -67,6 +67,22 @@ def test_the_same_failure_in_every_run_is_a_failure_not_unstable(spec):
     assert repeat.varying_fields([odd, copy.deepcopy(odd)]) == []
 
 
+def test_values_declared_to_vary_are_counted_not_listed_and_a_surprise_is_listed():
+    runs = [walkthrough_observation() for _ in range(2)]
+    for held, doc in zip((0, 4_720_896), runs):  # gloo: temp depends on thread timing (fields.py)
+        _unsharded(doc, 2)["bytes"]["temp"] = held
+        doc["ranks"][0]["timings_s"]["forward"] = 0.5 + held
+    varying = repeat.varying_fields(runs)
+    assert {(v.key.path, v.expected is not None) for v in varying} == {
+        ("memory.bytes.temp", True),
+        ("timings_s.forward", True),
+    }
+    assert repeat.format_varying(varying) == ["  2 values declared to vary run to run also differed"]
+    for doc in runs:  # simulated: nothing runs asynchronously, so temp is expected to hold still
+        doc["environment"]["backend"] = "fake"
+    assert [v.key.path for v in repeat.varying_fields(runs) if v.expected is None] == ["memory.bytes.temp"]
+
+
 def test_repeat_needs_two_runs_and_writes_no_files(capsys):
     with pytest.raises(SystemExit) as info:
         main(["run", "--repeat", "1", str(SPEC)])
