@@ -29,6 +29,7 @@ import tempfile
 import time
 from typing import Callable
 
+from harness.contract.instrument_names import chosen_instruments
 from harness.contract.names import BACKENDS
 from harness.contract.observation import ObservationError, build_observation
 from harness.load.setup import RunSetup
@@ -73,6 +74,7 @@ def run_setup(
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r}: expected one of {BACKENDS}")
+    chosen_instruments(setup.instruments)  # an unknown name is refused before any rank starts
     world = joined_world()
     if preflight:
         from harness.run.preflight import check
