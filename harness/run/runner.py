@@ -61,7 +61,8 @@ def run_setup(
         on_progress: called in this process with each rank's phase (rank -> phase name) as
             ranks move on (local and simulated runs; a joined world reports none).
         preflight: first check that this machine can hold the run (``harness.run.preflight``):
-            rank processes, memory per rank, simulated world size. False skips it.
+            rank processes, memory per rank, a simulation's time (against ``timeout_s``) and
+            memory. False skips it.
 
     Returns:
         The validated observation document; None on a non-zero rank of a joined world.
@@ -79,7 +80,7 @@ def run_setup(
     if preflight:
         from harness.run.preflight import check
 
-        check(setup, backend, joined=world is not None)
+        check(setup, backend, joined=world is not None, timeout_s=timeout_s)
     if backend == "fake":
         from harness.run.launch.simulated import run_simulated
 
