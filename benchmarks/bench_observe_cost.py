@@ -16,6 +16,9 @@ Printed per variant:
   the slowest rank per step, the median over steps and rounds; and its ratio to ``plain``;
 - ``min ms``: the fastest such step (on a shared machine the median carries the other processes'
   load; the minimum is the step with the least of it), and its ratio to ``plain``'s;
+- ``cpu ms``: the CPU time of that step summed over the ranks (every thread of each rank process),
+  median over steps and rounds, and its ratio: the work the step did, which the other processes of
+  a shared machine do not lengthen as they lengthen its wall time;
 - ``run s``: the rank's whole ``run_step`` (build, replica, ``fully_shard``, steps, the
   observation's assembly), the slowest rank, median over rounds, and its ratio to ``plain``.
 
@@ -96,15 +99,18 @@ def summarize(ranks: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     second and rounds) and whole run_step (s, slowest rank, median over rounds)."""
     out = {}
     for name in ranks[0]["runs"]:
-        steps, totals = [], []
+        steps, cpus, totals = [], [], []
         for i in range(len(ranks[0]["runs"][name])):
             runs = [r["runs"][name][i] for r in ranks]
             per_rank = [[b - a for a, b in zip(run["starts_s"], run["starts_s"][1:])] for run in runs]
             steps += [max(durations) for durations in list(zip(*per_rank))[1:]]  # step 2 onward
+            cpu = [[b - a for a, b in zip(run["cpu_starts_s"], run["cpu_starts_s"][1:])] for run in runs]
+            cpus += [sum(durations) for durations in list(zip(*cpu))[1:]]
             totals.append(max(run["timings_s"]["total"] for run in runs))
         out[name] = {
             "step_s": _median(steps),
             "step_min_s": min(steps, default=float("nan")),
+            "step_cpu_s": _median(cpus),
             "run_s": _median(totals),
             "samples": len(steps),
         }
@@ -156,13 +162,12 @@ def print_case(result: dict[str, Any]) -> None:
         f"launch {result['wall_s']:.0f} s"
     )
     plain = result["variants"]["plain"]
-    print(f"  {'variant':<18} {'step ms':>9} {'x plain':>8} {'min ms':>9} {'x plain':>8} {'run s':>8} {'x plain':>8}")
+    columns = (("step_s", "step ms", 1e3), ("step_min_s", "min ms", 1e3), ("step_cpu_s", "cpu ms", 1e3))
+    header = "".join(f" {label:>9} {'x plain':>8}" for _, label, _ in columns)
+    print(f"  {'variant':<18}{header} {'run s':>8} {'x plain':>8}")
     for name, v in result["variants"].items():
-        print(
-            f"  {name:<18} {v['step_s'] * 1e3:9.1f} {v['step_s'] / plain['step_s']:8.2f} "
-            f"{v['step_min_s'] * 1e3:9.1f} {v['step_min_s'] / plain['step_min_s']:8.2f} "
-            f"{v['run_s']:8.2f} {v['run_s'] / plain['run_s']:8.2f}"
-        )
+        cells = "".join(f" {v[key] * scale:9.1f} {v[key] / plain[key]:8.2f}" for key, _, scale in columns)
+        print(f"  {name:<18}{cells} {v['run_s']:8.2f} {v['run_s'] / plain['run_s']:8.2f}")
 
 
 def main() -> None:
