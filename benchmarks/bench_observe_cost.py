@@ -112,6 +112,7 @@ def summarize(ranks: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
             "step_min_s": min(steps, default=float("nan")),
             "step_cpu_s": _median(cpus),
             "run_s": _median(totals),
+            "peak_rss_bytes": max(run["peak_rss_bytes"] for r in ranks for run in r["runs"][name]),
             "samples": len(steps),
         }
     return out
