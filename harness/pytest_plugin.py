@@ -10,7 +10,9 @@ setup runs once per session (harness/run/cache.py), shared by the xdist workers:
 needs a run another is doing runs, meanwhile, another setup of the session's items, the larger
 worlds first; the larger worlds' spec items are also started first. A failing item shows where
 in the spec it is, the document's claim and section, expected and observed per field, and the
-failing ranks. A spec that fails to load is one failing item with the load error.
+failing ranks. A spec that fails to load is one failing item with the load error. A spec whose
+run the pre-flight check refuses is said once: its first item to run fails with the refusal
+(advice naming this plugin's options), the others skip with one line that points at it.
 
 Every option is prefixed ``--fsdp2-`` (``--fsdp2-backend``, ...), so that it cannot clash with
 another plugin's in a user's repository.
@@ -19,6 +21,7 @@ another plugin's in a user's repository.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 from pathlib import Path
 
@@ -34,6 +37,7 @@ from harness.report.junit import table_slug
 from harness.run.cache import CachedRunError, cached_run, gpu_lock_path, one_at_a_time, run_key
 from harness.run.gates import gpu_gate
 from harness.run.gpus import visible_gpu_count
+from harness.run.preflight import PYTEST_OPTIONS, PreflightError
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -183,7 +187,15 @@ class SpecEntryItem(pytest.Item):
         reason = self.spec_item.skip_reason(*_running_torch())
         if reason:  # this entry's torch range or build excludes the running torch: no run for it
             pytest.skip(reason)
-        observation = observation_of(self.config, self.spec)
+        try:
+            observation = observation_of(self.config, self.spec)
+        except CachedRunError as exc:
+            if str(exc).startswith(_REFUSED) and not _first_to_say(self.config, self.spec, self.nodeid):
+                pytest.skip(
+                    f"{self.spec.name}: the pre-flight check refused this spec's run "
+                    "(said once, by its first item to run)"
+                )
+            raise
         result = evaluate_item(self.spec_item, observation)
         if result.status == "skip":
             pytest.skip(result.message)
@@ -195,6 +207,12 @@ class SpecEntryItem(pytest.Item):
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, EntryFailed):
             return str(excinfo.value)
+        if isinstance(excinfo.value, CachedRunError) and str(excinfo.value).startswith(_REFUSED):
+            refusal = str(excinfo.value).removeprefix(_REFUSED).strip()
+            return (
+                f"{self.spec.path}: the pre-flight check refused this spec's run, nothing was started "
+                f"(said once; its other items skip):\n  {refusal}"
+            )
         if isinstance(excinfo.value, CachedRunError):
             e = self.spec_item.entry
             return f"{e.spec}:{e.line}: [{e.table}] {e.id}\n  the run of this spec's setup failed:\n{excinfo.value}"
@@ -218,6 +236,25 @@ class SpecLoadError(pytest.Item):
 
     def reportinfo(self):
         return self.path, max(self.error.line - 1, 0), f"load {self.path.name}"
+
+
+_REFUSED = f"{PreflightError.__name__}:"
+"""How a recorded run error that is a pre-flight refusal begins (``harness.run.cache`` writes the type)."""
+
+
+def _first_to_say(config: pytest.Config, spec: Spec, nodeid: str) -> bool:
+    """Whether this item is the first of ``spec``'s, in any xdist worker, to report its refusal (a
+    file made with O_EXCL in the session's shared folder claims it)."""
+    folder = _shared_cache_dir(config)
+    folder.mkdir(parents=True, exist_ok=True)
+    claim = folder / f"refused-{hashlib.sha256(str(spec.path).encode()).hexdigest()[:20]}.said"
+    try:
+        fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as f:
+        f.write(nodeid)
+    return True
 
 
 def _shared_cache_dir(config: pytest.Config) -> Path:
@@ -282,9 +319,12 @@ def _planned_run(config: pytest.Config, spec: Spec, setup=None, backend: str | N
     key = run_key(setup, backend, torch.__version__)
 
     def run():
-        return run_setup(
-            setup, backend=backend, timeout_s=timeout_s, preflight=not config.getoption("--fsdp2-no-preflight")
-        )
+        try:
+            return run_setup(
+                setup, backend=backend, timeout_s=timeout_s, preflight=not config.getoption("--fsdp2-no-preflight")
+            )
+        except PreflightError as exc:  # its advice in this plugin's option names
+            raise exc.for_options(PYTEST_OPTIONS) from None
 
     cache_dir = _shared_cache_dir(config)
     if backend == "nccl" or (backend == "auto" and gpus >= setup.world_size):

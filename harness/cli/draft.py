@@ -166,25 +166,54 @@ def command(args: argparse.Namespace, console: Console) -> int:
 def _input_problem(args: argparse.Namespace) -> str | None:
     """Why the output path, world size, layer count or config cannot make a spec; None when they can."""
     from harness.load.spec import MAX_LAYERS
-    from harness.run.preflight import MAX_SIMULATED_WORLD, process_limit
+    from harness.run.preflight import process_limit
 
     if args.output:
         problem = file_problem(args.output)
         if problem:
             return f"-o {args.output}: {problem}"
-    if args.world_size > MAX_SIMULATED_WORLD:  # the calculator's tables grow with the world: refuse first
-        if args.backend in ("gloo", "nccl"):
-            return (
-                f"--world-size {args.world_size:,}: would start {args.world_size:,} processes "
-                f"on this machine, over its limit of {process_limit()}"
-            )
+    # the calculator's tables grow with the world as a simulation does: refused before drafting
+    # where run would refuse to simulate the drafted spec (the same estimate); a real-backend draft
+    # tabulates every rank, and its pre-flight check would refuse more ranks than processes anyway
+    too_big = _simulation_problem(args)
+    real = args.backend in ("gloo", "nccl")
+    if real and (too_big is not None or (args.world_size > process_limit() and not args.no_preflight)):
         return (
-            f"--world-size {args.world_size:,}: over the {MAX_SIMULATED_WORLD:,} ranks a spec "
-            "can simulate (the fake backend's set-up grows with the world size)"
+            f"--world-size {args.world_size:,}: would start {args.world_size:,} processes on this machine, "
+            f"over its limit of {process_limit()}; "
+            + (f"simulated, {too_big}" if too_big else "use --backend fake to draft it for simulated ranks")
         )
+    if too_big is not None:
+        return f"--world-size {args.world_size:,}: {too_big}"
     if args.layers > MAX_LAYERS:  # a spec of more layers would not load
         return f"--layers {args.layers:,}: over the {MAX_LAYERS:,} decoder layers a spec may build"
     return _config_problem(args.config)
+
+
+def _simulation_problem(args: argparse.Namespace) -> str | None:
+    """Why ``run`` would refuse to simulate the drafted spec (its estimate against the spec's default
+    timeout and this machine's memory), None when it would not or the config cannot be read (the
+    draft says why)."""
+    from harness.run.preflight import PreflightError, refuse_simulation, simulated_run_estimate
+    from model.config import get_config, known_config_name, read_config_file
+
+    try:
+        name = known_config_name(args.config)
+        config = get_config(name if name is not None else read_config_file(args.config).config)
+        est = simulated_run_estimate(
+            get_config(config, num_hidden_layers=args.layers),
+            world_size=args.world_size,
+            shard_size=args.world_size,
+            body="decoder_layers",  # the draft's setup
+            dtype=args.dtype or "bfloat16",
+            observed=min(args.world_size, 2),  # the draft's observe_ranks: [0, W-1]
+        )
+        refuse_simulation(est)
+    except PreflightError as exc:
+        return exc.reason
+    except (ValueError, TypeError, KeyError, OSError):
+        return None
+    return None
 
 
 def _drafted_for_this_machine(args: argparse.Namespace, err: Console) -> str | None:

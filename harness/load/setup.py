@@ -566,6 +566,9 @@ class RunSetup:
         record_errors: set by the loader when a spec has an ``expect_error`` entry: an error
             raised by a rank is recorded in its observation (type, message, phase) instead of
             failing the run (not a spec key).
+        instruments: the names of the rank's instruments to run
+            (``harness.contract.instrument_names.INSTRUMENTS``); None: every one. Set by the caller
+            (not a spec key): the fields of an instrument left off are recorded empty.
         schedule: the steps to run (``harness.load.schedule``); None: the walkthrough's one
             step (one forward, the body's loss, backward, optimizer step).
         hooks: Python functions called at fixed points of the run (:class:`HooksSetup`); None: none.
@@ -642,6 +645,7 @@ class RunSetup:
         "to give its gradient in; the first matching pattern wins",
     )
     record_errors: bool = False
+    instruments: tuple[str, ...] | None = None
     schedule: Schedule | None = key(
         None,
         doc="the training schedule (harness/load/schedule.py): steps of "
@@ -717,8 +721,12 @@ class RunSetup:
         return self.world_size
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (tuples become lists)."""
-        return json.loads(json.dumps(asdict(self)))
+        """A JSON-ready dict (tuples become lists); ``instruments`` only where a subset is chosen, so
+        the document of a run with every instrument is what it was before the switch existed."""
+        data = json.loads(json.dumps(asdict(self)))
+        if data["instruments"] is None:
+            del data["instruments"]
+        return data
 
     def cache_key(self) -> str:
         """A stable hash of the setup; callers add torch version and backend."""

@@ -22,6 +22,11 @@
 - the gradient dtypes of every parameter after each step and the units' resolved
   mixed-precision dtypes after each forward (:mod:`harness.run.recorders.grads`).
 
+Each recorder belongs to one named instrument (:data:`INSTRUMENTS`, from
+``harness.contract.instrument_names``: name -> the entry fields it fills); ``instruments=`` (the
+setup's ``instruments``, via the rank's plan) runs only the ones named, every one by default. The
+profiler runs where ``collectives`` or ``events`` does; the others' fields stay empty.
+
 The loop enters every phase through :meth:`Instruments.phase`, which tells the recorders the
 step index and microbatch: collectives, memory snapshots, step tensors and events carry them.
 
@@ -50,6 +55,7 @@ import torch
 from torch import nn
 
 import model as qwen3
+from harness.contract.instrument_names import INSTRUMENTS, chosen_instruments
 from harness.run.recorders.collectives import (
     CollectiveRecorder,
     attribute,
@@ -65,7 +71,7 @@ from harness.run.recorders.param_states import FullyShardCalls, ParamStateHooks
 from harness.run.recorders.params import Unit, buffer_table, param_table
 from harness.run.recorders.phases import Phases
 
-__all__ = ["Instruments", "profiler_options", "trace_device_activity"]
+__all__ = ["INSTRUMENTS", "Instruments", "profiler_options", "trace_device_activity"]
 
 
 @contextlib.contextmanager
@@ -131,7 +137,12 @@ class Instruments:
             dim sharing that group (a collective's ``mesh_dim``, see ``resolve_mesh_dims``).
         collective_log: where each collective is reported as entered and completed, for hang
             diagnosis (a ``harness.run.launch.hang.RankProgress``); None for nowhere.
-        track_memory: run the memory recorder (``FSDPMemTracker``) over the steps.
+        track_memory: run the memory recorder (``FSDPMemTracker``) over the steps (where the
+            ``memory`` instrument is on).
+        instruments: the names of the instruments to run (:data:`INSTRUMENTS`); None: all.
+
+    Raises:
+        ValueError: ``instruments`` names an unknown instrument.
     """
 
     def __init__(
@@ -142,12 +153,19 @@ class Instruments:
         *,
         track_memory: bool = True,
         device_activity: str | None = None,
+        instruments: frozenset[str] | None = None,
     ) -> None:
+        self.on = chosen_instruments(instruments)
         self.collectives = CollectiveRecorder(lambda: phases.current, group_dims, collective_log)
-        self.track_memory = track_memory
+        self.track_memory = track_memory and "memory" in self.on
         # torch.autograd.profiler.profile is what torch.profiler.profile wraps; the wrapper's
         # start also touches torch._inductor (a 1.5 s import on first use in a process).
-        self.profiler = torch.autograd.profiler.profile(**profiler_options(device_activity))
+        # Its FSDP labels attribute the collectives and give the events: off where neither is on.
+        self.profiler = (
+            torch.autograd.profiler.profile(**profiler_options(device_activity))
+            if self.on & {"collectives", "events"}
+            else None
+        )
         self.steps: list[dict[str, Any]] = []
         self._n_setup: int | None = None
         self._params: list[dict[str, Any]] = []
@@ -169,11 +187,24 @@ class Instruments:
 
     def __enter__(self) -> "Instruments":
         """Start recording collectives (those of ``fully_shard`` and meta init included)."""
-        self.collectives.__enter__()
+        if "collectives" in self.on:
+            self.collectives.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.collectives.__exit__(*exc)
+        if "collectives" in self.on:
+            self.collectives.__exit__(*exc)
+
+    def before_fully_shard(self, root: nn.Module, *, device: str | None = None) -> None:
+        """The built model's parameters, before the first ``fully_shard`` call (``fully_shard_calls``;
+        ``device``: see :meth:`FullyShardCalls.before`)."""
+        if "fully_shard_calls" in self.on:
+            self.fully_shard_calls.before(root, device=device)
+
+    def after_fully_shard(self, unit: str, root: nn.Module) -> None:
+        """The parameters that ``fully_shard`` of ``unit`` changed (``fully_shard_calls``)."""
+        if "fully_shard_calls" in self.on:
+            self.fully_shard_calls.after(unit, root)
 
     @contextlib.contextmanager
     def observing(
@@ -198,23 +229,30 @@ class Instruments:
         # 4096 ranks it dispatches ~10^5 ops: the profiler starts after it. The collectives
         # recorded so far are setup's.
         self._n_setup = len(self.collectives.records)
-        self._params = param_table(root, {fqn: u.name for u in units for fqn in u.params})
-        self._buffers = buffer_table(root)
-        self._experts = ExpertRecorder(root)
+        if "params" in self.on:
+            self._params = param_table(root, {fqn: u.name for u in units for fqn in u.params})
+            self._buffers = buffer_table(root)
+        self._experts = ExpertRecorder(root) if "experts" in self.on else None
         modules = {m: u.name for u in units for m in (u.modules or (u.module,))}
-        self._memory = MemoryRecorder(root, optimizer, modules, inputs=inputs)
-        with _quiet(self.profiler), self._memory if self.track_memory else contextlib.nullcontext():
+        self._memory = MemoryRecorder(root, optimizer, modules, inputs=inputs) if self.track_memory else None
+        with (
+            _quiet(self.profiler) if self.profiler is not None else contextlib.nullcontext(),
+            self._memory if self._memory is not None else contextlib.nullcontext(),
+        ):
             # After entering FSDPMemTracker: it re-registers FSDP's forward hooks, and these
             # hooks must run after FSDP's (pre-forward prepended, post-forward appended).
-            self._hooks = ParamStateHooks(
-                list(units), is_backward=_in_backward, position=lambda: self._position
-            ).install()
-            self._probe = ShardStateProbe(list(units)).install()
+            if "param_states" in self.on:
+                self._hooks = ParamStateHooks(
+                    list(units), is_backward=_in_backward, position=lambda: self._position
+                ).install()
+            if "events" in self.on:
+                self._probe = ShardStateProbe(list(units)).install()
             try:
                 yield self
             finally:
-                self._probe.remove()
-                self._hooks.remove()
+                for installed in (self._probe, self._hooks):
+                    if installed is not None:
+                        installed.remove()
                 self._root = None  # what grads/unit_dtypes read, let go with the steps
                 self._units = []
 
@@ -248,7 +286,7 @@ class Instruments:
 
     def end_microbatch(self) -> None:
         """A microbatch ended: memory snapshots so far belong to it."""
-        if self._memory is not None and self.track_memory and self._position[1] is not None:
+        if self._memory is not None and self._position[1] is not None:
             self._memory.mark_position(*self._position)
         if self._experts is not None and self._experts.active:
             self._experts.after_backward(*self._position)
@@ -256,7 +294,7 @@ class Instruments:
     def after_zero_grad(self, step_index: int) -> None:
         """Take the whole-rank memory snapshot that follows ``optimizer.zero_grad()`` and each unit's
         ``after_zero_grad`` parameter state."""
-        if self._memory is not None and self.track_memory:
+        if self._memory is not None:
             self._memory.mark_state("After Zero Grad", step_index)
         if self._hooks is not None:
             self._hooks.snapshot_all("after_zero_grad")
@@ -278,6 +316,8 @@ class Instruments:
         the local value when no placement is ``Partial``; otherwise None here, and the document's
         assembly combines the ranks' ``local_value`` (``harness.contract.partial_values``).
         """
+        if "grads" not in self.on:
+            return
         is_dtensor = hasattr(norm, "to_local")
         placements = [repr(pl) for pl in norm.placements] if is_dtensor else []
         try:
@@ -307,37 +347,42 @@ class Instruments:
         parameter's gradient dtype is recorded (``grads``)."""
         if self._updates is not None:
             self._updates.after_step(step_index)
-        if self._root is not None:
+        if self._root is not None and "grads" in self.on:
             self.grads += grad_records(self._root, step_index)
 
     def after_forward(self, step_index: int, microbatch: int | None) -> None:
         """A forward phase ended (FSDP's lazy init has run): each unit's resolved dtypes (``unit_dtypes``)."""
-        self.unit_dtypes += unit_dtype_records(self._units, step_index, microbatch)
+        if "grads" in self.on:
+            self.unit_dtypes += unit_dtype_records(self._units, step_index, microbatch)
 
     def forward_steps(self, root: nn.Module) -> ContextManager[Any]:
-        """Around a forward: record the walkthrough's Steps 1-10 (name, layer, shape, dtype)."""
+        """Around a forward: record the walkthrough's Steps 1-10 (name, layer, shape, dtype); nothing
+        where neither ``steps`` nor ``experts`` (which reads the routing from them) is on."""
+        if "steps" not in self.on and (self._experts is None or not self._experts.active):
+            return contextlib.nullcontext()
         return qwen3.observe_steps(root, self._on_step)
 
     def _on_step(self, layer: int, name: str, t: torch.Tensor) -> None:
         step_index, microbatch = self._position
-        self.steps.append(
-            {
-                "layer": int(layer),
-                "name": name,
-                "shape": list(t.shape),
-                "dtype": dtype_name(t.dtype),
-                "step_index": step_index,
-                "microbatch": microbatch,
-            }
-        )
+        if "steps" in self.on:
+            self.steps.append(
+                {
+                    "layer": int(layer),
+                    "name": name,
+                    "shape": list(t.shape),
+                    "dtype": dtype_name(t.dtype),
+                    "step_index": step_index,
+                    "microbatch": microbatch,
+                }
+            )
         if self._experts is not None and self._experts.active:
             self._experts.on_step(layer, name, t, step_index, microbatch)
 
     def after_optimizer_step(self, step_index: int = 0) -> None:
         """Take the whole-rank memory snapshot that follows ``optimizer.step()``."""
-        if self._memory is None:
+        if self._n_setup is None:
             raise RuntimeError("after_optimizer_step outside Instruments.observing")
-        if self.track_memory:
+        if self._memory is not None:
             self._memory.mark_after_step(step_index)
         if self._hooks is not None:
             self._hooks.snapshot_all("after_optimizer_step")
@@ -354,7 +399,7 @@ class Instruments:
             harness.run.recorders.collectives.AttributionError: the dispatched collectives and
                 the profiler's c10d events disagree.
         """
-        if self._n_setup is None or self._memory is None or self._hooks is None:
+        if self._n_setup is None:
             raise RuntimeError("Instruments.pieces before Instruments.observing")
         records = self.collectives.records
         setup = records[: self._n_setup]
@@ -365,22 +410,25 @@ class Instruments:
             i = bisect.bisect_right(starts, record["index"]) - 1
             _, step_index, microbatch = self._marks[i] if i >= 0 else (None, None, None)
             record.update(step_index=step_index, microbatch=microbatch)
+        collectives = (
+            resolve_mesh_dims(setup + attribute(records[self._n_setup :], profiler_spans(self.profiler)))
+            if "collectives" in self.on
+            else []
+        )
         pieces = {
             "params": self._params,
             "buffers": self._buffers,
-            "param_states": self._hooks.states,
+            "param_states": self._hooks.states if self._hooks is not None else [],
             "fully_shard_calls": self.fully_shard_calls.record,
             "steps": self.steps,
-            "collectives": resolve_mesh_dims(
-                setup + attribute(records[self._n_setup :], profiler_spans(self.profiler))
-            ),
-            "memory": self._memory.snapshots() if self.track_memory else [],
-            "events": events_from_profiler(self.profiler),
+            "collectives": collectives,
+            "memory": self._memory.snapshots() if self._memory is not None else [],
+            "events": events_from_profiler(self.profiler) if "events" in self.on else [],
             "grad_norms": self.grad_norms,
             "grads": self.grads,
             "unit_dtypes": self.unit_dtypes,
         }
-        if self._updates is not None:
+        if self._updates is not None and "updates" in self.on:
             pieces["param_updates"] = self._updates.records
         if self._experts is not None and self._experts.active:
             pieces["experts"] = self._experts.piece()

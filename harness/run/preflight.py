@@ -14,9 +14,14 @@ its peak, and refuses with :class:`PreflightError` when
   (``harness.run.gpus``), never ``torch.cuda.mem_get_info``: that would create a CUDA context on
   every GPU in the launcher and in every pytest-xdist worker. Without either, the GPU part of the
   check is skipped with a note (:data:`GPU_CHECK_SKIPPED`);
-- a simulated (fake backend) world is larger than :data:`MAX_SIMULATED_WORLD` ranks, or its
-  set-up would chunk more than :data:`MAX_SIMULATED_SHARDINGS` unit shards (FSDP2 chunks
-  every unit's parameters into one piece per world rank, again for every simulated rank).
+- a simulated (fake backend) run would take longer than the run's timeout or more memory than
+  this machine has available, by its own estimate (:func:`simulation_estimate`: FSDP2 chunks
+  every parameter into one piece per world rank, again for every simulated rank; scaled from
+  measured per-shard costs). There is no fixed cap on the world size.
+
+Refusals never suggest what would do worse: a world over the process limit is pointed at the
+fake backend only where the simulation's estimate fits (else both refusals are said, with the
+estimate), never at ``--no-preflight``, which would start that many processes.
 
 The estimate (:func:`estimate`) is deliberately simple and on the generous side; the caller
 can skip the check (``--no-preflight``, pytest ``--no-preflight``).
@@ -42,6 +47,7 @@ Per rank, in bytes (``S`` = a unit's padded shard, ``U`` = a unit's gathered par
 from __future__ import annotations
 
 import glob
+import math
 import os
 import warnings
 from dataclasses import dataclass
@@ -52,30 +58,59 @@ from harness.run import cuda_context
 from harness.run.launch.errors import RunError
 
 __all__ = [
+    "CLI_OPTIONS",
     "GPU_CHECK_SKIPPED",
-    "MAX_SIMULATED_WORLD",
     "NCCL_COMMUNICATOR_BYTES",
+    "PYTEST_OPTIONS",
     "RANK_BASE_BYTES",
+    "SIMULATED_BASE_BYTES",
+    "SIMULATED_LAYER_S",
+    "SIMULATED_SHARD_BYTES",
+    "SIMULATED_SHARD_S",
     "Estimate",
     "PreflightError",
+    "SimulationEstimate",
     "available_memory",
     "check",
     "estimate",
     "gpu_need",
     "process_limit",
+    "refuse_simulation",
+    "simulated_run_estimate",
+    "simulation_estimate",
 ]
 
 GB = 10**9
 """Bytes in the GB the messages print (10^9, as the document's MB is 10^6)."""
 
-MAX_SIMULATED_WORLD = 65536
-"""Largest world the fake backend is asked to simulate (FSDP2's set-up per simulated rank
-grows with the world: about 16 s for one Qwen3-32B layer at 4,096 ranks on a 2-core machine)."""
+SIMULATED_SHARD_S = 10e-6
+"""Seconds a simulated rank spends per (parameter, world rank): FSDP2's ``fully_shard`` chunks each
+parameter into one piece per rank of the shard group, twice (``harness.run.rank.fake``), and that
+dominates a large world. Measured (benchmarks/bench_simulated_worlds.py, 2 cores, load 3-5): a
+Qwen3-32B layer (11 parameters) at 65,536 ranks spent 5.5 s in set-up (7.6 us each), a
+Qwen3-235B-A22B layer (11) at 131,072 ranks 9.4 s (6.5 us); rounded up for a loaded machine."""
 
-MAX_SIMULATED_SHARDINGS = 2**17
-"""Most (FSDP unit, world rank, simulated rank) triples a simulation may cost: each simulated
-rank runs ``fully_shard``, which chunks every unit's parameters into one piece per world rank,
-about 4 ms per unit and world rank on a 2-core machine (131,072 of them: about 8 minutes)."""
+SIMULATED_LAYER_S = 1.0
+"""Seconds per decoder layer and simulated rank for the forward, backward, optimizer step and the
+observation, whatever the world (measured 0.45 s for the Qwen3-32B layer, 0.9 s for the MoE one)."""
+
+SIMULATED_BASE_BYTES = 500 * 10**6
+"""Memory of the simulating process beyond what grows with the world: the interpreter, torch and
+FSDP2 imported, the recorders (measured: 337 MB peak RSS for a Qwen3-32B layer at 16,384 ranks)."""
+
+SIMULATED_SHARD_BYTES = 200
+"""Bytes per (parameter, world rank) a simulated rank holds at its peak (measured: 25 MB more for
+49,152 more ranks of the Qwen3-32B layer, 60 MB more for 65,536 more of the MoE layer; about 40-85 B)."""
+
+CLI_OPTIONS = {"backend": "--backend", "no_preflight": "--no-preflight", "timeout": "--timeout"}
+"""How a refusal's advice names the options: ``python -m harness run``'s."""
+
+PYTEST_OPTIONS = {
+    "backend": "--fsdp2-backend",
+    "no_preflight": "--fsdp2-no-preflight",
+    "timeout": "--fsdp2-run-timeout",
+}
+"""The pytest plugin's names of the same options (``harness.pytest_plugin``)."""
 
 RANK_BASE_BYTES = 200 * 10**6
 """Memory of one rank process beyond its tensors. Measured (benchmarks/bench_rank_memory.py,
@@ -99,11 +134,52 @@ GPU_CHECK_SKIPPED = (
 
 class PreflightError(RunError):
     """The run would not fit this machine; nothing was started. The message says what it needs,
-    what there is (``reason``), and how to go on (``advice``: simulate, or ``--no-preflight``)."""
+    what there is (``reason``), and how to go on (``advice``: simulate, or ``--no-preflight``).
 
-    def __init__(self, reason: str, advice: str) -> None:
-        super().__init__(f"{reason}; {advice}")
-        self.reason, self.advice = reason, advice
+    ``advice`` may name options as ``{backend}``, ``{no_preflight}``, ``{timeout}``: the message
+    spells them as :data:`CLI_OPTIONS` does, :meth:`for_options` as another caller's."""
+
+    def __init__(self, reason: str, advice: str, options: Mapping[str, str] = CLI_OPTIONS) -> None:
+        self.reason, self.template, self.options = reason, advice, dict(options)
+        self.advice = advice.format(**options)
+        super().__init__(f"{reason}; {self.advice}")
+
+    def for_options(self, options: Mapping[str, str]) -> "PreflightError":
+        """The same refusal, its advice naming ``options`` (e.g. :data:`PYTEST_OPTIONS`)."""
+        return PreflightError(self.reason, self.template, options)
+
+
+@dataclass(frozen=True)
+class SimulationEstimate:
+    """What a fake-backend run of a setup costs this process (see :func:`simulation_estimate`).
+
+    Attributes:
+        observed: ranks simulated, one after the other.
+        parameters: parameters in FSDP units, each chunked ``world_size`` ways per simulated rank.
+        world_size: ranks of the world.
+        layers: decoder layers each simulated rank runs.
+        seconds: the whole simulation (every observed rank), in s.
+        bytes: this process's peak, in bytes.
+    """
+
+    observed: int
+    parameters: int
+    world_size: int
+    layers: int
+    seconds: float
+    bytes: int
+
+    def describe(self) -> str:
+        """One line: the estimate and where it comes from."""
+        return (
+            f"~{_seconds(self.seconds)} for {self.observed:,} simulated rank(s) (each: {self.parameters:,} "
+            f"parameters chunked {self.world_size:,} ways at ~{SIMULATED_SHARD_S * 1e6:g} us, and "
+            f"{self.layers:,} layer(s) of step)"
+        )
+
+
+def _seconds(s: float) -> str:
+    return f"{s:.0f} s" if s < 10_000 else f"{s / 3600:,.0f} h"
 
 
 @dataclass(frozen=True)
@@ -230,20 +306,61 @@ def estimate(setup: Any) -> Estimate:
     )
 
 
-def simulation_size(setup: Any) -> tuple[int | None, int]:
-    """(FSDP units with parameters, ranks simulated) of a fake-backend run; units None when the
-    model config cannot be built (the loader reports that)."""
+def simulation_estimate(setup: Any) -> SimulationEstimate | None:
+    """Time and memory of ``setup`` simulated with the fake backend (:func:`simulated_run_estimate`);
+    None when the model config cannot be built (the loader reports that)."""
     from harness.run.launch.simulated import ALL_RANKS_UP_TO
+    from model import get_config
 
     world = setup.world_size
     observed = len(set(setup.observe_ranks)) if setup.observe_ranks else (world if world <= ALL_RANKS_UP_TO else 1)
     try:
-        from model import get_config
-
-        layers = get_config(setup.model.config, **dict(setup.model.overrides)).num_hidden_layers
+        config = get_config(setup.model.config, **dict(setup.model.overrides))
+        return simulated_run_estimate(
+            config,
+            world_size=world,
+            shard_size=setup.mesh_shape[-1],
+            body=setup.model.body,
+            dtype=setup.model.dtype,
+            observed=observed,
+        )
     except (ValueError, TypeError, KeyError):
-        return None, observed
-    return layers + (1 if setup.model.body == "causal_lm" else 0), observed
+        return None
+
+
+def simulated_run_estimate(
+    config: Any, *, world_size: int, shard_size: int, body: str, dtype: Any, observed: int
+) -> SimulationEstimate:
+    """Time and memory of simulating ``observed`` ranks of a ``world_size``-rank world of the model
+    ``config`` (a ``Qwen3Config``), in closed form: per simulated rank :data:`SIMULATED_SHARD_S` for
+    each (parameter, world rank) and :data:`SIMULATED_LAYER_S` per layer; :data:`SIMULATED_BASE_BYTES`
+    plus :data:`SIMULATED_SHARD_BYTES` per (parameter, world rank), plus the rank's shards where they
+    are real CPU storage (``harness.run.rank.fake``).
+
+    Raises:
+        ValueError, TypeError, KeyError: a config the calculator cannot read.
+    """
+    from harness.contract import calculator as calc
+    from harness.run.rank.fake import LAZY_SHARD_BYTES
+
+    world = world_size
+    dims = calc.to_dims(config)
+    root = calc.root_params(dims) if body == "causal_lm" else []
+    layer = calc.layer_params(dims)
+    layers = dims.num_hidden_layers
+    parameters = layers * len(layer) + len(root)
+    storage = calc.DTYPE_BYTES[calc.dtype_name(dtype)]
+    shard = (layers * sum(p.numel for p in layer) + sum(p.numel for p in root)) * storage // shard_size
+    shard = shard if shard <= LAZY_SHARD_BYTES else 0  # larger shards stay on the meta device
+    per_rank_s = SIMULATED_SHARD_S * parameters * world + SIMULATED_LAYER_S * max(layers, 1)
+    return SimulationEstimate(
+        observed=observed,
+        parameters=parameters,
+        world_size=world,
+        layers=layers,
+        seconds=observed * per_rank_s,
+        bytes=SIMULATED_BASE_BYTES + SIMULATED_SHARD_BYTES * parameters * world + 2 * shard,
+    )
 
 
 def available_memory() -> int | None:
@@ -273,51 +390,96 @@ def process_limit() -> int:
     return limit
 
 
-_ADVICE = "use --backend fake to simulate it, or --no-preflight to run anyway"
+_ADVICE = "use {backend} fake to simulate it, or {no_preflight} to run anyway"
+
+MAX_WAIT_S = 24 * 3600
+"""Longest simulation a refusal suggests allowing the time for (as ``run --timeout`` accepts)."""
+
+DEFAULT_TIMEOUT_S = 300.0
+"""The run's timeout where the caller names none (``harness.run.runner.run_setup``'s default)."""
+
+
+def _check_simulated(setup: Any, timeout_s: float, memory: int | None) -> SimulationEstimate | None:
+    est = simulation_estimate(setup)
+    return None if est is None else refuse_simulation(est, timeout_s, memory)
+
+
+def refuse_simulation(
+    est: SimulationEstimate, timeout_s: float = DEFAULT_TIMEOUT_S, memory: int | None = None
+) -> SimulationEstimate:
+    """``est``, unless it exceeds ``timeout_s`` (s) or ``memory`` (bytes; default
+    :func:`available_memory`).
+
+    Raises:
+        PreflightError: with the estimate, and what to change.
+    """
+    if est.seconds > timeout_s:
+        more_time = (
+            f", or allow it the time ({{timeout}} {math.ceil(est.seconds * 1.5)})" if est.seconds <= MAX_WAIT_S else ""
+        )
+        raise PreflightError(
+            f"simulating a world of {est.world_size:,} ranks would take {est.describe()}, over the run's "
+            f"timeout of {timeout_s:g} s",
+            f"observe fewer ranks (setup.observe_ranks) or run fewer layers{more_time}",
+        )
+    memory = available_memory() if memory is None else memory
+    if memory is not None and est.bytes > memory:
+        raise PreflightError(
+            f"simulating a world of {est.world_size:,} ranks needs ~{_gb(est.bytes)} GB in this process "
+            f"({est.parameters:,} parameters chunked {est.world_size:,} ways), {_gb(memory)} GB available",
+            "simulate a smaller world or fewer layers",
+        )
+    return est
 
 
 def check(
-    setup: Any, backend: str, *, joined: bool = False, memory: int | None = None, gpus: list[int] | None = None
-) -> Estimate | None:
+    setup: Any,
+    backend: str,
+    *,
+    joined: bool = False,
+    memory: int | None = None,
+    gpus: list[int] | None = None,
+    timeout_s: float | None = None,
+) -> Estimate | SimulationEstimate | None:
     """Refuse ``setup`` on ``backend`` if this machine cannot run it; return the estimate.
 
     Args:
         setup: the run setup.
         backend: "auto", "gloo", "nccl" or "fake".
         joined: this process is one rank of a launcher's world (torchrun): its launcher chose
-            the processes; only the fake-world bound applies.
+            the processes; only a simulation is checked.
         memory: available host bytes (default :func:`available_memory`).
         gpus: free bytes per visible GPU (default: read through NVML or nvidia-smi when NCCL may be
             used; never through torch, which would create a CUDA context on each GPU).
+        timeout_s: the run's timeout, in s (default :data:`DEFAULT_TIMEOUT_S`): a simulation
+            estimated to take longer is refused.
+
+    Returns:
+        The real run's :class:`Estimate` (bytes per rank), the simulation's
+        :class:`SimulationEstimate`, or None where nothing could be estimated or checked.
 
     Raises:
         PreflightError: with what the run needs, what there is, and what to do instead.
     """
     world = setup.world_size
+    timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
     if backend == "fake":
-        if world > MAX_SIMULATED_WORLD:
-            raise PreflightError(
-                f"a simulated world of {world:,} ranks is over the {MAX_SIMULATED_WORLD:,} the fake "
-                f"backend is asked to simulate (its set-up grows with the world size)",
-                "use --no-preflight to try anyway",
-            )
-        units, observed = simulation_size(setup)
-        if units is not None and units * world * observed > MAX_SIMULATED_SHARDINGS:
-            raise PreflightError(
-                f"simulating {units:,} FSDP units on {world:,} ranks for {observed:,} observed "
-                f"rank(s) chunks {units * world * observed:,} unit shards, over the "
-                f"{MAX_SIMULATED_SHARDINGS:,} this check allows (about 4 ms each)",
-                "observe fewer ranks, run fewer layers, or use --no-preflight to try anyway",
-            )
-        return None
+        return _check_simulated(setup, timeout_s, memory)
     if joined:
         return None
     limit = process_limit()
-    if world > limit:
+    if world > limit:  # --no-preflight would start them all: point at the simulation alone
+        try:
+            simulated = _check_simulated(setup, timeout_s, memory)
+            advice = "use {backend} fake to simulate it" + (
+                f" ({simulated.describe()})" if simulated is not None else ""
+            )
+        except PreflightError as refused:
+            advice = f"simulated, it would be refused too: {refused.reason}; {refused.template}"
         raise PreflightError(
             f"{world:,} ranks would start {world:,} processes on this machine, over its limit of "
             f"{limit} ({usable_cpus()} cores)",
-            _ADVICE,
+            advice,
         )
     try:
         est = estimate(setup)

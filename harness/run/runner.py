@@ -29,6 +29,7 @@ import tempfile
 import time
 from typing import Callable
 
+from harness.contract.instrument_names import chosen_instruments
 from harness.contract.names import BACKENDS
 from harness.contract.observation import ObservationError, build_observation
 from harness.load.setup import RunSetup
@@ -60,7 +61,8 @@ def run_setup(
         on_progress: called in this process with each rank's phase (rank -> phase name) as
             ranks move on (local and simulated runs; a joined world reports none).
         preflight: first check that this machine can hold the run (``harness.run.preflight``):
-            rank processes, memory per rank, simulated world size. False skips it.
+            rank processes, memory per rank, a simulation's time (against ``timeout_s``) and
+            memory. False skips it.
 
     Returns:
         The validated observation document; None on a non-zero rank of a joined world.
@@ -73,11 +75,12 @@ def run_setup(
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r}: expected one of {BACKENDS}")
+    chosen_instruments(setup.instruments)  # an unknown name is refused before any rank starts
     world = joined_world()
     if preflight:
         from harness.run.preflight import check
 
-        check(setup, backend, joined=world is not None)
+        check(setup, backend, joined=world is not None, timeout_s=timeout_s)
     if backend == "fake":
         from harness.run.launch.simulated import run_simulated
 

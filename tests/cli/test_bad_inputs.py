@@ -196,6 +196,41 @@ def test_100000_gloo_ranks_are_refused_before_any_process(tmp_path):
     no_traceback(proc)
 
 
+HUGE_WORLD = TINY.replace("mesh: {shape: [4], dim_names: [dp]}", "mesh: {shape: [100000], dim_names: [dp]}")
+
+
+def test_a_world_too_big_for_processes_runs_simulated_as_its_hint_says(tmp_path):
+    """Issue 41 item 5: the hint was --backend fake, which refused it again (over 65,536 ranks) with a
+    hint of --no-preflight, which on a real backend would start 100,000 processes."""
+    path = write(tmp_path, HUGE_WORLD)
+    refused = cli("run", str(path), env={"TMPDIR": str(tmp_path)})
+    assert refused.returncode == 2
+    assert "over its limit of" in refused.stdout and "; use --backend fake to simulate it (~" in refused.stdout
+    assert "--no-preflight" not in refused.stdout
+    simulated = cli("run", str(path), "--backend", "fake", timeout=600)
+    assert simulated.returncode == 0, simulated.stdout + simulated.stderr
+    assert "tiny: 1 passed" in simulated.stdout
+    no_traceback(refused)
+
+
+def test_a_refused_spec_is_said_once_under_pytest(pytester, monkeypatch):
+    """Issue 41 item 5: the refusal was repeated by every entry (32 times)."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    pytester.mkdir("specs")
+    entries = "".join(f"      - {{id: x_norm_{i}, step: step1.x_norm, shape: [2, 8, 512]}}\n" for i in range(3))
+    (pytester.path / "specs" / "huge.yaml").write_text(
+        HUGE_WORLD.replace("tables:", "backend: gloo\ntables:").replace(
+            "      - {id: x_norm, step: step1.x_norm, shape: [2, 8, 512]}\n", entries
+        )
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs", timeout=120)
+    result.assert_outcomes(failed=1, skipped=2)
+    out = result.stdout.str()
+    assert out.count("100,000 ranks would start 100,000 processes") == 1, out
+    assert "use --fsdp2-backend fake to simulate it (~" in out and "no-preflight" not in out
+    assert "the pre-flight check refused this spec's run (said once, by its first item to run)" in out
+
+
 def test_huge_hidden_size_is_refused_with_the_estimate(tmp_path):
     """The issue's example: overrides {hidden_size: 100000000}; every rank then died in the allocator."""
     path = write(
@@ -259,10 +294,14 @@ def test_estimate_grows_with_what_each_rank_holds():
 
 
 def test_simulated_world_bound_and_override(pinned_fake_run):
-    big = RunSetup.from_mapping({"mesh": {"shape": [preflight.MAX_SIMULATED_WORLD + 1]}})
-    with pytest.raises(PreflightError, match="over the 65,536 the fake backend is asked to simulate"):
-        preflight.check(big, "fake")
-    assert preflight.check(RunSetup.from_mapping({"mesh": {"shape": [4096]}}), "fake") is None
+    """No fixed cap: the simulation's own estimate against the run's timeout and this machine's memory."""
+    big = RunSetup.from_mapping({"mesh": {"shape": [131_072]}})
+    est = preflight.check(big, "fake", memory=64 * 10**9)
+    assert est.seconds < 300 and est.parameters == 22 and est.world_size == 131_072
+    with pytest.raises(PreflightError, match=r"would take ~\d+ s for 1 simulated rank.*over the run's timeout of 5 s"):
+        preflight.check(big, "fake", timeout_s=5, memory=64 * 10**9)
+    with pytest.raises(PreflightError, match=r"needs ~\d\.\d GB in this process .*, 0\.1 GB available"):
+        preflight.check(big, "fake", memory=10**8)
     assert preflight.check(big, "gloo", joined=True) is None  # torchrun chose the processes
     # --no-preflight reaches the runner (the fake run of a small world, tests/cli/conftest.py)
     assert pinned_fake_run.proc.returncode == 0, pinned_fake_run.proc.stdout + pinned_fake_run.proc.stderr
@@ -285,7 +324,7 @@ def test_no_preflight_is_a_pytest_option(pytester, monkeypatch, plugin_help):
 def test_draft_refuses_what_it_cannot_run_and_absurd_worlds(tmp_path):
     started = time.monotonic()
     proc = cli("draft", "--config", "Qwen3-8B", "--world-size", "1000000000000")  # took over 2 minutes and 2.7 GB
-    assert proc.returncode == 1 and "over the 65,536 ranks a spec can simulate" in proc.stderr
+    assert proc.returncode == 1 and "simulating a world of 1,000,000,000,000 ranks would take ~" in proc.stderr
     assert time.monotonic() - started < 60
     proc = cli("draft", "--config", "walkthrough", "--world-size", "100000", "--backend", "gloo")
     assert proc.returncode == 1 and "would start 100,000 processes on this machine" in proc.stderr

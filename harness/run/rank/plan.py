@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from harness.contract.instrument_names import chosen_instruments
+
 __all__ = ["MODES", "INITS", "NUMERICS", "RankPlan", "plan_rank"]
 
 MODES = ("real", "simulated")
@@ -37,7 +39,9 @@ class RankPlan:
         meta_init: a real rank builds its model on the meta device (init not "full").
         rows: (first, stop) of this rank's samples in the global batch (a simulated rank makes
             only its own ``B`` rows: (0, B)).
-        param_updates: record each step's parameter updates (a real rank with a schedule).
+        param_updates: record each step's parameter updates (a real rank with a schedule, the
+            ``updates`` instrument on, or the schedule's numerics, which compare them).
+        instruments: the instruments the rank runs (``RunSetup.instruments``; all by default).
     """
 
     mode: str
@@ -46,6 +50,7 @@ class RankPlan:
     meta_init: bool
     rows: tuple[int, int]
     param_updates: bool
+    instruments: frozenset[str] = frozenset()
 
     @property
     def simulated(self) -> bool:
@@ -59,23 +64,32 @@ def plan_rank(setup: Any, rank: int, world_size: int, *, simulated: bool = False
     numerics (no full model elsewhere), "full" where every rank checks them, else "local" (a full
     model on every rank at once would not fit here for Qwen3-0.6B on 8 ranks).
 
+    Without the ``numerics`` instrument (``setup.instruments``) numerics are "off" (``init`` is still
+    decided by ``setup.numerics``: the weights do not change); without ``updates`` no update is
+    recorded unless the schedule's numerics compare them.
+
     Raises:
-        ValueError: ``world_size`` is not the setup's.
+        ValueError: ``world_size`` is not the setup's, or ``setup.instruments`` names an unknown
+            instrument.
     """
     if world_size != setup.world_size:
         raise ValueError(
             f"world size {world_size} but setup.mesh.shape {list(setup.mesh_shape)} needs {setup.world_size}"
         )
     schedule = setup.schedule
+    instruments = chosen_instruments(getattr(setup, "instruments", None))
     if not setup.numerics:
         real_numerics = "off"
     elif schedule is not None:
         real_numerics = "schedule"
     else:
         real_numerics = "rank_0" if setup.numerics_reference == "rank_0" else "each_rank"
-    numerics = "off" if simulated else real_numerics
-    # a simulated rank's init is the real rank's: what it records stands for that (fully_shard_calls)
+    # a simulated rank's init is the real rank's: what it records stands for that (fully_shard_calls);
+    # switching the replica off leaves the init as the setup asks (the weights stay the same)
     init = setup.init or {"rank_0": "meta", "off": "local"}.get(real_numerics, "full")
+    if "numerics" not in instruments:
+        real_numerics = "off"
+    numerics = "off" if simulated else real_numerics
     B = setup.batch_per_rank
     return RankPlan(
         mode="simulated" if simulated else "real",
@@ -83,5 +97,8 @@ def plan_rank(setup: Any, rank: int, world_size: int, *, simulated: bool = False
         numerics=numerics,
         meta_init=not simulated and init != "full",
         rows=(0, B) if simulated else (rank * B, (rank + 1) * B),
-        param_updates=schedule is not None and not simulated,
+        param_updates=schedule is not None
+        and not simulated
+        and ("updates" in instruments or real_numerics == "schedule"),
+        instruments=instruments,
     )

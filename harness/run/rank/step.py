@@ -11,7 +11,8 @@ numerics) and then goes through the stages, each in its own module:
 2. the numerics reference, if the plan has one (``harness.run.rank.references``, phase replica);
 3. shard (``harness.run.parallelize``): the device mesh and ``fully_shard`` on each decoder
    layer, then on the root (the walkthrough's section "FSDP2 设置"); a 2-D mesh is HSDP;
-4. instruments (``harness.run.instruments``): the recorders, entered in their one working order;
+4. instruments (``harness.run.instruments``): the recorders, entered in their one working order,
+   those of the instruments ``setup.instruments`` names (every one by default);
 5. steps (``harness.run.loop``): the steps of ``harness.run.plan.step_plan``, phases marked;
    with a schedule and numerics each step's parameter updates are compared with the
    schedule's single-process reference;
@@ -234,15 +235,16 @@ class RankBody:
                 self.collective_log,
                 track_memory=setup.track_memory,
                 device_activity=trace_device_activity(self.tracing, self.device_type),
+                instruments=self.plan.instruments,
             )
             strategy.before_sharding(self, stack, instruments)
             # a simulated rank's storage is the harness's choice: record what a real rank would hold
             stands_for = ("meta" if self.plan.init != "full" else self.device.type) if self.plan.simulated else None
-            instruments.fully_shard_calls.before(root, device=stands_for)
+            instruments.before_fully_shard(root, device=stands_for)
 
             def after_each(unit: ShardUnit, module: torch.nn.Module) -> None:
                 # what the call did, before the spec's hook can change anything
-                instruments.fully_shard_calls.after(unit.path, root)
+                instruments.after_fully_shard(unit.path, root)
                 self.hooks.call("after_fully_shard", model=root, unit=unit.path or "root", module=module)
 
             with phases.phase("setup"):

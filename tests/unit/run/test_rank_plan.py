@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 
+from harness.contract.instrument_names import INSTRUMENTS
 from harness.load.setup import RunSetup
 from harness.run.rank.plan import INITS, MODES, NUMERICS, RankPlan, plan_rank
 
@@ -67,3 +68,23 @@ def test_the_plan_holds_no_torch_objects():
     for f in dataclasses.fields(plan):
         value = getattr(plan, f.name)
         assert type(value).__module__ == "builtins", (f.name, type(value))
+
+
+def test_without_the_numerics_instrument_no_replica_runs_and_the_weights_stay():
+    """The init is the setup's (full, for a replica), so the weights are those of a run with numerics."""
+    plain = plan_rank(dataclasses.replace(_setup(), instruments=()), 1, 4)
+    assert (plain.init, plain.numerics, plain.instruments) == ("full", "off", frozenset())
+    assert plan_rank(_setup(), 1, 4).instruments == frozenset(INSTRUMENTS)  # default: every instrument
+
+
+def test_parameter_updates_follow_their_instrument_unless_the_schedules_numerics_compare_them():
+    schedule = _setup(schedule=SCHEDULE)
+    assert plan_rank(dataclasses.replace(schedule, instruments=("numerics",)), 0, 4).param_updates
+    no_numerics = _setup(schedule=SCHEDULE, numerics=False)
+    assert not plan_rank(dataclasses.replace(no_numerics, instruments=("memory",)), 0, 4).param_updates
+    assert plan_rank(dataclasses.replace(no_numerics, instruments=("updates",)), 0, 4).param_updates
+
+
+def test_an_unknown_instrument_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"setup.instruments: unknown instrument\(s\) \['profiler'\]; expected"):
+        plan_rank(dataclasses.replace(_setup(), instruments=("profiler",)), 0, 4)

@@ -1,0 +1,56 @@
+"""The rank's instruments by name, and the fields of a rank's entry each one records.
+
+A run turns on a subset of them (``RunSetup.instruments``; None: every one, the default, so no
+observed value changes). The table lives here, below the loader and the judge, so that the layers
+that cannot import torch can choose instruments from what a spec's entries read; the recorders
+themselves are ``harness.run.instruments``. A field of an instrument that is off stays in the entry,
+empty (``[]``, ``None`` for ``numerics``; ``experts`` and ``param_updates`` are left out).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+__all__ = ["INSTRUMENTS", "chosen_instruments"]
+
+INSTRUMENTS: dict[str, tuple[str, ...]] = {
+    # the dispatch-level recorder (every c10d op, its tensors and group) with the profiler's FSDP
+    # labels that attribute each collective to a unit and hook; hang progress rides on it
+    "collectives": ("collectives",),
+    # the profiler's FSDP labels and the shard-state probe's reshard/unshard markers
+    "events": ("events",),
+    # FSDPMemTracker over the steps (and only where setup.track_memory is true)
+    "memory": ("memory",),
+    # what each unit holds after FSDP's forward and backward hooks, the backward, the step, zero_grad
+    "param_states": ("param_states",),
+    # every parameter before the first fully_shard call and after each call
+    "fully_shard_calls": ("fully_shard_calls",),
+    # the parameter and buffer tables, sharded, before the first step
+    "params": ("params", "buffers"),
+    # the walkthrough's Steps 1-10 (name, layer, shape, dtype) of every forward
+    "steps": ("steps",),
+    # a MoE layer's routing and expert gradients
+    "experts": ("experts",),
+    # gradient dtypes after each step, units' resolved dtypes after each forward, clip_grad_norm_'s return
+    "grads": ("grads", "unit_dtypes", "grad_norms"),
+    # which rows of each shard each step changed (a real run with a schedule)
+    "updates": ("param_updates",),
+    # the non-sharded replica the step is compared with (a real run with setup.numerics)
+    "numerics": ("numerics",),
+}
+"""Instrument name -> the fields of the rank entry (``observation.schema.json``, ``$defs/rank``) it fills."""
+
+
+def chosen_instruments(names: Iterable[str] | None) -> frozenset[str]:
+    """The set of instruments ``names`` turns on: every one for None.
+
+    Raises:
+        ValueError: a name that is not a key of :data:`INSTRUMENTS` (the message lists them).
+    """
+    if names is None:
+        return frozenset(INSTRUMENTS)
+    chosen = frozenset(names)
+    unknown = sorted(chosen - INSTRUMENTS.keys())
+    if unknown:
+        raise ValueError(f"setup.instruments: unknown instrument(s) {unknown}; expected some of {sorted(INSTRUMENTS)}")
+    return chosen
