@@ -125,7 +125,7 @@ def _figures(snapshot: Mapping[Any, Mapping[Any, int]]) -> dict[str, dict[str, i
 
 
 TRACKER_LIMIT_NOTE = (
-    "FSDPMemTracker cannot track this schedule (a known limit of torch's tracker, see the README); "
+    "FSDPMemTracker cannot track this schedule (a known limit of torch's tracker, see docs/known-limits.md); "
     "setup track_memory: false avoids it"
 )
 """Added to an exception raised inside FSDPMemTracker (its one-line error says how to run the spec)."""
