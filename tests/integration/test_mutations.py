@@ -643,17 +643,32 @@ CASES = [
     # unit_dtypes: a unit frozen at its first forward resolved nothing
     (
         "unfreeze_after_frozen_first_forward",
-        "[layer0_unfrozen_still_unresolved, 1, 0, 11, null, null]",
-        "[layer0_unfrozen_still_unresolved, 1, 0, 11, float32, null]",
+        '[layer0_unfrozen_still_unresolved, 1, 0, 11, null, null, "<2.14"]',
+        '[layer0_unfrozen_still_unresolved, 1, 0, 11, float32, null, "<2.14"]',
         "layer0_unfrozen_still_unresolved",
         "float32",
     ),
     (
         "unfreeze_after_frozen_first_forward_bf16",
-        "[layer1_resolved, 0, 1, 11, bfloat16, float32]",
-        "[layer1_resolved, 0, 1, 11, float32, float32]",
+        '[layer1_resolved, 0, 1, 11, bfloat16, float32, ""]',
+        '[layer1_resolved, 0, 1, 11, float32, float32, ""]',
         "layer1_resolved",
         "float32",
+    ),
+    # a torch ">=2.14" gate dropped: 2.13 (pytorch#187376 not in it) fails the fixed behaviour's entry
+    (
+        "unfreeze_after_frozen_first_forward",
+        '[layer0_frozen_resolved, 0, 0, 0, float32, float32, ">=2.14"]',
+        '[layer0_frozen_resolved, 0, 0, 0, float32, float32, ""]',
+        "layer0_frozen_resolved",
+        "observed null",
+    ),
+    (
+        "unfreeze_after_frozen_first_forward_bf16",
+        'dtype: float32, buffer_bytes: 148096,\n         torch: ">=2.14"}',
+        "dtype: float32, buffer_bytes: 148096}",
+        "layer0_reduces_fp32",
+        "74,048",
     ),
     # grads: Parameter.grad_dtype as fully_shard left it
     (

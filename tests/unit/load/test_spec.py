@@ -622,6 +622,40 @@ def test_torch_range_outside_is_skip_with_the_range(gated):
     assert results["narrowed"].message == "requires torch >=2.6,<2.10; running 2.13.0+cpu"
 
 
+ROW_GATES = (
+    GATES.split("tables:")[0]
+    + """tables:
+  - section: "Forward"
+    title: per-row ranges
+    check: step
+    columns: [id, step, shape, torch]
+    rows:
+      - [before, step1.x_norm, [2, 8, 512], "<2.13"]
+      - [any, step1.x_norm, [2, 8, 512], ""]
+      - [since, step1.x_norm, [2, 8, 512], ">=2.13"]
+      - [since_wrong, step1.x_norm, [2, 8, 64], ">=2.13"]
+"""
+)
+
+
+def test_a_torch_column_gates_each_row(tmp_path):
+    """One table, a row per release ('' = any; specs/unfreeze_after_frozen_first_forward.yaml)."""
+    spec = load_spec(write(tmp_path, ROW_GATES))
+    results = {r.entry.id: r for r in evaluate_spec(spec, walkthrough_observation())}
+    assert results["before"].status == "skip"
+    assert results["before"].message == "requires torch <2.13; running 2.13.0+cpu"
+    assert results["any"].status == "pass" and results["since"].status == "pass"
+    assert results["since_wrong"].status == "fail"  # a row in range is checked
+
+
+def test_a_bad_range_in_a_torch_column_names_its_cell(tmp_path):
+    bad = ROW_GATES.replace('">=2.13"]\n      - [since_wrong', '"2.13+"]\n      - [since_wrong')
+    with pytest.raises(SpecError) as info:
+        load_spec(write(tmp_path, bad))
+    assert "tables[0].rows[2][3]" in str(info.value)
+    assert "expected a PEP 440 range like '>=2.6,<2.15', got '2.13+'" in str(info.value)
+
+
 def test_deviation_still_observed_is_xfail(gated):
     r = gated[0]["deviation_seen"]
     assert r.status == "xfail" and r.ok and r.status not in FAILING
