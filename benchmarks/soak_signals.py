@@ -299,6 +299,9 @@ def main() -> int:
     parser.add_argument("--scenario", action="append", choices=SCENARIOS, help="only these (repeatable)")
     parser.add_argument("--run-seconds", type=float, default=None, help="a clean run's length (default: measured)")
     parser.add_argument("--seed", type=int, default=45)
+    parser.add_argument(
+        "--first-index", type=int, default=0, help="number tries from here (a second soak at once sweeps other offsets)"
+    )
     parser.add_argument("--log", type=Path, help="append every try as a JSON line here")
     parser.add_argument("--table", type=Path, help="rewrite the table here after every round")
     args = parser.parse_args()
@@ -322,7 +325,7 @@ def main() -> int:
                 break
             if counts[scenario] >= wanted[scenario]:
                 continue
-            result = one_try(scenario, counts[scenario], run_s, rng)
+            result = one_try(scenario, args.first_index + counts[scenario], run_s, rng)
             counts[scenario] += 1
             tries.append(result)
             if args.log:
