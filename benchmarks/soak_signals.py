@@ -16,7 +16,9 @@ Recorded per try: exit status, seconds from the signal (the start, for a hung ra
 ``Traceback`` in stdout or stderr, stderr, processes of the session still running 5 s after the
 exit, ``fsdp2-harness-*``/``pymp-*``/``fsdp2-flight-recorder-*`` folders left in its TMPDIR, and
 whether ``OUT`` is valid JSON (marked ``interrupted`` after a signal). A signal sent after the
-run had written ``OUT`` (or after the process ended) did not land: the run had finished. A try
+run had written ``OUT`` (or after the process ended) did not land: the run had finished; so did
+one whose run wrote every spec's results unmarked (it came as the outputs were being written:
+Ctrl-C is ignored then, SIGTERM held and raised after them, 143). A try
 still running ``EXIT_BOUND_S + 30`` s after its signal is a hang (its group is killed).
 
 Usage (about 8-15 s a try on a loaded 2-core machine)::
@@ -82,10 +84,10 @@ class Try:
         if self.hung or self.traceback or self.lingering or self.folders or self.json_ok is False:
             return False
         if self.scenario.startswith(("sigint", "sigterm")):
-            if not self.landed:
-                return self.status in (0, 1)
             sigint = self.scenario.startswith("sigint")
             expected = (130, "interrupted\n") if sigint else (143, "terminated\n")
+            if not self.landed:  # the run's own status; or a SIGTERM held through the writing, raised after
+                return (self.status in (0, 1) and self.stderr == "") or (self.status, self.stderr) == expected
             return (self.status, self.stderr) == expected and self.exit_s is not None and self.exit_s <= EXIT_BOUND_S
         if self.scenario == "sigkill-rank":
             return not self.landed or (self.status == 2 and "died" in self.note)
@@ -219,6 +221,9 @@ def one_try(scenario: str, index: int, run_s: float, rng: random.Random) -> Try:
         result.note = _note(text)
     result.lingering = _lingering(run.proc.pid)
     result.folders = sorted(p.name for p in folder.iterdir() if p.name.startswith(LEFTOVER_PREFIXES))
+    if result.landed and result.scenario.startswith(("sigint", "sigterm")) and _complete(run.out, len(SPECS)):
+        result.landed = False  # every spec ran and the JSON says so: the signal came as outputs were written
+        result.note = "after the run's work (outputs being written)"
     result.json_ok, result.finished_specs = _json(run.out, result)
     if result.lingering:
         try:
@@ -250,6 +255,15 @@ def _lingering(pgid: int) -> list[str]:
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.1)
+
+
+def _complete(path: Path, specs: int) -> bool:
+    """Whether OUT holds every spec's observation and is not marked interrupted."""
+    try:
+        payload = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return not payload.get("interrupted") and len(payload.get("observations", {})) == specs
 
 
 def _json(path: Path, result: Try) -> tuple[bool | None, int | None]:

@@ -264,12 +264,15 @@ class _LocalWorld:
         )
 
     def close(self) -> None:
-        """Stop and join every rank, close the pipes, remove the rendezvous folder (and empty dumps)."""
-        teardown.stop(self.procs)
-        for conn in list(self.readers) + self.lifelines:
-            conn.close()
-        if self.folder:
-            shutil.rmtree(self.folder, ignore_errors=True)
-        if self.fr_dir is not None:
-            flight_recorder.clean_up(self.fr_dir)
-            teardown.cancel_hard_exit(flight_recorder.clean_up, self.fr_dir)
+        """Stop and join every rank, close the pipes, remove the rendezvous folder (and empty
+        dumps); with signals held (a Ctrl-C landing here, as a run ends, cut it short and left the
+        flight recorder's folder behind), raised after."""
+        with signals_held():
+            teardown.stop(self.procs)
+            for conn in list(self.readers) + self.lifelines:
+                conn.close()
+            if self.folder:
+                shutil.rmtree(self.folder, ignore_errors=True)
+            if self.fr_dir is not None:
+                flight_recorder.clean_up(self.fr_dir)
+                teardown.cancel_hard_exit(flight_recorder.clean_up, self.fr_dir)
