@@ -79,6 +79,7 @@ def install() -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _on_first_signal)
     teardown.announce_exit(_announce)  # a second signal while one is held ends it there too
+    teardown.on_signal_arrival(_arm_watchdog)  # a held signal: the bound runs from its arrival
 
 
 def _installed() -> bool:
@@ -101,10 +102,17 @@ def _exit_now(signum: int) -> None:
     teardown.exit_now(_status(signum))
 
 
+_ARMED: list[int] = []
+
+
 def _arm_watchdog(signum: int) -> None:
-    """A daemon thread that ends the process :data:`EXIT_BOUND_S` after the signal. Started with
-    both signals blocked, so that the kernel never hands one to it (a process's signal goes to
-    a thread not blocking it; in this one the main thread would not see it)."""
+    """A daemon thread that ends the process :data:`EXIT_BOUND_S` after the signal (once: the
+    first call arms it). Started with both signals blocked, so that the kernel never hands one
+    to it (a process's signal goes to a thread not blocking it; in this one the main thread
+    would not see it)."""
+    if _ARMED:
+        return
+    _ARMED.append(signum)
 
     def expire() -> None:
         time.sleep(EXIT_BOUND_S)

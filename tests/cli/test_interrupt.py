@@ -244,6 +244,25 @@ def test_a_signal_while_a_rank_starts_stops_it_and_exits_within_the_bound(tmp_pa
     assert _leftovers(tmp_path) == []
 
 
+def test_a_start_stalled_past_the_bound_still_exits_within_it(tmp_path):
+    """The bound runs from the signal's arrival, also while it is held: rank 0's start stalls 60 s
+    (as a forkserver still importing torch on a starved machine did for 5 s in the soak), and the
+    CLI ends at the bound, the stalled rank following its lifeline, nothing left."""
+    proc = _start(tmp_path, write_waiting_spec(tmp_path, "auto"), stall="0:60")
+    stalled = _started(tmp_path, 0, proc)
+    family = descendants(proc.pid)
+    os.killpg(proc.pid, signal.SIGINT)
+    signalled = time.monotonic()
+    proc.wait(timeout=120)
+    took = time.monotonic() - signalled
+    out, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err) == (130, "interrupted\n"), (proc.returncode, err[-3000:])
+    assert EXIT_BOUND_S - 1 < took < EXIT_BOUND_S + 5, took  # the watchdog's exit: not the stall's end
+    assert stalled in family
+    _assert_all_gone(family, within=5)
+    assert _leftovers(tmp_path) == []
+
+
 def test_a_second_ctrl_c_exits_at_once(tmp_path):
     """The first Ctrl-C is held while rank 0's start stalls (60 s here); the second ends the
     process at once, the stalled rank killed and the temporary folders removed."""

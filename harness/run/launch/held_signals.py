@@ -39,6 +39,7 @@ def signals_held() -> Iterator[Callable[[], None]]:
         if pending:
             teardown.exit_now(128 + pending[0])
         pending.append(signum)
+        teardown.signal_arrived(signum)
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         if callable(signal.getsignal(signum)):

@@ -32,6 +32,8 @@ __all__ = [
     "stop",
     "at_hard_exit",
     "cancel_hard_exit",
+    "on_signal_arrival",
+    "signal_arrived",
     "announce_exit",
     "exit_now",
     "wait_resource_tracker",
@@ -45,6 +47,7 @@ TRACKER_WAIT_S = 2.0
 _RANKS: dict[int, object] = {}  # pid -> multiprocessing.Process, every rank started and not yet joined
 _HARD_EXIT: list[tuple[Callable[..., object], tuple[object, ...]]] = []
 _ANNOUNCE: list[Callable[[int], object]] = []
+_ARRIVAL: list[Callable[[int], object]] = []
 
 
 def register(process: object) -> None:
@@ -91,6 +94,18 @@ def cancel_hard_exit(function: Callable[..., object], *args: object) -> None:
         _HARD_EXIT.remove((function, args))
     except ValueError:
         pass
+
+
+def on_signal_arrival(function: Callable[[int], object]) -> None:
+    """Have :func:`signal_arrived` call ``function(signum)`` (the CLI arms its exit bound)."""
+    _ARRIVAL.append(function)
+
+
+def signal_arrived(signum: int) -> None:
+    """A Ctrl-C or SIGTERM arrived and is held (``held_signals``): tell whoever asked, at once,
+    so that a bound on the time to exit runs from the arrival, not from the end of the hold."""
+    for function in _ARRIVAL:
+        function(signum)
 
 
 def announce_exit(function: Callable[[int], object]) -> None:
