@@ -18,7 +18,9 @@ exit, ``fsdp2-harness-*``/``pymp-*``/``fsdp2-flight-recorder-*`` folders left in
 whether ``OUT`` is valid JSON (marked ``interrupted`` after a signal). A signal sent after the
 run had written ``OUT`` (or after the process ended) did not land: the run had finished; so did
 one whose run wrote every spec's results unmarked (it came as the outputs were being written:
-Ctrl-C is ignored then, SIGTERM held and raised after them, 143). A try
+Ctrl-C is ignored then, SIGTERM held and raised after them, 143, or, in the interpreter's last
+moments, after Python has reset its handlers, the default: killed by SIGTERM). No ``OUT`` is due
+for a signal in the first half second (``START_S``): the command line has not parsed ``--json``. A try
 still running ``EXIT_BOUND_S + 30`` s after its signal is a hang (its group is killed).
 
 Usage (about 8-15 s a try on a loaded 2-core machine)::
@@ -59,6 +61,7 @@ SCENARIOS = ("sigint-random", "sigint-sweep", "sigterm-random", "sigterm-sweep",
 LEFTOVER_PREFIXES = ("fsdp2-harness-", "pymp-", "fsdp2-flight-recorder-")
 SUMMARY = re.compile(r"^\S+: .*\(torch [^,]+, \w+, \d+ ranks")  # a spec's summary line (run.py)
 HANG_GRACE_S = 30.0
+START_S = 0.5  # a signal this soon after the start comes before the command line parsed --json
 LINGER_S = 5.0
 
 
@@ -80,14 +83,24 @@ class Try:
     finished_specs: int | None = None
     note: str = ""
 
+    def json_bad(self) -> bool:
+        """OUT invalid, or missing where it is due: not for a signal in the first START_S seconds
+        (before the command line has parsed its arguments, it knows no --json)."""
+        early = self.finished_specs is None and self.sent_s is not None and self.sent_s < START_S
+        return self.json_ok is False and not early
+
     def clean(self) -> bool:
-        if self.hung or self.traceback or self.lingering or self.folders or self.json_ok is False:
+        if self.hung or self.traceback or self.lingering or self.folders or self.json_bad():
             return False
         if self.scenario.startswith(("sigint", "sigterm")):
             sigint = self.scenario.startswith("sigint")
             expected = (130, "interrupted\n") if sigint else (143, "terminated\n")
-            if not self.landed:  # the run's own status; or a SIGTERM held through the writing, raised after
-                return (self.status in (0, 1) and self.stderr == "") or (self.status, self.stderr) == expected
+            if not self.landed:
+                # the run's own status; a SIGTERM held through the writing, raised after (143); or one
+                # that came as the interpreter finished (its handlers already reset: killed by it)
+                exiting = (-signal.SIGTERM, "") if not sigint else None
+                own = self.status in (0, 1) and self.stderr == ""
+                return own or (self.status, self.stderr) in (expected, exiting)
             return (self.status, self.stderr) == expected and self.exit_s is not None and self.exit_s <= EXIT_BOUND_S
         if self.scenario == "sigkill-rank":
             return not self.landed or (self.status == 2 and "died" in self.note)
@@ -300,7 +313,7 @@ def table(tries: list[Try]) -> str:
             f"| {scenario} | {len(mine)} | {len(landed)} | {sum(t.clean() for t in mine)} | {status_cell} "
             f"| {time_cell} | {sum(t.hung for t in mine)} | {sum(t.traceback for t in mine)} "
             f"| {sum(bool(t.lingering) for t in mine)} | {sum(bool(t.folders) for t in mine)} "
-            f"| {sum(t.json_ok is False for t in mine)} |"
+            f"| {sum(t.json_bad() for t in mine)} |"
         )
     return "\n".join(rows)
 
