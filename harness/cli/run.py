@@ -241,12 +241,14 @@ def _write_outputs(
     args: argparse.Namespace, console: Console, done: _Runs, cut_short: BaseException | None, seconds: float
 ) -> None:
     """--json, --report and --junitxml, from what finished (also after a Ctrl-C, SIGTERM or a
-    harness error: ``cut_short``); under torchrun only rank 0 writes files."""
-    with signals_held():
-        from harness.report import junit
-        from harness.report.markdown import cluster_report
-
+    harness error: ``cut_short``); under torchrun only rank 0 writes files. The imports too are
+    inside ``files_written_whole``: a signal held through them alone, and raised after them,
+    ended the command before any file was written."""
     with files_written_whole(bool(args.json or args.report or args.junitxml)):
+        with signals_held():
+            from harness.report import junit
+            from harness.report.markdown import cluster_report
+
         if args.json and global_rank() == 0:
             done.status = _write_payload(console, args, done, cut_short)
         if args.report and not done.follower and global_rank() == 0:

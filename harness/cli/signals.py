@@ -2,24 +2,33 @@
 is, so the launcher's clean-up stops the ranks and the results already computed are kept.
 
 Exit status 130 for Ctrl-C (one line ``interrupted`` on stderr), 143 for SIGTERM (``terminated``).
+Under ``python -m harness`` (:func:`install`, first thing) the first signal also arms a watchdog:
+the process ends within :data:`EXIT_BOUND_S` of it whatever the clean-up is waiting for, and a
+second Ctrl-C or SIGTERM ends it at once (``harness.run.launch.teardown.exit_now``: ranks killed,
+temporary folders removed, the first signal's status).
 Signal handlers can be set in the main thread only; elsewhere (a test calling ``main`` from a
 thread) the process's own handling stays. Imports only small standard modules (signal,
-threading, contextlib; not typing) and ``harness.run.launch.held_signals`` (the same), so that
-``python -m harness`` reaches its handling soon.
+os, threading, time, contextlib; not typing) and ``harness.run.launch.held_signals`` and
+``teardown`` (the same), so that ``python -m harness`` reaches its handling soon.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from harness.run.launch import teardown
 from harness.run.launch.held_signals import signals_held  # the CLI holds its imports with it
 
 __all__ = [
+    "EXIT_BOUND_S",
     "Terminated",
+    "install",
     "signals_held",
     "interrupts_raised",
     "status_of_interrupt",
@@ -32,8 +41,89 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the CLI is so that clean-up runs as for Ctrl-C."""
 
 
+EXIT_BOUND_S = 10.0
+"""Seconds from a Ctrl-C or SIGTERM to the exit of ``python -m harness``, at most."""
+
+_FIRST: list[int] = []  # the first signal's number, once one arrived (under install())
+_LINE_SHOWN: list[bool] = []  # "interrupted"/"terminated" printed
+
+
 def _on_sigterm(signum: int, frame: object) -> None:
     raise Terminated()
+
+
+def _status(signum: int) -> int:
+    return 128 + signum  # 130 for SIGINT, 143 for SIGTERM
+
+
+def _show_line(signum: int) -> None:
+    """The one line on stderr, once."""
+    if not _LINE_SHOWN:
+        _LINE_SHOWN.append(True)
+        line = "terminated\n" if signum == signal.SIGTERM else "interrupted\n"
+        try:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+        except RuntimeError:  # a handler that interrupted a write to stderr: "reentrant call"
+            os.write(2, line.encode())
+
+
+def _announce(status: int) -> None:
+    _show_line(signal.SIGTERM if status == _status(signal.SIGTERM) else signal.SIGINT)
+
+
+def install() -> None:
+    """At program entry: Ctrl-C and SIGTERM raise (KeyboardInterrupt, :class:`Terminated`), and
+    the first also arms the exit bound (:data:`EXIT_BOUND_S`) and makes a second end the process
+    at once. Main thread only (as every ``signal.signal``)."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _on_first_signal)
+    teardown.announce_exit(_announce)  # a second signal while one is held ends it there too
+    teardown.on_signal_arrival(_arm_watchdog)  # a held signal: the bound runs from its arrival
+
+
+def _installed() -> bool:
+    return signal.getsignal(signal.SIGTERM) in (_on_first_signal, _on_second_signal)
+
+
+def _on_first_signal(signum: int, frame: object) -> None:
+    _FIRST.append(signum)
+    for each in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(each, _on_second_signal)
+    _arm_watchdog(signum)
+    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def _on_second_signal(signum: int, frame: object) -> None:
+    _exit_now(_FIRST[0] if _FIRST else signum)
+
+
+def _exit_now(signum: int) -> None:
+    teardown.exit_now(_status(signum))
+
+
+_ARMED: list[int] = []
+
+
+def _arm_watchdog(signum: int) -> None:
+    """A daemon thread that ends the process :data:`EXIT_BOUND_S` after the signal (once: the
+    first call arms it). Started with both signals blocked, so that the kernel never hands one
+    to it (a process's signal goes to a thread not blocking it; in this one the main thread
+    would not see it)."""
+    if _ARMED:
+        return
+    _ARMED.append(signum)
+
+    def expire() -> None:
+        time.sleep(EXIT_BOUND_S)
+        _exit_now(signum)
+
+    watchdog = threading.Thread(target=expire, name="fsdp2-exit-bound", daemon=True)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        watchdog.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _in_main_thread() -> bool:
@@ -44,8 +134,9 @@ def _in_main_thread() -> bool:
 def interrupts_raised() -> Iterator[None]:
     """Within: SIGTERM raises :class:`Terminated`, and an interrupt that Python would "ignore"
     (raised in a weakref callback or ``__del__``: a printed traceback, and the run goes on) is
-    delivered again, to be raised where it can. Both restored on the way out."""
-    main_thread = _in_main_thread()
+    delivered again, to be raised where it can. Both restored on the way out. Handlers that
+    :func:`install` set are kept."""
+    main_thread = _in_main_thread() and not _installed()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     previous_hook = sys.unraisablehook
 
@@ -65,22 +156,28 @@ def interrupts_raised() -> Iterator[None]:
 
 
 def status_of_interrupt(exc: KeyboardInterrupt) -> int:
-    """Print ``terminated`` or ``interrupted`` on stderr; the exit status (143 or 130)."""
-    terminated = isinstance(exc, Terminated)
-    print("terminated" if terminated else "interrupted", file=sys.stderr)
-    return 143 if terminated else 130
+    """Print ``terminated`` or ``interrupted`` on stderr (once: the exit bound's watchdog may have);
+    the exit status (143 or 130)."""
+    signum = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+    _show_line(signum)
+    return _status(signum)
 
 
 @contextmanager
 def files_written_whole(writing: bool) -> Iterator[None]:
-    """Within, when ``writing``: Ctrl-C is ignored, so a second one does not cut a file being
-    written; with nothing to write, Ctrl-C stays live."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if writing and _in_main_thread() else None
-    try:
+    """Within, when ``writing``: Ctrl-C is ignored and SIGTERM held (raised after), so that neither
+    cuts a file being written; with nothing to write, both stay live, and so does a second signal
+    after a first under :func:`install` (it ends the process at once: files are written through a
+    temporary file and a rename, the file asked for is never half written)."""
+    if not (writing and _in_main_thread() and not _FIRST):
         yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with signals_held():  # SIGINT is ignored now: only SIGTERM is held
+            yield
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGINT, previous)
 
 
 def as_program(main: Callable[[], int]) -> int:
@@ -91,17 +188,26 @@ def as_program(main: Callable[[], int]) -> int:
     status was lost): SIGINT is ignored from then on (an ignored SIGINT stays ignored through
     finalization; SIGTERM still ends it). A Ctrl-C before ``main``'s own handling is in place
     or just after it gives 130, as does one that CPython noted in passing
-    (:func:`_forget_caught_interrupts`).
+    (:func:`_forget_caught_interrupts`). Call :func:`install` first.
     """
     try:
         status = main()
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except KeyboardInterrupt:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        sys.stderr.write("interrupted\n")
-        status = 130
+        _ignore_late_ctrl_c()
+    except KeyboardInterrupt as exc:
+        _ignore_late_ctrl_c()
+        status = status_of_interrupt(exc)
     _forget_caught_interrupts()
     return status
+
+
+def _ignore_late_ctrl_c() -> None:
+    """SIGINT ignored from here to the exit, unless a first signal came: then a second one must
+    still end the process at once (its handler exits; it never raises). A SIGTERM handled by
+    :func:`install` now ends the process at once (143) instead of raising during the exit."""
+    if not _FIRST:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if signal.getsignal(signal.SIGTERM) is _on_first_signal:
+            signal.signal(signal.SIGTERM, _on_second_signal)
 
 
 def _forget_caught_interrupts() -> None:

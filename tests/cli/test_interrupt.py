@@ -3,7 +3,8 @@
 
 Ctrl-C (SIGINT to the terminal's process group, or to the CLI alone) stops the ranks, prints
 one line ``interrupted`` and exits 130; SIGTERM prints ``terminated`` and exits 143; the
-results of specs already finished stay in ``--json``. A SIGKILL leaves the CLI's temporary
+results of specs already finished stay in ``--json``; the process ends within the exit bound
+(``harness.cli.signals.EXIT_BOUND_S``) of the signal, a second Ctrl-C at once. A SIGKILL leaves the CLI's temporary
 folders behind (nothing can run then); its ranks and forkserver end on their own, and the next
 harness process to launch ranks removes the folders. After a normal exit neither the
 forkserver nor multiprocessing's resource tracker outlives the CLI.
@@ -25,9 +26,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.cli.signals import EXIT_BOUND_S
 from harness.run.launch.session import TEMP_PREFIX, sweep_stale
 from tests.support import REPO
 from tests.support.processes import cmdline, descendants, running
+from tests.support.slow_rank_start import sitecustomize as slow_rank_start
 from tests.support.specs import TINY_2, wait_for_waiting_ranks, write_waiting_spec
 
 pytestmark = pytest.mark.slow
@@ -38,17 +41,21 @@ pytestmark = pytest.mark.slow
 QUICK = TINY_2.replace("tables:", "backend: BACKEND\ntables:")
 
 
-def _env(tmp: Path) -> dict:
-    return dict(
-        os.environ, TMPDIR=str(tmp), PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    )
+def _env(tmp: Path, *first_on_path: Path) -> dict:
+    path = [*map(str, first_on_path), str(REPO), os.environ.get("PYTHONPATH")]
+    return dict(os.environ, TMPDIR=str(tmp), PYTHONPATH=os.pathsep.join(filter(None, path)))
 
 
-def _start(tmp: Path, *specs: Path, args: tuple = ()) -> subprocess.Popen:
+def _start(tmp: Path, *specs: Path, args: tuple = (), stall: str | None = None) -> subprocess.Popen:
+    """``python -m harness run SPECS ARGS`` in its own session; ``stall`` ("<rank>:<seconds>"):
+    that rank's start sleeps inside ``Process.start`` (tests/support/slow_rank_start)."""
+    env = _env(tmp)
+    if stall is not None:
+        env = dict(_env(tmp, REPO / "tests" / "support" / "slow_rank_start"), **{slow_rank_start.STALL: stall})
     return subprocess.Popen(
         [sys.executable, "-m", "harness", "run", *map(str, specs), *args],
         cwd=REPO,
-        env=_env(tmp),
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -69,7 +76,25 @@ def _spec(tmp: Path, backend: str, name: str, text: str = QUICK) -> Path:
 
 
 def _leftovers(tmp: Path) -> list[str]:
-    return sorted(p.name for p in tmp.iterdir() if p.name.startswith((TEMP_PREFIX, "pymp-")))
+    return sorted(p.name for p in tmp.iterdir() if p.name.startswith((TEMP_PREFIX, "pymp-", "fsdp2-flight-recorder-")))
+
+
+def _started(tmp: Path, rank: int, proc: subprocess.Popen, timeout: float = 300) -> int:
+    """The pid of rank ``rank`` once the stalled launcher has forked it (slow_rank_start's file)."""
+    marker, deadline = tmp / f"rank{rank}.started", time.monotonic() + timeout
+    while not marker.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.01)
+    return int(marker.read_text())
+
+
+def _rendezvous_opened(tmp: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
+    """Return once a rank has opened the run's file store (the rank is in init_process_group:
+    removing the folder no longer ends it; only being stopped does)."""
+    deadline = time.monotonic() + timeout
+    while not list(tmp.glob(f"{TEMP_PREFIX}*/run-*/rendezvous")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.01)
 
 
 def _assert_all_gone(pids: list[int], within: float = 30) -> None:
@@ -189,6 +214,73 @@ def test_interrupt_keeps_the_finished_specs_results_in_json(tmp_path):
     assert payload["interrupted"] is True and payload["finished_specs"] == [str(first)]
     assert [r["id"] for r in payload["results"]] == ["x_norm"] and list(payload["observations"]) == [str(first)]
     _assert_all_gone(family)
+
+
+@pytest.mark.parametrize(
+    "sig, status, line",
+    [(signal.SIGINT, 130, "interrupted\n"), (signal.SIGTERM, 143, "terminated\n")],
+    ids=["ctrl-c", "sigterm"],
+)
+def test_a_signal_while_a_rank_starts_stops_it_and_exits_within_the_bound(tmp_path, sig, status, line):
+    """Issue 45: a signal landing inside ``Process.start`` unwound before the new rank's pid was
+    known; nobody stopped that rank, and the CLI waited minutes on the resource tracker it held.
+    Here rank 0's start stalls 5 s after the fork (backend auto: a flight recorder folder too) and
+    the signal comes once the rank waits in init_process_group: the rank is stopped, rank 1 never
+    starts, nothing is left, and the exit comes within the bound."""
+    proc = _start(tmp_path, write_waiting_spec(tmp_path, "auto"), stall="0:5")
+    stalled = _started(tmp_path, 0, proc)
+    _rendezvous_opened(tmp_path, proc)
+    family = descendants(proc.pid)
+    assert stalled in family
+    os.killpg(proc.pid, sig)
+    signalled = time.monotonic()
+    out, err = proc.communicate(timeout=EXIT_BOUND_S + 60)
+    took = time.monotonic() - signalled
+    assert (proc.returncode, err) == (status, line), (proc.returncode, err[-3000:])
+    assert took < EXIT_BOUND_S, took
+    assert "Traceback" not in out + err
+    assert not (tmp_path / "rank1.started").exists()  # no rank starts after the signal
+    _assert_all_gone(family, within=5)
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_start_stalled_past_the_bound_still_exits_within_it(tmp_path):
+    """The bound runs from the signal's arrival, also while it is held: rank 0's start stalls 60 s
+    (as a forkserver still importing torch on a starved machine did for 5 s in the soak), and the
+    CLI ends at the bound, the stalled rank following its lifeline, nothing left."""
+    proc = _start(tmp_path, write_waiting_spec(tmp_path, "auto"), stall="0:60")
+    stalled = _started(tmp_path, 0, proc)
+    family = descendants(proc.pid)
+    os.killpg(proc.pid, signal.SIGINT)
+    signalled = time.monotonic()
+    proc.wait(timeout=120)
+    took = time.monotonic() - signalled
+    out, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err) == (130, "interrupted\n"), (proc.returncode, err[-3000:])
+    assert EXIT_BOUND_S - 1 < took < EXIT_BOUND_S + 5, took  # the watchdog's exit: not the stall's end
+    assert stalled in family
+    _assert_all_gone(family, within=5)
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_second_ctrl_c_exits_at_once(tmp_path):
+    """The first Ctrl-C is held while rank 0's start stalls (60 s here); the second ends the
+    process at once, the stalled rank killed and the temporary folders removed."""
+    proc = _start(tmp_path, write_waiting_spec(tmp_path, "auto"), stall="0:60")
+    stalled = _started(tmp_path, 0, proc)
+    family = descendants(proc.pid)
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)
+    second = time.monotonic()
+    proc.wait(timeout=120)  # the CLI's exit (its pipes may stay open a moment longer in the forkserver)
+    took = time.monotonic() - second
+    out, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err) == (130, "interrupted\n"), (proc.returncode, err[-3000:])
+    assert took < EXIT_BOUND_S, took  # sooner than the bound, let alone the stall's 60 s
+    assert running([stalled]) == []
+    _assert_all_gone(family, within=5)
+    assert _leftovers(tmp_path) == []
 
 
 def test_sigkill_leftovers_are_removed_by_the_next_run(tmp_path):

@@ -7,6 +7,8 @@
 - ``errors``: ``RunError``, ``RunTimeout``, ``exception_line``;
 - ``session``: this process's temporary folder and the ``/proc`` sweep of dead ones' folders;
 - ``forkserver``: the preloaded forkserver's lifetime;
+- ``teardown``: the registry of started ranks, stopped on every way out; the exit at once;
+- ``held_signals``: Ctrl-C and SIGTERM held back to a point where raising is safe;
 - ``rank_process``: a local rank process's main;
 - ``phase_trail``: the ranks' phases in shared memory (codes of ``harness.contract.names.RANK_PHASES``);
 - ``hang``: each rank's last collectives and the verdict on a hang;

@@ -10,7 +10,8 @@ in the launching process (a second or more the CLI does not otherwise pay), and 
 ``spawn`` starts each rank by importing torch afresh; nothing passed to a rank is a tensor,
 so torch's sharing reductions are not needed. Three private ``multiprocessing`` names are
 used, each where no public one exists (see each function): the server's pid and ``_stop``
-(no public way to end a forkserver), the resource tracker's ``_stop``, and the preparation
+(no public way to end a forkserver), the resource tracker's pipe and pid
+(``teardown.wait_resource_tracker``), and the preparation
 data a child re-imports ``__main__`` from.
 """
 
@@ -24,6 +25,7 @@ import signal
 import threading
 from typing import Any, Iterator
 
+from harness.run.launch import teardown
 from harness.run.launch.session import note_owned, sweep_stale
 
 __all__ = ["PRELOAD", "forkserver_context", "ranks_skip_main"]
@@ -95,13 +97,9 @@ def _stop_forkserver() -> None:
             os.waitpid(pid, 0)
         except OSError:
             pass
-    # multiprocessing's resource tracker, started with the forkserver, also outlives us otherwise
-    from multiprocessing import resource_tracker
-
-    try:
-        resource_tracker._resource_tracker._stop()  # closes its pipe and waits for it (no torch there: quick)
-    except Exception:  # noqa: BLE001
-        pass
+    # multiprocessing's resource tracker, started with the forkserver, also outlives us otherwise;
+    # waited for a bounded time: it waits for every holder of its pipe (no torch there: quick)
+    teardown.wait_resource_tracker()
 
 
 def _start_with_ctrl_c_blocked() -> None:

@@ -14,9 +14,15 @@ waits on all pipes against one deadline (a pipe also reports its rank's death: E
 - the deadline passes (a hang, e.g. mismatched collectives): every rank is killed,
   ``RunTimeout`` lists the ranks that had not finished, the phase each was in, and the
   diagnosis of ``harness.run.launch.hang``;
-- in every case all rank processes are killed and joined before returning or raising.
+- in every case all rank processes are stopped and joined before returning or raising.
   Ranks also hold a lifeline pipe to the parent and exit if it disappears, so not even a
   killed parent leaves ranks behind.
+
+Ctrl-C and SIGTERM are held (``harness.run.launch.held_signals``) while the run's folders are
+made and while each rank starts: a signal landing inside ``Process.start`` used to unwind before
+the new rank's pid was known, and that rank, never stopped, kept multiprocessing's resource
+tracker (and so the exiting CLI) waiting for minutes. Held, it is raised once the rank is in
+``harness.run.launch.teardown``'s registry, and no later rank starts.
 
 Backend ``auto`` is resolved in the ranks (the parent need not import torch): NCCL with one
 GPU per rank (``cuda:<local rank>``) when at least world-size GPUs are visible, gloo on CPU
@@ -34,11 +40,12 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any, Callable, Mapping
 
-from harness.run.launch import flight_recorder
+from harness.run.launch import flight_recorder, teardown
 from harness.run.launch.backend import resolve_backend
 from harness.run.launch.errors import RunError, RunTimeout
 from harness.run.launch.forkserver import forkserver_context, ranks_skip_main
 from harness.run.launch.hang import ProgressBoard, diagnose, per_rank_lines
+from harness.run.launch.held_signals import signals_held
 from harness.run.launch.phase_trail import PhaseTrail, report_trail
 from harness.run.launch.rank_process import RankLaunch, rank_main
 from harness.run.launch.session import session_dir
@@ -87,32 +94,26 @@ def run_local(
     if backend == "nccl":
         resolve_backend(backend, setup.world_size)  # too few GPUs: fail here, before any process starts
     ctx = forkserver_context()
-    world = _LocalWorld(
-        ctx,
-        setup.world_size,
-        time.monotonic() + timeout_s,
-        timeout_s,
-        tempfile.mkdtemp(prefix="run-", dir=session_dir()),
-        # NCCL ranks keep PyTorch's flight recorder; its dumps outlive the run (removed if none).
-        flight_recorder.make_folder() if backend in ("auto", "nccl") else None,
-    )
-    # Tests only (harness.run.faults): the phase hooks registered here, carried to the ranks.
-    from harness.run.recorders.phases import PHASE_HOOKS
-
-    kwargs = dict(step_kwargs or {}, **({"trace_dir": trace_dir} if trace_dir is not None else {}))
-    launch = RankLaunch(
-        setup=setup,
-        backend=backend,
-        init_file=os.path.join(world.folder, "rendezvous"),
-        timeout_s=timeout_s,
-        phase_trail=world.trail,
-        board=world.board,
-        phase_hooks=tuple(PHASE_HOOKS),
-        flight_recorder_dir=world.fr_dir,
-        step=step,
-        step_kwargs=kwargs,
-    )
+    world = _LocalWorld(ctx, setup.world_size, time.monotonic() + timeout_s, timeout_s)
     try:
+        # NCCL ranks keep PyTorch's flight recorder; its dumps outlive the run (removed if none).
+        world.make_folders(keep_flight_recorder=backend in ("auto", "nccl"))
+        # Tests only (harness.run.faults): the phase hooks registered here, carried to the ranks.
+        from harness.run.recorders.phases import PHASE_HOOKS
+
+        kwargs = dict(step_kwargs or {}, **({"trace_dir": trace_dir} if trace_dir is not None else {}))
+        launch = RankLaunch(
+            setup=setup,
+            backend=backend,
+            init_file=os.path.join(world.folder, "rendezvous"),
+            timeout_s=timeout_s,
+            phase_trail=world.trail,
+            board=world.board,
+            phase_hooks=tuple(PHASE_HOOKS),
+            flight_recorder_dir=world.fr_dir,
+            step=step,
+            step_kwargs=kwargs,
+        )
         world.start(launch)
         return world.supervise(on_progress)
     finally:
@@ -127,8 +128,8 @@ class _LocalWorld:
     world_size: int
     deadline: float
     timeout_s: float
-    folder: str  # the rendezvous folder, removed at close
-    fr_dir: str | None
+    folder: str = ""  # the rendezvous folder, removed at close
+    fr_dir: str | None = None
     procs: list[Any] = field(default_factory=list)
     readers: dict[Any, int] = field(default_factory=dict)  # a rank's result pipe -> the rank
     lifelines: list[Any] = field(default_factory=list)
@@ -138,20 +139,33 @@ class _LocalWorld:
         self.trail = PhaseTrail(self.ctx, self.world_size)
         self.board = ProgressBoard(self.ctx, self.world_size)  # each rank's last collective, read on a hang
 
+    def make_folders(self, keep_flight_recorder: bool) -> None:
+        """The rendezvous folder and, if ``keep_flight_recorder``, the flight recorder's; made with
+        signals held, so that a Ctrl-C cannot fall between a folder's creation and its note here."""
+        with signals_held():
+            self.folder = tempfile.mkdtemp(prefix="run-", dir=session_dir())
+            if keep_flight_recorder:
+                self.fr_dir = flight_recorder.make_folder()
+                teardown.at_hard_exit(flight_recorder.clean_up, self.fr_dir)
+
     def start(self, launch: RankLaunch) -> None:
+        """Start every rank, each with signals held until its pid is registered; a signal that
+        arrived meanwhile is raised (KeyboardInterrupt) before the next rank starts."""
         for rank in range(self.world_size):
-            reader, writer = self.ctx.Pipe(duplex=False)
-            life_r, life_w = self.ctx.Pipe(duplex=False)
-            p = self.ctx.Process(
-                target=rank_main, name=f"fsdp2-rank-{rank}", args=(rank, launch, writer, life_r), daemon=True
-            )
-            with ranks_skip_main():
-                p.start()
-            writer.close()
-            life_r.close()
-            self.procs.append(p)
-            self.readers[reader] = rank
-            self.lifelines.append(life_w)
+            with signals_held():
+                reader, writer = self.ctx.Pipe(duplex=False)
+                life_r, life_w = self.ctx.Pipe(duplex=False)
+                p = self.ctx.Process(
+                    target=rank_main, name=f"fsdp2-rank-{rank}", args=(rank, launch, writer, life_r), daemon=True
+                )
+                self.readers[reader] = rank
+                self.lifelines.append(life_w)
+                with ranks_skip_main():
+                    p.start()
+                teardown.register(p)
+                self.procs.append(p)
+                writer.close()
+                life_r.close()
 
     def supervise(self, on_progress: Callable[[dict[int, str]], None] | None) -> list[dict[str, Any]]:
         """Wait for every rank's message; raise the first failure or the timeout."""
@@ -251,14 +265,15 @@ class _LocalWorld:
         )
 
     def close(self) -> None:
-        """Kill and join every rank, close the pipes, remove the rendezvous folder (and empty dumps)."""
-        for p in self.procs:
-            if p.is_alive():
-                p.kill()
-        for p in self.procs:
-            p.join(timeout=10)
-        for conn in list(self.readers) + self.lifelines:
-            conn.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
-        if self.fr_dir is not None:
-            flight_recorder.clean_up(self.fr_dir)
+        """Stop and join every rank, close the pipes, remove the rendezvous folder (and empty
+        dumps); with signals held (a Ctrl-C landing here, as a run ends, cut it short and left the
+        flight recorder's folder behind), raised after."""
+        with signals_held():
+            teardown.stop(self.procs)
+            for conn in list(self.readers) + self.lifelines:
+                conn.close()
+            if self.folder:
+                shutil.rmtree(self.folder, ignore_errors=True)
+            if self.fr_dir is not None:
+                flight_recorder.clean_up(self.fr_dir)
+                teardown.cancel_hard_exit(flight_recorder.clean_up, self.fr_dir)

@@ -5,9 +5,9 @@ Temporary files live in one folder per harness process, ``<tmp>/fsdp2-harness-<p
 the checkpoint folder of a ``state_dict`` round trip, and a note naming multiprocessing's own
 temporary folder (``pymp-*``, where the forkserver's socket lives). Both folders go on every
 exit that runs Python's exit handlers (normal exit, an exception, Ctrl-C, SIGTERM through the
-CLI); after a SIGKILL the next harness process to launch ranks removes the folders whose owner
-is gone (:func:`sweep_stale`). Leftovers are harmless meanwhile: every run rendezvouses in a
-fresh folder.
+CLI) and on ``harness.run.launch.teardown.exit_now`` (a second Ctrl-C); after a SIGKILL the
+next harness process to launch ranks removes the folders whose owner is gone
+(:func:`sweep_stale`). Leftovers are harmless meanwhile: every run rendezvouses in a fresh folder.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import os
 import re
 import shutil
 import tempfile
+
+from harness.run.launch import teardown
 
 __all__ = ["TEMP_PREFIX", "session_dir", "note_owned", "sweep_stale", "process_start_time"]
 
@@ -81,10 +83,13 @@ def session_dir() -> str:
         pid = os.getpid()
         _SESSION = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{pid}-{process_start_time(pid) or 'x'}-")
         atexit.register(shutil.rmtree, _SESSION, True)
+        teardown.at_hard_exit(shutil.rmtree, _SESSION, True)
     return _SESSION
 
 
 def note_owned(path: str) -> None:
-    """Note another temporary folder this process made, for :func:`sweep_stale` after a SIGKILL."""
+    """Note another temporary folder this process made, for :func:`sweep_stale` after a SIGKILL
+    (and removed by ``teardown.exit_now``, which skips the exit handlers that remove it)."""
+    teardown.at_hard_exit(shutil.rmtree, path, True)
     with open(os.path.join(session_dir(), _OWNED), "a") as f:
         f.write(path + "\n")
