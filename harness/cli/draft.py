@@ -172,6 +172,9 @@ def _input_problem(args: argparse.Namespace) -> str | None:
         problem = file_problem(args.output)
         if problem:
             return f"-o {args.output}: {problem}"
+    # a spec of more layers would not load: said before the world's estimate, which it would swell
+    if args.layers > MAX_LAYERS:
+        return f"--layers {args.layers:,}: over the {MAX_LAYERS:,} decoder layers a spec may build"
     # the calculator's tables grow with the world as a simulation does: refused before drafting
     # where run would refuse to simulate the drafted spec (the same estimate); a real-backend draft
     # tabulates every rank, and its pre-flight check would refuse more ranks than processes anyway
@@ -185,8 +188,6 @@ def _input_problem(args: argparse.Namespace) -> str | None:
         )
     if too_big is not None:
         return f"--world-size {args.world_size:,}: {too_big}"
-    if args.layers > MAX_LAYERS:  # a spec of more layers would not load
-        return f"--layers {args.layers:,}: over the {MAX_LAYERS:,} decoder layers a spec may build"
     return _config_problem(args.config)
 
 

@@ -49,6 +49,7 @@ def test_the_suite_s_figures_and_its_failure(tmp_path):
     assert summary["gpu_check"]["exit"] == 0
     suite = summary["pytest"]
     assert (suite["tests"], suite["failures"], suite["interrupted"]) == (2, 1, False)
-    assert suite["failed_ids"] == ["test_two::test_breaks"]
+    # junit's classname holds the path from pytest's rootdir, which depends on where the temp folder sits
+    assert len(suite["failed_ids"]) == 1 and suite["failed_ids"][0].endswith("test_two::test_breaks")
     assert suite["closing"].startswith("1 failed, 1 passed")
     assert "pytest -n: exit 1" in (out / "summary.txt").read_text()

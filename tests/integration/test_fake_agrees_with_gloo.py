@@ -61,6 +61,7 @@ def test_the_exclusions_are_the_ones_named():
         "compile_gated_on_cpu",
         "cpu_offload_pinned_refused",
         "moe_tiny_16_ranks",
+        "premul_sum_reduce_scatter_one_rank",
         "premul_sum_refused_hsdp",
         "premul_sum_refused_on_gloo",
         "qwen3_0_6b_8_ranks",
