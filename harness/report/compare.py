@@ -45,7 +45,7 @@ __all__ = [
 APART: dict[str, str] = {
     "environment": "environment",
     "timing": "timings",
-    "diagnostic": "tracebacks, pids",
+    "diagnostic": "tracebacks and pids",
     "varies": "varies run to run",
 }
 """Why a difference is set apart -> its heading (aspects of :data:`harness.contract.field_tree.ASPECTS`
