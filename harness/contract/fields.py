@@ -21,7 +21,13 @@ from functools import lru_cache
 from typing import Any, Mapping
 
 from harness.contract.field_tree import WORLDS, Facts, Keyed, Leaf, Record, Records, walk
-from harness.contract.names import MEMORY_CATEGORIES, MEMORY_ROOT_STATES
+from harness.contract.names import (
+    COLLECTIVE_OPS,
+    MEMORY_CATEGORIES,
+    MEMORY_ROOT_STATES,
+    PARAM_STATE_POINTS,
+    PHASES,
+)
 
 __all__ = [
     "WORLDS",
@@ -378,19 +384,8 @@ RANK_PARAM_STATES = Records(
     Record(
         {
             "unit": Leaf({"type": "string"}),
-            "point": Leaf(
-                {
-                    "enum": [
-                        "pre_forward",
-                        "post_forward",
-                        "pre_backward",
-                        "post_backward",
-                        "after_backward",
-                        "after_optimizer_step",
-                        "after_zero_grad",
-                    ]
-                }
-            ),
+            # after_fully_shard is a fully_shard_calls record, not a param_states one
+            "point": Leaf({"enum": [p for p in PARAM_STATE_POINTS if p != "after_fully_shard"]}),
             "bytes": Leaf(
                 {
                     "type": "integer",
@@ -580,21 +575,7 @@ RANK_COLLECTIVES = Records(
     Record(
         {
             "index": Leaf({"type": "integer", "minimum": 0}),
-            "op": Leaf(
-                {
-                    "enum": [
-                        "all_gather",
-                        "reduce_scatter",
-                        "all_reduce",
-                        "broadcast",
-                        "all_to_all",
-                        "barrier",
-                        "send",
-                        "recv",
-                        "other",
-                    ]
-                }
-            ),
+            "op": Leaf({"enum": list(COLLECTIVE_OPS)}),
             "c10d_op": Leaf({"type": "string", "description": "the dispatched op, e.g. c10d._allgather_base_.default"}),
             "dtype": Leaf({"$ref": "#/$defs/dtype"}),
             "element_size": Leaf({"type": "integer", "minimum": 0}, unit="bytes"),
@@ -649,21 +630,7 @@ RANK_COLLECTIVES = Records(
                     ),
                 }
             ),
-            "phase": Leaf(
-                {
-                    "enum": [
-                        "setup",
-                        "zero_grad",
-                        "unshard",
-                        "forward",
-                        "reshard",
-                        "backward",
-                        "clip_grad_norm",
-                        "optimizer",
-                        "other",
-                    ]
-                }
-            ),
+            "phase": Leaf({"enum": [*PHASES, "other"]}),
             "unit": Leaf(
                 {
                     "type": ["string", "null"],
