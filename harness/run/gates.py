@@ -18,8 +18,15 @@ __all__ = ["running_torch", "spec_gate", "gpu_gate"]
 
 
 def running_torch() -> tuple[str, str]:
-    """(``torch.__version__``, its build: "cpu" or "cuda") of the torch this process imports."""
-    import torch
+    """(``torch.__version__``, its build: "cpu" or "cuda") of the torch this process imports.
+
+    Often the command line's first torch import (seconds): made with Ctrl-C and SIGTERM held, since
+    one landing inside it leaves numpy half-imported and the next import fails ("cannot load
+    module more than once per process"), seen in ``benchmarks/soak_signals.py``."""
+    from harness.run.launch.held_signals import signals_held
+
+    with signals_held():
+        import torch
 
     return torch.__version__, torch_build_of(torch.version.cuda)
 

@@ -63,3 +63,26 @@ def test_spec_gate_checks_the_build_first_then_the_gpus(tmp_path, monkeypatch, h
         monkeypatch.delenv(name, raising=False)
     spec = load_spec(write(tmp_path, TINY_2.replace("tables:", header + "tables:")))
     assert gates.spec_gate(spec, backend, gpus=0) == reason
+
+
+def test_a_ctrl_c_inside_the_torch_import_is_raised_after_it(monkeypatch):
+    """The command line's first torch import is held: a Ctrl-C inside it once left numpy
+    half-imported, and the next import failed with a traceback (benchmarks/soak_signals.py)."""
+    import builtins
+    import signal
+
+    real_import = builtins.__import__
+    finished = []
+
+    def importing(name, *args, **kwargs):
+        if name != "torch":
+            return real_import(name, *args, **kwargs)
+        signal.raise_signal(signal.SIGINT)  # as if Ctrl-C landed inside the import
+        module = real_import(name, *args, **kwargs)
+        finished.append(name)
+        return module
+
+    monkeypatch.setattr(builtins, "__import__", importing)
+    with pytest.raises(KeyboardInterrupt):
+        gates.running_torch()
+    assert finished == ["torch"]
