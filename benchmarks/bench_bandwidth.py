@@ -2,7 +2,7 @@
 
 Harness: ``python -m harness run specs/cluster_bandwidth.yaml --backend gloo --json OUT`` as a
 cold command, REPEATS times; per row the median busbw (nccl-tests' formula on the recorded
-times, harness/language/bandwidth.py).
+times, harness/language/algbw_busbw.py).
 
 Baseline: a plain ``torch.multiprocessing`` script (no harness) on 4 gloo ranks timing
 ``dist.all_gather_into_tensor`` and ``dist.reduce_scatter_tensor`` of the walkthrough layer
@@ -87,7 +87,7 @@ def baseline() -> dict[str, float]:
 def harness() -> tuple[dict[tuple[str, str], float], float]:
     """busbw per (op, row name) of one cold harness run, and the command's wall seconds."""
     sys.path.insert(0, str(REPO))
-    from harness.language.bandwidth import bandwidth_rows
+    from harness.language.algbw_busbw import bandwidth_rows
 
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "run.json")

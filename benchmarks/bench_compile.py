@@ -11,7 +11,7 @@ the layers run eagerly.
 Measured on this project's 2-core machine, loaded by other work (torch 2.13.0+cpu, 2 ranks):
 plain: first step 319.9 s, second 0.15 s, 2 graphs, no graph break; dispatch_mode: first step
 2.8 s, second 0.28 s, no graph captured. Hence the harness gates ``compile: true`` to CUDA runs
-(harness/run/parallelize.py COMPILE_ON_CPU).
+(harness/run/rank/parallelize.py COMPILE_ON_CPU).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Each measurement is a fresh Python process, timed by this script from its start 
 imports the harness, runs ``run_setup(setup, backend="fake")`` with the pre-flight check on (the
 run's own estimate of time and memory, ``harness.run.preflight.simulation_estimate``) and every
 recorder on, then compares each simulated rank's parameters (local and full shapes) and the
-layer's collectives (op, dtype, sizes, bytes, group) with ``harness.contract.calculator``'s
+layer's collectives (op, dtype, sizes, bytes, group) with ``harness.calculator``'s
 closed-form tables, computed in the same process after the run (neither side reads the other).
 
 Cases:
@@ -42,7 +42,7 @@ CASES = {
 
 CHILD = """
 import json, sys
-from harness.contract import calculator as calc
+from harness import calculator as calc
 from harness.language.observed import ring_bytes
 from harness.load.setup import ModelSetup, RunSetup
 from harness.run.preflight import simulation_estimate

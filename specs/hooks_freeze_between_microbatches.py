@@ -1,7 +1,7 @@
 """Hooks of specs/hooks_freeze_between_microbatches.yaml: layers.0 frozen after microbatch 0's backward.
 
 A schedule step's freeze/unfreeze act at the start of a step; nothing declarative acts between two
-microbatches of one step, so this hook does. Called by the harness (harness/run/hooks.py) with
+microbatches of one step, so this hook does. Called by the harness (harness/run/rank/hooks.py) with
 keyword arguments; the schedule's single-process reference gets the same calls.
 """
 

@@ -1,7 +1,7 @@
 """Hooks of specs/hooks_unfreeze_layer0.yaml: layers.0 frozen at build, unfrozen by step 1's call.
 
 No setup key says "freeze before fully_shard, unfreeze between steps": setup.freeze is for the
-whole run. Called by the harness (harness/run/hooks.py) with keyword arguments.
+whole run. Called by the harness (harness/run/rank/hooks.py) with keyword arguments.
 """
 
 LAYER = "layers.0."

@@ -1,6 +1,6 @@
 """Hooks of specs/premul_sum_reduce_scatter_one_rank.yaml: PREMUL_SUM on a world of one NCCL rank.
 
-Called by the harness (harness/run/hooks.py) with keyword arguments after each step, on the
+Called by the harness (harness/run/rank/hooks.py) with keyword arguments after each step, on the
 rank's device. Each collective runs on a fresh tensor of 2.0s with ``_make_nccl_premul_sum(0.5)``
 (multiply by 0.5, then sum over the one rank): 1.0 is what PREMUL_SUM asks.
 """

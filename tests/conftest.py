@@ -5,7 +5,7 @@ Two profiles (docs/testing.md):
 
 - ``default``: what ``pytest`` runs, sized for the suite's wall time: hypothesis's own 100
   cases per property; a property whose every case is a simulated FSDP2 run
-  (``tests/unit/contract/test_calculator_vs_fake.py``) draws a 25th of that, besides its ``@example`` cases;
+  (``tests/unit/calculator/test_calculator_vs_fake.py``) draws a 25th of that, besides its ``@example`` cases;
 - ``thorough``: ten times as many cases everywhere, for a long run before a release or after
   touching the calculator, the expectations or the simulation:
   ``pytest --hypothesis-profile thorough tests/`` (or ``HYPOTHESIS_PROFILE=thorough``).

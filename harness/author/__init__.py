@@ -1,2 +1,2 @@
 """Author: tools that write specs (``draft``, from the closed-form tables of
-:mod:`harness.contract.calculator`); nothing on the check path imports them."""
+:mod:`harness.calculator`); nothing on the check path imports them."""

@@ -3,7 +3,7 @@
 ``python -m harness draft --config Qwen3-14B --world-size 128`` writes the walkthrough's tables
 (parameter list, shard per rank, step shapes, collectives and bytes, per-layer per-step
 totals, reshard state, whole-rank memory at the forward hooks) for that config, each figure
-computed by :mod:`harness.contract.calculator`, never by running anything. ``--param-dtype`` /
+computed by :mod:`harness.calculator`, never by running anything. ``--param-dtype`` /
 ``--reduce-dtype`` give every unit a MixedPrecisionPolicy and ``--reshard-after-forward
 layers.1=false`` one unit its own setting; layers set alike share layer 0's entries, another
 gets its own (``layer1_...``). Section names are English. ``--config`` is a name in ``model.KNOWN_CONFIGS``, its hub id
@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from harness.contract import calculator as calc
+from harness import calculator as calc
 from harness.language.suggest import closest_first, did_you_mean
 from harness.load.setup import RunSetup
 from model.config import KNOWN_CONFIGS, ConfigFile, Qwen3Config, known_config_name, read_config_file
@@ -214,7 +214,7 @@ def draft(
     }
     header = [
         f"Drafted on {_dt.date.today().isoformat()} by: {_command(config, world_size, options)}",
-        "Every figure comes from harness/contract/calculator.py (closed form), not from a run. Each entry is",
+        "Every figure comes from harness/calculator.py (closed form), not from a run. Each entry is",
         "marked 'drafted: true': review it against your own document, then remove the mark.",
     ]
     description = f"{label}: {layers} of its decoder layers as FSDP2 units on {world_size} ranks, drafted."
@@ -256,7 +256,7 @@ def draft(
     spec: dict[str, Any] = {
         "spec": _slug(f"{label}_w{world_size}"),
         "title": f"{label}: {layers} decoder layers under FSDP2 on {world_size} ranks (drafted)",
-        "document": "drafted from harness/contract/calculator.py; name the document you review it against",
+        "document": "drafted from harness/calculator.py; name the document you review it against",
         "description": description,
     }
     if backend != "auto":

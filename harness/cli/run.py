@@ -322,8 +322,8 @@ def _command_repeated(args: argparse.Namespace, console: Console) -> int:
 
 def _print_bandwidth(observation: dict, console: Console) -> None:
     """The nccl-tests table of the run's timed collectives (setup.bandwidth), if any."""
-    from harness.language.bandwidth import bandwidth_rows
-    from harness.report.bandwidth import table_lines
+    from harness.language.algbw_busbw import bandwidth_rows
+    from harness.report.bandwidth_table import table_lines
 
     rows = bandwidth_rows(observation)
     if rows:

@@ -354,7 +354,7 @@ RANK_PARAMS = Records(
         ),
     ),
     schema={"description": "every parameter after fully_shard, before the step (model.named_parameters() order)"},
-    by="harness/run/recorders/params.py",
+    by="harness/run/rank/recorders/params.py",
     kinds=_reads("param", "params_total", "param_state"),
 )
 
@@ -376,7 +376,7 @@ RANK_BUFFERS = Records(
         required=("fqn", "shape", "dtype", "device", "finite"),
     ),
     schema={"description": "every buffer of the root (named_buffers(): RoPE's inv_freq), before the first step"},
-    by="harness/run/recorders/params.py",
+    by="harness/run/rank/recorders/params.py",
     kinds=_reads("buffer"),
 )
 
@@ -456,7 +456,7 @@ RANK_PARAM_STATES = Records(
     schema={
         "description": (
             "The parameters of one unit as its module holds them at a point "
-            "(harness/run/recorders/param_states.py): 'pre_forward' right after FSDP's pre-forward hook (document "
+            "(harness/run/rank/recorders/param_states.py): 'pre_forward' right after FSDP's pre-forward hook (document "
             "Step 0 done), 'post_forward' right after its post-forward hook (Step 11 done), 'pre_backward' right "
             "after its pre-backward hook, 'post_backward' right after the RegisterPostBackwardFunction node that "
             "runs its post-backward (units whose inputs need a gradient), 'after_backward', 'after_optimizer_step', "
@@ -464,7 +464,7 @@ RANK_PARAM_STATES = Records(
             "fully_shard; forward points not while backward recomputes."
         )
     },
-    by="harness/run/recorders/param_states.py",
+    by="harness/run/rank/recorders/param_states.py",
     kinds=_reads("param_state"),
 )
 
@@ -546,11 +546,11 @@ RANK_FULLY_SHARD_CALLS = Record(
         "description": (
             "every parameter of the root before the first fully_shard call, then after each call (in the harness's "
             "order, children first, the root last) the parameters whose state that call changed; what a parameter "
-            "is after call k is its last state at or before k (harness/run/recorders/param_states.py "
+            "is after call k is its last state at or before k (harness/run/rank/recorders/param_states.py "
             "FullyShardCalls)"
         )
     },
-    by="harness/run/recorders/param_states.py",
+    by="harness/run/rank/recorders/param_states.py",
     kinds=_reads("param_state"),
 )
 
@@ -688,7 +688,7 @@ RANK_COLLECTIVES = Records(
             "with torch.profiler's FSDP:: labels"
         )
     },
-    by="harness/run/recorders/collectives.py",
+    by="harness/run/rank/recorders/collectives.py",
     kinds=_reads("collectives", "reduce_op"),
 )
 
@@ -727,7 +727,7 @@ RANK_MEMORY = Records(
                     "description": (
                         "the same categories summed from the tracked storages' real sizes (storage numel x element "
                         "size), without CUDA's 512-B rounding: equal to bytes on the CPU; what the memory check "
-                        "reads (harness/run/recorders/memory.py, StorageBytesTracker)"
+                        "reads (harness/run/rank/recorders/memory.py, StorageBytesTracker)"
                     )
                 },
             ),
@@ -735,7 +735,7 @@ RANK_MEMORY = Records(
         required=("module", "state", "bytes"),
     ),
     schema={"description": "FSDPMemTracker snapshots per module and state, bytes by category"},
-    by="harness/run/recorders/memory.py (FSDPMemTracker)",
+    by="harness/run/rank/recorders/memory.py (FSDPMemTracker)",
     kinds=_reads("memory"),
 )
 
@@ -774,10 +774,10 @@ RANK_NUMERICS = Record(
         "description": (
             "comparison against a non-sharded replica with the same weights and inputs; null when simulated. With "
             "setup.schedule: against the single-process reference of the same schedule "
-            "(harness/run/recorders/updates.py) after the last step"
+            "(harness/run/rank/recorders/updates.py) after the last step"
         )
     },
-    by="harness/run/recorders/numerics.py",
+    by="harness/run/rank/recorders/numerics.py",
     unobserved={"fake": "records no numerics"},
     kinds=_reads("numerics"),
 )
@@ -864,8 +864,8 @@ RANK_ENVIRONMENT = Record(
         "device_name",
         "variables",
     ),
-    schema={"description": "where this rank ran (harness/run/recorders/environment.py); absent in simulated runs"},
-    by="harness/run/recorders/environment.py",
+    schema={"description": "where this rank ran (harness/run/rank/recorders/environment.py); absent in simulated runs"},
+    by="harness/run/rank/recorders/environment.py",
     aspect="environment",
     kinds=_reads("environment"),
     define="rank_environment",
@@ -986,11 +986,11 @@ RANK_BANDWIDTH = Records(
     ),
     schema={
         "description": (
-            "setup.bandwidth's timed collectives on this rank (harness/run/bandwidth.py): the sweep's sizes, then "
-            "the step's own collectives replayed; absent without setup.bandwidth"
+            "setup.bandwidth's timed collectives on this rank (harness/run/rank/collective_timing.py): the sweep's "
+            "sizes, then the step's own collectives replayed; absent without setup.bandwidth"
         )
     },
-    by="harness/run/bandwidth.py",
+    by="harness/run/rank/collective_timing.py",
     unobserved={"fake": "a simulated run moves no data: nothing to time"},
     kinds=_reads("bandwidth"),
 )
@@ -1127,11 +1127,11 @@ RANK_STATE_DICT = Record(
     schema={
         "description": (
             "setup.state_dict.round_trip: the sharded model and optimizer saved with torch.distributed.checkpoint "
-            "after the step and loaded into a fresh sharded model and optimizer (harness/run/checkpoint.py); what "
+            "after the step and loaded into a fresh sharded model and optimizer (harness/run/rank/checkpoint.py); what "
             "this rank holds after load"
         )
     },
-    by="harness/run/checkpoint.py",
+    by="harness/run/rank/checkpoint.py",
     unobserved=_NO_CHECKPOINT,
     kinds=_reads("state_dict"),
     define="state_dict",
@@ -1361,11 +1361,11 @@ RANK_STATE_DICT_OPTIONS = Record(
     schema={
         "description": (
             "setup.state_dict.get_model / set_model: torch.distributed.checkpoint.state_dict's get_model_state_dict "
-            "and set_model_state_dict with StateDictOptions, after the step (harness/run/state_dict_options.py); "
+            "and set_model_state_dict with StateDictOptions, after the step (harness/run/rank/state_dict_options.py); "
             "what this rank got and what its fresh models hold"
         )
     },
-    by="harness/run/state_dict_options.py",
+    by="harness/run/rank/state_dict_options.py",
     unobserved={"fake": "makes no state-dict calls"},
     define="state_dict_options",
 )
@@ -1470,11 +1470,11 @@ RANK_EVENTS = Records(
     ),
     schema={
         "description": (
-            "FSDP's own events in order (harness/run/recorders/events.py): its profiler labels (source fsdp) and "
+            "FSDP's own events in order (harness/run/rank/recorders/events.py): its profiler labels (source fsdp) and "
             "the units' shard-state changes the harness saw (source harness: reshard, unshard)"
         )
     },
-    by="harness/run/recorders/events.py",
+    by="harness/run/rank/recorders/events.py",
     kinds=_reads("events"),
 )
 
@@ -1488,11 +1488,11 @@ RANK_CUSTOM = Records(
     ),
     schema={
         "description": (
-            "what the spec's setup.hooks.observe function returned after each step (harness/run/hooks.py); present "
-            "only with that hook; checked by check kind custom"
+            "what the spec's setup.hooks.observe function returned after each step (harness/run/rank/hooks.py); "
+            "present only with that hook; checked by check kind custom"
         )
     },
-    by="harness/run/hooks.py (the spec's observe hook)",
+    by="harness/run/rank/hooks.py (the spec's observe hook)",
     kinds=_reads("custom"),
 )
 
@@ -1609,7 +1609,7 @@ RANK_GRADS = Records(
     ),
     schema={
         "description": (
-            "after each step's optimizer step (harness/run/recorders/grads.py): every parameter "
+            "after each step's optimizer step (harness/run/rank/recorders/grads.py): every parameter "
             "(named_parameters(), the sharded DTensor parameters), whether it requires a gradient, its gradient's "
             "dtype and local shape (null: no gradient) and its Parameter.grad_dtype; a step that raised records "
             "none"
@@ -1648,7 +1648,7 @@ RANK_UNIT_DTYPES = Records(
     ),
     schema={
         "description": (
-            "after each forward phase (harness/run/recorders/grads.py): each unit with parameters, the dtypes its "
+            "after each forward phase (harness/run/rank/recorders/grads.py): each unit with parameters, the dtypes its "
             "FSDPParamGroup resolved at lazy init from its trainable parameters (_orig_dtype, _reduce_dtype; null: "
             "none resolved, or no casting), and how many of its parameters are trainable now"
         )
@@ -1693,7 +1693,7 @@ RANK_PARAM_UPDATES = Records(
             "step changed, and the shard against the reference's after the same step"
         )
     },
-    by="harness/run/recorders/updates.py",
+    by="harness/run/rank/recorders/updates.py",
     unobserved={"fake": f"records no parameter updates: it {_NO_VALUES_WHY}"},
     kinds=_reads("param_update"),
 )
@@ -1778,10 +1778,10 @@ RANK_EXPERTS = Record(
     required=("shards", "tokens", "zero_grad_rows"),
     schema={
         "description": (
-            "a MoE model's sparse layers on this rank (harness/run/recorders/experts.py); absent for a dense model"
+            "a MoE model's sparse layers on this rank (harness/run/rank/recorders/experts.py); absent for a dense model"
         )
     },
-    by="harness/run/recorders/experts.py",
+    by="harness/run/rank/recorders/experts.py",
     kinds=_reads("experts"),
 )
 
@@ -1812,10 +1812,10 @@ DOC_RELOADS = Records(
     schema={
         "description": (
             "setup.state_dict.reload_world_sizes: the run's checkpoint loaded by a second launch of each of these "
-            "world sizes (harness.run.checkpoint.reload_step), ranks in order"
+            "world sizes (harness.run.rank.checkpoint.reload_step), ranks in order"
         )
     },
-    by="harness/run/checkpoint.py",
+    by="harness/run/rank/checkpoint.py",
     unobserved=_NO_CHECKPOINT,
     kinds=_reads("state_dict"),
 )

@@ -3,7 +3,7 @@
 A run turns on a subset of them (``RunSetup.instruments``; None: every one, the default, so no
 observed value changes). The table lives here, below the loader and the judge, so that the layers
 that cannot import torch can choose instruments from what a spec's entries read; the recorders
-themselves are ``harness.run.instruments``. A field of an instrument that is off stays in the entry,
+themselves are ``harness.run.rank.instruments``. A field of an instrument that is off stays in the entry,
 empty (``[]``, ``None`` for ``numerics``; ``experts`` and ``param_updates`` are left out).
 """
 

@@ -140,7 +140,7 @@ PARAM_STATE_POINTS: tuple[str, ...] = (
     "after_zero_grad",
     "after_fully_shard",
 )
-"""Where a unit's parameters are looked at (``harness/run/recorders/param_states.py``): after a
+"""Where a unit's parameters are looked at (``harness/run/rank/recorders/param_states.py``): after a
 ``fully_shard`` call (the ``fully_shard_calls`` record); right after FSDP's pre-forward hook (the
 document's Step 0), its post-forward hook (Step 11), its pre-backward hook and its post-backward;
 after ``loss.backward()``, ``optimizer.step()`` and ``optimizer.zero_grad()`` return."""

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from harness.contract.calculator import BUSBW_FACTOR_NUMERATOR
-from harness.contract.calculator import ring_bytes as calculator_ring_bytes
+from harness.calculator import BUSBW_FACTOR_NUMERATOR
+from harness.calculator import ring_bytes as calculator_ring_bytes
 
 
 class CheckError(Exception):
@@ -166,7 +166,7 @@ def common(values: list) -> Any:
 def ring_bytes(collective: Mapping[str, Any]) -> int | float:
     """Bytes one rank sends for this recorded collective under the ring model (nccl-tests' busbw basis).
 
-    all-gather / reduce-scatter / all-reduce: :func:`harness.contract.calculator.ring_bytes` of
+    all-gather / reduce-scatter / all-reduce: :func:`harness.calculator.ring_bytes` of
     S = ``buffer_bytes`` over N = ``group_size``; any other op: S.
     """
     s, n, op = collective["buffer_bytes"], collective["group_size"], collective["op"]

@@ -5,7 +5,7 @@ A closed vocabulary trails its users; a hook pins what the declarative setup can
 observation). The harness keeps everything else: launching, recorders, the numerics
 reference and the report. Each hook point is a key naming a function defined at the top
 level of ``setup.hooks.file`` (a path relative to the spec's folder); the rank imports the
-file (``harness.run.hooks``) and calls each with keyword arguments (docs/hooks.md).
+file (``harness.run.rank.hooks``) and calls each with keyword arguments (docs/hooks.md).
 
 Loading stays torch-free: :func:`resolve_hooks` checks that the file exists and parses
 (``ast``, nothing imported) and that each named function is defined there.

@@ -250,7 +250,7 @@ class BandwidthSize:
 @dataclass(frozen=True)
 class BandwidthSetup:
     """Collectives timed after the step, in nccl-tests' terms (algbw, busbw, #wrong); the
-    bandwidth check kind reads them (``harness/run/bandwidth.py``).
+    bandwidth check kind reads them (``harness/run/rank/collective_timing.py``).
 
     Attributes:
         ops: which collectives to sweep (:data:`BANDWIDTH_OPS`).
@@ -342,7 +342,7 @@ STATE_DICT_INTO: tuple[str, ...] = ("sharded", "meta")
 class GetModelStateDict:
     """One ``torch.distributed.checkpoint.state_dict.get_model_state_dict(model,
     options=StateDictOptions(...))`` call on the trained model after the step
-    (``harness/run/state_dict_options.py``); checked with check kind state_dict_get.
+    (``harness/run/rank/state_dict_options.py``); checked with check kind state_dict_get.
 
     Attributes:
         id: the name entries select it by (``get: <id>``).
@@ -361,7 +361,7 @@ class GetModelStateDict:
 @dataclass(frozen=True)
 class SetModelStateDict:
     """One ``set_model_state_dict(fresh model, state dict, options=StateDictOptions(...))`` call
-    after the step (``harness/run/state_dict_options.py``); checked with check kind state_dict_set.
+    after the step (``harness/run/rank/state_dict_options.py``); checked with check kind state_dict_set.
 
     The state dict handed over is the trained model's: its full state dict
     (``get_model_state_dict(full_state_dict=True)``) with ``full_state_dict``, on every rank, or
@@ -415,7 +415,7 @@ class SetModelStateDict:
 
 @dataclass(frozen=True)
 class StateDictSetup:
-    """torch.distributed.checkpoint round trip after the optimizer step (harness/run/checkpoint.py):
+    """torch.distributed.checkpoint round trip after the optimizer step (harness/run/rank/checkpoint.py):
     get_state_dict + dcp.save of the sharded model and optimizer into a temporary folder (always
     removed), dcp.load + set_state_dict into a freshly built and sharded model and optimizer;
     checked with check kind state_dict.
@@ -425,7 +425,7 @@ class StateDictSetup:
             (``get_state_dict`` + ``dcp.save``) into a temporary folder, load it into a freshly
             built and sharded model and optimizer of the same world (``dcp.load`` +
             ``set_state_dict``) and record, per state-dict entry and rank, equality after load
-            and the shard's global offset and length (``harness.run.checkpoint``).
+            and the shard's global offset and length (``harness.run.rank.checkpoint``).
         reload_world_sizes: also load the same checkpoint in a second launch of this many
             ranks each (a 1-D mesh named as the run's shard dim), e.g. ``(2,)``; needs
             ``round_trip`` and a local launch.
@@ -446,7 +446,7 @@ class StateDictSetup:
     get_model: tuple[GetModelStateDict, ...] = key(
         (),
         doc="get_model_state_dict(model, options=StateDictOptions(...)) on the trained model after the step, one "
-        "call per item; checked with check kind state_dict_get (harness/run/state_dict_options.py)",
+        "call per item; checked with check kind state_dict_get (harness/run/rank/state_dict_options.py)",
     )
     set_model: tuple[SetModelStateDict, ...] = key(
         (),
@@ -614,7 +614,7 @@ class RunSetup:
         None,
         doc="collectives timed after the step, in nccl-tests' terms (algbw, "
         "busbw, #wrong); the bandwidth check kind reads them "
-        "(harness/run/bandwidth.py)",
+        "(harness/run/rank/collective_timing.py)",
     )
     state_dict: StateDictSetup = key(
         default_factory=StateDictSetup, doc=" ".join(StateDictSetup.__doc__.split("\n\n")[0].split())

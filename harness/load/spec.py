@@ -452,7 +452,8 @@ def _owning_unit(plans: Any, module: str) -> str:
 
 
 _REPLICA_KINDS = ("numerics", "param_update", "grad_norm")
-"""Check kinds that compare the FSDP step with the plain replica's (harness/run/recorders/numerics.py, updates.py)."""
+"""Check kinds that compare the FSDP step with the plain replica's (harness/run/rank/recorders/numerics.py,
+updates.py)."""
 _ONE_DTYPE = (
     "compares with a replica that computes in one dtype (setup.fsdp.mixed_precision's param_dtype, else the "
     "model's), but this unit's own mp_policy gathers and computes in its own: the comparison would be in the wrong "
@@ -462,7 +463,7 @@ _ONE_DTYPE = (
 
 def _replica_dtype_problems(setup: RunSetup | None, items: list[SpecItem]) -> list[tuple[str, SpecItem]]:
     """(the unit's ``mp_policy`` key path, the entry) for each entry of a replica-comparing kind
-    when a unit sets its own ``mp_policy``: the replica (harness/run/build.py) models the
+    when a unit sets its own ``mp_policy``: the replica (harness/run/rank/build.py) models the
     setup-wide policy only, so those comparisons would be in the wrong dtype (issue 44)."""
     units = setup.fsdp.units if setup is not None and setup.fsdp.units else ()
     own = [f"setup.fsdp.units[{i}].mp_policy" for i, u in enumerate(units) if "mp_policy" in dict(u.given)]

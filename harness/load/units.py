@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Sequence
 
-from harness.contract.calculator import DTYPE_BYTES
+from harness.calculator import DTYPE_BYTES
 from harness.language.suggest import closest, did_you_mean
 from harness.load.declare import convert_key, key, object_schema
 

@@ -15,9 +15,9 @@ from typing import Any, Mapping, Sequence
 
 from harness.judge.checks import CheckResult
 from harness.judge.evaluate import FAILING, counts
-from harness.language.bandwidth import bandwidth_rows
+from harness.language.algbw_busbw import bandwidth_rows
 from harness.language.observed import ranks_text
-from harness.report.bandwidth import markdown_table
+from harness.report.bandwidth_table import markdown_table
 
 __all__ = ["SpecRun", "cluster_report", "DIFFERS"]
 

@@ -2,7 +2,7 @@
 
 A spec can ask for more than a machine has: ``mesh: {shape: [100000]}`` on gloo would start
 100,000 processes; ``overrides: {hidden_size: 100000000}`` makes every rank die in the
-allocator after minutes. :func:`check` estimates, in closed form (``harness.contract.calculator``:
+allocator after minutes. :func:`check` estimates, in closed form (``harness.calculator``:
 torch.chunk shards, FSDP2's padding; nothing is run or allocated), the bytes one rank holds at
 its peak, and refuses with :class:`PreflightError` when
 
@@ -229,7 +229,7 @@ def estimate(setup: Any) -> Estimate:
         ValueError: the setup's model config or sizes cannot be built (the loader reports those
             first, with their key paths).
     """
-    from harness.contract import calculator as calc
+    from harness import calculator as calc
     from model import get_config
 
     cfg = get_config(setup.model.config, **dict(setup.model.overrides))
@@ -340,7 +340,7 @@ def simulated_run_estimate(
     Raises:
         ValueError, TypeError, KeyError: a config the calculator cannot read.
     """
-    from harness.contract import calculator as calc
+    from harness import calculator as calc
     from harness.run.rank.fake import LAZY_SHARD_BYTES
 
     world = world_size
@@ -525,7 +525,7 @@ def gpu_need(est: Estimate, setup: Any, context_bytes: int | None = None) -> tup
     its CUDA context (``context_bytes``; default: measured once on this machine and cached,
     :func:`harness.run.cuda_context.context_bytes`), :data:`NCCL_COMMUNICATOR_BYTES` for each communicator (the world's,
     plus one per mesh dimension of a 2-D mesh), and on GPU 0 the ``numerics_reference: rank_0``
-    replica (``harness.run.build.reference_from_rank_0`` builds it on rank 0's device)."""
+    replica (``harness.run.rank.build.reference_from_rank_0`` builds it on rank 0's device)."""
     mesh = tuple(setup.mesh_shape)
     communicators = 1 + (len(mesh) if len(mesh) > 1 else 0)
     if context_bytes is None:

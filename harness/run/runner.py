@@ -15,7 +15,7 @@
 With ``setup.state_dict.round_trip`` a local run saves its checkpoint into a temporary folder
 made here and removed here when the run ends, however it ends; each of
 ``setup.state_dict.reload_world_sizes`` is then a second launch of that many ranks
-(``harness.run.checkpoint.reload_step``) that loads the same checkpoint. Their records are the
+(``harness.run.rank.checkpoint.reload_step``) that loads the same checkpoint. Their records are the
 document's ``reloads``. Joined runs make the folder on rank 0 and skip the reloads (another
 world cannot be launched from inside one).
 
@@ -127,7 +127,7 @@ def _run_local_with_checkpoint(
                 reloaded,
                 backend=backend,
                 timeout_s=remaining(f"reloading on {size} ranks"),
-                step="harness.run.checkpoint:reload_step",
+                step="harness.run.rank.checkpoint:reload_step",
                 step_kwargs={"checkpoint_dir": folder, "saved_world_size": setup.world_size},
             )
             reloads.append(
@@ -143,7 +143,7 @@ def _run_local_with_checkpoint(
 
 def _reload_setup(setup: RunSetup, world_size: int) -> RunSetup:
     """``setup`` on a 1-D mesh of ``world_size`` ranks named as its shard dim (the last); as
-    ``harness.run.checkpoint.reload_setup``, without importing torch here."""
+    ``harness.run.rank.checkpoint.reload_step``'s setup, without importing torch here."""
     import dataclasses
 
     return dataclasses.replace(

@@ -519,7 +519,7 @@ def test_a_harness_error_in_a_later_spec_keeps_the_earlier_results(tmp_path, mon
     assert payload["finished_specs"] == [str(first)] and [r["id"] for r in payload["results"]] == ["x_norm"]
 
 
-# --- audit (benchmarks/try_bad_inputs.py): kinds that still failed after the first fixes ---------
+# --- audit (scripts/try_bad_inputs.py): kinds that still failed after the first fixes ---------
 
 
 @pytest.mark.parametrize(

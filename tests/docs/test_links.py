@@ -23,7 +23,7 @@ LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 """A Markdown link or image: ``[text](target)``; the target is group 1."""
 
 REPO_PATH = re.compile(r"(?<![\w./<-])((?:harness|model|specs|scripts|benchmarks|tests|docs)/[\w./*<>{}-]*[\w/*>}])")
-"""A repository path as the docs name one: ``harness/run/plan.py``, ``specs/x.yaml``, ``scripts/bootstrap``,
+"""A repository path as the docs name one: ``harness/run/rank/step_plan.py``, ``specs/x.yaml``, ``scripts/bootstrap``,
 a folder ``harness/run/launch/``. Not part of a longer path (``torch/distributed/...``)."""
 
 PLACEHOLDER = re.compile(r"[*<>{}]|\.\.\.|X\.Y")

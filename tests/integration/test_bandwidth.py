@@ -8,7 +8,7 @@ import math
 import pytest
 
 from harness.judge.evaluate import FAILING, evaluate_spec
-from harness.language.bandwidth import bandwidth_rows
+from harness.language.algbw_busbw import bandwidth_rows
 from harness.load.spec import load_spec
 from tests.support import SPECS
 

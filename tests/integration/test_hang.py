@@ -15,9 +15,9 @@ from tests.support.specs import TINY_DIMS
 
 def test_an_injected_hang_names_the_stuck_rank_and_collective():
     from harness.load.setup import ModelSetup, RunSetup
-    from harness.run.faults import Fault, injected
     from harness.run.launch.errors import RunTimeout
     from harness.run.launch.local import run_local
+    from tests.support.faults import Fault, injected
 
     setup = RunSetup(model=ModelSetup(overrides={"num_hidden_layers": 2}), mesh_shape=(3,), numerics=False)
     timeout_s = hang_timeout_s(setup, run_local)  # the ranks' setup and forward, not torch's import
@@ -42,7 +42,7 @@ def test_an_injected_hang_names_the_stuck_rank_and_collective():
 _JOINED_RANK = """
 import sys
 from harness.load.setup import ModelSetup, RunSetup
-from harness.run.faults import Fault, injected
+from tests.support.faults import Fault, injected
 from harness.run.runner import RunError, run_setup
 setup = RunSetup(model=ModelSetup(overrides={"num_hidden_layers": 2}), mesh_shape=(3,), numerics=False)
 with injected(Fault(rank=1, phase="backward", kind="hang")):
@@ -118,9 +118,9 @@ CLIP = {
 
 def test_a_rank_hung_in_clip_grad_norm_is_reported_there_not_at_start_up():
     from harness.load.setup import RunSetup
-    from harness.run.faults import Fault, injected
     from harness.run.launch.errors import RunTimeout
     from harness.run.launch.local import run_local
+    from tests.support.faults import Fault, injected
 
     setup = RunSetup.from_mapping(CLIP)
     timeout_s = hang_timeout_s(setup, run_local)  # the forkserver up: the timed run below is the step alone

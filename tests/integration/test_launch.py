@@ -14,10 +14,10 @@ import time
 import pytest
 
 from harness.load.setup import RunSetup
-from harness.run.faults import Fault, injected
 from harness.run.launch.errors import RunError, RunTimeout
 from harness.run.launch.local import run_local
 from harness.run.runner import run_setup
+from tests.support.faults import Fault, injected
 from tests.support.observations import without_value_fields
 from tests.support.ranks import hang_timeout_s
 

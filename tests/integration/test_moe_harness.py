@@ -56,7 +56,7 @@ def test_build_dispatches_on_the_config_type():
     torch = pytest.importorskip("torch")
     import model
     from harness.load.setup import RunSetup
-    from harness.run.build import build_model
+    from harness.run.rank.build import build_model
 
     for name, body, cls in [
         ("moe-tiny", "decoder_layers", model.Qwen3MoeDecoderStack),
@@ -97,8 +97,8 @@ def test_spec_loading_knows_the_sparse_layer_names(tmp_path):
 
 
 def test_drafted_moe_spec_has_the_experts_and_the_router(hf, tmp_path):
+    from harness import calculator as calc
     from harness.author.draft import draft
-    from harness.contract import calculator as calc
     from model.config import read_config_file
 
     config = _moe_config_json(hf, tmp_path / "moe")
@@ -147,12 +147,12 @@ def test_drafted_spec_from_a_transformers_qwen3_moe_config_json_runs_green(
 
 
 def test_the_aux_loss_is_transformers_and_its_router_gradients_are_the_models():
-    """harness/run/aux_loss.py against model.Qwen3MoeForCausalLM.forward_moe (itself checked
+    """harness/run/rank/aux_loss.py against model.Qwen3MoeForCausalLM.forward_moe (itself checked
     against transformers in tests/unit/model/test_model_moe.py): same loss, same router gradients."""
     torch = pytest.importorskip("torch")
     import model
-    from harness.run.aux_loss import RouterAuxLoss, with_router_aux_loss
-    from harness.run.plan import loss_function
+    from harness.run.rank.aux_loss import RouterAuxLoss, with_router_aux_loss
+    from harness.run.rank.step_plan import loss_function
 
     config = model.get_config("moe-tiny", output_router_logits=True, router_aux_loss_coef=0.5)
     base = loss_function("cross_entropy")

@@ -55,7 +55,7 @@ def test_every_entry_has_the_status_it_has_on_plain_gloo(tmp_path):
 _HANG = """
 import json
 from harness.load.setup import ModelSetup, RunSetup
-from harness.run.faults import Fault, injected
+from tests.support.faults import Fault, injected
 from harness.run.launch.errors import RunTimeout
 from harness.run.launch.local import run_local
 from tests.support.ranks import hang_timeout_s

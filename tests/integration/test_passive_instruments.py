@@ -48,8 +48,8 @@ def test_hang_progress_keeps_no_work_and_its_buffer_goes_with_the_step(world, op
     import torch.distributed as dist
     from torch.multiprocessing.reductions import StorageWeakRef
 
-    from harness.run.recorders.collectives import CollectiveRecorder
-    from harness.run.recorders.quiesce import settle_threads
+    from harness.run.rank.recorders.collectives import CollectiveRecorder
+    from harness.run.rank.recorders.quiesce import settle_threads
 
     log = _log()
     recorder = CollectiveRecorder(lambda: "backward", {}, log)
@@ -82,7 +82,7 @@ def test_a_functional_collective_carries_its_reduce_op(world):
     import torch
     import torch.distributed as dist
 
-    from harness.run.recorders.collectives import CollectiveRecorder
+    from harness.run.rank.recorders.collectives import CollectiveRecorder
 
     recorder = CollectiveRecorder(lambda: "clip_grad_norm", {})
     group = dist.group.WORLD.group_name
@@ -98,8 +98,8 @@ def test_a_partial_norm_is_read_without_a_collective(world):
     from torch.distributed.tensor import DTensor, Partial
 
     from harness.load.schedule import ClipGradNorm
-    from harness.run.instruments import Instruments
-    from harness.run.recorders.phases import Phases
+    from harness.run.rank.instruments import Instruments
+    from harness.run.rank.recorders.phases import Phases
 
     mesh = init_device_mesh("cpu", (1,))
     norm = DTensor.from_local(torch.tensor(3.5), mesh, [Partial("max")])
@@ -132,7 +132,7 @@ def test_partial_norms_reduce_over_their_mesh_dims():
 
 
 def test_settle_threads_returns_in_a_quiet_process():
-    from harness.run.recorders.quiesce import settle_threads
+    from harness.run.rank.recorders.quiesce import settle_threads
 
     assert settle_threads() in (True, False)  # bounded either way
     import time

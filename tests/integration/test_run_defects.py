@@ -8,7 +8,7 @@ from harness.cli import main
 from harness.load.setup import RunSetup
 from harness.run.launch.errors import RunError
 from harness.run.launch.local import run_local
-from harness.run.recorders.memory import TRACKER_LIMIT_NOTE, tracker_limit_note
+from harness.run.rank.recorders.memory import TRACKER_LIMIT_NOTE, tracker_limit_note
 from tests.support import REPO
 from tests.support.specs import TINY_DIMS
 

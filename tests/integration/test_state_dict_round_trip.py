@@ -70,8 +70,8 @@ def test_rank_zero_makes_and_removes_the_folder_when_the_launcher_gives_none():
 
 @pytest.mark.slow
 def test_a_failing_round_trip_names_the_rank_and_leaves_no_folder():
-    from harness.run.faults import Fault, injected
     from harness.run.runner import RunError, run_setup
+    from tests.support.faults import Fault, injected
 
     before = _checkpoint_folders()
     setup = RunSetup.from_mapping({**TINY, "state_dict": {"round_trip": True, "reload_world_sizes": [1]}})
@@ -85,8 +85,8 @@ def test_a_failing_round_trip_names_the_rank_and_leaves_no_folder():
 
 @pytest.mark.slow
 def test_a_round_trip_that_hangs_times_out_in_its_phase_and_leaves_no_folder():
-    from harness.run.faults import Fault, injected
     from harness.run.runner import RunTimeout, run_setup
+    from tests.support.faults import Fault, injected
 
     timeout_s = hang_timeout_s(RunSetup.from_mapping(TINY), run_setup)  # the tiny step, not torch's import
     before = _checkpoint_folders()

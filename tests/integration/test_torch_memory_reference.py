@@ -1,6 +1,6 @@
 """The harness's memory observation of the walkthrough equals plain torch's FSDPMemTracker.
 
-``benchmarks/torch_memory_reference.py`` runs the walkthrough step with plain torch (nothing
+``scripts/torch_memory_reference.py`` runs the walkthrough step with plain torch (nothing
 of ``harness/``): two runs of it give torch's own values and show where torch itself varies on
 gloo (a collective's buffer freed on gloo's worker thread after a snapshot). The harness's
 value must equal torch's at every (rank, module, state, occurrence, category)
@@ -28,7 +28,7 @@ from harness.load.spec import load_spec
 from tests.support import REPO
 
 ROOT = REPO
-SCRIPT = ROOT / "benchmarks" / "torch_memory_reference.py"
+SCRIPT = ROOT / "scripts" / "torch_memory_reference.py"
 WALKTHROUGH = ROOT / "specs" / "qwen3_walkthrough.yaml"
 
 STABLE_CATEGORIES = {"sharded_param", "buffer", "optstate", "inputs"}

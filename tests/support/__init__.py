@@ -1,4 +1,4 @@
-"""What the tests (and ``benchmarks/try_bad_inputs.py``) share, one definition each.
+"""What the tests (and ``scripts/try_bad_inputs.py``) share, one definition each.
 
 - :data:`REPO`, :data:`SPECS`, :data:`WALKTHROUGH`: the checkout's paths;
 - :mod:`support.specs`: spec texts used as bases and :func:`~support.specs.write_spec`;

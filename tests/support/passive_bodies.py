@@ -19,7 +19,7 @@ def without_hang_progress(setup: Any, rank: int, world_size: int, device_type: s
 
 def without_grad_norm_recorder(setup: Any, rank: int, world_size: int, device_type: str, **kwargs: Any) -> dict:
     """The step with ``clip_grad_norm_``'s returned norm not looked at."""
-    from harness.run.instruments import Instruments
+    from harness.run.rank.instruments import Instruments
 
     Instruments.record_grad_norm = lambda self, *args, **kw: None  # this rank process only
     return run_step(setup, rank, world_size, device_type, **kwargs)
@@ -44,7 +44,7 @@ def without_param_updates(setup: Any, rank: int, world_size: int, device_type: s
 
 def without_param_states(setup: Any, rank: int, world_size: int, device_type: str, **kwargs: Any) -> dict:
     """The step with no parameter-state hooks (no forward, backward or loop points) and no fully_shard call record."""
-    import harness.run.instruments as instruments
+    import harness.run.rank.instruments as instruments
 
     class Nothing:
         states: list = []
@@ -66,7 +66,7 @@ def without_param_states(setup: Any, rank: int, world_size: int, device_type: st
 
 def without_grad_records(setup: Any, rank: int, world_size: int, device_type: str, **kwargs: Any) -> dict:
     """The step with no gradient (``grads``) and no resolved-dtype (``unit_dtypes``) records."""
-    import harness.run.instruments as instruments
+    import harness.run.rank.instruments as instruments
 
     instruments.grad_records = lambda *args, **kw: []  # this rank process only
     instruments.unit_dtype_records = lambda *args, **kw: []

@@ -1,6 +1,6 @@
 """Processes as Linux's /proc shows them: the CLI's descendants (its forkserver and ranks), which
 of them still run, and their names; shared by tests/cli/test_interrupt.py and
-benchmarks/try_bad_inputs.py. Every function reads /proc at the call and holds nothing."""
+scripts/try_bad_inputs.py. Every function reads /proc at the call and holds nothing."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """``bandwidth``: the timed collectives of ``setup.bandwidth`` in nccl-tests' terms: busbw,
 algbw, time, #wrong, sizes.
 
-Rows come from :func:`harness.language.bandwidth.bandwidth_rows` (algbw = S / t, busbw = algbw x
+Rows come from :func:`harness.language.algbw_busbw.bandwidth_rows` (algbw = S / t, busbw = algbw x
 (n-1)/n for all-gather and reduce-scatter, x 2(n-1)/n for all-reduce; GB/s = 10^9 bytes/s).
 An entry selects rows by ``op`` and ``size`` (a name of ``setup.bandwidth.sizes``, or ``step``
 for the step's own collectives); over the selected rows ``busbw`` and ``algbw`` are the least,
@@ -62,7 +62,7 @@ def measure(sel, obs):
     if obs["environment"]["simulated"]:
         reason = NotMeasured("a simulated run (fake backend) moves no data: nothing to time")
         return {d["rank"]: {f.name: reason for f in KIND.fields} for d in docs}
-    from harness.language.bandwidth import (
+    from harness.language.algbw_busbw import (
         bandwidth_rows,
     )  # here: loading a spec (validate) need not build its dataclass
 

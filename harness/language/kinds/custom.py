@@ -1,6 +1,6 @@
 """``custom``: what a spec's own ``setup.hooks.observe`` function returned, per rank and step.
 
-The hook returns a mapping of JSON values after each step (``harness.run.hooks``); the
+The hook returns a mapping of JSON values after each step (``harness.run.rank.hooks``); the
 observation keeps it as ``rank.custom: [{step_index, values}]``. An entry's fields are that
 mapping's keys, expected exactly, rounded or bounded like any other field.
 """

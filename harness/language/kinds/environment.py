@@ -1,7 +1,7 @@
 """``environment``: the ranks agree on what they run (torch, device type, versions, variables)
 and are laid out as the cluster should be (ranks per host and per node, one device per rank).
 
-Reads each rank's ``environment`` (``harness/run/recorders/environment.py``). Agreement fields
+Reads each rank's ``environment`` (``harness/run/rank/recorders/environment.py``). Agreement fields
 (``same_*``) hold on a rank whose value is the one most ranks have (ties: the lowest rank's);
 on a rank that differs, the observed value says what it has and what the others have, and on
 which hosts, e.g. ``torch 2.12.0 on node-b; ranks 0-5 (node-a, node-c) have 2.13.0``. Layout

@@ -2,7 +2,7 @@
 
 An event is named ``"<event> <unit>"`` (``all_gather layers.1``, ``reshard layers.0``,
 ``post_backward_reduce root``) or just ``"<event>"`` for labels that name no unit
-(``root_pre_forward``, ``root_post_backward_callback``); see ``harness/run/recorders/events.py``.
+(``root_pre_forward``, ``root_post_backward_callback``); see ``harness/run/rank/recorders/events.py``.
 The ``events`` selector takes names or shell-style patterns (``"reshard *"``); ``order`` is
 the selected names in the order of their first occurrence, so ``{events: ["reshard layers.0",
 "all_gather layers.1"], order: ["reshard layers.0", "all_gather layers.1"]}`` says that layer

@@ -1,6 +1,6 @@
 """``experts``: a sparse (MoE) layer's experts on each rank: which experts its shard of a fused
 expert parameter holds, how many of its tokens the router sent to each, and which experts'
-gradient rows are zero after backward (``rank.experts``, harness/run/recorders/experts.py)."""
+gradient rows are zero after backward (``rank.experts``, harness/run/rank/recorders/experts.py)."""
 
 from __future__ import annotations
 

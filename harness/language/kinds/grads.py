@@ -1,6 +1,6 @@
 """``grads``: each parameter's gradient after a step: whether it requires one, has one, its dtype,
 its local shape, and the ``Parameter.grad_dtype`` autograd was asked for (rank ``grads``,
-``harness/run/recorders/grads.py``).
+``harness/run/rank/recorders/grads.py``).
 
 Select one parameter (``param`` with ``layer``, or ``fqn``), every parameter of some units
 (``layer``/``unit`` alone), or all; ``step_index`` chooses steps (default: every recorded step).

@@ -1,7 +1,7 @@
 """``numerics``: the FSDP step against a non-sharded replica with the same weights and batch.
 
 With ``setup.schedule`` the reference is the single-process run of the same schedule
-(``harness/run/recorders/updates.py``), computing in the policy's ``param_dtype`` and reducing in
+(``harness/run/rank/recorders/updates.py``), computing in the policy's ``param_dtype`` and reducing in
 its ``reduce_dtype``; the last forward's output and loss and the gradients after the last step
 are compared (a gradient None on both sides is left out)."""
 

@@ -1,6 +1,6 @@
 """``param_state``: what a unit's parameters are at a point of the run, per rank.
 
-The points (:data:`harness.contract.names.PARAM_STATE_POINTS`; ``harness/run/recorders/param_states.py``
+The points (:data:`harness.contract.names.PARAM_STATE_POINTS`; ``harness/run/rank/recorders/param_states.py``
 says how each is taken): ``after_fully_shard`` (with ``call``: after that unit's ``fully_shard``
 call, before the next one), right after FSDP's ``pre_forward`` (the document's Step 0, all-gathered),
 ``post_forward`` (Step 11, resharded), ``pre_backward`` and ``post_backward`` hooks, and when

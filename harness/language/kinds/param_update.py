@@ -1,5 +1,5 @@
 """``param_update``: which rows of each rank's shard a step changed, and the shard against the
-single-process reference of the same schedule (``harness/run/recorders/updates.py``).
+single-process reference of the same schedule (``harness/run/rank/recorders/updates.py``).
 
 A row is an index along dim 0 (FSDP2's ``Shard(0)`` dim; a 1-D parameter's elements). Select
 one parameter (``param`` with ``layer``, or ``fqn``), or every parameter of some units

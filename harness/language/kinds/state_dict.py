@@ -2,7 +2,7 @@
 
 Reads the rank entries' ``state_dict`` record (the run's own world) or a reload's
 (``load_world_size``: a world of another size that loaded the same checkpoint), written by
-``harness/run/checkpoint.py`` when the setup has ``state_dict: {round_trip: true}``.
+``harness/run/rank/checkpoint.py`` when the setup has ``state_dict: {round_trip: true}``.
 
 An entry names one parameter (``param`` with ``layer``, or ``fqn``) to check its shard: where it
 sits in the full tensor (``global_offset``, ``local_length``), what the checkpoint's metadata

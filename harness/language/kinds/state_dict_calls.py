@@ -1,7 +1,7 @@
 """What ``state_dict_get`` and ``state_dict_set`` share: the ``<call id>`` selector, ``ranks``,
 the rule splitting one-key fields from whole-dict fields, and reading a call's records.
 
-Both read the rank entries' ``state_dict_options`` record (``harness/run/state_dict_options.py``),
+Both read the rank entries' ``state_dict_options`` record (``harness/run/rank/state_dict_options.py``),
 written when ``setup.state_dict`` lists ``get_model`` / ``set_model`` calls.
 """
 

@@ -1,5 +1,5 @@
 """``state_dict_get``: what ``get_model_state_dict(model, options=StateDictOptions(...))`` returned
-on each rank after the step (``setup.state_dict.get_model``, ``harness/run/state_dict_options.py``).
+on each rank after the step (``setup.state_dict.get_model``, ``harness/run/rank/state_dict_options.py``).
 
 An entry names its call (``get: <id>``). With a key (``param`` + ``layer``, or ``fqn``) it checks
 that key's tensor: present on the rank, DTensor or plain, device, full and local shape,

@@ -1,6 +1,6 @@
 """``state_dict_set``: what ``set_model_state_dict(fresh model, state dict,
 options=StateDictOptions(...))`` did on each rank after the step (``setup.state_dict.set_model``,
-``harness/run/state_dict_options.py``).
+``harness/run/rank/state_dict_options.py``).
 
 An entry names its call (``set: <id>``). Without a key it checks the call: what it raised
 (``error``, ``error_type``; null when it returned), the missing and unexpected keys it returned,

@@ -4,7 +4,7 @@ torch 2.13's ``FSDPParamGroup._init_mp_dtypes`` (run once, at the root's first f
 unit's ``_orig_dtype`` (what reduced gradients are cast back to) and ``_reduce_dtype`` (the
 reduce-scatter's dtype) from the parameters that require a gradient *then*; a unit all frozen at
 that point keeps None for both, whatever is unfrozen later (pytorch/pytorch#186998). Recorded after
-every forward phase (rank ``unit_dtypes``, ``harness/run/recorders/grads.py``), with how many of the
+every forward phase (rank ``unit_dtypes``, ``harness/run/rank/recorders/grads.py``), with how many of the
 unit's parameters are trainable at that point. The policy's own dtypes are ``fsdp_units[].state``'s.
 """
 

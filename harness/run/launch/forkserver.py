@@ -32,7 +32,7 @@ __all__ = ["PRELOAD", "forkserver_context", "ranks_skip_main"]
 
 # Imported once by the forkserver, inherited by every rank. torch._dynamo: FSDP's hooks are
 # wrapped in torch._dynamo.disable, which imports torch._dynamo on first call (~1 s).
-# Not harness.run.checkpoint (torch.distributed.checkpoint, ~0.4 s here): only runs with
+# Not harness.run.rank.checkpoint (torch.distributed.checkpoint, ~0.4 s here): only runs with
 # setup.state_dict import it, in their ranks.
 PRELOAD = [
     "torch",

@@ -1,6 +1,6 @@
 """Which collective each rank last entered and completed, and the verdict on a hang.
 
-Each rank's :class:`~harness.run.recorders.collectives.CollectiveRecorder` reports every
+Each rank's :class:`~harness.run.rank.recorders.collectives.CollectiveRecorder` reports every
 collective twice: when it is issued ("entered": sequence number, op, FSDP unit, phase) and when
 its ``Work`` completes ("completed"); and the oldest collective it issued that has not completed
 ("oldest_open"), which is where it waits: on NCCL the rank's thread runs ahead of the GPU and

@@ -21,8 +21,8 @@ from harness.run.launch import flight_recorder
 from harness.run.launch.backend import resolve_backend
 from harness.run.launch.errors import RunError
 from harness.run.launch.joined_deadline import JoinedDeadline, process_group_timeout_s
-from harness.run.local_placement import device_ordinal_problem, local_placement
-from harness.run.process_group import group_backend
+from harness.run.rank.local_placement import device_ordinal_problem, local_placement
+from harness.run.rank.process_group import group_backend
 
 __all__ = ["joined_world", "run_joined"]
 
@@ -32,7 +32,7 @@ def joined_world(environ: Mapping[str, str] | None = None) -> dict[str, Any] | N
 
     Returns ``{"rank", "world_size", "local_rank", "local_world_size", "local_rank_variable"}``
     when RANK, WORLD_SIZE and MASTER_ADDR are all set; the local ones from torchrun's, Slurm's or
-    Open MPI's variables (``harness.run.local_placement``), ``local_rank_variable`` naming the one read.
+    Open MPI's variables (``harness.run.rank.local_placement``), ``local_rank_variable`` naming the one read.
     """
     env = os.environ if environ is None else environ
     if not all(k in env for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR")):

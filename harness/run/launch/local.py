@@ -78,7 +78,7 @@ def run_local(
             ``harness.contract.names.RANK_PHASES``) when any rank's phase changes (polled
             about 5 times a second).
         step: the rank body as "module:function" with ``run_step``'s arguments (default:
-            ``harness.run.rank.step:run_step``), e.g. ``harness.run.checkpoint:reload_step``.
+            ``harness.run.rank.step:run_step``), e.g. ``harness.run.rank.checkpoint:reload_step``.
         step_kwargs: keyword arguments added to the rank body's call (they must pickle).
 
     Returns:
@@ -98,8 +98,8 @@ def run_local(
     try:
         # NCCL ranks keep PyTorch's flight recorder; its dumps outlive the run (removed if none).
         world.make_folders(keep_flight_recorder=backend in ("auto", "nccl"))
-        # Tests only (harness.run.faults): the phase hooks registered here, carried to the ranks.
-        from harness.run.recorders.phases import PHASE_HOOKS
+        # Tests only (tests.support.faults): the phase hooks registered here, carried to the ranks.
+        from harness.run.rank.recorders.phases import PHASE_HOOKS
 
         kwargs = dict(step_kwargs or {}, **({"trace_dir": trace_dir} if trace_dir is not None else {}))
         launch = RankLaunch(

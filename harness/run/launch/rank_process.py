@@ -26,8 +26,8 @@ from harness.run.launch.backend import resolve_backend
 from harness.run.launch.errors import RunError
 from harness.run.launch.hang import ProgressBoard
 from harness.run.launch.phase_trail import PhaseTrail
-from harness.run.local_placement import device_ordinal_problem
-from harness.run.process_group import group_backend
+from harness.run.rank.local_placement import device_ordinal_problem
+from harness.run.rank.process_group import group_backend
 
 __all__ = ["RankLaunch", "rank_main"]
 
@@ -46,7 +46,7 @@ class RankLaunch:
         timeout_s: the run's deadline; the backend's own timeout is 60 s longer, so the
             launcher's deadline, not the backend's, ends a hang.
         phase_trail, board: the launcher's shared memory (phases, last collectives).
-        phase_hooks: TESTS ONLY, ``harness.run.recorders.phases.PHASE_HOOKS`` of the launcher.
+        phase_hooks: TESTS ONLY, ``harness.run.rank.recorders.phases.PHASE_HOOKS`` of the launcher.
         flight_recorder_dir: where NCCL ranks dump their flight recorder; None: not kept.
         step: the rank body as "module:function" (None: ``harness.run.rank.step:run_step``).
         step_kwargs: keyword arguments added to the rank body's call.
@@ -101,7 +101,7 @@ def rank_main(rank: int, launch: RankLaunch, conn: Any, lifeline: Any) -> None:
 
 
 def _run_rank(rank: int, launch: RankLaunch) -> dict[str, Any]:
-    from harness.run.recorders.phases import PHASE_HOOKS
+    from harness.run.rank.recorders.phases import PHASE_HOOKS
 
     PHASE_HOOKS[:] = launch.phase_hooks
     on_phase = functools.partial(launch.phase_trail.enter, rank)

@@ -15,7 +15,7 @@ model whose rank shard is small (:data:`LAZY_SHARD_BYTES`) is sharded from CPU s
 reserved but never written (``torch.empty``: the kernel backs untouched pages on first write,
 and ``fully_shard`` copies only this rank's rows). The forward, backward and optimizer step do
 not grow with ``W``. Past what a simulation reaches in seconds, the closed-form
-``harness.contract.calculator`` gives the same sizes (``tests/unit/contract/test_calculator_vs_fake.py``
+``harness.calculator`` gives the same sizes (``tests/unit/calculator/test_calculator_vs_fake.py``
 cross-checks the two up to 16,384 ranks).
 """
 

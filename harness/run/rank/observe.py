@@ -14,12 +14,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from harness.run.parallelize import unit_state
-from harness.run.process_group import device_backend
-from harness.run.recorders.collectives import resolve_mesh_dims
-from harness.run.recorders.environment import cpu_name
-from harness.run.recorders.params import pinned
-from harness.run.recorders.phases import Phases
+from harness.run.rank.parallelize import unit_state
+from harness.run.rank.process_group import device_backend
+from harness.run.rank.recorders.collectives import resolve_mesh_dims
+from harness.run.rank.recorders.environment import cpu_name
+from harness.run.rank.recorders.params import pinned
+from harness.run.rank.recorders.phases import Phases
 
 __all__ = ["environment", "group_dims", "where_after_step", "compile_counts", "error_result"]
 

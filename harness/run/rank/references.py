@@ -1,10 +1,10 @@
 """The numerics references a real rank compares its sharded step with (``RankPlan.numerics``).
 
-- ``rank_0``: rank 0 holds the only replica (``harness.run.build.reference_from_rank_0``);
+- ``rank_0``: rank 0 holds the only replica (``harness.run.rank.build.reference_from_rank_0``);
 - ``each_rank``: every rank runs its own replica on its chunk, gradients averaged over ranks
-  with a plain all-reduce (``harness.run.build.replica_reference``);
+  with a plain all-reduce (``harness.run.rank.build.replica_reference``);
 - ``schedule``: every rank runs the single-process reference of the whole schedule
-  (``harness.run.recorders.updates.schedule_reference``).
+  (``harness.run.rank.recorders.updates.schedule_reference``).
 
 Each runs in phase ``replica``, after the model is built and before ``fully_shard``.
 """
@@ -12,21 +12,19 @@ Each runs in phase ``replica``, after the model is built and before ``fully_shar
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from harness.run.build import build_model, make_optimizer, reference_from_rank_0, replica_reference, torch_dtype
-from harness.run.parallelize import ShardUnit, freeze_params, set_grad_dtypes
-from harness.run.recorders.updates import schedule_reference
-
-if TYPE_CHECKING:
-    from harness.run.rank.step import RankBody
+from harness.run.rank.body import RankBody
+from harness.run.rank.build import build_model, make_optimizer, reference_from_rank_0, replica_reference, torch_dtype
+from harness.run.rank.parallelize import ShardUnit, freeze_params, set_grad_dtypes
+from harness.run.rank.recorders.updates import schedule_reference
 
 __all__ = ["numerics_references", "divisors", "shard_dims"]
 
 
-def numerics_references(body: "RankBody", root: torch.nn.Module, shard_units: list[ShardUnit]) -> tuple[Any, Any]:
+def numerics_references(body: RankBody, root: torch.nn.Module, shard_units: list[ShardUnit]) -> tuple[Any, Any]:
     """(the one-step reference or None, the schedule's reference or None), as ``body.plan.numerics`` says."""
     numerics = body.plan.numerics
     if numerics == "off":
@@ -37,7 +35,7 @@ def numerics_references(body: "RankBody", root: torch.nn.Module, shard_units: li
         return _replica_references(body, root, shard_units)
 
 
-def _replica(body: "RankBody", root: torch.nn.Module) -> torch.nn.Module:
+def _replica(body: RankBody, root: torch.nn.Module) -> torch.nn.Module:
     """The model itself under a full init, else a full model of its own; frozen and given its
     gradient dtypes (``setup.grad_dtype``) as the setup says."""
     setup = body.setup
@@ -51,7 +49,7 @@ def _replica(body: "RankBody", root: torch.nn.Module) -> torch.nn.Module:
     return replica
 
 
-def _replica_references(body: "RankBody", root: torch.nn.Module, shard_units: list[ShardUnit]) -> tuple[Any, Any]:
+def _replica_references(body: RankBody, root: torch.nn.Module, shard_units: list[ShardUnit]) -> tuple[Any, Any]:
     """``each_rank``: (the one-step reference, None); ``schedule``: (None, the schedule's reference)."""
     setup, world_size = body.setup, body.world_size
     replica = _replica(body, root)
@@ -93,7 +91,7 @@ def _replica_references(body: "RankBody", root: torch.nn.Module, shard_units: li
 
 
 def _step_hooks(
-    body: "RankBody", point: str, model: torch.nn.Module, step_index: int, microbatch: int | None = None
+    body: RankBody, point: str, model: torch.nn.Module, step_index: int, microbatch: int | None = None
 ) -> None:
     """The spec's step and microbatch hooks (and, before a step, its schedule ``call``) on the reference's model."""
     body.hooks.call(
@@ -104,9 +102,9 @@ def _step_hooks(
         body.hooks.call_named(call, model=model, step_index=step_index)
 
 
-def _reference_from_rank_0(body: "RankBody", root: torch.nn.Module, shard_units: list[ShardUnit]) -> Any:
+def _reference_from_rank_0(body: RankBody, root: torch.nn.Module, shard_units: list[ShardUnit]) -> Any:
     """``rank_0``: rank 0 holds the only replica (``build.reference_from_rank_0``)."""
-    from harness.run.checkpoint import shared_folder
+    from harness.run.rank.checkpoint import shared_folder
 
     setup = body.setup
     with shared_folder(body.checkpoint_dir) as folder:

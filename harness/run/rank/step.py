@@ -4,16 +4,16 @@ Given an initialized default process group (gloo, NCCL or the fake one), :func:`
 decides the rank's plan (``harness.run.rank.plan.plan_rank``: real or simulated, the init, the
 numerics) and then goes through the stages, each in its own module:
 
-1. build (``harness.run.build``): the model with the setup's seed, identically on every rank
+1. build (``harness.run.rank.build``): the model with the setup's seed, identically on every rank
    (same full weights), in ``setup.model.dtype`` at construction (with ``setup.numerics`` off:
    on the meta device, materialized after ``fully_shard`` with only this rank's shards); the
    global batch (seeded) and this rank's samples ``r*B .. r*B+B-1``; the loss; the optimizer;
 2. the numerics reference, if the plan has one (``harness.run.rank.references``, phase replica);
-3. shard (``harness.run.parallelize``): the device mesh and ``fully_shard`` on each decoder
+3. shard (``harness.run.rank.parallelize``): the device mesh and ``fully_shard`` on each decoder
    layer, then on the root (the walkthrough's section "FSDP2 设置"); a 2-D mesh is HSDP;
-4. instruments (``harness.run.instruments``): the recorders, entered in their one working order,
+4. instruments (``harness.run.rank.instruments``): the recorders, entered in their one working order,
    those of the instruments ``setup.instruments`` names (every one by default);
-5. steps (``harness.run.loop``): the steps of ``harness.run.plan.step_plan``, phases marked;
+5. steps (``harness.run.rank.loop``): the steps of ``harness.run.rank.step_plan.step_plan``, phases marked;
    with a schedule and numerics each step's parameter updates are compared with the
    schedule's single-process reference;
 6. observation (``harness.run.rank.observe``): the rank's entry; a real rank then adds, after
@@ -29,41 +29,32 @@ data, no numerics, only this rank's inputs); the mesh is built before entering t
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
-import model as qwen3
 from harness.load.setup import RunSetup
-from harness.run.aux_loss import with_router_aux_loss
-from harness.run.build import make_inputs, make_loss, make_optimizer, torch_dtype
-from harness.run.hooks import load_hooks
-from harness.run.instruments import Instruments, trace_device_activity
-from harness.run.loop import StepOutcome, run_steps
-from harness.run.parallelize import (
+from harness.run.rank.body import RankBody, Trained
+from harness.run.rank.build import make_optimizer
+from harness.run.rank.instruments import Instruments, trace_device_activity
+from harness.run.rank.loop import run_steps
+from harness.run.rank.observe import compile_counts, environment, error_result, where_after_step
+from harness.run.rank.parallelize import (
     ShardUnit,
     apply_fsdp,
-    build_mesh,
-    init_local_shards,
-    init_shards_like_full,
     unit_state,
     units_from_setup,
 )
-from harness.run.plan import forward_count, global_batches, loss_function, step_plan
-from harness.run.rank.observe import compile_counts, environment, error_result, group_dims, where_after_step
-from harness.run.rank.plan import RankPlan, plan_rank
+from harness.run.rank.plan import plan_rank
+from harness.run.rank.recorders.collectives import dtype_name
+from harness.run.rank.recorders.numerics import compare
+from harness.run.rank.recorders.updates import ParamUpdates
 from harness.run.rank.references import numerics_references
 from harness.run.rank.strategies import RealRank, SimulatedRank, strategy_for
-from harness.run.recorders.collectives import dtype_name
-from harness.run.recorders.numerics import compare
-from harness.run.recorders.phases import Phases
-from harness.run.recorders.updates import ParamUpdates
 
-__all__ = ["run_step", "RankBody", "Trained"]
+__all__ = ["run_step", "RankStep"]
 
 
 def run_step(
@@ -96,7 +87,7 @@ def run_step(
             ``rank<rank>.json`` (``torch.autograd.profiler.profile.export_chrome_trace``).
         checkpoint_dir: for ``setup.state_dict.round_trip``: a folder every rank shares, made
             and removed by the launcher; None: rank 0 makes one and removes it
-            (``harness.run.checkpoint.shared_folder``).
+            (``harness.run.rank.checkpoint.shared_folder``).
 
     Returns:
         ``{"entry": <the rank's entry of the document>, "fsdp_units": [...],
@@ -114,7 +105,7 @@ def run_step(
     os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
     t_start = time.perf_counter()
     plan = plan_rank(setup, rank, world_size, simulated=simulated)
-    body = RankBody(setup, plan, rank, device_type, on_phase, collective_log, checkpoint_dir, trace_dir is not None)
+    body = RankStep(setup, plan, rank, device_type, on_phase, collective_log, checkpoint_dir, trace_dir is not None)
     strategy = strategy_for(plan.mode)
     try:
         trained = body.train(strategy)
@@ -129,96 +120,8 @@ def run_step(
     return body.result(strategy, trained, pieces, numerics, observe_s=time.perf_counter() - t_observe, t_start=t_start)
 
 
-@dataclass
-class Trained:
-    """What the steps left: the sharded model and its parts, the instruments, the references."""
-
-    root: torch.nn.Module
-    shard_units: list[ShardUnit]
-    units: list[Any]
-    optimizer: torch.optim.Optimizer
-    sharded: list[tuple[str, torch.Tensor]]  # the shards, whatever the module holds later
-    instruments: Instruments
-    references: tuple[Any, Any]  # (one-step reference, schedule reference), None where not planned
-    updates: ParamUpdates | None
-    outcome: StepOutcome
-
-
-class RankBody:
-    """One rank's step as its plan says: what every stage reads (setup, plan, device, mesh, phases).
-
-    ``got`` holds what exists so far ("instruments", "inputs", "units"), for the observation of a
-    recorded error. The mesh is built here, first, outside any ``FakeTensorMode``.
-    """
-
-    def __init__(
-        self,
-        setup: RunSetup,
-        plan: RankPlan,
-        rank: int,
-        device_type: str,
-        on_phase: Callable[[str], None] | None,
-        collective_log: Any,
-        checkpoint_dir: str | None,
-        tracing: bool = False,
-    ) -> None:
-        self.setup, self.plan, self.rank, self.world_size = setup, plan, rank, setup.world_size
-        self.tracing = tracing  # --trace: the profiler also records the device's activity
-        self.collective_log, self.checkpoint_dir = collective_log, checkpoint_dir
-        self.phases = Phases(sync=torch.cuda.synchronize if device_type == "cuda" else None, on_enter=on_phase)
-        self.device_type = device_type
-        self.device = (
-            torch.device("cuda", torch.cuda.current_device()) if device_type == "cuda" else torch.device("cpu")
-        )
-        self.dtype = torch_dtype(setup.model.dtype)
-        self.config = qwen3.get_config(setup.model.config, **dict(setup.model.overrides))
-        self.mesh = build_mesh(setup, device_type)
-        self.group_dims = group_dims(setup, self.mesh)
-        self.coords = [int(c) for c in self.mesh.get_coordinate()]
-        schedule = setup.schedule
-        self.hooks = load_hooks(setup.hooks, rank, self.world_size)  # the spec's own functions (setup.hooks)
-        base_loss = self.hooks.loss() or (
-            make_loss(setup.model.body) if schedule is None else loss_function(schedule.loss_for(setup.model.body))
-        )
-        self.loss_fn = with_router_aux_loss(base_loss, self.config)  # a MoE config's output_router_logits
-        self.got: dict[str, Any] = {}
-        self.inputs: Any = None
-        self.batches: list[torch.Tensor] | None = None
-        self.steps: Any = None
-
-    def make_inputs(self) -> None:
-        """This rank's inputs, the schedule's global batches (None without one) and the step plan."""
-        setup, simulated = self.setup, self.plan.simulated
-        B, rows = setup.batch_per_rank, slice(*self.plan.rows)
-        self.inputs = self.got["inputs"] = make_inputs(
-            setup, self.config, self.rank, self.world_size, self.dtype, self.device, local_only=simulated
-        )
-        if setup.schedule is not None:
-            self.batches = global_batches(
-                setup, self.config, self.dtype, forward_count(setup.schedule), rows=B if simulated else None
-            )
-        self.steps = step_plan(
-            setup, self.inputs.tensor, lambda n: [b[rows].clone().to(self.device) for b in self.batches]
-        )
-
-    def _materializer(self) -> Callable[..., Any] | None:
-        """How ``apply_fsdp`` gives a meta-built model its shards' values; None for a full init
-        and for a simulated rank (no values: ``harness.run.rank.fake`` gives it fake storage)."""
-        if self.plan.simulated:
-            return None
-        if self.plan.init == "meta":
-            return functools.partial(
-                init_shards_like_full, device=self.device, seed=self.setup.seed, repair=self.setup.init_repair
-            )
-        if self.plan.meta_init:
-            return functools.partial(
-                init_local_shards,
-                device=self.device,
-                std=self.config.initializer_range,
-                seed=self.setup.seed,
-                rank=self.rank,
-            )
-        return None
+class RankStep(RankBody):
+    """The stages run on a :class:`RankBody`'s state: train, observe, the result."""
 
     def train(self, strategy: RealRank | SimulatedRank) -> Trained:
         """Build, reference, shard, instrument, run the steps; the recorders have stopped on return."""

@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from harness.run.build import build_model, torch_dtype
-from harness.run.instruments import Instruments
-from harness.run.process_group import device_backend
+from harness.run.rank.body import RankBody, Trained
+from harness.run.rank.build import build_model, torch_dtype
 from harness.run.rank.fake import materialize_fake, storage_for_sharding
-from harness.run.recorders.environment import rank_environment
-
-if TYPE_CHECKING:
-    from harness.run.rank.step import RankBody, Trained
+from harness.run.rank.instruments import Instruments
+from harness.run.rank.process_group import device_backend
+from harness.run.rank.recorders.environment import rank_environment
 
 __all__ = ["RealRank", "SimulatedRank", "strategy_for"]
 
@@ -32,7 +30,7 @@ class RealRank:
     recorder on from ``fully_shard`` on, then the state-dict round trip, the bandwidth rows and
     the rank's host and device."""
 
-    def build(self, body: "RankBody") -> torch.nn.Module:
+    def build(self, body: RankBody) -> torch.nn.Module:
         meta = body.plan.meta_init
         root = build_model(
             body.setup, body.config, body.dtype, torch.device("meta") if meta else body.device, init=not meta
@@ -40,20 +38,20 @@ class RealRank:
         body.make_inputs()
         return root
 
-    def before_sharding(self, body: "RankBody", stack: contextlib.ExitStack, instruments: Instruments) -> None:
+    def before_sharding(self, body: RankBody, stack: contextlib.ExitStack, instruments: Instruments) -> None:
         stack.enter_context(instruments)  # fully_shard's collectives and meta init's recorded
 
     def after_sharding(
-        self, body: "RankBody", stack: contextlib.ExitStack, instruments: Instruments, root: torch.nn.Module
+        self, body: RankBody, stack: contextlib.ExitStack, instruments: Instruments, root: torch.nn.Module
     ) -> None:
         pass
 
-    def after_step(self, body: "RankBody", trained: "Trained", collectives: list[dict[str, Any]]) -> dict[str, Any]:
+    def after_step(self, body: RankBody, trained: Trained, collectives: list[dict[str, Any]]) -> dict[str, Any]:
         """The state-dict round trip, the state-dict options calls and the bandwidth rows where the
         setup asks, and ``environment``."""
         setup, phases, parts = body.setup, body.phases, {}
         if setup.state_dict.round_trip:
-            from harness.run.checkpoint import fresh_sharded, round_trip, shared_folder
+            from harness.run.rank.checkpoint import fresh_sharded, round_trip, shared_folder
 
             fresh = functools.partial(fresh_sharded, setup, body.mesh, body.device, body.rank)
             with phases.phase("state_dict"), shared_folder(body.checkpoint_dir) as folder:
@@ -65,8 +63,8 @@ class RealRank:
                     write_reference=bool(setup.state_dict.reload_world_sizes),
                 )
         if setup.state_dict.get_model or setup.state_dict.set_model:
-            from harness.run.checkpoint import sharded_model
-            from harness.run.state_dict_options import state_dict_options
+            from harness.run.rank.checkpoint import sharded_model
+            from harness.run.rank.state_dict_options import state_dict_options
 
             def fresh(into: str) -> torch.nn.Module:
                 return sharded_model(setup, body.mesh, body.device, body.rank, materialize=into == "sharded")
@@ -87,7 +85,7 @@ class SimulatedRank:
     fake mode its per-rank ops cost ~10x, ``harness.run.rank.fake``), then the fake mode, the
     recorders on top of it, fake storage and this rank's inputs."""
 
-    def build(self, body: "RankBody") -> torch.nn.Module:
+    def build(self, body: RankBody) -> torch.nn.Module:
         root = build_model(body.setup, body.config, body.dtype, torch.device("meta"), init=False)
         storage_for_sharding(root, body.setup.mesh_shape[-1])
         # made before fully_shard as on a real rank, so a run that fails in it records its input
@@ -95,13 +93,13 @@ class SimulatedRank:
         body.make_inputs()
         return root
 
-    def before_sharding(self, body: "RankBody", stack: contextlib.ExitStack, instruments: Instruments) -> None:
+    def before_sharding(self, body: RankBody, stack: contextlib.ExitStack, instruments: Instruments) -> None:
         # FSDP2 issues no collective in fully_shard (tests/test_simulated_agrees.py compares
         # every collective of 8 real ranks, whose recorder covers it, with the simulated ones)
         pass
 
     def after_sharding(
-        self, body: "RankBody", stack: contextlib.ExitStack, instruments: Instruments, root: torch.nn.Module
+        self, body: RankBody, stack: contextlib.ExitStack, instruments: Instruments, root: torch.nn.Module
     ) -> None:
         from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -111,7 +109,7 @@ class SimulatedRank:
             materialize_fake(root, body.device)
             body.make_inputs()
 
-    def after_step(self, body: "RankBody", trained: "Trained", collectives: list[dict[str, Any]]) -> dict[str, Any]:
+    def after_step(self, body: RankBody, trained: Trained, collectives: list[dict[str, Any]]) -> dict[str, Any]:
         return {}  # one process simulates every rank: it has no per-rank host or device
 
 
@@ -120,9 +118,9 @@ def strategy_for(mode: str) -> RealRank | SimulatedRank:
     return SimulatedRank() if mode == "simulated" else RealRank()
 
 
-def _time_collectives(body: "RankBody", collectives: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``setup.bandwidth``'s rows timed on this rank (``harness.run.bandwidth``), after the step."""
-    from harness.run.bandwidth import plan_rows, run_bandwidth
+def _time_collectives(body: RankBody, collectives: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``setup.bandwidth``'s rows timed on this rank (``harness.run.rank.collective_timing``), after the step."""
+    from harness.run.rank.collective_timing import plan_rows, run_bandwidth
 
     setup, device = body.setup, body.device
     mp = setup.fsdp.mixed_precision

@@ -1,6 +1,6 @@
 """Make one rank of a torchrun world hang, for tests of how a joined run ends.
 
-The local launcher carries ``harness.run.faults`` hooks to its ranks; torchrun's ranks are
+The local launcher carries ``tests.support.faults`` hooks to its ranks; torchrun's ranks are
 processes of their own, so a test puts this folder first on ``PYTHONPATH`` with :data:`RANK`
 set to ``"<rank>:<phase>"``: every Python started then (torchrun's agents, their ranks)
 registers ``Fault(rank, phase, kind="hang")`` at start-up, and the rank of that number hangs
@@ -14,8 +14,8 @@ import os
 RANK = "FSDP2_TESTS_HANG_RANK"
 
 if os.environ.get(RANK):
-    from harness.run.faults import Fault
-    from harness.run.recorders.phases import PHASE_HOOKS
+    from harness.run.rank.recorders.phases import PHASE_HOOKS
+    from tests.support.faults import Fault
 
     _rank, _phase = os.environ[RANK].split(":")
     PHASE_HOOKS.append(Fault(rank=int(_rank), phase=_phase, kind="hang"))

@@ -200,7 +200,7 @@ def test_memory_counts_the_padding():
     """Qwen3-1.7B on 6 ranks pads dims that 6 does not divide: FSDPMemTracker counts the padded
     all-gather output, not the layer's elements."""
     from harness.author.draft import SECTION_MEMORY, draft
-    from harness.contract.calculator import layer_tables
+    from harness.calculator import layer_tables
     from model.config import KNOWN_CONFIGS
 
     layer = layer_tables(KNOWN_CONFIGS["Qwen3-1.7B"], 6, storage_dtype="bfloat16")

@@ -119,7 +119,7 @@ def test_units_and_aspects():
     assert fields.lookup("timings_s").unit == "s" and fields.lookup("timings_s").aspect == "timing"
     assert fields.lookup("rank_environment.host").aspect == "environment"
     assert fields.lookup("environment.world_size").aspect == "behaviour"
-    assert fields.lookup("memory.bytes.temp").by.startswith("harness/run/recorders/memory.py")
+    assert fields.lookup("memory.bytes.temp").by.startswith("harness/run/rank/recorders/memory.py")
 
 
 def test_a_declaration_with_an_unknown_world_fact_or_key_is_refused():

@@ -18,7 +18,7 @@ import pytest
 from harness.contract.names import BODY_PHASES, PHASES, RANK_PHASES, rank_phase_code
 from harness.report.progress import STAGES, stage_of
 from harness.run.launch.phase_trail import PhaseTrail
-from harness.run.recorders.phases import Phases
+from harness.run.rank.recorders.phases import Phases
 from tests.support import REPO
 
 HARNESS = REPO / "harness"

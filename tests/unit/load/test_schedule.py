@@ -15,9 +15,9 @@ import torch
 import model as qwen3
 from harness.load.setup import RunSetup
 from harness.load.spec import SpecError, load_spec
-from harness.run.build import build_model, make_inputs
-from harness.run.plan import global_batches, loss_function, step_plan
-from harness.run.recorders.updates import schedule_reference, shard_rows
+from harness.run.rank.build import build_model, make_inputs
+from harness.run.rank.recorders.updates import schedule_reference, shard_rows
+from harness.run.rank.step_plan import global_batches, loss_function, step_plan
 from tests.support.specs import TINY_DIMS
 
 SPEC = """\

@@ -10,7 +10,7 @@ import json
 import jsonschema
 import pytest
 
-from harness.contract.calculator import DTYPE_BYTES
+from harness.calculator import DTYPE_BYTES
 from harness.contract.names import BACKENDS, BANDWIDTH_OPS
 from harness.language.kinds.docs import SCHEMA_PATH, dump_schema
 from harness.load import docs

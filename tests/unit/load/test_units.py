@@ -179,7 +179,7 @@ def test_meta_init_gives_the_full_inits_values_and_inv_freq(tmp_path: Path):
     import torch.distributed as dist
 
     import model as qwen3
-    from harness.run.parallelize import apply_fsdp, build_mesh, init_shards_like_full, units_from_setup
+    from harness.run.rank.parallelize import apply_fsdp, build_mesh, init_shards_like_full, units_from_setup
 
     setup = RunSetup.from_mapping(
         {

@@ -12,7 +12,7 @@ from harness.contract.observation import ObservationError, validate_observation
 from harness.load.setup import ModelSetup, RunSetup
 from harness.run.launch.errors import RunError
 from harness.run.launch.joined import _check_world_size, joined_world
-from harness.run.recorders.collectives import AttributionError, Span, attribute, parse_fsdp_label
+from harness.run.rank.recorders.collectives import AttributionError, Span, attribute, parse_fsdp_label
 from harness.run.runner import run_setup
 
 # --- FSDP's profiler labels (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py) ----------

@@ -14,8 +14,8 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensorMode
 
-from harness.run.recorders.tensor_diff import max_abs_diff, on_one_device
-from harness.run.recorders.updates import _changed_rows
+from harness.run.rank.recorders.tensor_diff import max_abs_diff, on_one_device
+from harness.run.rank.recorders.updates import _changed_rows
 
 # torch 2.13 raises FakeTensorDeviceMismatchError (a RuntimeError: "found at least two devices");
 # 2.11 has no such class and raises a plain RuntimeError ("found two different devices")
@@ -59,7 +59,7 @@ def test_values_and_errors_of_the_comparison():
 
 
 def test_the_state_dict_round_trip_compares_on_one_device():
-    from harness.run.checkpoint import _same
+    from harness.run.rank.checkpoint import _same
 
     with FakeTensorMode():
         loaded, saved = torch.ones(4, 3), torch.ones(4, 3, device="cuda")  # an offloaded shard, a GPU reference

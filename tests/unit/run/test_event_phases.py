@@ -1,5 +1,5 @@
 """``events`` take their phase from the phase span open while they ran, on any thread
-(harness/run/recorders/events.py). On CUDA, backward's hooks run on the autograd engine's device
+(harness/run/rank/recorders/events.py). On CUDA, backward's hooks run on the autograd engine's device
 thread while the loop's thread holds ``HARNESS::phase backward`` open; on CPU both are one thread,
 so the CUDA case is emulated with profiler events of two thread ids."""
 
@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from torch.autograd import DeviceType
 
-from harness.run.recorders.attribution import profiler_spans
-from harness.run.recorders.events import events_from_profiler
+from harness.run.rank.recorders.attribution import profiler_spans
+from harness.run.rank.recorders.events import events_from_profiler
 
 LOOP, DEVICE = 1, 2  # the loop's thread; the autograd engine's CUDA device thread
 

@@ -211,8 +211,8 @@ def test_bandwidth_patterns_and_checks_allocate_nothing_wider_than_needed(monkey
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from harness.run import bandwidth
-    from harness.run.bandwidth import PlannedRow, _pattern, _wrong
+    from harness.run.rank import collective_timing as bandwidth
+    from harness.run.rank.collective_timing import PlannedRow, _pattern, _wrong
 
     class Allocations(TorchDispatchMode):
         def __init__(self):

@@ -153,7 +153,7 @@ class PendingFuture:  # an NCCL work's future: completes when the GPU gets there
 
 
 def test_hang_progress_reports_the_oldest_open_collective_as_works_complete(monkeypatch):
-    from harness.run.recorders import hang_progress
+    from harness.run.rank.recorders import hang_progress
 
     futures = {}
     monkeypatch.setattr(hang_progress, "_futures", lambda out: [futures.setdefault(out, PendingFuture())])
@@ -183,7 +183,7 @@ def test_nothing_to_watch_is_none_whatever_the_op_handed_back():
     import torch
     import torch.distributed as dist
 
-    from harness.run.recorders.hang_progress import _futures
+    from harness.run.rank.recorders.hang_progress import _futures
 
     no_work = dist.distributed_c10d.Work.boxed(None)
     assert dist.distributed_c10d.Work.unbox(no_work) is None  # what NCCL hands back, torch 2.11
@@ -194,7 +194,7 @@ def test_nothing_to_watch_is_none_whatever_the_op_handed_back():
 
 
 def test_a_collective_with_nothing_to_watch_is_marked_sync_and_completed_at_the_next_phase(monkeypatch):
-    from harness.run.recorders import hang_progress
+    from harness.run.rank.recorders import hang_progress
 
     monkeypatch.setattr(hang_progress, "_futures", lambda out: None)
     sink = Sink()

@@ -1,4 +1,4 @@
-"""harness.run.hooks: the spec's file imported by path, each hook called with keywords; a hook
+"""harness.run.rank.hooks: the spec's file imported by path, each hook called with keywords; a hook
 that raises or returns what cannot be recorded fails naming the hook point, function and rank."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from harness.load.hooks import HooksSetup, resolve_hooks
-from harness.run.hooks import HookError, load_hooks
+from harness.run.rank.hooks import HookError, load_hooks
 
 SOURCE = """\
 seen = []

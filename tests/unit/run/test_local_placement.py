@@ -1,5 +1,5 @@
 """A rank's place on its node under torchrun, Slurm's srun and Open MPI's mpirun
-(harness/run/local_placement.py), and what the joined world does with it on CUDA: no GPU needed,
+(harness/run/rank/local_placement.py), and what the joined world does with it on CUDA: no GPU needed,
 torch.cuda's counts are emulated."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from harness.run.launch.backend import resolve_backend
 from harness.run.launch.errors import RunError
 from harness.run.launch.joined import joined_world
 from harness.run.launch.joined_deadline import JOINED_GRACE_S
-from harness.run.local_placement import device_ordinal_problem, local_placement
+from harness.run.rank.local_placement import device_ordinal_problem, local_placement
 
 WORLD = {"RANK": "11", "WORLD_SIZE": "16", "MASTER_ADDR": "n0"}  # 2 nodes x 8 ranks, rank 11 = node 1's 4th
 SLURM = {**WORLD, "SLURM_LOCALID": "3", "SLURM_NTASKS_PER_NODE": "8", "SLURM_PROCID": "11"}

@@ -13,7 +13,7 @@ from torch import nn
 from torch.distributed.fsdp import fully_shard
 
 from harness.language.kinds.memory import measure
-from harness.run.recorders.memory import MemoryRecorder
+from harness.run.rank.recorders.memory import MemoryRecorder
 from tests.support.cuda_accounting.sitecustomize import round_like_cuda
 
 # 5 x 7 float32 weights (140 B) and 7-element biases (28 B): each far from a 512-B multiple

@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 import model as qwen3
 from harness.load.setup import RunSetup
-from harness.run.parallelize import (
+from harness.run.rank.parallelize import (
     apply_fsdp,
     build_mesh,
     init_local_shards,
@@ -20,7 +20,7 @@ from harness.run.parallelize import (
     materialization_devices,
     units_from_setup,
 )
-from harness.run.process_group import device_backend, group_backend
+from harness.run.rank.process_group import device_backend, group_backend
 from tests.support.specs import TINY_DIMS
 
 TINY = dict(TINY_DIMS, vocab_size=100)

@@ -14,12 +14,11 @@ import torch
 
 import model as qwen3
 from harness.load.setup import FSDPSetup, MixedPrecision, ModelSetup, RunSetup
-from harness.run import faults
-from harness.run.build import build_model
-from harness.run.loop import run_steps
-from harness.run.parallelize import ShardUnit, units_from_setup
-from harness.run.recorders.phases import PHASE_HOOKS, Phases
-from tests.support import REPO
+from harness.run.rank.build import build_model
+from harness.run.rank.loop import run_steps
+from harness.run.rank.parallelize import ShardUnit, units_from_setup
+from harness.run.rank.recorders.phases import PHASE_HOOKS, Phases
+from tests.support import REPO, faults
 
 HARNESS = REPO / "harness"
 
@@ -38,8 +37,8 @@ def _calls(path: Path, name: str) -> list[int]:
 def test_apply_fsdp_is_the_only_caller_of_fully_shard():
     callers = {str(p.relative_to(HARNESS)): _calls(p, "fully_shard") for p in HARNESS.rglob("*.py")}
     callers = {p: lines for p, lines in callers.items() if lines}
-    assert list(callers) == ["run/parallelize.py"]
-    assert len(callers["run/parallelize.py"]) == 1
+    assert list(callers) == ["run/rank/parallelize.py"]
+    assert len(callers["run/rank/parallelize.py"]) == 1
 
 
 def test_shard_unit_passes_only_the_options_it_sets():
@@ -126,7 +125,7 @@ class _Counted(torch.nn.Module):
     [("call", True, 2), ("call", False, 2), ("forward", True, 1), ("forward", False, 1)],
 )
 def test_the_functional_checkpoint_forms_recompute_inside_or_outside_the_module_hooks(style, reentrant, hooks):
-    from harness.run.parallelize import apply_checkpoint
+    from harness.run.rank.parallelize import apply_checkpoint
 
     torch.manual_seed(0)
     plain, checkpointed = _Counted(), _Counted()
@@ -145,7 +144,7 @@ def test_the_functional_checkpoint_forms_recompute_inside_or_outside_the_module_
 
 
 def test_an_unknown_checkpoint_style_is_refused():
-    from harness.run.parallelize import apply_checkpoint
+    from harness.run.rank.parallelize import apply_checkpoint
 
     with pytest.raises(ValueError, match="checkpoint_style 'around'"):
         apply_checkpoint(_Counted(), "around", False)
@@ -156,7 +155,7 @@ def test_grad_dtypes_and_step_freezes_act_on_the_matching_parameters():
     bf16 parameter's gradient in float32 (what fully_shard drops, specs/grad_dtype_dropped.yaml); a
     schedule step's freeze then unfreeze set requires_grad; a pattern naming nothing is refused."""
     from harness.load.schedule import ScheduleStep
-    from harness.run.parallelize import set_grad_dtypes, step_requires_grad
+    from harness.run.rank.parallelize import set_grad_dtypes, step_requires_grad
 
     layer = torch.nn.Sequential(
         torch.nn.Linear(4, 4, dtype=torch.bfloat16), torch.nn.Linear(4, 2, dtype=torch.bfloat16)
@@ -182,7 +181,7 @@ def test_a_meta_built_uneven_shard_is_padded_when_materialized(materializer, tmp
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from harness.run import parallelize
+    from harness.run.rank import parallelize
 
     setup = RunSetup.from_mapping(
         {

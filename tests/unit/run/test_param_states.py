@@ -11,9 +11,9 @@ import torch.utils.deterministic as deterministic
 from torch import nn
 
 import model as qwen3
-from harness.run.parallelize import uninitialized_memory_as_nan
-from harness.run.recorders.param_states import FullyShardCalls, ParamStateHooks
-from harness.run.recorders.params import finite, pinned
+from harness.run.rank.parallelize import uninitialized_memory_as_nan
+from harness.run.rank.recorders.param_states import FullyShardCalls, ParamStateHooks
+from harness.run.rank.recorders.params import finite, pinned
 
 
 def test_each_call_keeps_only_the_parameters_it_changed():

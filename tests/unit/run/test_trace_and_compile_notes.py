@@ -7,7 +7,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.report.notes import compile_ran_eager_note
-from harness.run.instruments import profiler_options, trace_device_activity
+from harness.run.rank.instruments import profiler_options, trace_device_activity
 from harness.run.rank.observe import compile_counts
 
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from harness.judge.checks import check
-from harness.language.bandwidth import bandwidth_rows, bus_factor
+from harness.language.algbw_busbw import bandwidth_rows, bus_factor
 from harness.language.entry import make_entry
 from harness.load.spec import SpecError, load_spec
-from harness.report.bandwidth import markdown_table, table_lines
+from harness.report.bandwidth_table import markdown_table, table_lines
 from tests.support.observations import timed_observation
 
 
@@ -147,7 +147,7 @@ def test_bandwidth_entries_need_setup_bandwidth(tmp_path):
 
 
 def test_unit_sizes_are_the_layers_fsdp_gathers():
-    from harness.run.bandwidth import unit_numel
+    from harness.run.rank.collective_timing import unit_numel
 
     assert unit_numel("walkthrough", 4) == 2_360_448
     assert unit_numel("Qwen3-8B", 4) == 192_946_432
@@ -158,7 +158,7 @@ def test_unit_sizes_are_the_layers_fsdp_gathers():
 def test_wrong_counts_elements_that_differ():
     import torch
 
-    from harness.run.bandwidth import PlannedRow, _pattern, _wrong
+    from harness.run.rank.collective_timing import PlannedRow, _pattern, _wrong
 
     row = PlannedRow("x", "sweep", "all_gather", torch.bfloat16, 12, 12, 3, None, None)
     out = torch.cat([_pattern(4, j, torch.bfloat16, torch.device("cpu")) for j in range(3)])

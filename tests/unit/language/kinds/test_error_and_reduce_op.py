@@ -12,7 +12,7 @@ from jsonschema import Draft202012Validator
 from harness.judge.checks import check
 from harness.language.entry import make_entry
 from harness.language.expect import ExpectationError, parse_expectation
-from harness.run.recorders.collectives import resolve_mesh_dims
+from harness.run.rank.recorders.collectives import resolve_mesh_dims
 from tests.support import REPO
 from tests.support.observations import walkthrough_observation
 

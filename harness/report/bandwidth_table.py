@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from harness.language.bandwidth import BandwidthRow
+from harness.language.algbw_busbw import BandwidthRow
 
 __all__ = ["nccl_type", "redop", "table_lines", "markdown_table"]
 

@@ -1,7 +1,7 @@
 """What a rank builds before FSDP: the model, its inputs, the loss, the optimizer, the replica.
 
-Nothing here calls ``fully_shard`` (that is ``harness.run.parallelize``) or records anything
-(that is ``harness.run.instruments``).
+Nothing here calls ``fully_shard`` (that is ``harness.run.rank.parallelize``) or records anything
+(that is ``harness.run.rank.instruments``).
 
 - :func:`build_model`: the setup's body (``decoder_layers`` or ``causal_lm``) in the given
   dtype on the given device; weights from ``torch.Generator().manual_seed(setup.seed)``,
@@ -13,7 +13,7 @@ Nothing here calls ``fully_shard`` (that is ``harness.run.parallelize``) or reco
 - :func:`make_loss`: the step's loss (float32 scalar) for a body.
 - :func:`make_optimizer`: SGD or AdamW over the given parameters.
 - :func:`replica_reference`: the plain replica's step on this rank's chunk, its gradients
-  averaged over ranks (``harness.run.recorders.numerics``).
+  averaged over ranks (``harness.run.rank.recorders.numerics``).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from torch import nn
 
 import model as qwen3
 from harness.load.setup import RunSetup
-from harness.run.recorders.collectives import dtype_name
-from harness.run.recorders.numerics import Reference, compute_reference
+from harness.run.rank.recorders.collectives import dtype_name
+from harness.run.rank.recorders.numerics import Reference, compute_reference
 
 __all__ = [
     "RankInputs",
@@ -237,12 +237,12 @@ def reference_from_rank_0(
 
     Rank 0 builds the full replica (``build_replica()``), runs every rank's inputs
     (:func:`make_inputs` of each rank: the seeded global batch) through it
-    (``harness.run.recorders.numerics.compute_references_on_one_rank``) and writes each rank's
+    (``harness.run.rank.recorders.numerics.compute_references_on_one_rank``) and writes each rank's
     reference to ``folder/reference_rank<r>.pt``; after a barrier every rank loads its own. The
     other ranks hold no replica: one full model on the host instead of one per rank. ``folder``
-    must be shared by every rank (``harness.run.checkpoint.shared_folder``).
+    must be shared by every rank (``harness.run.rank.checkpoint.shared_folder``).
     """
-    from harness.run.recorders.numerics import compute_references_on_one_rank
+    from harness.run.rank.recorders.numerics import compute_references_on_one_rank
 
     mp = setup.fsdp.mixed_precision
     replica_dtype = torch_dtype(mp.param_dtype) if mp is not None and mp.param_dtype else dtype

@@ -4,7 +4,7 @@
 shard mesh dim). :func:`param_table` is the observation's ``params`` list (taken before the
 first step); :func:`tensor_state` is what one parameter is at a moment (plain tensor or
 ``DTensor``, local shape, placements, device), the row of ``param_states`` and
-``fully_shard_calls`` (``harness.run.recorders.param_states``).
+``fully_shard_calls`` (``harness.run.rank.recorders.param_states``).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ hooks only:
   unless ``reshard_after_forward`` is False);
 - ``pre_backward``: a gradient hook on the unit's first output that requires grad, registered
   in that forward hook, after the one FSDP registers there: right after FSDP's pre-backward
-  unshard (``harness.run.recorders.backward_points``);
+  unshard (``harness.run.rank.recorders.backward_points``);
 - ``post_backward``: a hook on the ``RegisterPostBackwardFunction`` node FSDP wraps the unit's
   forward inputs in, whose backward runs FSDP's post-backward (reduce-scatter, reshard). A
   unit whose inputs need no gradient (the first decoder layer on hidden states) has no such

@@ -1,7 +1,7 @@
 """Try the command line as a new user would, with bad inputs and faults in real runs (issue 11).
 
 Every case runs ``python -m harness ...`` as a subprocess (fault cases run the same ``main``
-inside ``python -c`` with a rank fault from ``harness.run.faults`` registered first: the real
+inside ``python -c`` with a rank fault from ``tests.support.faults`` registered first: the real
 CLI, the real launcher, real gloo ranks), each in its own session and with its own TMPDIR, under
 a wall-clock bound. A case is CLEAN when:
 
@@ -17,9 +17,9 @@ a wall-clock bound. A case is CLEAN when:
 Usage (about 10 minutes on a loaded 2-core machine; real runs one at a time, except the
 concurrency case, which runs two two-rank runs at once)::
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/try_bad_inputs.py            # everything
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/try_bad_inputs.py --inputs   # bad inputs only
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/try_bad_inputs.py --faults   # faults only
+    PYTHONPATH=$PWD .venv/bin/python scripts/try_bad_inputs.py            # everything
+    PYTHONPATH=$PWD .venv/bin/python scripts/try_bad_inputs.py --inputs   # bad inputs only
+    PYTHONPATH=$PWD .venv/bin/python scripts/try_bad_inputs.py --faults   # faults only
     ... -k json                                                              # cases whose name has 'json'
 """
 
@@ -914,7 +914,7 @@ def inputs() -> list[Case]:
 
 INJECT = (
     "import sys\n"
-    "from harness.run.faults import Fault, injected\n"
+    "from tests.support.faults import Fault, injected\n"
     "from harness.cli import main\n"
     "with injected(Fault(rank={rank}, phase={phase!r}, kind={kind!r})):\n"
     "    code = main(sys.argv[1:])\n"

@@ -1,6 +1,6 @@
 """The training loop: a step plan run phase by phase, every phase marked with its step and microbatch.
 
-:func:`run_steps` runs the plan of ``harness.run.plan.step_plan``. For each step, in order
+:func:`run_steps` runs the plan of ``harness.run.rank.step_plan.step_plan``. For each step, in order
 (``harness.load.schedule`` says what each key does):
 
 - ``freeze`` / ``unfreeze``: ``requires_grad_`` on the matching parameters, then the spec's
@@ -35,11 +35,11 @@ from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 
 import model as qwen3
-from harness.run.hooks import RunHooks
-from harness.run.instruments import Instruments
-from harness.run.parallelize import step_requires_grad
-from harness.run.plan import PlannedMicrobatch, PlannedStep, StepCapture
-from harness.run.recorders.phases import Phases
+from harness.run.rank.hooks import RunHooks
+from harness.run.rank.instruments import Instruments
+from harness.run.rank.parallelize import step_requires_grad
+from harness.run.rank.recorders.phases import Phases
+from harness.run.rank.step_plan import PlannedMicrobatch, PlannedStep, StepCapture
 
 __all__ = ["PlannedStep", "StepOutcome", "run_steps", "local_grad_peak"]
 

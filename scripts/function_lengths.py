@@ -1,6 +1,6 @@
 """The longest functions of a package, in lines (``def`` line to the last line, docstring included).
 
-Run: ``python benchmarks/function_lengths.py [ROOT] [--package harness/run] [--top 10]``; ROOT
+Run: ``python scripts/function_lengths.py [ROOT] [--package harness/run] [--top 10]``; ROOT
 (default: this checkout) may be another checkout, to compare before and after a change.
 """
 

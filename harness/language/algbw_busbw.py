@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from harness.contract.calculator import busbw_factor
+from harness.calculator import busbw_factor
 
 __all__ = ["BUS_FACTORS", "bus_factor", "BandwidthRow", "bandwidth_rows"]
 
@@ -31,7 +31,7 @@ BUS_FACTORS = {
 
 
 def bus_factor(op: str, n: int) -> float:
-    """busbw / algbw for ``op`` on ``n`` ranks (:func:`harness.contract.calculator.busbw_factor`).
+    """busbw / algbw for ``op`` on ``n`` ranks (:func:`harness.calculator.busbw_factor`).
 
     Raises:
         ValueError: an op without a factor here.

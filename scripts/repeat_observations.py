@@ -1,7 +1,7 @@
 """How reproducible the observations are: N cold runs per spec, every differing value counted.
 
-    python benchmarks/repeat_observations.py --runs 10 --out /tmp/repeat specs/qwen3_walkthrough.yaml ...
-    python benchmarks/repeat_observations.py --analyze /tmp/repeat        # count again from the files
+    python scripts/repeat_observations.py --runs 10 --out /tmp/repeat specs/qwen3_walkthrough.yaml ...
+    python scripts/repeat_observations.py --analyze /tmp/repeat        # count again from the files
 
 Each run is a fresh ``python -m harness run SPEC --json FILE`` (its own ranks, nothing cached
 between runs), one after the other, with ``--tree`` as PYTHONPATH (so a copy of an older
@@ -13,7 +13,7 @@ per spec the script prints
   values are not the same in all runs, of how many, and per run how many differ from the
   most common value;
 - other fields: how many other observed values differ at all (collectives, events, ...);
-- with ``--torch-reference FILE`` (``benchmarks/torch_memory_reference.py --out FILE``, the
+- with ``--torch-reference FILE`` (``scripts/torch_memory_reference.py --out FILE``, the
   walkthrough in plain torch): per run of ``qwen3_walkthrough``, how many memory values differ
   from torch's first run at the same (rank, module, state, occurrence, category).
 

@@ -34,8 +34,8 @@ from torch.distributed.tensor import DTensor, Shard
 import model as qwen3
 from harness.load.setup import RunSetup
 from harness.load.units import MixedPrecision, UnitOptions, match_params
-from harness.run.build import torch_dtype
-from harness.run.recorders.params import Unit
+from harness.run.rank.build import torch_dtype
+from harness.run.rank.recorders.params import Unit
 
 __all__ = [
     "ShardUnit",
@@ -294,7 +294,7 @@ def apply_fsdp(
             (the spec's ``setup.hooks.after_fully_shard``); a meta-built model is not yet materialized.
 
     Returns:
-        The recorders' :class:`~harness.run.recorders.params.Unit` per unit, same order: its
+        The recorders' :class:`~harness.run.rank.recorders.params.Unit` per unit, same order: its
         modules and the FQNs (relative to the root, ``named_parameters()`` order) of the
         parameters torch's FSDP state for it manages.
 
@@ -531,7 +531,7 @@ def init_shards_like_full(root: nn.Module, device: torch.device, *, seed: int, r
     """Materialize a model sharded on ``meta`` with the values a full init gives (``setup.init: meta``).
 
     ``root.to_empty(device)`` allocates every (local) tensor; then ``model.init_weights`` runs
-    with ``torch.Generator().manual_seed(seed)`` exactly as :func:`harness.run.build.build_model`
+    with ``torch.Generator().manual_seed(seed)`` exactly as :func:`harness.run.rank.build.build_model`
     does for a full model, except that each weight is drawn whole (float32, one weight at a
     time) and only this rank's slice (DTensor local shape and global offset: ``Shard(0)``,
     ``Shard(1)``, padding, HSDP) is kept. Same draws in the same order: the same numbers as a
@@ -567,7 +567,7 @@ def unit_state(unit: Unit) -> dict[str, Any]:
     ``CPUOffloadPolicy``; ``param_dtype``/``reduce_dtype``/``output_dtype``: the
     ``MixedPrecisionPolicy``'s, None to keep).
     """
-    from harness.run.recorders.collectives import dtype_name
+    from harness.run.rank.recorders.collectives import dtype_name
 
     state = fully_shard.state(unit.module)
     group = getattr(state, "_fsdp_param_group", None)

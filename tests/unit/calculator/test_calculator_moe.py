@@ -1,6 +1,6 @@
 """The closed-form calculator for sparse (MoE) layers: the fused experts under Shard(0) and
 Shard(1), the router, the padded all-gather and reduce-scatter, and memory; held against the
-model's own parameters and against FSDP2 itself on the fake backend (as tests/unit/contract/test_calculator_vs_fake.py
+model's own parameters and against FSDP2 itself on the fake backend (as tests/unit/calculator/test_calculator_vs_fake.py
 does for dense layers). Neither side reads the other."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from harness.contract import calculator as calc
+from harness import calculator as calc
 from harness.language.observed import ring_bytes
 from model.config import KNOWN_CONFIGS, layer_param_counts
 

@@ -58,7 +58,7 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
 
 from harness.load.setup import GetModelStateDict, SetModelStateDict, StateDictSetup
-from harness.run.recorders.collectives import dtype_name
+from harness.run.rank.recorders.collectives import dtype_name
 
 __all__ = ["state_dict_options"]
 

@@ -2,14 +2,14 @@
 
 Nothing in the harness imports this module; tests do::
 
-    from harness.run.faults import Fault, injected
+    from tests.support.faults import Fault, injected
 
     with injected(Fault(rank=2, phase="forward", kind="raise")):
         run_local(setup, backend="gloo", timeout_s=120)
 
-:func:`injected` registers the fault in ``harness.run.recorders.phases.PHASE_HOOKS`` for the
+:func:`injected` registers the fault in ``harness.run.rank.recorders.phases.PHASE_HOOKS`` for the
 block; the local launcher carries that list to its rank processes (pickled), and each rank's
-:class:`~harness.run.recorders.phases.Phases` calls it at the start of every phase. The
+:class:`~harness.run.rank.recorders.phases.Phases` calls it at the start of every phase. The
 in-process fake backend (``harness.run.launch.simulated``) sees it directly.
 """
 
@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterator
 
-from harness.run.recorders.phases import PHASE_HOOKS
+from harness.run.rank.recorders.phases import PHASE_HOOKS
 
 __all__ = ["FAULT_KINDS", "Fault", "injected"]
 

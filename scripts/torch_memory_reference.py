@@ -1,6 +1,6 @@
 """The walkthrough's step with plain torch and FSDPMemTracker: the harness's memory reference.
 
-    python benchmarks/torch_memory_reference.py --out /tmp/torch_memory.json [--runs 1]
+    python scripts/torch_memory_reference.py --out /tmp/torch_memory.json [--runs 1]
 
 Nothing of ``harness/`` is imported: the project's Qwen3 model (``model/``, the same modules
 the harness runs), torch's ``fully_shard`` and ``torch.distributed._tools.fsdp2_mem_tracker.

@@ -38,8 +38,8 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 import model as qwen3
 from harness.load.schedule import ScheduleStep
-from harness.run.parallelize import step_requires_grad
-from harness.run.plan import StepCapture
+from harness.run.rank.parallelize import step_requires_grad
+from harness.run.rank.step_plan import StepCapture
 
 from .collectives import dtype_name
 from .numerics import nonfinite
@@ -169,7 +169,7 @@ def schedule_reference(
     """Run the plan on one full copy of ``model`` (see the module docstring); ``model`` is left as is.
 
     Args:
-        plan: ``harness.run.plan.step_plan``'s steps (their microbatches, forwards, skipped
+        plan: ``harness.run.rank.step_plan.step_plan``'s steps (their microbatches, forwards, skipped
             layers and schedule step).
         batches: the global batches, by forward index ([W*B, ...] each).
         rank: this rank (whose chunk's output and loss are kept).

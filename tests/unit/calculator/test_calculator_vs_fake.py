@@ -2,7 +2,7 @@
 
 Property (hypothesis): for a random Qwen3 decoder layer, world size and observed rank, the
 fake-backend run of ``fully_shard`` records exactly the local shard shapes, all-gather and
-reduce-scatter sizes, dtypes and per-layer ring bytes that ``harness.contract.calculator`` derives
+reduce-scatter sizes, dtypes and per-layer ring bytes that ``harness.calculator`` derives
 from torch.chunk semantics and FSDP2's padding rule. Neither side reads the other.
 """
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from harness.contract import calculator as calc
+from harness import calculator as calc
 from harness.language.observed import ring_bytes
 from harness.load.setup import RunSetup
 from harness.run.runner import run_setup

@@ -1,6 +1,6 @@
 """Not a timing: the shipped specs' memory entries under FSDPMemTracker's CUDA accounting, on CPU ranks.
 
-    python benchmarks/cuda_memory_accounting.py [SPEC ...]      # default: every spec with a memory table
+    python scripts/cuda_memory_accounting.py [SPEC ...]      # default: every spec with a memory table
 
 Runs the specs once (``python -m harness run --json``) with ``tests/support/cuda_accounting``
 forcing the tracker's CUDA rounding (every storage up to 512 B) in the CLI and its ranks, then

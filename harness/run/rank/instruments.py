@@ -2,25 +2,25 @@
 
 :class:`Instruments` holds
 
-- the :class:`~harness.run.recorders.collectives.CollectiveRecorder` (a ``TorchDispatchMode``:
+- the :class:`~harness.run.rank.recorders.collectives.CollectiveRecorder` (a ``TorchDispatchMode``:
   every c10d op with its tensors and group), from before ``fully_shard`` to the end;
 - ``torch.autograd.profiler.profile`` (FSDP's ``record_function`` labels, to attribute each
   collective to a unit and hook), around the training steps only, started and stopped with
   file descriptor 2 muted;
-- the :class:`~harness.run.recorders.memory.MemoryRecorder` (``FSDPMemTracker``), around the
+- the :class:`~harness.run.rank.recorders.memory.MemoryRecorder` (``FSDPMemTracker``), around the
   training steps;
-- the :class:`~harness.run.recorders.param_states.FullyShardCalls` (every parameter before the
+- the :class:`~harness.run.rank.recorders.param_states.FullyShardCalls` (every parameter before the
   first ``fully_shard`` call and after each one), told of each call by the rank;
-- the :class:`~harness.run.recorders.param_states.ParamStateHooks` (what each unit holds right
+- the :class:`~harness.run.rank.recorders.param_states.ParamStateHooks` (what each unit holds right
   after FSDP's forward and backward hooks, and after backward, the optimizer step and
   ``zero_grad``), installed for the training steps;
 - the walkthrough's step observer (``model.observe_steps``), around each forward;
-- the :class:`~harness.run.recorders.events.ShardStateProbe` (a unit's reshard/unshard as a
+- the :class:`~harness.run.rank.recorders.events.ShardStateProbe` (a unit's reshard/unshard as a
   profiler marker beside FSDP's own labels: the ``events`` list), installed for the steps;
-- optionally a :class:`~harness.run.recorders.updates.ParamUpdates` (which rows of each shard
+- optionally a :class:`~harness.run.rank.recorders.updates.ParamUpdates` (which rows of each shard
   each step changed), passed to :meth:`Instruments.observing`;
 - the gradient dtypes of every parameter after each step and the units' resolved
-  mixed-precision dtypes after each forward (:mod:`harness.run.recorders.grads`).
+  mixed-precision dtypes after each forward (:mod:`harness.run.rank.recorders.grads`).
 
 Each recorder belongs to one named instrument (:data:`INSTRUMENTS`, from
 ``harness.contract.instrument_names``: name -> the entry fields it fills); ``instruments=`` (the
@@ -56,20 +56,20 @@ from torch import nn
 
 import model as qwen3
 from harness.contract.instrument_names import INSTRUMENTS, chosen_instruments
-from harness.run.recorders.collectives import (
+from harness.run.rank.recorders.collectives import (
     CollectiveRecorder,
     attribute,
     dtype_name,
     profiler_spans,
     resolve_mesh_dims,
 )
-from harness.run.recorders.events import ShardStateProbe, events_from_profiler, phase_span
-from harness.run.recorders.experts import ExpertRecorder
-from harness.run.recorders.grads import grad_records, unit_dtype_records
-from harness.run.recorders.memory import MemoryRecorder, tracker_limit_note
-from harness.run.recorders.param_states import FullyShardCalls, ParamStateHooks
-from harness.run.recorders.params import Unit, buffer_table, param_table
-from harness.run.recorders.phases import Phases
+from harness.run.rank.recorders.events import ShardStateProbe, events_from_profiler, phase_span
+from harness.run.rank.recorders.experts import ExpertRecorder
+from harness.run.rank.recorders.grads import grad_records, unit_dtype_records
+from harness.run.rank.recorders.memory import MemoryRecorder, tracker_limit_note
+from harness.run.rank.recorders.param_states import FullyShardCalls, ParamStateHooks
+from harness.run.rank.recorders.params import Unit, buffer_table, param_table
+from harness.run.rank.recorders.phases import Phases
 
 __all__ = ["INSTRUMENTS", "Instruments", "profiler_options", "trace_device_activity"]
 
@@ -220,7 +220,7 @@ class Instruments:
 
         Takes the parameter and buffer tables (sharded, before any step), then starts the profiler, the
         memory tracker, the parameter-state hooks and the shard-state probe, in that order.
-        ``updates``: a :class:`~harness.run.recorders.updates.ParamUpdates` to call at each
+        ``updates``: a :class:`~harness.run.rank.recorders.updates.ParamUpdates` to call at each
         step's start and end (None: parameter updates are not tracked).
         """
         self._updates = updates
@@ -309,7 +309,7 @@ class Instruments:
         self, step_index: int, norm: torch.Tensor, clip: Any, *, clip_coef: float | None = None
     ) -> None:
         """Record what ``clip_grad_norm_`` returned: a DTensor (its placements) or a tensor;
-        ``clip_coef``: the factor it scaled this rank's gradients by (``harness.run.loop``).
+        ``clip_coef``: the factor it scaled this rank's gradients by (``harness.run.rank.loop``).
 
         Read from the local value only: ``full_tensor()`` of a ``Partial(max)`` norm (``norm_type:
         inf``) would issue an all-reduce of the harness's own, recorded as the run's. ``value`` is
@@ -396,7 +396,7 @@ class Instruments:
 
         Raises:
             RuntimeError: :meth:`observing` was never entered.
-            harness.run.recorders.collectives.AttributionError: the dispatched collectives and
+            harness.run.rank.recorders.collectives.AttributionError: the dispatched collectives and
                 the profiler's c10d events disagree.
         """
         if self._n_setup is None:

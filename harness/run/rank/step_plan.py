@@ -2,12 +2,12 @@
 
 :func:`step_plan` turns ``setup.schedule`` (``harness.load.schedule``) into
 :class:`PlannedStep` objects, each holding its microbatches and each microbatch its forwards
-with this rank's inputs; ``harness.run.loop`` runs them and the schedule reference
-(``harness.run.recorders.updates``) replays the same plan on the global batches.
+with this rank's inputs; ``harness.run.rank.loop`` runs them and the schedule reference
+(``harness.run.rank.recorders.updates``) replays the same plan on the global batches.
 
 Inputs: the k-th forward of the plan (counting every forward of every microbatch of every step,
 from 0) takes the k-th global batch drawn from one generator seeded ``setup.seed + 1``; forward
-0's batch is the one ``harness.run.build.make_inputs`` draws, so a one-step schedule sees the
+0's batch is the one ``harness.run.rank.build.make_inputs`` draws, so a one-step schedule sees the
 inputs of the default run. Rank r takes rows ``r*B .. r*B+B-1`` of each global batch (the
 document's assignment, section "每个 rank 上的激活值（输入）").
 """

@@ -20,7 +20,7 @@ the all-reduce's buffer, in bytes. For each row, on every rank of the row's proc
    sizes the comparison allows the dtype's rounding of the sum.
 
 algbw, busbw and the nccl-tests table are computed from these rows by the judge
-(``harness/language/bandwidth.py``), not here: the observation holds what was measured.
+(``harness/language/algbw_busbw.py``), not here: the observation holds what was measured.
 
 The step's rows (source ``step``): each distinct (op, dtype, elements, process group) among the
 collectives the step issued, replayed standalone with the same sizes and group. They time the
@@ -100,7 +100,7 @@ def plan_rows(
         default_dtype: the sweep's dtype when ``bandwidth.dtype`` is None.
         device_type: "cpu" applies ``bandwidth.cpu_max_bytes``.
     """
-    from harness.run.build import torch_dtype
+    from harness.run.rank.build import torch_dtype
 
     dtype = torch_dtype(bandwidth.dtype) if bandwidth.dtype else default_dtype
     element_size = torch.empty((), dtype=dtype).element_size()
@@ -254,7 +254,7 @@ def run_bandwidth(
     ``group_of(mesh_dim)``: the process group of a mesh dim (None: the world, ``dist.group.WORLD``).
     Every rank must call this with the same rows in the same order (collectives inside).
     """
-    from harness.run.recorders.collectives import dtype_name
+    from harness.run.rank.recorders.collectives import dtype_name
 
     out = []
     for row in rows:

@@ -64,11 +64,11 @@ from torch.distributed.tensor._utils import compute_local_shape_and_global_offse
 
 import model as qwen3
 from harness.load.setup import RunSetup
-from harness.run.build import build_model, make_optimizer, torch_dtype
-from harness.run.parallelize import apply_fsdp, build_mesh, init_local_shards, units_from_setup
-from harness.run.recorders.collectives import dtype_name
-from harness.run.recorders.phases import Phases
-from harness.run.recorders.tensor_diff import on_one_device
+from harness.run.rank.build import build_model, make_optimizer, torch_dtype
+from harness.run.rank.parallelize import apply_fsdp, build_mesh, init_local_shards, units_from_setup
+from harness.run.rank.recorders.collectives import dtype_name
+from harness.run.rank.recorders.phases import Phases
+from harness.run.rank.recorders.tensor_diff import on_one_device
 
 __all__ = [
     "DCP_FOLDER",
@@ -256,7 +256,7 @@ def _load_and_compare(fresh: Fresh, path: str, expected: Expected, *, saved_worl
 
 def sharded_model(setup: RunSetup, mesh: Any, device: torch.device, rank: int, *, materialize: bool) -> nn.Module:
     """The setup's model built on the meta device and ``fully_shard``-ed on ``mesh`` with the
-    setup's units (``harness.run.parallelize.apply_fsdp``); with ``materialize`` each rank's
+    setup's units (``harness.run.rank.parallelize.apply_fsdp``); with ``materialize`` each rank's
     shards are allocated on ``device`` and drawn with ``setup.seed + FRESH_SEED_OFFSET``
     (``init_local_shards``), else every parameter and buffer stays on meta (FSDP2's meta-device
     init before ``to_empty``)."""

@@ -1,4 +1,4 @@
-"""Tests of harness/contract/calculator.py: the document's figures, torch.chunk agreement, padding."""
+"""Tests of harness/calculator.py: the document's figures, torch.chunk agreement, padding."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.contract import calculator as calc
-from harness.contract.calculator import MB, WALKTHROUGH, Dims, layer_tables
+from harness import calculator as calc
+from harness.calculator import MB, WALKTHROUGH, Dims, layer_tables
 from tests.support import REPO
 
 # A Qwen3-32B-sized layer (the released Qwen3-32B config.json's dimensions, as model.KNOWN_CONFIGS).
@@ -394,7 +394,7 @@ def test_to_dict_is_plain():
 
 def test_calculator_does_not_import_torch():
     code = (
-        "import sys, harness.contract.calculator as c; c.layer_tables(c.WALKTHROUGH, 4); "
+        "import sys, harness.calculator as c; c.layer_tables(c.WALKTHROUGH, 4); "
         "print(any(m == 'torch' or m.startswith('torch.') for m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
@@ -404,7 +404,7 @@ def test_calculator_does_not_import_torch():
 def test_one_rank_shard_group_issues_no_collective():
     # torch FSDPParamGroup.unshard: "if world_size == 1" it copies the shard in place and
     # returns before any all-gather; the reduce-scatter is skipped the same way. Found by
-    # tests/unit/contract/test_calculator_vs_fake.py, which the first version of this calculator failed.
+    # tests/unit/calculator/test_calculator_vs_fake.py, which the first version of this calculator failed.
     t = calc.layer_tables(calc.WALKTHROUGH, 1)
     assert t.collectives == ()
     assert t.total_ring_bytes == 0

@@ -6,7 +6,7 @@ Other named intervals (``replica`` for the numerics reference) are timed the sam
 not phases of the FSDP step: nothing is recorded while they run.
 
 :data:`PHASE_HOOKS` is for tests only: callables run at the start of every phase (see
-``harness.run.faults``, which makes a rank raise, hang or exit there).
+``tests.support.faults``, which makes a rank raise, hang or exit there).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from typing import Any, Mapping
 
 import torch
 
-from harness.run.local_placement import local_placement
+from harness.run.rank.local_placement import local_placement
 
 __all__ = ["VARIABLE_PREFIXES", "rank_environment", "communication_variables", "cpu_name"]
 

@@ -11,8 +11,8 @@ Linux only (reads ``/proc``).
 
 Record (one JSON line per item: node id, CPU s, wall s, worker), then summarise per file::
 
-    ITEM_CPU_LOG=/tmp/items.jsonl PYTHONPATH=benchmarks python -m pytest -p item_cpu -p no:cacheprovider -n auto
-    python benchmarks/item_cpu.py /tmp/items.jsonl
+    ITEM_CPU_LOG=/tmp/items.jsonl PYTHONPATH=scripts python -m pytest -p item_cpu -p no:cacheprovider -n auto
+    python scripts/item_cpu.py /tmp/items.jsonl
 
 Not a test and not loaded by the suite: the figures depend on the machine and its load.
 """
@@ -85,5 +85,5 @@ def summarise(path: str, top: int = 30) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit("usage: python benchmarks/item_cpu.py ITEMS.jsonl")
+        sys.exit("usage: python scripts/item_cpu.py ITEMS.jsonl")
     summarise(sys.argv[1])
