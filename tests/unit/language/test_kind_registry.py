@@ -67,3 +67,25 @@ def test_the_longest_read_names_a_field_and_the_first_kind_shows_it():
     assert part_kind("params.full_shape") == "param"  # param, params_total and param_state read it
     assert part_kind("collectives.op") == "collectives"  # before reduce_op
     assert part_kind("timings_s.total") == "timings_s"  # no kind reads it
+
+
+def test_two_kinds_naming_a_lists_records_differently_are_refused(monkeypatch):
+    from harness.language.vocabulary import RecordKey
+
+    clash = CheckKind(
+        name="zz_clash",
+        doc="",
+        selectors=(),
+        fields=(),
+        measure=lambda sel, obs: {},
+        record_keys=(RecordKey("params", ("unit",)),),
+    )
+    monkeypatch.setitem(REGISTRY, "zz_clash", clash)
+    kinds._record_keys.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="'zz_clash' names the records of 'params' otherwise than another kind"):
+            kinds.record_key("params")
+    finally:
+        monkeypatch.delitem(REGISTRY, "zz_clash")
+        kinds._record_keys.cache_clear()
+    assert kinds.record_key("params") == RecordKey("params", ("fqn",))
