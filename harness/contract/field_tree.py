@@ -4,7 +4,7 @@ A declaration is a tree that mirrors the observation document: :class:`Record` (
 with named children), :class:`Records` (a list of records), :class:`Keyed` (an object whose keys
 are a known set of names, each the same kind of value) and :class:`Leaf` (a value, with its JSON
 schema verbatim). Every node may state :class:`Facts` (unit, recorder, the worlds that cannot
-observe it, whether it varies run to run, the check kinds that read it); a node's facts apply to
+observe it, whether it varies run to run); a node's facts apply to
 everything below it unless restated there. :func:`walk` yields each leaf with its path and
 resolved facts; :func:`schema_of` gives the JSON schema of a node.
 """
@@ -37,7 +37,6 @@ class Facts:
         varies: why it may differ between two runs of the same spec on the same torch, or None.
         varies_in: the worlds where it may vary (``varies`` given).
         aspect: one of :data:`ASPECTS`.
-        kinds: check kind -> the kind's field names computed from this value (() : it selects).
         masked: compared with paths, line numbers and ports masked (messages, tracebacks).
     """
 
@@ -47,7 +46,6 @@ class Facts:
     varies: str | None = None
     varies_in: tuple[str, ...] = WORLDS
     aspect: str = "behaviour"
-    kinds: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     masked: bool = False
 
     def under(self, **changes: Any) -> "Facts":

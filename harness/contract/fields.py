@@ -1,6 +1,6 @@
 """Every field an observation document holds, declared once: its JSON type, unit, the recorder
 that produces it, the worlds that cannot observe it (and why), whether it may vary run to run (and
-why), the check kinds that read it.
+why). The check kinds name the fields they read (``reads`` in harness/language/kinds/).
 
 The observation schema is generated from these declarations
 (``python -m harness.contract.observation_schema``); ``compare``, ``run --repeat``, the judge's
@@ -43,15 +43,8 @@ __all__ = [
     "stable",
     "varies",
     "varying_in",
-    "read_by",
-    "part_kind",
     "rank_part_path",
 ]
-
-
-def _reads(*kinds: str) -> dict[str, tuple[str, ...]]:
-    """Kinds that read a part, each by the field's own name (a leaf may restate its names)."""
-    return {kind: () for kind in kinds}
 
 
 _RUNNER = "harness/contract/observation.py (build_observation)"
@@ -164,7 +157,6 @@ DOC_ENVIRONMENT = Record(
     ),
     aspect="environment",
     by=_RUNNER,
-    kinds=_reads("environment"),
 )
 
 DOC_SETUP = Leaf(
@@ -256,7 +248,6 @@ RANK_INPUT = Record(
     },
     required=("name", "shape", "dtype", "samples"),
     by="harness/run/rank/observe.py",
-    kinds=_reads("input"),
 )
 
 RANK_OUTPUT = Record(
@@ -267,7 +258,6 @@ RANK_OUTPUT = Record(
     },
     schema={"description": "the model's output and the loss of the (last) step"},
     by="harness/run/rank/observe.py",
-    kinds=_reads("input"),
 )
 
 RANK_PARAMS = Records(
@@ -355,7 +345,6 @@ RANK_PARAMS = Records(
     ),
     schema={"description": "every parameter after fully_shard, before the step (model.named_parameters() order)"},
     by="harness/run/rank/recorders/params.py",
-    kinds=_reads("param", "params_total", "param_state"),
 )
 
 RANK_BUFFERS = Records(
@@ -377,7 +366,6 @@ RANK_BUFFERS = Records(
     ),
     schema={"description": "every buffer of the root (named_buffers(): RoPE's inv_freq), before the first step"},
     by="harness/run/rank/recorders/params.py",
-    kinds=_reads("buffer"),
 )
 
 RANK_PARAM_STATES = Records(
@@ -465,7 +453,6 @@ RANK_PARAM_STATES = Records(
         )
     },
     by="harness/run/rank/recorders/param_states.py",
-    kinds=_reads("param_state"),
 )
 
 RANK_FULLY_SHARD_CALLS = Record(
@@ -551,7 +538,6 @@ RANK_FULLY_SHARD_CALLS = Record(
         )
     },
     by="harness/run/rank/recorders/param_states.py",
-    kinds=_reads("param_state"),
 )
 
 RANK_STEPS = Records(
@@ -568,7 +554,6 @@ RANK_STEPS = Records(
     ),
     schema={"description": "forward step tensors named by model.steps (document Steps 1-10), in emission order"},
     by="model/steps.py",
-    kinds=_reads("step"),
 )
 
 RANK_COLLECTIVES = Records(
@@ -689,7 +674,6 @@ RANK_COLLECTIVES = Records(
         )
     },
     by="harness/run/rank/recorders/collectives.py",
-    kinds=_reads("collectives", "reduce_op"),
 )
 
 RANK_MEMORY = Records(
@@ -736,7 +720,6 @@ RANK_MEMORY = Records(
     ),
     schema={"description": "FSDPMemTracker snapshots per module and state, bytes by category"},
     by="harness/run/rank/recorders/memory.py (FSDPMemTracker)",
-    kinds=_reads("memory"),
 )
 
 RANK_NUMERICS = Record(
@@ -779,7 +762,6 @@ RANK_NUMERICS = Record(
     },
     by="harness/run/rank/recorders/numerics.py",
     unobserved={"fake": "records no numerics"},
-    kinds=_reads("numerics"),
 )
 
 RANK_TIMINGS_S = Leaf(
@@ -867,7 +849,6 @@ RANK_ENVIRONMENT = Record(
     schema={"description": "where this rank ran (harness/run/rank/recorders/environment.py); absent in simulated runs"},
     by="harness/run/rank/recorders/environment.py",
     aspect="environment",
-    kinds=_reads("environment"),
     define="rank_environment",
 )
 
@@ -992,7 +973,6 @@ RANK_BANDWIDTH = Records(
     },
     by="harness/run/rank/collective_timing.py",
     unobserved={"fake": "a simulated run moves no data: nothing to time"},
-    kinds=_reads("bandwidth"),
 )
 
 RANK_STATE_DICT = Record(
@@ -1133,7 +1113,6 @@ RANK_STATE_DICT = Record(
     },
     by="harness/run/rank/checkpoint.py",
     unobserved=_NO_CHECKPOINT,
-    kinds=_reads("state_dict"),
     define="state_dict",
 )
 
@@ -1203,7 +1182,6 @@ RANK_STATE_DICT_OPTIONS = Record(
                 },
                 required=("id", "keys", "entries"),
             ),
-            kinds=_reads("state_dict_get"),
         ),
         "set_model": Records(
             Record(
@@ -1354,7 +1332,6 @@ RANK_STATE_DICT_OPTIONS = Record(
                     "entries",
                 ),
             ),
-            kinds=_reads("state_dict_set"),
         ),
     },
     required=("get_model", "set_model"),
@@ -1431,7 +1408,6 @@ RANK_ERROR = Record(
         )
     },
     by="harness/run/rank/step.py",
-    kinds=_reads("expect_error"),
 )
 
 RANK_EVENTS = Records(
@@ -1475,7 +1451,6 @@ RANK_EVENTS = Records(
         )
     },
     by="harness/run/rank/recorders/events.py",
-    kinds=_reads("events"),
 )
 
 RANK_CUSTOM = Records(
@@ -1493,7 +1468,6 @@ RANK_CUSTOM = Records(
         )
     },
     by="harness/run/rank/hooks.py (the spec's observe hook)",
-    kinds=_reads("custom"),
 )
 
 RANK_GRAD_NORMS = Records(
@@ -1512,7 +1486,6 @@ RANK_GRAD_NORMS = Records(
                     ),
                 },
                 unobserved=_NO_VALUES,
-                kinds={"grad_norm": ("value", "clipped", "abs_diff", "rel_diff")},
             ),
             "local_value": Leaf(
                 {
@@ -1522,7 +1495,6 @@ RANK_GRAD_NORMS = Records(
                     ),
                 },
                 unobserved=_NO_VALUES,
-                kinds={"grad_norm": ("local_value", "local_equals_value")},
             ),
             "is_dtensor": Leaf({"type": "boolean"}),
             "placements": Leaf({"type": "array", "items": {"type": "string"}}),
@@ -1536,7 +1508,6 @@ RANK_GRAD_NORMS = Records(
                     ),
                 },
                 unobserved=_NO_VALUES,
-                kinds={"grad_norm": ("reference", "abs_diff", "rel_diff")},
             ),
             "clip_coef": Leaf(
                 {
@@ -1548,7 +1519,6 @@ RANK_GRAD_NORMS = Records(
                     ),
                 },
                 unobserved=_NO_VALUES,
-                kinds={"grad_norm": ("clip_coef", "clip_coef_rel_diff")},
             ),
             "reference_clip_coef": Leaf(
                 {
@@ -1559,7 +1529,6 @@ RANK_GRAD_NORMS = Records(
                     ),
                 },
                 unobserved=_NO_VALUES,
-                kinds={"grad_norm": ("reference_clip_coef", "clip_coef_rel_diff")},
             ),
             "shard_reference": Leaf(
                 {
@@ -1571,14 +1540,12 @@ RANK_GRAD_NORMS = Records(
                     ),
                 },
                 unobserved=_NO_VALUES,
-                kinds={"grad_norm": ("shard_reference", "local_shard_rel_diff")},
             ),
         },
         required=("step_index", "max_norm", "norm_type", "value", "is_dtensor", "placements", "dtype", "reference"),
     ),
     schema={"description": "what clip_grad_norm_ returned, per step that clips"},
     by="harness/run/rank/step.py (clip_grad_norm_)",
-    kinds=_reads("grad_norm"),
 )
 
 RANK_GRADS = Records(
@@ -1616,7 +1583,6 @@ RANK_GRADS = Records(
         )
     },
     by="harness/run/rank/step.py",
-    kinds=_reads("grads"),
 )
 
 RANK_UNIT_DTYPES = Records(
@@ -1654,7 +1620,6 @@ RANK_UNIT_DTYPES = Records(
         )
     },
     by="harness/run/rank/step.py",
-    kinds=_reads("unit_dtypes"),
 )
 
 RANK_PARAM_UPDATES = Records(
@@ -1695,7 +1660,6 @@ RANK_PARAM_UPDATES = Records(
     },
     by="harness/run/rank/recorders/updates.py",
     unobserved={"fake": f"records no parameter updates: it {_NO_VALUES_WHY}"},
-    kinds=_reads("param_update"),
 )
 
 RANK_EXPERTS = Record(
@@ -1743,7 +1707,6 @@ RANK_EXPERTS = Record(
                             "description": "E counts summing to B*L*k; null when simulated",
                         },
                         unobserved=_ROUTER,
-                        kinds={"experts": ("tokens", "tokens_total", "unrouted_here", "unrouted_anywhere")},
                     ),
                 },
                 required=("layer", "step_index", "microbatch", "counts"),
@@ -1767,7 +1730,6 @@ RANK_EXPERTS = Record(
                             "description": "null when simulated",
                         },
                         unobserved=_ROUTER,
-                        kinds={"experts": ("zero_grad_rows", "zero_grad_rows_are_unrouted")},
                     ),
                 },
                 required=("layer", "param", "step_index", "microbatch", "experts", "zero_rows"),
@@ -1782,7 +1744,6 @@ RANK_EXPERTS = Record(
         )
     },
     by="harness/run/rank/recorders/experts.py",
-    kinds=_reads("experts"),
 )
 
 DOC_RELOADS = Records(
@@ -1817,7 +1778,6 @@ DOC_RELOADS = Records(
     },
     by="harness/run/rank/checkpoint.py",
     unobserved=_NO_CHECKPOINT,
-    kinds=_reads("state_dict"),
 )
 
 RANK_PARTS: dict[str, Any] = {
@@ -1922,7 +1882,7 @@ RECORD_CONDITIONS: tuple[RecordCondition, ...] = (PEAKS,)
 @dataclass(frozen=True)
 class ObservedField:
     """One declared field: ``path``, its JSON ``schema`` and the :class:`~harness.contract.field_tree.Facts`
-    that hold for it (unit, by, unobserved, varies, varies_in, aspect, kinds, masked)."""
+    that hold for it (unit, by, unobserved, varies, varies_in, aspect, masked)."""
 
     path: str
     schema: Mapping[str, Any]
@@ -2016,19 +1976,3 @@ def varying_in(world: str) -> tuple[ObservedField, ...]:
     """The fields declared to vary run to run in ``world`` (record conditions aside)."""
     _world(world)
     return tuple(f for f in fields() if f.varies and world in f.varies_in)
-
-
-def read_by(kind: str) -> dict[str, ObservedField]:
-    """Check kind ``kind``'s field name -> the declared field it is computed from (first declared)."""
-    out: dict[str, ObservedField] = {}
-    for f in fields():
-        if kind in f.kinds:
-            for name in f.kinds[kind] or (f.path.rsplit(".", 1)[-1],):
-                out.setdefault(name, f)
-    return out
-
-
-def part_kind(path: str) -> str:
-    """The check kind shown for a field (the first that reads it), else the path's first part."""
-    kinds = lookup(path).kinds
-    return next(iter(kinds), path.split(".", 1)[0])

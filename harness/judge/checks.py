@@ -1,9 +1,9 @@
-"""Checks: pure functions of (spec entry, observation document) -> result.
+"""Checks: pure functions of (spec entry, observation document) -> result; their text is
+:mod:`harness.judge.explain`'s.
 
-An entry (:class:`harness.language.entry.Entry`) names a check kind
-(:mod:`harness.language.kinds`: param, params_total, input, step, param_state, collectives,
-memory, numerics, state_dict, ...), selectors that choose what to measure, and the fields it
-expects; every selected rank must meet every expectation. Nothing here launches ranks or touches torch:
+An entry (:class:`harness.language.entry.Entry`) names a check kind (:mod:`harness.language.kinds`),
+selectors that choose what to measure, and the fields it expects; every selected rank must meet
+every expectation. Nothing here launches ranks or touches torch:
 checks are testable on a hand-written observation.
 """
 
@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from harness.judge import explain
 from harness.language.entry import Entry
 from harness.language.kinds import REGISTRY
-from harness.language.observed import CheckError, NotMeasured, rank_hosts, ranks_on_hosts, ranks_text
+from harness.language.observed import CheckError, NotMeasured, rank_hosts
 
 __all__ = ["FieldResult", "CheckResult", "check"]
 
@@ -34,14 +35,8 @@ class FieldResult:
         return not self.failed_ranks
 
     def observed_text(self) -> str:
-        """Each distinct value with the ranks that observed it: ``[74] (ranks 0-5); [68] (rank 6)``."""
-        by_value: dict[str, list[int]] = {}
-        for rank, value in self.observed.items():
-            by_value.setdefault(value, []).append(rank)
-        shown = [f"{v} (rank{'s' if len(rs) > 1 else ''} {ranks_text(rs)})" for v, rs in list(by_value.items())[:8]]
-        if len(by_value) > 8:
-            shown.append(f"... {len(by_value) - 8} more values")
-        return "; ".join(shown)
+        """Each distinct value with the ranks that observed it (:func:`harness.judge.explain.observed_text`)."""
+        return explain.observed_text(self)
 
 
 @dataclass
@@ -58,23 +53,8 @@ class CheckResult:
         return self.status in ("pass", "skip", "xfail")
 
     def explain(self) -> str:
-        """Multi-line text for a failure: where it comes from, expected vs observed."""
-        e = self.entry
-        failed = [f.field for f in self.fields if not f.ok]
-        line = e.line_of(failed[0]) if failed else e.line  # where to edit: the failing field's line
-        lines = [f"{e.spec}:{line}: [{e.table or e.section}] {e.id}"]
-        if e.says:  # the spec's statement of the document's claim, with where the document makes it
-            lines.append(f"  the document claims: {e.says}" + (f" (section: {e.section})" if e.section else ""))
-        elif e.section:
-            lines.append(f"  document section: {e.section}")
-        if self.message:
-            lines.append(f"  {self.status}: {self.message}")
-        for f in self.fields:
-            mark = "ok  " if f.ok else "FAIL"
-            lines.append(f"  {mark} {f.field}: expected {f.expected}; observed {f.observed_text()}")
-            if not f.ok:
-                lines.append(f"       failing ranks: {ranks_on_hosts(dict.fromkeys(f.failed_ranks), f.hosts)}")
-        return "\n".join(lines)
+        """Multi-line text for a failure (:func:`harness.judge.explain.explain`)."""
+        return explain.explain(self)
 
 
 def check(entry: Entry, observation: Mapping[str, Any]) -> CheckResult:

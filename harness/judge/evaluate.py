@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from harness.contract import fields
 from harness.contract.names import torch_build_of
 from harness.judge.checks import CheckResult, check
+from harness.language.kinds import get_kind, read_by
 
 if TYPE_CHECKING:  # types only: judging imports nothing from the loader
     from harness.load.spec import Spec, SpecItem
@@ -38,12 +39,13 @@ def evaluate_item(item: "SpecItem", observation: Mapping[str, Any]) -> CheckResu
             message=f"rank(s) {wanted} not simulated; setup.observe_ranks chose {env['observed_ranks']}",
         )
     result = check(item.entry, observation)
-    if env["simulated"] and item.entry.check == "expect_error" and result.status == "fail":
+    differs = get_kind(item.entry.check).simulation_differs
+    if env["simulated"] and differs and result.status == "fail":
         failed = [f for f in result.fields if not f.ok]
-        if {f.field for f in failed} == {"message"}:
+        if {f.field for f in failed} <= set(differs):
             observed = "; ".join(sorted({v for f in failed for v in f.observed.values()}))
-            reason = f"a simulated run (fake backend) {_META_MESSAGE}: {observed}"
-            return CheckResult(item.entry, "skip", message=reason)
+            why = "; ".join(dict.fromkeys(differs[f.field] for f in failed))
+            return CheckResult(item.entry, "skip", message=f"a simulated run (fake backend) {why}: {observed}")
     if item.deviation:
         link = f" ({item.deviation['link']})" if item.deviation.get("link") else ""
         if result.status == "fail":
@@ -54,24 +56,18 @@ def evaluate_item(item: "SpecItem", observation: Mapping[str, Any]) -> CheckResu
     return result
 
 
-_META_MESSAGE = (
-    "raises a kernel's error from the fake tensor's meta kernel, whose message may differ from the device "
-    "kernel's (the type, phase and ranks are checked)"
-)
-
-
 def simulation_unobserved(entry: Any) -> str | None:
     """Why a simulated run cannot answer ``entry`` (a phrase after "a simulated run"), or None.
 
-    Read from the field declarations (:mod:`harness.contract.fields`): the kind's whole source
+    Read from the fields the kind reads (:func:`harness.language.kinds.read_by`): the kind's whole source
     unobserved in the fake world (numerics, checkpoints, state-dict calls, parameter updates),
     one of the expected fields unobserved there (values of fake tensors, ``temp``), or a record
     the selectors choose that is (a memory peak)."""
     for condition in fields.RECORD_CONDITIONS:
         if entry.selectors.get(condition.key) in condition.values and "fake" in condition.unobserved:
-            if any(f.path.split(".", 1)[0] == condition.part for f in fields.read_by(entry.check).values()):
+            if any(f.path.split(".", 1)[0] == condition.part for f in read_by(entry.check).values()):
                 return condition.unobserved["fake"]
-    sources = fields.read_by(entry.check)
+    sources = read_by(entry.check)
     reasons = {name: f.unobserved.get("fake") for name, f in sources.items()}
     if sources and all(reasons.values()):
         return next(iter(reasons.values()))

@@ -46,15 +46,11 @@ class Context:
         num_layers: decoder layers the model has.
         unit_names: FQNs of the FSDP units the setup creates ("" is the root).
         param_fqns: FQNs of the model's parameters (tied weights once), or None if unknown.
-        bandwidth_sizes: names of ``setup.bandwidth``'s sizes plus "step" (() when the setup
-            times nothing), or None if unknown.
-        state_dict_loads: the world sizes the setup's checkpoint is loaded on (the run's own
-            first, then ``setup.state_dict.reload_world_sizes``); () without a round trip;
-            None if unknown.
         microbatches: microbatches of each step the schedule runs, by ``step_index`` (the
             default schedule: ``(1,)``), or None if unknown.
-        state_dict_gets, state_dict_sets: the ids of ``setup.state_dict.get_model`` /
-            ``set_model`` calls (() when there are none), or None if unknown.
+        setup: the resolved setup, keyed as a spec writes it (``RunSetup.to_dict()``), or None
+            if unknown; a kind reads the part it needs with :meth:`known_setup`.
+        refused: top-level setup keys the schema refused (their values are defaults, not the spec's).
     """
 
     world_size: int | None = None
@@ -62,11 +58,13 @@ class Context:
     num_layers: int | None = None
     unit_names: tuple[str, ...] | None = None
     param_fqns: tuple[str, ...] | None = None
-    bandwidth_sizes: tuple[str, ...] | None = None
-    state_dict_loads: tuple[int, ...] | None = None
     microbatches: tuple[int, ...] | None = None
-    state_dict_gets: tuple[str, ...] | None = None
-    state_dict_sets: tuple[str, ...] | None = None
+    setup: Mapping[str, Any] | None = None
+    refused: frozenset[str] = frozenset()
+
+    def known_setup(self, key: str) -> Mapping[str, Any] | None:
+        """The resolved setup when its top-level ``key`` is the spec's own, else None (unknown)."""
+        return None if self.setup is None or key in self.refused else self.setup
 
 
 Check = Callable[[Any, Context], "str | None"]
@@ -199,6 +197,40 @@ class Selector:
     check: Check | None = None
 
 
+@dataclass(frozen=True)
+class Reads:
+    """Observed fields a check kind computes from, named by their declared path
+    (:mod:`harness.contract.fields`): ``path`` and every field below it.
+
+    Attributes:
+        path: a declared path (``params``, ``grad_norms.value``); the longest of a kind's
+            ``Reads`` covering a field decides its names.
+        names: the kind's fields computed from it; () : each field gives the kind's field of its own name.
+    """
+
+    path: str
+    names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RecordKey:
+    """How ``compare`` names each record of an observed list, so two runs' records pair up.
+
+    Attributes:
+        part: the list's declared path (``params``, ``memory``, ``fsdp_units``).
+        fields: the record's fields that name it; a record holding none of them is named by position.
+        repeats: records of one name are told apart by their occurrence (a memory state seen twice).
+        values: only the values under this key are compared, each by its own key (memory's ``bytes``).
+        show: the name in words for reports; default: each value.
+    """
+
+    part: str
+    fields: tuple[str, ...]
+    repeats: bool = False
+    values: str | None = None
+    show: Callable[[tuple], "list[str]"] | None = None
+
+
 Measure = Callable[[Mapping[str, Any], Mapping[str, Any]], "dict[int, dict[str, Any]]"]
 """(selectors, observation document) -> {rank: {field: observed value}}; raises CheckError."""
 
@@ -220,6 +252,14 @@ class CheckKind:
         open_fields: where a kind's field names are the run's own (the keys a custom
             observation returns): every key that is not a selector is a field of this type;
             None (every other kind): only ``fields``.
+        order: where docs/check-kinds.md and the schema list the kind (ascending).
+        reads: the observed fields it computes from; whether a simulated run can measure it,
+            and which fields depend on thread timing, follow from their declarations.
+        replica: it compares the FSDP step with the single-process replica's.
+        simulation_differs: field -> why a simulated run may observe it otherwise than a
+            real rank; a simulated failure on these fields alone is a skip.
+        setup: setup fields an entry of this kind turns on (``record_errors``).
+        record_keys: how ``compare`` names the records of the lists it selects from.
     """
 
     name: str
@@ -229,6 +269,12 @@ class CheckKind:
     measure: Measure
     rules: tuple[EntryRule, ...] = ()
     open_fields: ValueType | None = None
+    order: int = 1000
+    reads: tuple[Reads, ...] = ()
+    replica: bool = False
+    simulation_differs: Mapping[str, str] = field(default_factory=dict)
+    setup: Mapping[str, Any] = field(default_factory=dict)
+    record_keys: tuple[RecordKey, ...] = ()
     selector_index: Mapping[str, Selector] = field(init=False, repr=False, compare=False)
     field_index: Mapping[str, Field] = field(init=False, repr=False, compare=False)
 

@@ -26,7 +26,6 @@ import yaml
 from harness.language.entry import Entry
 from harness.language.expect import ExpectationError, parse_expectation
 from harness.language.kinds import REGISTRY
-from harness.language.kinds.docs import ENTRY_TITLE
 from harness.language.suggest import closest_first, did_you_mean
 from harness.language.vocabulary import CheckKind, Context
 from harness.load.hooks import resolve_hooks
@@ -317,8 +316,9 @@ def load_spec(path: str | Path) -> Spec:
                 context = Context(world_size=setup.world_size, mesh_dim_names=tuple(setup.mesh_dim_names))
             if mesh_unknown:
                 context = dataclasses.replace(context, world_size=None, mesh_dim_names=())
-            if any(b[:2] == ("setup", "state_dict") for b in broken):  # its calls unknown, not absent
-                context = dataclasses.replace(context, state_dict_gets=None, state_dict_sets=None)
+            # a refused key's value is its default: what the kinds read of it is unknown, not absent
+            refused = frozenset(b[1] for b in broken if len(b) >= 2 and b[0] == "setup" and isinstance(b[1], str))
+            context = dataclasses.replace(context, refused=refused)
             if setup.schedule is not None and config is not None and context.unit_names is not None:
                 for key_path, message in schedule_problems(
                     setup.schedule,
@@ -352,9 +352,9 @@ def load_spec(path: str | Path) -> Spec:
     errors.raise_if_any()
     for item in items:  # the build the spec describes gates every entry (schema: cpu or cuda)
         item.torch_build = data.get("torch_build", "")
-    if any(item.entry.check == "expect_error" for item in items):
-        # the run records what a rank raises (harness/language/kinds/expect_error.py) instead of failing
-        setup = dataclasses.replace(setup, record_errors=True)
+    turned_on = {k: v for item in items for k, v in REGISTRY[item.entry.check].setup.items()}
+    if turned_on:  # what the entries' kinds need of the run (expect_error: a raise is recorded)
+        setup = dataclasses.replace(setup, **turned_on)
     return Spec(
         path=path,
         name=data["spec"],
@@ -393,22 +393,8 @@ def _world_size(setup: Mapping[str, Any]) -> int:
 
 def _context(setup: RunSetup, config: Any) -> Context:
     """What entries may select in a run of ``setup`` (``config``: its Qwen3Config, None if invalid)."""
-    sizes = ()
-    if setup.bandwidth is not None:
-        sizes = tuple(s.name for s in setup.bandwidth.sizes) + (("step",) if setup.bandwidth.step else ())
-    loads = (setup.world_size, *setup.state_dict.reload_world_sizes) if setup.state_dict.round_trip else ()
-    calls = {
-        "state_dict_gets": tuple(c.id for c in setup.state_dict.get_model),
-        "state_dict_sets": tuple(c.id for c in setup.state_dict.set_model),
-    }
     if config is None:
-        return Context(
-            world_size=setup.world_size,
-            mesh_dim_names=tuple(setup.mesh_dim_names),
-            bandwidth_sizes=sizes,
-            state_dict_loads=loads,
-            **calls,
-        )
+        return Context(world_size=setup.world_size, mesh_dim_names=tuple(setup.mesh_dim_names), setup=setup.to_dict())
     n = config.num_hidden_layers
     fqns = param_fqns(
         setup.model.body,
@@ -433,10 +419,8 @@ def _context(setup: RunSetup, config: Any) -> Context:
         num_layers=n,
         unit_names=tuple(p.name for p in plans),
         param_fqns=fqns,
-        bandwidth_sizes=sizes,
-        state_dict_loads=loads,
         microbatches=microbatches,
-        **calls,
+        setup=setup.to_dict(),
     )
 
 
@@ -451,9 +435,6 @@ def _owning_unit(plans: Any, module: str) -> str:
     return owner
 
 
-_REPLICA_KINDS = ("numerics", "param_update", "grad_norm")
-"""Check kinds that compare the FSDP step with the plain replica's (harness/run/rank/recorders/numerics.py,
-updates.py)."""
 _ONE_DTYPE = (
     "compares with a replica that computes in one dtype (setup.fsdp.mixed_precision's param_dtype, else the "
     "model's), but this unit's own mp_policy gathers and computes in its own: the comparison would be in the wrong "
@@ -469,7 +450,7 @@ def _replica_dtype_problems(setup: RunSetup | None, items: list[SpecItem]) -> li
     own = [f"setup.fsdp.units[{i}].mp_policy" for i, u in enumerate(units) if "mp_policy" in dict(u.given)]
     if not own:
         return []
-    return [(own[0], item) for item in items if item.entry.check in _REPLICA_KINDS]
+    return [(own[0], item) for item in items if REGISTRY[item.entry.check].replica]
 
 
 MAX_LAYERS = 1024
@@ -529,14 +510,11 @@ def _schema_errors(data: Any) -> list[tuple[tuple, str]]:
         key = tuple(err.absolute_path)
         if err.validator == "additionalProperties" and isinstance(err.instance, dict):
             allowed = err.schema.get("properties", {})
-            kind = _entry_kind(err.schema)
             for extra in (k for k in err.instance if k not in allowed):  # point at each unexpected key
                 out.append(
                     (
                         key + (extra,),
-                        kind.unknown_key(extra)
-                        if kind
-                        else f"Additional properties are not allowed ({extra!r} was unexpected); "
+                        f"Additional properties are not allowed ({extra!r} was unexpected); "
                         f"{did_you_mean(extra, allowed)}allowed keys: {closest_first(extra, sorted(allowed))}",
                     )
                 )
@@ -564,12 +542,6 @@ def _table_form_errors(data: Any) -> list[tuple[tuple, str]]:
 TABLE_FORMS = "a table holds either 'columns' with 'rows', or 'entries' (one of the two forms, not both)"
 
 
-def _entry_kind(schema: Mapping[str, Any]) -> CheckKind | None:
-    """The check kind whose generated entry definition ``schema`` is (harness/language/kinds/docs.py)."""
-    title = schema.get("title", "") if isinstance(schema, Mapping) else ""
-    return REGISTRY.get(title.removeprefix(ENTRY_TITLE)) if title.startswith(ENTRY_TITLE) else None
-
-
 def _most_specific(errors: list[jsonschema.ValidationError]) -> jsonschema.ValidationError:
     """The deepest error, descending into oneOf/anyOf contexts to the branch that got furthest."""
     err = max(errors, key=lambda e: len(list(e.absolute_path)))
@@ -592,7 +564,7 @@ def _schema_message(err: jsonschema.ValidationError) -> str:
     types = err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]
     if err.validator == "type" and "object" in types:
         keys = list(err.schema.get("properties", {}))
-        if _entry_kind(err.schema) or err.schema is _validator().schema["$defs"]["meta_keys"]:
+        if err.schema is _validator().schema["$defs"]["meta_keys"]:  # an entry: its kind's keys are checked apart
             expected = (
                 "a mapping of the table's check kind's selectors and fields "
                 "(and optionally id, says, torch, deviation, drafted)"

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.contract import fields
+from harness.language.kinds import read_by
 
 __all__ = ["timing_dependent_errors"]
 
@@ -25,7 +26,7 @@ def timing_dependent_errors(entry: Any, backend: str) -> list[str]:
     on ``backend`` (the spec's ``backend``: auto, gloo, nccl or fake), one message per field;
     [] when it does not."""
     worlds = ("fake",) if backend == "fake" else _REAL if backend == "auto" else (backend,)
-    sources = fields.read_by(entry.check)
+    sources = read_by(entry.check)
     out = []
     for name in entry.expect:
         source = sources.get(name)

@@ -3,8 +3,8 @@
 ``python -m harness compare A.json B.json`` reads two ``run --json`` files (another torch
 release, another cluster, another commit). Every observed value is flattened
 (:func:`flatten_observation`) into ``{Key: value}``; a :class:`Key` names the document part, the
-rank, the record inside it (a memory snapshot by module, state, step, microbatch and occurrence;
-a parameter by FQN; a collective, event or step tensor by position), the field and its declared
+rank, the record inside it (named as the check kinds declare, :func:`harness.language.kinds.record_key`:
+a memory snapshot by module, state, step, microbatch and occurrence; else by position), the field and its declared
 path (:mod:`harness.contract.fields`). A difference is a *behaviour* difference unless the
 declarations set it apart (:func:`set_apart`): where the run ran (environment), how long it took
 (timings), how it failed (tracebacks, process ids), or a value declared to vary run to run in the
@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple
 
 from harness.contract import fields, strict_json
+from harness.language.kinds import record_key
+from harness.language.vocabulary import RecordKey
 
 __all__ = [
     "APART",
@@ -50,8 +52,6 @@ APART: dict[str, str] = {
 }
 """Why a difference is set apart -> its heading (aspects of :data:`harness.contract.field_tree.ASPECTS`
 other than behaviour, and ``varies``)."""
-
-_BY_NAME = {"params": "fqn", "fsdp_units": "name"}  # lists whose records are selected by a name field
 
 
 class Key(NamedTuple):
@@ -111,27 +111,34 @@ def _leaves(value: Any, path: tuple = ()) -> Iterable[tuple[tuple, Any]]:
         yield path, value
 
 
-def _memory(rank: int | None, records: list[Mapping[str, Any]]) -> Iterable[tuple[Key, Any]]:
+def _records(
+    part: str, rank: int | None, root: str, records: list, keyed: RecordKey | None
+) -> Iterable[tuple[Key, Any]]:
+    """A list's values, each record named as the kinds declare (:class:`RecordKey`), else by position."""
     seen: dict[tuple, int] = {}
-    for m in records:
-        where = (m.get("module"), m.get("state"), m.get("step_index"), m.get("microbatch"))
-        occurrence = seen.get(where, 0)
-        seen[where] = occurrence + 1
-        for category, value in (m.get("bytes") or {}).items():
-            yield Key("memory", rank, where + (occurrence,), category, f"memory.bytes.{category}"), value
+    for i, record in enumerate(records):
+        if keyed is None or not any(f in record for f in keyed.fields):
+            selector: tuple = (i,)
+        else:
+            selector = tuple(record.get(f) for f in keyed.fields)
+            if keyed.repeats:
+                occurrence = seen.get(selector, 0)
+                seen[selector] = occurrence + 1
+                selector += (occurrence,)
+        if keyed is not None and keyed.values is not None:
+            for name, value in (record.get(keyed.values) or {}).items():
+                yield Key(part, rank, selector, name, _declared(root, keyed.values, name)), value
+            continue
+        for path, leaf in _leaves(record):
+            yield Key(part, rank, selector, ".".join(map(str, path)), _declared(root, *path)), leaf
 
 
 def _part(part: str, rank: int | None, value: Any) -> Iterable[tuple[Key, Any]]:
     root = part if rank is None else fields.rank_part_path(part)
-    if part == "memory" and isinstance(value, list):
-        yield from _memory(rank, value)
-        return
-    if isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
-        name = _BY_NAME.get(part)
-        for i, record in enumerate(value):
-            selector = (record.get(name),) if name and name in record else (i,)
-            for path, leaf in _leaves(record):
-                yield Key(part, rank, selector, ".".join(map(str, path)), _declared(root, *path)), leaf
+    keyed = record_key(root)
+    only_values = keyed is not None and keyed.values is not None
+    if isinstance(value, list) and (only_values or (value and all(isinstance(v, Mapping) for v in value))):
+        yield from _records(part, rank, root, value, keyed)
         return
     for path, leaf in _leaves(value):
         where = path[:-1] if len(path) > 1 else ()
@@ -164,10 +171,11 @@ def _always_differs(path: str) -> bool:
 
 
 def record_of(key: Key) -> dict[str, Any] | None:
-    """The selecting fields of the record holding ``key`` (a memory snapshot's module and state), or None."""
-    if key.part == "memory" and len(key.selector) >= 2:
-        return {"module": key.selector[0], "state": key.selector[1]}
-    return None
+    """The naming fields of the record holding ``key`` (a memory snapshot's module, state, ...), or None."""
+    keyed = record_key(key.path.split(".", 1)[0])
+    if keyed is None or len(key.selector) < len(keyed.fields):
+        return None
+    return dict(zip(keyed.fields, key.selector))
 
 
 def _worlds(*docs: Mapping[str, Any] | None) -> set[str]:
@@ -338,13 +346,10 @@ def read_documents(path: str | Path) -> dict[str, dict[str, Any]]:
 
 def selector_text(key: Key) -> str:
     parts = [] if key.rank is None else [f"rank {key.rank}"]
-    if key.part == "memory":
-        module, state, step, microbatch, occurrence = key.selector
-        parts += [module or "root/whole rank", state]
-        parts += [f"step {step}"] if step is not None else []
-        parts += [f"microbatch {microbatch}"] if microbatch is not None else []
-        parts += [f"occurrence {occurrence}"] if occurrence else []
-    elif key.part in _BY_NAME:
+    keyed = record_key(key.path.split(".", 1)[0])
+    if keyed is not None and keyed.show is not None:
+        parts += keyed.show(key.selector)
+    elif keyed is not None:
         parts += [str(s) for s in key.selector]
     else:
         parts += [f"#{s}" if isinstance(s, int) else str(s) for s in key.selector]

@@ -8,7 +8,7 @@ import textwrap
 from collections import Counter
 from typing import Any, Iterable
 
-from harness.contract import fields
+from harness.language.kinds import part_kind
 from harness.report.compare import APART, Difference, selector_text
 
 __all__ = ["WIDTH", "format_report", "summary_line", "report_json", "spec_name"]
@@ -106,7 +106,7 @@ def _listed(differences: Iterable[Difference], names: tuple[str, str]) -> list[s
             if lost and not d.key.path.startswith("error"):  # recorded after the error, on the other side only
                 hidden[(d.key.rank, lost[0])] = hidden.get((d.key.rank, lost[0]), 0) + 1
                 continue
-            kind = fields.part_kind(d.key.path)
+            kind = part_kind(d.key.path)
             here = (kind, selector_text(d.key))
             if here != group:
                 group = here
@@ -190,7 +190,7 @@ def report_json(differences: list[Difference], specs: int, sides: dict[str, Any]
         return {
             "spec": d.spec,
             "path": d.key.path,
-            "kind": d.key.part if d.key.part == "spec" else fields.part_kind(d.key.path),
+            "kind": d.key.part if d.key.part == "spec" else part_kind(d.key.path),
             "rank": d.key.rank,
             "selector": selector_text(d.key),
             "field": d.key.field,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from harness.contract import fields
+from harness.language.kinds import part_kind
 from harness.report.compare import Key, flatten_observation, mask, record_of, selector_text
 
 __all__ = [
@@ -118,7 +119,7 @@ def format_varying(varying: Sequence[Varying]) -> list[str]:
     """One line per value that varied though declared stable: check kind, selector, field, the
     values and their runs; then one line counting those declared to vary."""
     lines = [
-        f"  varies: {fields.part_kind(v.key.path)} {selector_text(v.key)}: {v.key.field}: {_which(v.values)}"
+        f"  varies: {part_kind(v.key.path)} {selector_text(v.key)}: {v.key.field}: {_which(v.values)}"
         for v in varying
         if v.expected is None
     ]

@@ -35,6 +35,13 @@ CASES = [
     ("qwen3_walkthrough", 'buffer_bytes: "4.72 MB"', 'buffer_bytes: "4.73 MB"', "gathers_the_whole_layer", "4.73 MB"),
     (
         "qwen3_walkthrough",
+        "param_counts: [11, 11, 0]",
+        "param_counts: [11, 11, 1]",
+        "the_layers_hold_every_parameter",
+        "[11, 11, 1]",
+    ),
+    (
+        "qwen3_walkthrough",
         "[step2.k_heads, [2, 8, 4, 64]",
         "[step2.k_heads, [2, 8, 8, 64]",
         "step2.k_heads",

@@ -19,6 +19,7 @@ import copy
 import math
 from typing import Any, Callable, Iterable
 
+from harness.contract import fields
 from harness.load.setup import ModelSetup, RunSetup
 from model.config import KNOWN_CONFIGS
 from model.steps import STEPS, resolve_shape
@@ -398,9 +399,14 @@ def timed_observation(times=(0.010, 0.012, 0.011, 0.013), wrong_rank=None) -> di
     return obs
 
 
-VALUE_FIELDS = frozenset({"finite", "pinned", "grad_pinned"})
-"""``params``/``buffers`` fields read from a tensor's values or storage: null in a simulation (fake
-backend), which has neither, so a real-vs-simulated comparison leaves them out."""
+VALUE_FIELDS = frozenset(
+    f.path.rsplit(".", 1)[-1]
+    for f in fields.fields()
+    if f.path.split(".", 1)[0] in ("params", "buffers") and f.unobserved.get("fake")
+)
+"""``params``/``buffers`` fields a simulation (fake backend) cannot observe (declared in
+harness/contract/fields.py: read from a tensor's values or storage), left out of a
+real-vs-simulated comparison."""
 
 
 def without_value_fields(rows: list) -> list:

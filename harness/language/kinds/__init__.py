@@ -1,67 +1,35 @@
-"""The check kinds, one module each; :data:`REGISTRY` maps a table's ``check:`` to its definition.
+"""The check kinds, one module each, found here: :data:`REGISTRY` maps a table's ``check:`` to its definition.
 
-Adding a kind: a module here defining ``KIND`` (a :class:`harness.language.vocabulary.CheckKind`),
-listed below; then regenerate the schema and docs/check-kinds.md's table (``python -m harness.load.docs``).
+Adding a kind is adding a module here that defines ``KIND`` (a :class:`harness.language.vocabulary.CheckKind`);
+then regenerate the schema and docs/check-kinds.md's table (``python -m harness.load.docs``).
 """
 
 from __future__ import annotations
 
-from harness.language.kinds import (
-    bandwidth,
-    buffer,
-    collectives,
-    custom,
-    environment,
-    events,
-    expect_error,
-    experts,
-    grad_norm,
-    grads,
-    input,
-    memory,
-    numerics,
-    param,
-    param_state,
-    param_update,
-    params_total,
-    reduce_op,
-    state_dict,
-    state_dict_get,
-    state_dict_set,
-    step,
-    unit_dtypes,
-)
-from harness.language.vocabulary import CheckKind
+import importlib
+import pkgutil
+from functools import lru_cache
 
-REGISTRY: dict[str, CheckKind] = {
-    m.KIND.name: m.KIND
-    for m in (
-        param,
-        params_total,
-        input,
-        step,
-        param_state,
-        collectives,
-        memory,
-        numerics,
-        events,
-        param_update,
-        grad_norm,
-        grads,
-        unit_dtypes,
-        state_dict,
-        state_dict_get,
-        state_dict_set,
-        environment,
-        bandwidth,
-        reduce_op,
-        expect_error,
-        experts,
-        custom,
-        buffer,
-    )
-}
-"""Check kind name -> definition, in the order docs/check-kinds.md lists them."""
+from harness.contract import fields
+from harness.language.vocabulary import CheckKind, RecordKey
+
+
+def _discovered() -> dict[str, CheckKind]:
+    kinds = []
+    for info in pkgutil.iter_modules(__path__):
+        kind = getattr(importlib.import_module(f"{__name__}.{info.name}"), "KIND", None)
+        if isinstance(kind, CheckKind):
+            kinds.append(kind)
+    kinds.sort(key=lambda k: (k.order, k.name))
+    names = [k.name for k in kinds]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"check kind(s) {twice} defined in two modules of harness/language/kinds/")
+    return {k.name: k for k in kinds}
+
+
+REGISTRY: dict[str, CheckKind] = _discovered()
+"""Check kind name -> definition, in the order docs/check-kinds.md lists them (``order``, then name)."""
 
 
 def get_kind(name: str) -> CheckKind:
@@ -74,3 +42,67 @@ def get_kind(name: str) -> CheckKind:
         return REGISTRY[name]
     except KeyError:
         raise ValueError(f"unknown check kind {name!r}; expected one of {list(REGISTRY)}") from None
+
+
+def _reads_of(kind: CheckKind, path: str):
+    """The longest of ``kind``'s reads covering the declared field ``path``, or None."""
+    covering = [r for r in kind.reads if path == r.path or path.startswith(r.path + ".")]
+    return max(covering, key=lambda r: len(r.path), default=None)
+
+
+@lru_cache(maxsize=None)
+def read_by(kind: str) -> dict[str, fields.ObservedField]:
+    """Check kind ``kind``'s field name -> the declared field it is computed from (the first in
+    document order), from the kind's ``reads``.
+
+    Raises:
+        ValueError: no such kind, or one of its reads names no declared field.
+    """
+    out: dict[str, fields.ObservedField] = {}
+    definition = get_kind(kind)
+    declared = [f.path for f in fields.fields()]
+    for reads in definition.reads:
+        if not any(p == reads.path or p.startswith(reads.path + ".") for p in declared):
+            raise ValueError(
+                f"check kind {kind!r} reads {reads.path!r}, which harness/contract/fields.py does not declare"
+            )
+    for f in fields.fields():
+        reads = _reads_of(definition, f.path)
+        if reads is not None:
+            for name in reads.names or (f.path.rsplit(".", 1)[-1],):
+                out.setdefault(name, f)
+    return out
+
+
+@lru_cache(maxsize=None)
+def part_kind(path: str) -> str:
+    """The check kind shown for an observed field (the first in :data:`REGISTRY` that reads it),
+    else the path's first part.
+
+    Raises:
+        KeyError: ``path`` is not declared.
+    """
+    declared = fields.lookup(path).path
+    return next((k.name for k in REGISTRY.values() if _reads_of(k, declared)), path.split(".", 1)[0])
+
+
+@lru_cache(maxsize=1)
+def _record_keys() -> dict[str, RecordKey]:
+    keys: dict[str, RecordKey] = {}
+    for kind in REGISTRY.values():
+        for key in kind.record_keys:
+            if keys.setdefault(key.part, key) != key:
+                raise ValueError(
+                    f"check kind {kind.name!r} names the records of {key.part!r} otherwise than another kind"
+                )
+    return keys
+
+
+def record_key(part: str) -> RecordKey | None:
+    """How ``compare`` names the records of the observed list ``part`` (a declared path), or None
+    (by position).
+
+    Raises:
+        ValueError: two kinds name that list's records differently.
+    """
+    return _record_keys().get(part)

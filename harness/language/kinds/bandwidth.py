@@ -17,7 +17,7 @@ from typing import Any
 from harness.contract.names import BANDWIDTH_OPS
 from harness.language.kinds.common import RANKS
 from harness.language.observed import CheckError, NotMeasured, common, rank_docs
-from harness.language.vocabulary import BOOL, BYTES, COUNT, DTYPE, NUMBER, CheckKind, Context, Field, Selector
+from harness.language.vocabulary import BOOL, BYTES, COUNT, DTYPE, NUMBER, CheckKind, Context, Field, Reads, Selector
 
 
 def _names(value: Any) -> list | None:
@@ -31,24 +31,32 @@ def _check_op(value: Any, ctx: Context) -> str | None:
     return f"expected one of {list(BANDWIDTH_OPS)} or a list of them, got {value!r}" if bad or ops is None else None
 
 
+def _sizes(ctx: Context) -> tuple[str, ...] | None:
+    """The names of setup.bandwidth's sizes plus "step" (() when it times nothing), or None if unknown."""
+    setup = ctx.known_setup("bandwidth")
+    if setup is None:
+        return None
+    timed = setup.get("bandwidth")
+    if timed is None:
+        return ()
+    return tuple(s["name"] for s in timed["sizes"]) + (("step",) if timed["step"] else ())
+
+
 def _check_size(value: Any, ctx: Context) -> str | None:
     names = _names(value)
     if names is None:
         return f"expected a size name of setup.bandwidth.sizes, 'step', or a list of them, got {value!r}"
-    if ctx.bandwidth_sizes is None:
+    sizes = _sizes(ctx)
+    if sizes is None:
         return None
-    if not ctx.bandwidth_sizes:
+    if not sizes:
         return "setup.bandwidth is not set: this setup times no collective"
-    unknown = [n for n in names if n not in ctx.bandwidth_sizes]
-    return (
-        f"no size named {', '.join(map(repr, unknown))}; setup.bandwidth times {list(ctx.bandwidth_sizes)}"
-        if unknown
-        else None
-    )
+    unknown = [n for n in names if n not in sizes]
+    return f"no size named {', '.join(map(repr, unknown))}; setup.bandwidth times {list(sizes)}" if unknown else None
 
 
 def _needs_bandwidth(values, ctx: Context):
-    if ctx.bandwidth_sizes == () and "size" not in values:
+    if _sizes(ctx) == () and "size" not in values:
         return [(None, "setup.bandwidth is not set: this setup times no collective")]
     return []
 
@@ -97,6 +105,8 @@ def measure(sel, obs):
 
 KIND = CheckKind(
     name="bandwidth",
+    order=180,
+    reads=(Reads("bandwidth"),),
     doc="timed collectives in nccl-tests' terms (setup.bandwidth): busbw, algbw, time, #wrong, size S",
     selectors=(
         Selector("op", f"which collective: one of {list(BANDWIDTH_OPS)} or a list", _check_op),

@@ -11,7 +11,7 @@ from typing import Any
 
 from harness.language.kinds.common import RANKS
 from harness.language.observed import CheckError, rank_docs
-from harness.language.vocabulary import DTYPE, OPTIONAL_BOOL, SHAPE, TEXT, CheckKind, Context, Field, Selector
+from harness.language.vocabulary import DTYPE, OPTIONAL_BOOL, SHAPE, TEXT, CheckKind, Context, Field, Reads, Selector
 
 
 def _check_fqn(value: Any, ctx: Context) -> str | None:
@@ -37,6 +37,8 @@ def measure(sel, obs):
 
 KIND = CheckKind(
     name="buffer",
+    order=230,
+    reads=(Reads("buffers"),),
     doc="one buffer of the model before the first step (not sharded: RoPE's inv_freq): shape, dtype, device, finite",
     selectors=(
         Selector("fqn", "the buffer's fully qualified name, e.g. model.rotary_emb.inv_freq", _check_fqn),

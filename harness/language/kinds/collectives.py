@@ -24,6 +24,7 @@ from harness.language.vocabulary import (
     CheckKind,
     Context,
     Field,
+    Reads,
     Selector,
     one_of,
 )
@@ -156,6 +157,8 @@ def measure(sel, obs):
 
 KIND = CheckKind(
     name="collectives",
+    order=60,
+    reads=(Reads("collectives"),),
     doc="the collectives matching 'select': how many, op, dtype, elements, bytes (nccl-tests' S and ring bytes)",
     selectors=(
         Selector(

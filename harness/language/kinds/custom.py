@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from harness.language.kinds.common import RANKS, STEP_INDEX, position_matches
 from harness.language.observed import CheckError, common, rank_docs
-from harness.language.vocabulary import JSON, CheckKind
+from harness.language.vocabulary import JSON, CheckKind, Reads
 
 
 def measure(sel, obs):
@@ -29,6 +29,8 @@ def measure(sel, obs):
 
 KIND = CheckKind(
     name="custom",
+    order=220,
+    reads=(Reads("custom"),),
     doc="the values the spec's own setup.hooks.observe function returned (per rank, after each step)",
     selectors=(STEP_INDEX, RANKS),
     fields=(),

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 
 from harness.language.kinds.common import RANKS
 from harness.language.observed import CheckError, NotMeasured, rank_docs, ranks_on_hosts
-from harness.language.vocabulary import COUNT, TEXT, CheckKind, Field, ValueType, one_of
+from harness.language.vocabulary import COUNT, TEXT, CheckKind, Field, Reads, ValueType, one_of
 
 AGREES = ValueType(
     "agreement",
@@ -113,6 +113,8 @@ def measure(sel, obs):
 
 KIND = CheckKind(
     name="environment",
+    order=170,
+    reads=(Reads("environment"), Reads("rank_environment")),
     doc="where each rank runs: the ranks agree on torch, device type and versions; ranks per host and node; "
     "one device per rank",
     selectors=(RANKS,),

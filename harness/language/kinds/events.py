@@ -17,7 +17,7 @@ from typing import Any
 from harness.contract.names import EVENT_NAMES, PHASES
 from harness.language.kinds.common import MICROBATCH, RANKS, STEP_INDEX, position_matches
 from harness.language.observed import CheckError, common, rank_docs
-from harness.language.vocabulary import COUNT, OPTIONAL_TEXT, TEXTS, CheckKind, Context, Field, Selector
+from harness.language.vocabulary import COUNT, OPTIONAL_TEXT, TEXTS, CheckKind, Context, Field, Reads, Selector
 
 _GLOB = set("*?[")
 
@@ -89,6 +89,8 @@ def measure(sel, obs):
 
 KIND = CheckKind(
     name="events",
+    order=90,
+    reads=(Reads("events"),),
     doc="FSDP's own event order: its hook labels (pre_forward, all_gather, post_backward_reduce, ...) and each unit's "
     "reshard/unshard, per step and microbatch",
     selectors=(

@@ -14,7 +14,7 @@ from __future__ import annotations
 from harness.contract.names import PHASES
 from harness.language.kinds.common import RANKS
 from harness.language.observed import CheckError, rank_docs
-from harness.language.vocabulary import BOOL, MESSAGE, CheckKind, Field, one_of
+from harness.language.vocabulary import BOOL, MESSAGE, CheckKind, Field, Reads, one_of
 
 _PHASES = PHASES + ("replica",)
 
@@ -40,6 +40,13 @@ def measure(sel, obs):
 
 KIND = CheckKind(
     name="expect_error",
+    order=200,
+    reads=(Reads("error"),),
+    simulation_differs={
+        "message": "raises a kernel's error from the fake tensor's meta kernel, whose message may differ from the "
+        "device kernel's (the type, phase and ranks are checked)"
+    },
+    setup={"record_errors": True},  # a rank's exception is recorded, not a failed run
     doc="what a rank raised (recorded, not a failed run): exception type, message, the phase it left",
     selectors=(RANKS,),
     fields=(

@@ -8,7 +8,7 @@ from typing import Any
 
 from harness.language.kinds.common import MICROBATCH, RANKS, STEP_INDEX, check_layer, position_matches
 from harness.language.observed import CheckError, rank_docs
-from harness.language.vocabulary import BOOL, COUNT, INTS, TEXTS, CheckKind, Context, Field, Selector
+from harness.language.vocabulary import BOOL, COUNT, INTS, TEXTS, CheckKind, Context, Field, Reads, Selector
 
 FUSED = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
 
@@ -85,6 +85,12 @@ def measure(sel, obs):
 
 KIND = CheckKind(
     name="experts",
+    order=210,
+    reads=(
+        Reads("experts"),
+        Reads("experts.tokens.counts", ("tokens", "tokens_total", "unrouted_here", "unrouted_anywhere")),
+        Reads("experts.zero_grad_rows.zero_rows", ("zero_grad_rows", "zero_grad_rows_are_unrouted")),
+    ),
     doc="a sparse layer's experts per rank: those its shard holds, the tokens routed to each, the zero gradient rows",
     selectors=(
         Selector("layer", "the sparse decoder layer (one index)", _check_layer),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from harness.language.kinds.common import RANKS, STEP_INDEX, position_matches
 from harness.language.observed import CheckError, common, rank_docs
-from harness.language.vocabulary import BOOL, COUNT, DTYPE, NUMBER, TEXTS, CheckKind, Field
+from harness.language.vocabulary import BOOL, COUNT, DTYPE, NUMBER, TEXTS, CheckKind, Field, Reads
 
 
 def measure(sel, obs):
@@ -75,6 +75,17 @@ def _local_fields(chosen: list) -> dict:
 
 KIND = CheckKind(
     name="grad_norm",
+    order=110,
+    reads=(
+        Reads("grad_norms"),
+        Reads("grad_norms.value", ("value", "clipped", "abs_diff", "rel_diff")),
+        Reads("grad_norms.local_value", ("local_value", "local_equals_value")),
+        Reads("grad_norms.reference", ("reference", "abs_diff", "rel_diff")),
+        Reads("grad_norms.clip_coef", ("clip_coef", "clip_coef_rel_diff")),
+        Reads("grad_norms.reference_clip_coef", ("reference_clip_coef", "clip_coef_rel_diff")),
+        Reads("grad_norms.shard_reference", ("shard_reference", "local_shard_rel_diff")),
+    ),
+    replica=True,
     doc="the total norm clip_grad_norm_ returned (DTensor placements, full and local value) and the factor it "
     "scaled the gradients by, against the reference's at the same step",
     selectors=(STEP_INDEX, RANKS),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from harness.language.kinds.common import LAYER, RANKS, STEP_INDEX, UNIT, param_needs_layer, position_matches
 from harness.language.kinds.param import KIND as PARAM
 from harness.language.observed import CheckError, common, rank_docs, selected_fqns
-from harness.language.vocabulary import COUNT, OPTIONAL_DTYPE, OPTIONAL_SHAPE, CheckKind, Field
+from harness.language.vocabulary import COUNT, OPTIONAL_DTYPE, OPTIONAL_SHAPE, CheckKind, Field, Reads
 
 
 def measure(sel, obs):
@@ -41,6 +41,8 @@ def measure(sel, obs):
 
 KIND = CheckKind(
     name="grads",
+    order=120,
+    reads=(Reads("grads"),),
     doc="each parameter's gradient after a step: requires_grad, has one, its dtype and local shape, and its "
     "Parameter.grad_dtype",
     selectors=(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from harness.language.kinds.common import RANKS, check_ranks
 from harness.language.observed import rank_docs
-from harness.language.vocabulary import DTYPE, INTS, SHAPE, TEXT, CheckKind, Field, Selector
+from harness.language.vocabulary import DTYPE, INTS, SHAPE, TEXT, CheckKind, Field, Reads, Selector
 
 
 def measure(sel, obs):
@@ -22,6 +22,8 @@ def measure(sel, obs):
 
 KIND = CheckKind(
     name="input",
+    order=30,
+    reads=(Reads("input"), Reads("output")),
     doc="the model input each rank holds: shape, dtype, which samples of the global batch; "
     "the model's output and loss dtypes",
     selectors=(

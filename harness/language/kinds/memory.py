@@ -16,7 +16,7 @@ from harness.contract.names import MEMORY_CATEGORIES, MEMORY_ROOT_STATES, MEMORY
 from harness.language.kinds.common import LAYER, MICROBATCH, RANKS, STEP_INDEX, UNIT, position_matches
 from harness.language.observed import CheckError, rank_docs, unit_name
 from harness.language.suggest import closest_first, did_you_mean
-from harness.language.vocabulary import BYTES, CheckKind, Context, Field, Selector
+from harness.language.vocabulary import BYTES, CheckKind, Context, Field, Reads, RecordKey, Selector
 
 
 def _check_module(value: Any, ctx: Context) -> str | None:
@@ -79,6 +79,15 @@ _TIMING = {
 }
 
 
+def _where(name: tuple) -> list[str]:
+    """A snapshot's name in words: its unit, state, step, microbatch and occurrence (when repeated)."""
+    module, state, step, microbatch, occurrence = name
+    out = [module or "root/whole rank", state]
+    out += [f"step {step}"] if step is not None else []
+    out += [f"microbatch {microbatch}"] if microbatch is not None else []
+    return out + ([f"occurrence {occurrence}"] if occurrence else [])
+
+
 def measure(sel, obs):
     module = sel["module"] if "module" in sel else unit_name(obs, layer=sel.get("layer"), unit=sel.get("unit"))
     state = sel["state"]
@@ -98,6 +107,9 @@ def measure(sel, obs):
 
 KIND = CheckKind(
     name="memory",
+    order=70,
+    reads=(Reads("memory"),),
+    record_keys=(RecordKey("memory", ("module", "state", "step_index", "microbatch"), True, "bytes", _where),),
     doc=(
         "FSDPMemTracker's whole-rank bytes by category at a unit's state (a snapshot counts the whole rank; "
         "storages at their real sizes, without CUDA's 512-B rounding)"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from harness.language.kinds.common import RANKS
 from harness.language.observed import CheckError, rank_docs
-from harness.language.vocabulary import COUNT, DTYPE, NUMBER, CheckKind, Field
+from harness.language.vocabulary import COUNT, DTYPE, NUMBER, CheckKind, Field, Reads
 
 
 def _rel(diff):
@@ -43,6 +43,9 @@ def measure(sel, obs):
 
 KIND = CheckKind(
     name="numerics",
+    order=80,
+    reads=(Reads("numerics"),),
+    replica=True,
     doc="the sharded step against a non-sharded replica: forward output and each gradient shard (real runs only)",
     selectors=(RANKS,),
     fields=(

@@ -21,6 +21,8 @@ from harness.language.vocabulary import (
     CheckKind,
     Context,
     Field,
+    Reads,
+    RecordKey,
     Selector,
 )
 from model.names import LAYER_PARAM_NAMES_REGISTRATION, MOE_LAYER_PARAM_NAMES_REGISTRATION
@@ -103,6 +105,9 @@ def measure(sel, obs):
 
 KIND = CheckKind(
     name="param",
+    order=10,
+    reads=(Reads("params"),),
+    record_keys=(RecordKey("params", ("fqn",)),),
     doc="one parameter after fully_shard: full and local (shard) shape, elements, bytes, DTensor placements",
     selectors=(
         Selector(

@@ -17,7 +17,7 @@ from typing import Any
 from harness.contract.names import PARAM_STATE_POINTS, PARAM_STATE_STEP_POINTS
 from harness.language.kinds.common import LAYER, MICROBATCH, RANKS, STEP_INDEX, UNIT, check_unit, position_matches
 from harness.language.observed import CheckError, common, rank_docs, unit_name, unit_names
-from harness.language.vocabulary import BOOL, BYTES, COUNT, TEXT, TEXTS, CheckKind, Context, Field, Selector
+from harness.language.vocabulary import BOOL, BYTES, COUNT, TEXT, TEXTS, CheckKind, Context, Field, Reads, Selector
 
 AFTER_FULLY_SHARD = "after_fully_shard"
 
@@ -123,6 +123,8 @@ def measure(sel, obs):
 
 KIND = CheckKind(
     name="param_state",
+    order=50,
+    reads=(Reads("params"), Reads("param_states"), Reads("fully_shard_calls")),
     doc="what a unit's parameters are at a point: after a fully_shard call, at FSDP's forward and backward hooks, "
     "after backward, the optimizer step and zero_grad",
     selectors=(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from harness.language.kinds.common import LAYER, RANKS, STEP_INDEX, UNIT, param_needs_layer, position_matches
 from harness.language.kinds.param import KIND as PARAM
 from harness.language.observed import CheckError, rank_docs, selected_fqns
-from harness.language.vocabulary import BOOL, COUNT, INTS, NUMBER, CheckKind, Field
+from harness.language.vocabulary import BOOL, COUNT, INTS, NUMBER, CheckKind, Field, Reads
 
 
 def measure(sel, obs):
@@ -55,6 +55,9 @@ def measure(sel, obs):
 
 KIND = CheckKind(
     name="param_update",
+    order=100,
+    reads=(Reads("param_updates"),),
+    replica=True,
     doc="rows of each rank's shard a step changed, and the shard against a single-process reference of the "
     "same schedule",
     selectors=(

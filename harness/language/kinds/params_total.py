@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from harness.language.kinds.common import LAYER, RANKS, ROLE, UNIT
 from harness.language.observed import rank_docs, unit_names
-from harness.language.vocabulary import BYTES, COUNT, CheckKind, Field
+from harness.language.vocabulary import BYTES, COUNT, CheckKind, Field, Reads
 
 
 def _params_of(obs, sel, rank_doc):
@@ -33,6 +33,8 @@ def measure(sel, obs):
 
 KIND = CheckKind(
     name="params_total",
+    order=20,
+    reads=(Reads("params"),),
     doc="totals over the parameters of the selected units (default: all): count, elements, bytes, per-rank shares",
     selectors=(LAYER, UNIT, ROLE, RANKS),
     fields=(

@@ -18,7 +18,7 @@ from typing import Any
 from harness.contract.names import PHASES
 from harness.language.kinds.common import LAYER, RANKS, ROLE, UNIT
 from harness.language.observed import CheckError, common, rank_docs, select_collectives, unit_names
-from harness.language.vocabulary import BOOL, COUNT, CheckKind, Context, Field, Selector, ValueType
+from harness.language.vocabulary import BOOL, COUNT, CheckKind, Context, Field, Reads, RecordKey, Selector, ValueType
 
 REDUCE_OP_NAMES = ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM")
 _OPS = ("reduce_scatter", "all_reduce")
@@ -62,6 +62,9 @@ def measure(sel, obs):
 
 KIND = CheckKind(
     name="reduce_op",
+    order=190,
+    reads=(Reads("collectives"),),
+    record_keys=(RecordKey("fsdp_units", ("name",)),),  # it selects units by name
     doc="how gradients are reduced: the ReduceOp of the selected reduce-scatters/all-reduces, the units' divide "
     "factor and force-sum switch",
     selectors=(

@@ -19,7 +19,19 @@ from typing import Any, Mapping
 from harness.language.kinds.common import LAYER
 from harness.language.kinds.param import KIND as PARAM
 from harness.language.observed import CheckError, param_fqn, select_ranks, unit_names
-from harness.language.vocabulary import BOOL, COUNT, INTS, NUMBER, SHAPE, TEXTS, CheckKind, Context, Field, Selector
+from harness.language.vocabulary import (
+    BOOL,
+    COUNT,
+    INTS,
+    NUMBER,
+    SHAPE,
+    TEXTS,
+    CheckKind,
+    Context,
+    Field,
+    Reads,
+    Selector,
+)
 
 ONE_ENTRY_FIELDS = (
     "full_shape",
@@ -41,12 +53,25 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def loads(ctx: Context) -> tuple[int, ...] | None:
+    """The world sizes the setup's checkpoint is loaded on (the run's own first, then
+    ``setup.state_dict.reload_world_sizes``); () without a round trip; None if unknown."""
+    setup = ctx.known_setup("state_dict")
+    if setup is None:
+        return None
+    state_dict = setup["state_dict"]
+    if not state_dict["round_trip"]:
+        return ()
+    return None if ctx.world_size is None else (ctx.world_size, *state_dict["reload_world_sizes"])
+
+
 def _check_load_world_size(value: Any, ctx: Context) -> str | None:
     if not _is_int(value) or value < 1:
         return f"expected a world size (an integer >= 1), got {value!r}"
-    if ctx.state_dict_loads:
-        if value not in ctx.state_dict_loads:
-            own, *others = ctx.state_dict_loads
+    world_sizes = loads(ctx)
+    if world_sizes:
+        if value not in world_sizes:
+            own, *others = world_sizes
             return (
                 f"the checkpoint is loaded on world size {own} (the run's own)"
                 + (f" and on {others} (setup.state_dict.reload_world_sizes)" if others else "")
@@ -65,7 +90,7 @@ def _check_ranks(value: Any, ctx: Context) -> str | None:
 
 
 def _needs_round_trip(values: Mapping[str, Any], ctx: Context) -> list[tuple[str | None, str]]:
-    if ctx.state_dict_loads == ():
+    if loads(ctx) == ():
         return [
             (None, "the setup saves no checkpoint: a 'state_dict' entry needs setup.state_dict: {round_trip: true}")
         ]
@@ -204,6 +229,8 @@ def measure(sel, obs):
 
 KIND = CheckKind(
     name="state_dict",
+    order=140,
+    reads=(Reads("reloads"), Reads("state_dict")),
     doc="the torch.distributed.checkpoint round trip after the step (setup.state_dict): each shard's global offset "
     "and length, the checkpoint's chunks, model and optimizer state equal after load",
     selectors=(

@@ -7,7 +7,7 @@ written when ``setup.state_dict`` lists ``get_model`` / ``set_model`` calls.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from harness.language.kinds.state_dict import KIND as STATE_DICT
 from harness.language.observed import CheckError, param_fqn, select_ranks
@@ -20,11 +20,17 @@ RANKS = Selector(
 )
 
 
-def call_selector(name: str, setup_key: str, known: Callable[[Context], "tuple[str, ...] | None"]) -> Selector:
+def call_ids(ctx: Context, setup_key: str) -> tuple[str, ...] | None:
+    """The ids of ``setup.state_dict.<setup_key>``'s calls (() when there are none), or None if unknown."""
+    setup = ctx.known_setup("state_dict")
+    return None if setup is None else tuple(c["id"] for c in setup["state_dict"][setup_key])
+
+
+def call_selector(name: str, setup_key: str) -> Selector:
     """The selector naming one ``setup.state_dict.<setup_key>`` call by its id."""
 
     def check(value: Any, ctx: Context) -> str | None:
-        ids = known(ctx)
+        ids = call_ids(ctx, setup_key)
         if not isinstance(value, str):
             return f"expected the id of one of setup.state_dict.{setup_key}, got {value!r}"
         if ids == ():

@@ -15,7 +15,7 @@ from typing import Any
 from harness.language.kinds.common import LAYER
 from harness.language.kinds.param import KIND as PARAM
 from harness.language.kinds.state_dict_calls import RANKS, call_records, call_selector, entry_rules, one_entry
-from harness.language.vocabulary import BOOL, COUNT, DTYPE, SHAPE, TEXT, TEXTS, CheckKind, Field, Selector
+from harness.language.vocabulary import BOOL, COUNT, DTYPE, SHAPE, TEXT, TEXTS, CheckKind, Field, Reads, Selector
 
 ONE_KEY = ("present", "is_dtensor", "device", "shape", "local_shape", "placements", "dtype", "equal")
 WHOLE = ("keys", "dtensors", "equal_entries", "devices")
@@ -42,10 +42,12 @@ def measure(sel, obs):
 
 KIND = CheckKind(
     name="state_dict_get",
+    order=150,
+    reads=(Reads("state_dict_options.get_model"),),
     doc="get_model_state_dict with StateDictOptions (setup.state_dict.get_model) after the step: per key the "
     "tensor type, device, shapes, placements and values on each rank; the returned dict's size per rank",
     selectors=(
-        call_selector("get", "get_model", lambda ctx: ctx.state_dict_gets),
+        call_selector("get", "get_model"),
         PARAM.selector_index["param"],
         PARAM.selector_index["fqn"],
         Selector("layer", "decoder layer index (with 'param')", LAYER.check),

@@ -30,6 +30,7 @@ from harness.language.vocabulary import (
     TEXTS,
     CheckKind,
     Field,
+    Reads,
     Selector,
 )
 
@@ -89,10 +90,12 @@ def measure(sel, obs):
 
 KIND = CheckKind(
     name="state_dict_set",
+    order=160,
+    reads=(Reads("state_dict_options.set_model"),),
     doc="set_model_state_dict with StateDictOptions into a fresh sharded or meta model (setup.state_dict.set_model) "
     "after the step: what it raised or returned (missing/unexpected keys), what the fresh model holds per key",
     selectors=(
-        call_selector("set", "set_model", lambda ctx: ctx.state_dict_sets),
+        call_selector("set", "set_model"),
         PARAM.selector_index["param"],
         PARAM.selector_index["fqn"],
         Selector("layer", "decoder layer index (with 'param')", LAYER.check),

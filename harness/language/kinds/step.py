@@ -7,7 +7,7 @@ from typing import Any
 from harness.language.kinds.common import LAYER, MICROBATCH, RANKS, STEP_INDEX, position_matches
 from harness.language.observed import CheckError, common, rank_docs
 from harness.language.suggest import closest_first, did_you_mean
-from harness.language.vocabulary import COUNT, DTYPE, SHAPE, CheckKind, Context, Field, Selector
+from harness.language.vocabulary import COUNT, DTYPE, SHAPE, CheckKind, Context, Field, Reads, Selector
 from model.steps import ALL_STEPS_BY_NAME
 
 _STEP_NAMES = tuple(ALL_STEPS_BY_NAME)  # the dense layer's Steps, then a sparse layer's Step 9 (MOE_STEPS)
@@ -49,6 +49,8 @@ def measure(sel, obs):
 
 KIND = CheckKind(
     name="step",
+    order=40,
+    reads=(Reads("steps"),),
     doc="a named tensor of Steps 1-10 (model/steps.py) in the selected layers (default: all)",
     selectors=(
         Selector("step", "a step tensor's name from model/steps.py, e.g. step2.q_heads", _check_step),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from harness.language.kinds.common import LAYER, MICROBATCH, RANKS, ROLE, STEP_INDEX, UNIT, position_matches
 from harness.language.observed import CheckError, common, rank_docs, unit_names
-from harness.language.vocabulary import COUNT, OPTIONAL_DTYPE, CheckKind, Field
+from harness.language.vocabulary import COUNT, OPTIONAL_DTYPE, CheckKind, Field, Reads
 
 
 def measure(sel, obs):
@@ -43,6 +43,8 @@ def measure(sel, obs):
 
 KIND = CheckKind(
     name="unit_dtypes",
+    order=130,
+    reads=(Reads("unit_dtypes"),),
     doc="the dtypes each FSDP unit's parameter group resolved at lazy init (orig, reduce), after each forward",
     selectors=(LAYER, UNIT, ROLE, STEP_INDEX, MICROBATCH, RANKS),
     fields=(

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.language.kinds import REGISTRY
-from harness.language.kinds.docs import SCHEMA_PATH, dump_schema, generated_schema
-from harness.load.docs import CHECK_KINDS_PAGE, check_kinds_page
+from harness.load.docs import CHECK_KINDS_PAGE, SCHEMA_PATH, check_kinds_page, dump_schema, generated_schema
 from harness.load.spec import SpecError, load_spec
 from tests.support import REPO
 

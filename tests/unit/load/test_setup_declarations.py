@@ -12,9 +12,9 @@ import pytest
 
 from harness.calculator import DTYPE_BYTES
 from harness.contract.names import BACKENDS, BANDWIDTH_OPS
-from harness.language.kinds.docs import SCHEMA_PATH, dump_schema
 from harness.load import docs
 from harness.load.declare import key_rows, object_schema
+from harness.load.docs import SCHEMA_PATH, dump_schema
 from harness.load.schedule import ClipGradNorm, Schedule, ScheduleStep
 from harness.load.setup import (
     BandwidthSetup,
