@@ -90,34 +90,12 @@ def _shard_placement(value: Any) -> tuple[tuple[str, int], ...]:
 
 @dataclass(frozen=True)
 class UnitOptions:
-    """One unit's ``fully_shard`` arguments and the FSDPModule calls made on it after init.
+    """One unit's FSDP options: ``fully_shard`` arguments and ``FSDPModule`` setters.
 
-    Attributes:
-        reshard_after_forward: ``fully_shard(reshard_after_forward=)``: True, False, an int (a
-            group of that size after forward) or None (not passed: torch's default, True except
-            for the root, which torch leaves unsharded after forward).
-        mp_policy: ``MixedPrecisionPolicy``; None passes nothing (no casting).
-        offload_policy: ``CPUOffloadPolicy``; None passes nothing (no offload).
-        shard_placement: ((parameter pattern, dim), ...): ``shard_placement_fn`` returning
-            ``Shard(dim)`` for parameters whose FQN (relative to the root) matches the pattern,
-            None (``Shard(0)``) for the others; empty passes no function.
-        gradient_divide_factor: ``set_gradient_divide_factor(f)``; None: not called (FSDP
-            divides by the data-parallel size).
-        force_sum_reduction_for_comms: ``set_force_sum_reduction_for_comms(True)`` if True.
-        reshard_after_backward: ``set_reshard_after_backward(v, recurse=False)``; None: not called.
-        set_reshard_after_forward: ``set_reshard_after_forward(v, recurse=False)`` after every
-            ``fully_shard`` (a runtime change); None: not called.
-        checkpoint: activation checkpointing on each module of the unit, applied before
-            ``fully_shard``, in the form ``checkpoint_style`` says.
-        checkpoint_style: "composable" (``torch.distributed._composable.checkpoint(module)``),
-            "call" (``torch.utils.checkpoint.checkpoint`` around the module's ``__call__``, so
-            FSDP's hooks run inside the checkpoint and again in its recomputation: transformers
-            4's ``GradientCheckpointingLayer``) or "forward" (around ``module.forward``, inside
-            FSDP's hooks: transformers 5's).
-        checkpoint_use_reentrant: ``use_reentrant=`` of ``torch.utils.checkpoint.checkpoint``
-            (the "call" and "forward" styles; transformers 4's ``gradient_checkpointing_enable``
-            defaulted to True, 5.24's to False).
-        compile: ``module.compile()`` on each module of the unit, after ``fully_shard``.
+    Each field declares one option once: its key, type, default, schema and docs line (the
+    ``doc=`` is the generated schema's and docs/setup-keys.md's text). The rank side applies it
+    in one place, :mod:`harness.run.parallelize` (a setter: its ``UNIT_SETTERS`` entry). A unit
+    entry and the ``fsdp`` mapping (as every unit's default) take the same keys.
     """
 
     reshard_after_forward: bool | int | None = key(
