@@ -141,6 +141,12 @@ class UnitOptions:
         doc="set_reshard_after_forward(v, recurse=False) after every fully_shard, before the step "
         "(a change at runtime); null: not called",
     )
+    unshard_in_backward: bool | None = key(
+        None,
+        null=True,
+        doc="set_unshard_in_backward(v) after fully_shard: false skips the unit's backward all-gather (for a unit "
+        "whose backward needs no parameter values, as an embedding's); null: not called (torch: true)",
+    )
     checkpoint: bool = key(
         False,
         doc="activation checkpointing on each module of the unit, applied before fully_shard, in the form "

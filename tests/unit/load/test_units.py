@@ -258,6 +258,11 @@ def test_meta_init_gives_the_full_inits_values_and_inv_freq(tmp_path: Path):
             "applies to a checkpointed unit",
         ),
         (
+            "  fsdp: {units: [{modules: layers.0, unshard_in_backward: 0}]}\n",
+            "setup.fsdp.units[0].unshard_in_backward",
+            "is not of type 'boolean', 'null'",
+        ),
+        (
             "  fsdp: {checkpoint_use_reentrant: yes please}\n",
             "setup.fsdp.checkpoint_use_reentrant",
             "is not of type 'boolean'",

@@ -1,0 +1,25 @@
+"""Mutation cases of the FSDPModule setter specs (issue 40), in tests/integration/test_mutations.py's
+formats: SETTER_CASES as its CASES (spec, text, replacement, failing entry id, text the failure
+must show), SETTER_SETUP_CASES as its SETUP_CASES (spec, text, replacement, failing entry ids).
+
+A setup case flips the setter's key, so the spec's run changes and exactly the entries that pin
+the setter's effect fail: that shows the key reaches torch."""
+
+SETTER_CASES = [
+    (
+        "unshard_in_backward_false",
+        "select: {phase: backward, op: all_gather, unit: model.embed_tokens}, count: 0}",
+        "select: {phase: backward, op: all_gather, unit: model.embed_tokens}, count: 1}",
+        "embedding_not_gathered_in_backward",
+        "expected 1",
+    ),
+]
+
+SETTER_SETUP_CASES = [
+    (
+        "unshard_in_backward_false",
+        "{modules: model.embed_tokens, unshard_in_backward: false}",
+        "{modules: model.embed_tokens, unshard_in_backward: true}",
+        ["embedding_not_gathered_in_backward", "backward_gathers_only_the_layers"],
+    ),
+]
