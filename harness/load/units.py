@@ -147,6 +147,13 @@ class UnitOptions:
         doc="set_unshard_in_backward(v) after fully_shard: false skips the unit's backward all-gather (for a unit "
         "whose backward needs no parameter values, as an embedding's); null: not called (torch: true)",
     )
+    reduce_scatter_unused_params: bool | None = key(
+        None,
+        null=True,
+        doc="set_reduce_scatter_unused_params(v, recurse=False) after fully_shard: true reduce-scatters a zero "
+        "gradient for a parameter that got none in backward (ranks then agree on the collective's size); null: not "
+        "called (torch: false, such a parameter is left out)",
+    )
     checkpoint: bool = key(
         False,
         doc="activation checkpointing on each module of the unit, applied before fully_shard, in the form "

@@ -392,6 +392,7 @@ UNIT_SETTERS: dict[str, Callable[[FSDPModule, Any], None]] = {
     "reshard_after_backward": lambda unit, on: unit.set_reshard_after_backward(on, recurse=False),
     "set_reshard_after_forward": lambda unit, on: unit.set_reshard_after_forward(on, recurse=False),
     "unshard_in_backward": lambda unit, on: unit.set_unshard_in_backward(on),
+    "reduce_scatter_unused_params": lambda unit, on: unit.set_reduce_scatter_unused_params(on, recurse=False),
 }
 """The ``FSDPModule`` setter each unit option (:class:`~harness.load.units.UnitOptions` field of
 the same name) calls on the unit's first module after every ``fully_shard``, in this order;

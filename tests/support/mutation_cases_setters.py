@@ -13,6 +13,13 @@ SETTER_CASES = [
         "embedding_not_gathered_in_backward",
         "expected 1",
     ),
+    (
+        "reduce_scatter_unused_params",
+        "layer: 1}, count: 1, numel_in: 37024, numel_out: 18512}",
+        "layer: 1}, count: 1, numel_in: 20640, numel_out: 18512}",
+        "layer1_reduces_the_whole_layer",
+        "20,640",
+    ),
 ]
 
 SETTER_SETUP_CASES = [
@@ -21,5 +28,11 @@ SETTER_SETUP_CASES = [
         "{modules: model.embed_tokens, unshard_in_backward: false}",
         "{modules: model.embed_tokens, unshard_in_backward: true}",
         ["embedding_not_gathered_in_backward", "backward_gathers_only_the_layers"],
+    ),
+    (
+        "reduce_scatter_unused_params",
+        "{modules: layers.1, reduce_scatter_unused_params: true}",
+        "{modules: layers.1, reduce_scatter_unused_params: false}",
+        ["layer1_reduces_the_whole_layer", "grads_equal_reference"],
     ),
 ]

@@ -263,6 +263,11 @@ def test_meta_init_gives_the_full_inits_values_and_inv_freq(tmp_path: Path):
             "is not of type 'boolean', 'null'",
         ),
         (
+            "  fsdp: {reduce_scatter_unused_params: all}\n",
+            "setup.fsdp.reduce_scatter_unused_params",
+            "is not of type 'boolean', 'null'",
+        ),
+        (
             "  fsdp: {checkpoint_use_reentrant: yes please}\n",
             "setup.fsdp.checkpoint_use_reentrant",
             "is not of type 'boolean'",
