@@ -129,6 +129,13 @@ class UnitOptions:
         "divides by the data-parallel size). On gloo a factor other than the shard-group size needs "
         "force_sum_reduction_for_comms (gloo refuses ReduceOp.PREMUL_SUM)",
     )
+    reduce_scatter_divide_factor: float | None = key(
+        None,
+        null=True,
+        exclusiveMinimum=0,
+        doc="set_reduce_scatter_divide_factor(f) after fully_shard: torch 2.13's deprecated alias of "
+        "set_gradient_divide_factor (it warns, then calls it); set one of the two; null: not called",
+    )
     force_sum_reduction_for_comms: bool = key(
         False, doc="set_force_sum_reduction_for_comms(true): reduce with ReduceOp.SUM and divide before/after"
     )
@@ -173,6 +180,16 @@ class UnitOptions:
         "gradient_checkpointing_enable defaulted to true, 5.24's to false). Needs checkpoint: true",
     )
     compile: bool = key(False, doc="module.compile() on each module of the unit after fully_shard (slow on CPU)")
+
+    @property
+    def divide_factor(self) -> float | None:
+        """What the unit's summed gradients are divided by, as set through either setter (None: FSDP's
+        default, the data-parallel size)."""
+        return (
+            self.gradient_divide_factor
+            if self.gradient_divide_factor is not None
+            else (self.reduce_scatter_divide_factor)
+        )
 
 
 UNIT_OPTION_KEYS: tuple[str, ...] = tuple(f.name for f in fields(UnitOptions))
@@ -357,7 +374,7 @@ def resolve_units(
             continue
         given = dict(spec.given)
         options = UnitOptions(**{**base, **{k: _option(k, v) for k, v in given.items()}})
-        problems += _checkpoint_problems(options, given, where)
+        problems += _checkpoint_problems(options, given, where) + _alias_problems(options, given, where)
         found: list[str] = []
         for j, pattern in enumerate(spec.modules):
             key = f"{where}.modules" + (f"[{j}]" if spec.grouped else "")
@@ -401,6 +418,7 @@ def resolve_units(
     }
     root_where = f"setup.fsdp.units[{len(specs) - 1}]" if root_spec is not None else "setup.fsdp"
     problems += _checkpoint_problems(UnitOptions(**root_options), root_given, root_where)
+    problems += _alias_problems(UnitOptions(**root_options), root_given, root_where)
     plans.append(
         UnitPlan(
             ("",), "", "root", None, UnitOptions(**root_options), len(specs) - 1 if root_spec is not None else None
@@ -413,6 +431,20 @@ def resolve_units(
 def _distinct(problems: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """``problems`` without repeats (an fsdp-level option is resolved once per unit)."""
     return list(dict.fromkeys(problems))
+
+
+def _alias_problems(options: UnitOptions, given: Mapping[str, Any], where: str) -> list[tuple[str, str]]:
+    """Both divide-factor keys on one unit: torch keeps whichever setter ran last, so one is refused."""
+    if options.gradient_divide_factor is None or options.reduce_scatter_divide_factor is None:
+        return []
+    name = "reduce_scatter_divide_factor"
+    return [
+        (
+            f"{where}.{name}" if name in given else f"setup.fsdp.{name}",
+            "is torch's deprecated alias of set_gradient_divide_factor, which this unit sets too; expected one "
+            "of gradient_divide_factor or reduce_scatter_divide_factor",
+        )
+    ]
 
 
 def _checkpoint_problems(options: UnitOptions, given: Mapping[str, Any], where: str) -> list[tuple[str, str]]:

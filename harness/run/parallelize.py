@@ -388,6 +388,7 @@ def apply_checkpoint(module: nn.Module, style: str, use_reentrant: bool) -> None
 
 UNIT_SETTERS: dict[str, Callable[[FSDPModule, Any], None]] = {
     "gradient_divide_factor": lambda unit, f: unit.set_gradient_divide_factor(f),
+    "reduce_scatter_divide_factor": lambda unit, f: unit.set_reduce_scatter_divide_factor(f),
     "force_sum_reduction_for_comms": lambda unit, on: unit.set_force_sum_reduction_for_comms(on),
     "reshard_after_backward": lambda unit, on: unit.set_reshard_after_backward(on, recurse=False),
     "set_reshard_after_forward": lambda unit, on: unit.set_reshard_after_forward(on, recurse=False),

@@ -20,6 +20,13 @@ SETTER_CASES = [
         "layer1_reduces_the_whole_layer",
         "20,640",
     ),
+    (
+        "reduce_scatter_divide_factor_alias",
+        '[factor_4, "f = 4 through the alias: SUM, then / 4", 1, 1, SUM, 4, true]',
+        '[factor_4, "f = 4 through the alias: SUM, then / 4", 1, 1, SUM, 2, true]',
+        "factor_4",
+        "expected 2",
+    ),
 ]
 
 SETTER_SETUP_CASES = [
@@ -34,5 +41,11 @@ SETTER_SETUP_CASES = [
         "{modules: layers.1, reduce_scatter_unused_params: true}",
         "{modules: layers.1, reduce_scatter_unused_params: false}",
         ["layer1_reduces_the_whole_layer", "grads_equal_reference"],
+    ),
+    (
+        "reduce_scatter_divide_factor_alias",
+        "{modules: layers.1, reduce_scatter_divide_factor: 4}",
+        "{modules: layers.1, reduce_scatter_divide_factor: 8}",
+        ["factor_4"],
     ),
 ]

@@ -268,6 +268,16 @@ def test_meta_init_gives_the_full_inits_values_and_inv_freq(tmp_path: Path):
             "is not of type 'boolean', 'null'",
         ),
         (
+            "  fsdp: {units: [{modules: layers.0, reduce_scatter_divide_factor: -2}]}\n",
+            "setup.fsdp.units[0].reduce_scatter_divide_factor",
+            "less than or equal to the minimum",
+        ),
+        (
+            "  fsdp: {gradient_divide_factor: 2, units: [{modules: layers.*, reduce_scatter_divide_factor: 4}]}\n",
+            "setup.fsdp.units[0].reduce_scatter_divide_factor",
+            "expected one of gradient_divide_factor or reduce_scatter_divide_factor",
+        ),
+        (
             "  fsdp: {checkpoint_use_reentrant: yes please}\n",
             "setup.fsdp.checkpoint_use_reentrant",
             "is not of type 'boolean'",

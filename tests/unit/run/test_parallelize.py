@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.distributed.fsdp import FSDPModule
 
 import model as qwen3
 from harness.load.setup import FSDPSetup, MixedPrecision, ModelSetup, RunSetup
@@ -88,6 +89,12 @@ def test_a_setter_runs_only_when_its_option_differs_from_the_default():
         ("set_gradient_divide_factor", (2.0,), {}),
         ("set_reshard_after_backward", (False,), {"recurse": False}),
     ]
+
+
+def test_reduce_scatter_divide_factor_is_torchs_deprecated_alias():
+    """What specs/reduce_scatter_divide_factor_alias.yaml pins at run time, read from torch's API."""
+    alias = FSDPModule.set_reduce_scatter_divide_factor
+    assert getattr(alias, "__deprecated__", None) == "Use `set_gradient_divide_factor` instead"
 
 
 @pytest.mark.parametrize("body, prefix", [("decoder_layers", "layers"), ("causal_lm", "model.layers")])
