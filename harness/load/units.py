@@ -161,6 +161,14 @@ class UnitOptions:
         "gradient for a parameter that got none in backward (ranks then agree on the collective's size); null: not "
         "called (torch: false, such a parameter is left out)",
     )
+    symm_mem_for_comm: str | None = key(
+        None,
+        null=True,
+        enum=["NCCL", None],
+        doc="set_symm_mem_for_comm(backend) after fully_shard: all-gather staging buffers from symmetric memory "
+        "(CUDA and NCCL only; on a CPU run torch 2.13 raises RuntimeError in the call: no NCCL allocation "
+        "backend); null: not called",
+    )
     checkpoint: bool = key(
         False,
         doc="activation checkpointing on each module of the unit, applied before fully_shard, in the form "

@@ -27,6 +27,13 @@ SETTER_CASES = [
         "factor_4",
         "expected 2",
     ),
+    (
+        "symm_mem_for_comm_on_gloo",
+        "raised: true, type: RuntimeError,",
+        "raised: true, type: ValueError,",
+        "refused_on_cpu",
+        "ValueError",
+    ),
 ]
 
 SETTER_SETUP_CASES = [
@@ -47,5 +54,11 @@ SETTER_SETUP_CASES = [
         "{modules: layers.1, reduce_scatter_divide_factor: 4}",
         "{modules: layers.1, reduce_scatter_divide_factor: 8}",
         ["factor_4"],
+    ),
+    (
+        "symm_mem_for_comm_on_gloo",
+        "{modules: layers.*, symm_mem_for_comm: NCCL}",
+        "{modules: layers.*, symm_mem_for_comm: null}",
+        ["refused_on_cpu", "nothing_gathered"],
     ),
 ]

@@ -278,6 +278,11 @@ def test_meta_init_gives_the_full_inits_values_and_inv_freq(tmp_path: Path):
             "expected one of gradient_divide_factor or reduce_scatter_divide_factor",
         ),
         (
+            "  fsdp: {units: [{modules: layers.*, symm_mem_for_comm: nccl}]}\n",
+            "setup.fsdp.units[0].symm_mem_for_comm",
+            "expected one of ['NCCL', None]",
+        ),
+        (
             "  fsdp: {checkpoint_use_reentrant: yes please}\n",
             "setup.fsdp.checkpoint_use_reentrant",
             "is not of type 'boolean'",
