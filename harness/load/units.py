@@ -161,6 +161,13 @@ class UnitOptions:
         "gradient for a parameter that got none in backward (ranks then agree on the collective's size); null: not "
         "called (torch: false, such a parameter is left out)",
     )
+    allocate_memory_from_process_group_for_comm: bool | None = key(
+        None,
+        null=True,
+        doc="set_allocate_memory_from_process_group_for_comm(v) after fully_shard: staging buffers of the unit's "
+        "collectives from the process group's own allocator (NCCL on CUDA; gloo has none, so torch 2.13 falls back "
+        "to torch.empty and a CPU run is the default's); null: not called",
+    )
     symm_mem_for_comm: str | None = key(
         None,
         null=True,

@@ -394,6 +394,9 @@ UNIT_SETTERS: dict[str, Callable[[FSDPModule, Any], None]] = {
     "set_reshard_after_forward": lambda unit, on: unit.set_reshard_after_forward(on, recurse=False),
     "unshard_in_backward": lambda unit, on: unit.set_unshard_in_backward(on),
     "reduce_scatter_unused_params": lambda unit, on: unit.set_reduce_scatter_unused_params(on, recurse=False),
+    "allocate_memory_from_process_group_for_comm": lambda unit, on: (
+        unit.set_allocate_memory_from_process_group_for_comm(on)
+    ),
     "symm_mem_for_comm": lambda unit, backend: unit.set_symm_mem_for_comm(backend),
 }
 """The ``FSDPModule`` setter each unit option (:class:`~harness.load.units.UnitOptions` field of

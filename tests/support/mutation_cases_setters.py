@@ -34,6 +34,13 @@ SETTER_CASES = [
         "refused_on_cpu",
         "ValueError",
     ),
+    (
+        "process_group_allocation_on_gloo",
+        "DefaultAllGather, DefaultReduceScatter, ProcessGroupAllocAllGather, ProcessGroupAllocReduceScatter, false]",
+        "DefaultAllGather, DefaultReduceScatter, DefaultAllGather, ProcessGroupAllocReduceScatter, false]",
+        "helpers",
+        "DefaultAllGather",
+    ),
 ]
 
 SETTER_SETUP_CASES = [
@@ -60,5 +67,11 @@ SETTER_SETUP_CASES = [
         "{modules: layers.*, symm_mem_for_comm: NCCL}",
         "{modules: layers.*, symm_mem_for_comm: null}",
         ["refused_on_cpu", "nothing_gathered"],
+    ),
+    (
+        "process_group_allocation_on_gloo",
+        "{modules: layers.1, allocate_memory_from_process_group_for_comm: true}",
+        "{modules: layers.1, allocate_memory_from_process_group_for_comm: null}",
+        ["helpers"],
     ),
 ]

@@ -283,6 +283,11 @@ def test_meta_init_gives_the_full_inits_values_and_inv_freq(tmp_path: Path):
             "expected one of ['NCCL', None]",
         ),
         (
+            "  fsdp: {allocate_memory_from_process_group_for_comm: 1}\n",
+            "setup.fsdp.allocate_memory_from_process_group_for_comm",
+            "is not of type 'boolean', 'null'",
+        ),
+        (
             "  fsdp: {checkpoint_use_reentrant: yes please}\n",
             "setup.fsdp.checkpoint_use_reentrant",
             "is not of type 'boolean'",
