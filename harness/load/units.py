@@ -154,6 +154,13 @@ class UnitOptions:
         doc="set_unshard_in_backward(v) after fully_shard: false skips the unit's backward all-gather (for a unit "
         "whose backward needs no parameter values, as an embedding's); null: not called (torch: true)",
     )
+    is_last_backward: bool | None = key(
+        None,
+        null=True,
+        doc="set_is_last_backward(v) after fully_shard: false keeps FSDP's end-of-backward cleanup from running "
+        "(microbatching); it sets the root's shared state, so it acts only on the root unit (a non-root unit's "
+        "call is replaced at lazy init); null: not called (torch: true)",
+    )
     reduce_scatter_unused_params: bool | None = key(
         None,
         null=True,

@@ -393,6 +393,7 @@ UNIT_SETTERS: dict[str, Callable[[FSDPModule, Any], None]] = {
     "reshard_after_backward": lambda unit, on: unit.set_reshard_after_backward(on, recurse=False),
     "set_reshard_after_forward": lambda unit, on: unit.set_reshard_after_forward(on, recurse=False),
     "unshard_in_backward": lambda unit, on: unit.set_unshard_in_backward(on),
+    "is_last_backward": lambda unit, on: unit.set_is_last_backward(on),
     "reduce_scatter_unused_params": lambda unit, on: unit.set_reduce_scatter_unused_params(on, recurse=False),
     "allocate_memory_from_process_group_for_comm": lambda unit, on: (
         unit.set_allocate_memory_from_process_group_for_comm(on)

@@ -41,6 +41,13 @@ SETTER_CASES = [
         "helpers",
         "DefaultAllGather",
     ),
+    (
+        "is_last_backward_false",
+        '"reduce_scatter layers.1", "all_gather layers.1",\n',
+        '"reduce_scatter layers.1",\n',
+        "step1_gathers_layer1_again",
+        "reduce_scatter layers.0",
+    ),
 ]
 
 SETTER_SETUP_CASES = [
@@ -73,5 +80,11 @@ SETTER_SETUP_CASES = [
         "{modules: layers.1, allocate_memory_from_process_group_for_comm: true}",
         "{modules: layers.1, allocate_memory_from_process_group_for_comm: null}",
         ["helpers"],
+    ),
+    (
+        "is_last_backward_false",
+        "units: [layers.*, {modules: root, is_last_backward: false}]",
+        "units: [{modules: layers.*, is_last_backward: false}]",  # replaced by the root's at lazy init
+        ["step1_gathers_layer1_again", "stale_gather_size"],
     ),
 ]

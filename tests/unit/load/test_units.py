@@ -288,6 +288,11 @@ def test_meta_init_gives_the_full_inits_values_and_inv_freq(tmp_path: Path):
             "is not of type 'boolean', 'null'",
         ),
         (
+            "  fsdp: {units: [layers.*, {modules: root, is_last_backward: last}]}\n",
+            "setup.fsdp.units[1].is_last_backward",
+            "is not of type 'boolean', 'null'",
+        ),
+        (
             "  fsdp: {checkpoint_use_reentrant: yes please}\n",
             "setup.fsdp.checkpoint_use_reentrant",
             "is not of type 'boolean'",
