@@ -120,10 +120,8 @@ class FSDPSetup:
             decoder layer, then the root (the document's setup code).
         forward_prefetch: ((unit, (units...)), ...): ``unit.set_modules_to_forward_prefetch``.
         backward_prefetch: the same for ``set_modules_to_backward_prefetch``.
-        defaults: the other unit options (``gradient_divide_factor``,
-            ``force_sum_reduction_for_comms``, ``reshard_after_backward``,
-            ``set_reshard_after_forward``, ``shard_placement``, ``checkpoint``, ``compile``)
-            as written at ``fsdp`` level, defaults of every unit.
+        defaults: every other :class:`~harness.load.units.UnitOptions` key written at ``fsdp``
+            level: the default of every unit.
     """
 
     reshard_after_forward: bool | int | None = key(

@@ -90,34 +90,12 @@ def _shard_placement(value: Any) -> tuple[tuple[str, int], ...]:
 
 @dataclass(frozen=True)
 class UnitOptions:
-    """One unit's ``fully_shard`` arguments and the FSDPModule calls made on it after init.
+    """One unit's FSDP options: ``fully_shard`` arguments and ``FSDPModule`` setters.
 
-    Attributes:
-        reshard_after_forward: ``fully_shard(reshard_after_forward=)``: True, False, an int (a
-            group of that size after forward) or None (not passed: torch's default, True except
-            for the root, which torch leaves unsharded after forward).
-        mp_policy: ``MixedPrecisionPolicy``; None passes nothing (no casting).
-        offload_policy: ``CPUOffloadPolicy``; None passes nothing (no offload).
-        shard_placement: ((parameter pattern, dim), ...): ``shard_placement_fn`` returning
-            ``Shard(dim)`` for parameters whose FQN (relative to the root) matches the pattern,
-            None (``Shard(0)``) for the others; empty passes no function.
-        gradient_divide_factor: ``set_gradient_divide_factor(f)``; None: not called (FSDP
-            divides by the data-parallel size).
-        force_sum_reduction_for_comms: ``set_force_sum_reduction_for_comms(True)`` if True.
-        reshard_after_backward: ``set_reshard_after_backward(v, recurse=False)``; None: not called.
-        set_reshard_after_forward: ``set_reshard_after_forward(v, recurse=False)`` after every
-            ``fully_shard`` (a runtime change); None: not called.
-        checkpoint: activation checkpointing on each module of the unit, applied before
-            ``fully_shard``, in the form ``checkpoint_style`` says.
-        checkpoint_style: "composable" (``torch.distributed._composable.checkpoint(module)``),
-            "call" (``torch.utils.checkpoint.checkpoint`` around the module's ``__call__``, so
-            FSDP's hooks run inside the checkpoint and again in its recomputation: transformers
-            4's ``GradientCheckpointingLayer``) or "forward" (around ``module.forward``, inside
-            FSDP's hooks: transformers 5's).
-        checkpoint_use_reentrant: ``use_reentrant=`` of ``torch.utils.checkpoint.checkpoint``
-            (the "call" and "forward" styles; transformers 4's ``gradient_checkpointing_enable``
-            defaulted to True, 5.24's to False).
-        compile: ``module.compile()`` on each module of the unit, after ``fully_shard``.
+    Each field declares one option once: its key, type, default, schema and docs line (the
+    ``doc=`` is the generated schema's and docs/setup-keys.md's text). The rank side applies it
+    in one place, :mod:`harness.run.rank.parallelize` (a setter: its ``UNIT_SETTERS`` entry). A unit
+    entry and the ``fsdp`` mapping (as every unit's default) take the same keys.
     """
 
     reshard_after_forward: bool | int | None = key(
@@ -151,6 +129,13 @@ class UnitOptions:
         "divides by the data-parallel size). On gloo a factor other than the shard-group size needs "
         "force_sum_reduction_for_comms (gloo refuses ReduceOp.PREMUL_SUM)",
     )
+    reduce_scatter_divide_factor: float | None = key(
+        None,
+        null=True,
+        exclusiveMinimum=0,
+        doc="set_reduce_scatter_divide_factor(f) after fully_shard: torch 2.13's deprecated alias of "
+        "set_gradient_divide_factor (it warns, then calls it); set one of the two; null: not called",
+    )
     force_sum_reduction_for_comms: bool = key(
         False, doc="set_force_sum_reduction_for_comms(true): reduce with ReduceOp.SUM and divide before/after"
     )
@@ -162,6 +147,41 @@ class UnitOptions:
         null=True,
         doc="set_reshard_after_forward(v, recurse=False) after every fully_shard, before the step "
         "(a change at runtime); null: not called",
+    )
+    unshard_in_backward: bool | None = key(
+        None,
+        null=True,
+        doc="set_unshard_in_backward(v) after fully_shard: false skips the unit's backward all-gather (for a unit "
+        "whose backward needs no parameter values, as an embedding's); null: not called (torch: true)",
+    )
+    is_last_backward: bool | None = key(
+        None,
+        null=True,
+        doc="set_is_last_backward(v) after fully_shard: false keeps FSDP's end-of-backward cleanup from running "
+        "(microbatching); it sets the root's shared state, so it acts only on the root unit (a non-root unit's "
+        "call is replaced at lazy init); null: not called (torch: true)",
+    )
+    reduce_scatter_unused_params: bool | None = key(
+        None,
+        null=True,
+        doc="set_reduce_scatter_unused_params(v, recurse=False) after fully_shard: true reduce-scatters a zero "
+        "gradient for a parameter that got none in backward (ranks then agree on the collective's size); null: not "
+        "called (torch: false, such a parameter is left out)",
+    )
+    allocate_memory_from_process_group_for_comm: bool | None = key(
+        None,
+        null=True,
+        doc="set_allocate_memory_from_process_group_for_comm(v) after fully_shard: staging buffers of the unit's "
+        "collectives from the process group's own allocator (NCCL on CUDA; gloo has none, so torch 2.13 falls back "
+        "to torch.empty and a CPU run is the default's); null: not called",
+    )
+    symm_mem_for_comm: str | None = key(
+        None,
+        null=True,
+        enum=["NCCL", None],
+        doc="set_symm_mem_for_comm(backend) after fully_shard: all-gather staging buffers from symmetric memory "
+        "(CUDA and NCCL only; on a CPU run torch 2.13 raises RuntimeError in the call: no NCCL allocation "
+        "backend); null: not called",
     )
     checkpoint: bool = key(
         False,
@@ -182,6 +202,16 @@ class UnitOptions:
         "gradient_checkpointing_enable defaulted to true, 5.24's to false). Needs checkpoint: true",
     )
     compile: bool = key(False, doc="module.compile() on each module of the unit after fully_shard (slow on CPU)")
+
+    @property
+    def divide_factor(self) -> float | None:
+        """What the unit's summed gradients are divided by, as set through either setter (None: FSDP's
+        default, the data-parallel size)."""
+        return (
+            self.gradient_divide_factor
+            if self.gradient_divide_factor is not None
+            else (self.reduce_scatter_divide_factor)
+        )
 
 
 UNIT_OPTION_KEYS: tuple[str, ...] = tuple(f.name for f in fields(UnitOptions))
@@ -366,7 +396,7 @@ def resolve_units(
             continue
         given = dict(spec.given)
         options = UnitOptions(**{**base, **{k: _option(k, v) for k, v in given.items()}})
-        problems += _checkpoint_problems(options, given, where)
+        problems += _checkpoint_problems(options, given, where) + _alias_problems(options, given, where)
         found: list[str] = []
         for j, pattern in enumerate(spec.modules):
             key = f"{where}.modules" + (f"[{j}]" if spec.grouped else "")
@@ -410,6 +440,7 @@ def resolve_units(
     }
     root_where = f"setup.fsdp.units[{len(specs) - 1}]" if root_spec is not None else "setup.fsdp"
     problems += _checkpoint_problems(UnitOptions(**root_options), root_given, root_where)
+    problems += _alias_problems(UnitOptions(**root_options), root_given, root_where)
     plans.append(
         UnitPlan(
             ("",), "", "root", None, UnitOptions(**root_options), len(specs) - 1 if root_spec is not None else None
@@ -422,6 +453,20 @@ def resolve_units(
 def _distinct(problems: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """``problems`` without repeats (an fsdp-level option is resolved once per unit)."""
     return list(dict.fromkeys(problems))
+
+
+def _alias_problems(options: UnitOptions, given: Mapping[str, Any], where: str) -> list[tuple[str, str]]:
+    """Both divide-factor keys on one unit: torch keeps whichever setter ran last, so one is refused."""
+    if options.gradient_divide_factor is None or options.reduce_scatter_divide_factor is None:
+        return []
+    name = "reduce_scatter_divide_factor"
+    return [
+        (
+            f"{where}.{name}" if name in given else f"setup.fsdp.{name}",
+            "is torch's deprecated alias of set_gradient_divide_factor, which this unit sets too; expected one "
+            "of gradient_divide_factor or reduce_scatter_divide_factor",
+        )
+    ]
 
 
 def _checkpoint_problems(options: UnitOptions, given: Mapping[str, Any], where: str) -> list[tuple[str, str]]:

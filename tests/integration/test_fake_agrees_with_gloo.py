@@ -64,11 +64,13 @@ def test_the_exclusions_are_the_ones_named():
         "premul_sum_reduce_scatter_one_rank",
         "premul_sum_refused_hsdp",
         "premul_sum_refused_on_gloo",
+        "process_group_allocation_on_gloo",
         "qwen3_0_6b_8_ranks",
         "qwen3_235b_a22b_1024_ranks",
         "qwen3_30b_a3b_1024_ranks",
         "qwen3_32b_1024_ranks",
         "qwen3_8b_64_ranks",
+        "symm_mem_for_comm_on_gloo",
     ]
     assert "GiB estimated" in excluded["qwen3_0_6b_8_ranks"]
     assert len(COMPARED) > 50

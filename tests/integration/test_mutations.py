@@ -21,6 +21,7 @@ from harness.load.spec import load_spec
 from tests.support import REPO, SPECS
 from tests.support.mutation_cases_moe import MOE_CASES
 from tests.support.mutation_cases_observability import OBSERVABILITY_CASES, OBSERVABILITY_SETUP_CASES
+from tests.support.mutation_cases_setters import SETTER_CASES, SETTER_SETUP_CASES
 
 # (spec, text in the spec, replacement, failing entry id, text the failure must show)
 CASES = [
@@ -690,6 +691,7 @@ CASES = [
 
 CASES += MOE_CASES  # tests/support/mutation_cases_moe.py
 CASES += OBSERVABILITY_CASES  # tests/support/mutation_cases_observability.py
+CASES += SETTER_CASES  # tests/support/mutation_cases_setters.py
 
 
 def _copy_hooks_file(spec: Path, folder: Path) -> None:
@@ -926,6 +928,7 @@ SETUP_CASES = [
     ),
 ]
 SETUP_CASES += OBSERVABILITY_SETUP_CASES  # tests/support/mutation_cases_observability.py
+SETUP_CASES += SETTER_SETUP_CASES  # tests/support/mutation_cases_setters.py
 
 
 @pytest.mark.slow

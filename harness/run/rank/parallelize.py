@@ -1,14 +1,11 @@
 """Applying FSDP2 to a built model: the mesh, the FSDP units, ``fully_shard``, meta-device init.
 
+Each unit option (:class:`harness.load.units.UnitOptions`, declared once there) is applied here in
+one place: a ``fully_shard`` argument in :meth:`ShardUnit.options`, an ``FSDPModule`` setter in
+:data:`UNIT_SETTERS`, activation checkpointing before the call and ``module.compile()`` after.
 :func:`apply_fsdp` is the only place in the harness that calls
-``torch.distributed.fsdp.fully_shard``. It takes the units as data (:class:`ShardUnit`: the
-modules of one ``fully_shard`` call and that unit's own options: ``reshard_after_forward``,
-``mp_policy``, ``offload_policy``, ``shard_placement_fn``; activation checkpointing before the
-call; ``set_gradient_divide_factor``, ``set_force_sum_reduction_for_comms``,
-``set_reshard_after_backward``, ``set_reshard_after_forward``, prefetch lists and
-``module.compile()`` after every call) and freezes parameters before or after sharding.
-:func:`units_from_setup` derives the units from a :class:`~harness.load.setup.RunSetup`
-(``setup.fsdp.units``, :mod:`harness.load.units`).
+``torch.distributed.fsdp.fully_shard``. :func:`units_from_setup` derives the units from a
+:class:`~harness.load.setup.RunSetup` (``setup.fsdp.units``, :mod:`harness.load.units`).
 
 Source: the walkthrough document ("FSDP2 Qwen3 Decoder Layer Walkthrough", section "FSDP2
 设置"): over a 1-D ``dp`` mesh of 4 ranks, every decoder layer becomes its own FSDP unit
@@ -83,8 +80,7 @@ class ShardUnit:
         paths: the module FQNs of the call (a list call when more than one); () means ``(path,)``.
         offload_policy: ``CPUOffloadPolicy`` or None (nothing passed).
         shard_placement: ((parameter FQN pattern, dim), ...) for ``shard_placement_fn``.
-        after: the calls made on the unit before and after ``fully_shard`` (checkpointing,
-            divide factor, force-sum, reshard-after-backward, set_reshard_after_forward,
+        after: every option of the unit (the setters of :data:`UNIT_SETTERS`, checkpointing,
             compile); None: none.
     """
 
@@ -274,10 +270,8 @@ def apply_fsdp(
     Order matters: a module sharded earlier keeps its parameters, and a later unit that
     contains it (its parent, the root last) manages only the parameters no earlier unit took.
     Per unit, before its call: activation checkpointing of its modules (``checkpoint``);
-    after every call: ``materialize``, then per unit ``set_gradient_divide_factor``,
-    ``set_force_sum_reduction_for_comms``, ``set_reshard_after_backward`` and
-    ``set_reshard_after_forward`` (each with ``recurse=False`` where torch has it), the
-    prefetch lists, freezing (``freeze_after``) and ``module.compile()``.
+    after every call: ``materialize``, then each unit's :data:`UNIT_SETTERS`, the prefetch
+    lists, freezing (``freeze_after``) and ``module.compile()``.
 
     Args:
         root: the built model (on its device, or on ``meta`` for meta-device init).
@@ -392,20 +386,37 @@ def apply_checkpoint(module: nn.Module, style: str, use_reentrant: bool) -> None
         raise ValueError(f"checkpoint_style {style!r}: expected composable, call or forward")
 
 
+UNIT_SETTERS: dict[str, Callable[[FSDPModule, Any], None]] = {
+    "gradient_divide_factor": lambda unit, f: unit.set_gradient_divide_factor(f),
+    "reduce_scatter_divide_factor": lambda unit, f: unit.set_reduce_scatter_divide_factor(f),
+    "force_sum_reduction_for_comms": lambda unit, on: unit.set_force_sum_reduction_for_comms(on),
+    "reshard_after_backward": lambda unit, on: unit.set_reshard_after_backward(on, recurse=False),
+    "set_reshard_after_forward": lambda unit, on: unit.set_reshard_after_forward(on, recurse=False),
+    "unshard_in_backward": lambda unit, on: unit.set_unshard_in_backward(on),
+    "is_last_backward": lambda unit, on: unit.set_is_last_backward(on),
+    "reduce_scatter_unused_params": lambda unit, on: unit.set_reduce_scatter_unused_params(on, recurse=False),
+    "allocate_memory_from_process_group_for_comm": lambda unit, on: (
+        unit.set_allocate_memory_from_process_group_for_comm(on)
+    ),
+    "symm_mem_for_comm": lambda unit, backend: unit.set_symm_mem_for_comm(backend),
+}
+"""The ``FSDPModule`` setter each unit option (:class:`~harness.load.units.UnitOptions` field of
+the same name) calls on the unit's first module after every ``fully_shard``, in this order;
+``recurse=False`` where torch has it, so a parent's call leaves its children's settings. A
+setter runs only when the unit's value differs from the option's declared default (the default
+means "not called")."""
+
+
 def _set_unit_options(units: Sequence[ShardUnit], groups: list[list[nn.Module]]) -> None:
-    """The setters each unit's ``after`` options name, on its first module (``recurse=False`` where torch has it)."""
+    """Each unit's :data:`UNIT_SETTERS` whose option it sets, on its first module."""
+    defaults = UnitOptions()
     for unit, modules in zip(units, groups):
-        o, first = unit.after, modules[0]
-        if o is None:
+        if unit.after is None:
             continue
-        if o.gradient_divide_factor is not None:
-            first.set_gradient_divide_factor(o.gradient_divide_factor)
-        if o.force_sum_reduction_for_comms:
-            first.set_force_sum_reduction_for_comms(True)
-        if o.reshard_after_backward is not None:
-            first.set_reshard_after_backward(o.reshard_after_backward, recurse=False)
-        if o.set_reshard_after_forward is not None:
-            first.set_reshard_after_forward(o.set_reshard_after_forward, recurse=False)
+        for name, setter in UNIT_SETTERS.items():
+            value = getattr(unit.after, name)
+            if value != getattr(defaults, name):
+                setter(modules[0], value)
 
 
 def _managed(root: nn.Module, units: Sequence[ShardUnit], groups: list[list[nn.Module]]) -> list[Unit]:

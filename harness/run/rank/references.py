@@ -137,10 +137,10 @@ def _owners(units: list[ShardUnit], root: torch.nn.Module) -> dict[str, ShardUni
 
 def divisors(units: list[ShardUnit], root: torch.nn.Module, world_size: int) -> dict[str, float]:
     """Parameter FQN -> what FSDP divides its summed gradient by: the unit's
-    ``gradient_divide_factor`` if set, else the data-parallel size (the world)."""
+    divide factor (``gradient_divide_factor`` or its alias) if set, else the data-parallel size (the world)."""
     out = {}
     for fqn, unit in _owners(units, root).items():
-        factor = unit.after.gradient_divide_factor if unit.after is not None else None
+        factor = unit.after.divide_factor if unit.after is not None else None
         out[fqn] = float(factor) if factor is not None else float(world_size)
     return out
 

@@ -258,6 +258,41 @@ def test_meta_init_gives_the_full_inits_values_and_inv_freq(tmp_path: Path):
             "applies to a checkpointed unit",
         ),
         (
+            "  fsdp: {units: [{modules: layers.0, unshard_in_backward: 0}]}\n",
+            "setup.fsdp.units[0].unshard_in_backward",
+            "is not of type 'boolean', 'null'",
+        ),
+        (
+            "  fsdp: {reduce_scatter_unused_params: all}\n",
+            "setup.fsdp.reduce_scatter_unused_params",
+            "is not of type 'boolean', 'null'",
+        ),
+        (
+            "  fsdp: {units: [{modules: layers.0, reduce_scatter_divide_factor: -2}]}\n",
+            "setup.fsdp.units[0].reduce_scatter_divide_factor",
+            "less than or equal to the minimum",
+        ),
+        (
+            "  fsdp: {gradient_divide_factor: 2, units: [{modules: layers.*, reduce_scatter_divide_factor: 4}]}\n",
+            "setup.fsdp.units[0].reduce_scatter_divide_factor",
+            "expected one of gradient_divide_factor or reduce_scatter_divide_factor",
+        ),
+        (
+            "  fsdp: {units: [{modules: layers.*, symm_mem_for_comm: nccl}]}\n",
+            "setup.fsdp.units[0].symm_mem_for_comm",
+            "expected one of ['NCCL', None]",
+        ),
+        (
+            "  fsdp: {allocate_memory_from_process_group_for_comm: 1}\n",
+            "setup.fsdp.allocate_memory_from_process_group_for_comm",
+            "is not of type 'boolean', 'null'",
+        ),
+        (
+            "  fsdp: {units: [layers.*, {modules: root, is_last_backward: last}]}\n",
+            "setup.fsdp.units[1].is_last_backward",
+            "is not of type 'boolean', 'null'",
+        ),
+        (
             "  fsdp: {checkpoint_use_reentrant: yes please}\n",
             "setup.fsdp.checkpoint_use_reentrant",
             "is not of type 'boolean'",

@@ -11,12 +11,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.distributed.fsdp import FSDPModule
 
 import model as qwen3
 from harness.load.setup import FSDPSetup, MixedPrecision, ModelSetup, RunSetup
+from harness.load.units import UNIT_OPTION_KEYS, UnitOptions
 from harness.run.rank.build import build_model
 from harness.run.rank.loop import run_steps
-from harness.run.rank.parallelize import ShardUnit, units_from_setup
+from harness.run.rank.parallelize import UNIT_SETTERS, ShardUnit, _set_unit_options, units_from_setup
 from harness.run.rank.recorders.phases import PHASE_HOOKS, Phases
 from tests.support import REPO, faults
 
@@ -45,6 +47,53 @@ def test_shard_unit_passes_only_the_options_it_sets():
     assert ShardUnit("", "root").options() == {}
     assert ShardUnit("layers.0", "layer", 0, reshard_after_forward=False).options() == {"reshard_after_forward": False}
     assert ShardUnit("layers.0", "layer", 0, reshard_after_forward=2).options() == {"reshard_after_forward": 2}
+
+
+# the options applied outside UNIT_SETTERS: fully_shard's arguments, checkpointing before it, compile after
+_NOT_SETTERS = {
+    "reshard_after_forward",
+    "mp_policy",
+    "offload_policy",
+    "shard_placement",
+    "checkpoint",
+    "checkpoint_style",
+    "checkpoint_use_reentrant",
+    "compile",
+}
+
+
+def test_every_unit_option_is_applied_in_exactly_one_place():
+    assert set(UNIT_SETTERS) <= set(UNIT_OPTION_KEYS)
+    assert sorted(set(UNIT_OPTION_KEYS) - set(UNIT_SETTERS)) == sorted(_NOT_SETTERS)
+
+
+class _Recorder:
+    """Stands in for an FSDPModule: records each setter called on it, with its arguments."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple, dict]] = []
+
+    def __getattr__(self, name: str):
+        return lambda *args, **kwargs: self.calls.append((name, args, kwargs))
+
+
+def test_a_setter_runs_only_when_its_option_differs_from_the_default():
+    unset, module = ShardUnit("layers.0", "layer", 0, after=UnitOptions()), _Recorder()
+    _set_unit_options([unset], [[module]])
+    assert module.calls == []
+    options = UnitOptions(gradient_divide_factor=2.0, reshard_after_backward=False)
+    changed = ShardUnit("layers.0", "layer", 0, after=options)
+    _set_unit_options([changed], [[module]])
+    assert module.calls == [
+        ("set_gradient_divide_factor", (2.0,), {}),
+        ("set_reshard_after_backward", (False,), {"recurse": False}),
+    ]
+
+
+def test_reduce_scatter_divide_factor_is_torchs_deprecated_alias():
+    """What specs/reduce_scatter_divide_factor_alias.yaml pins at run time, read from torch's API."""
+    alias = FSDPModule.set_reduce_scatter_divide_factor
+    assert getattr(alias, "__deprecated__", None) == "Use `set_gradient_divide_factor` instead"
 
 
 @pytest.mark.parametrize("body, prefix", [("decoder_layers", "layers"), ("causal_lm", "model.layers")])

@@ -1,0 +1,90 @@
+"""Mutation cases of the FSDPModule setter specs (issue 40), in tests/integration/test_mutations.py's
+formats: SETTER_CASES as its CASES (spec, text, replacement, failing entry id, text the failure
+must show), SETTER_SETUP_CASES as its SETUP_CASES (spec, text, replacement, failing entry ids).
+
+A setup case flips the setter's key, so the spec's run changes and exactly the entries that pin
+the setter's effect fail: that shows the key reaches torch."""
+
+SETTER_CASES = [
+    (
+        "unshard_in_backward_false",
+        "select: {phase: backward, op: all_gather, unit: model.embed_tokens}, count: 0}",
+        "select: {phase: backward, op: all_gather, unit: model.embed_tokens}, count: 1}",
+        "embedding_not_gathered_in_backward",
+        "expected 1",
+    ),
+    (
+        "reduce_scatter_unused_params",
+        "layer: 1}, count: 1, numel_in: 37024, numel_out: 18512}",
+        "layer: 1}, count: 1, numel_in: 20640, numel_out: 18512}",
+        "layer1_reduces_the_whole_layer",
+        "20,640",
+    ),
+    (
+        "reduce_scatter_divide_factor_alias",
+        '[factor_4, "f = 4 through the alias: SUM, then / 4", 1, 1, SUM, 4, true]',
+        '[factor_4, "f = 4 through the alias: SUM, then / 4", 1, 1, SUM, 2, true]',
+        "factor_4",
+        "expected 2",
+    ),
+    (
+        "symm_mem_for_comm_on_gloo",
+        "raised: true, type: RuntimeError,",
+        "raised: true, type: ValueError,",
+        "refused_on_cpu",
+        "ValueError",
+    ),
+    (
+        "process_group_allocation_on_gloo",
+        "DefaultAllGather, DefaultReduceScatter, ProcessGroupAllocAllGather, ProcessGroupAllocReduceScatter, false]",
+        "DefaultAllGather, DefaultReduceScatter, DefaultAllGather, ProcessGroupAllocReduceScatter, false]",
+        "helpers",
+        "DefaultAllGather",
+    ),
+    (
+        "is_last_backward_false",
+        '"reduce_scatter layers.1", "all_gather layers.1",\n',
+        '"reduce_scatter layers.1",\n',
+        "step1_gathers_layer1_again",
+        "reduce_scatter layers.0",
+    ),
+]
+
+SETTER_SETUP_CASES = [
+    (
+        "unshard_in_backward_false",
+        "{modules: model.embed_tokens, unshard_in_backward: false}",
+        "{modules: model.embed_tokens, unshard_in_backward: true}",
+        ["embedding_not_gathered_in_backward", "backward_gathers_only_the_layers"],
+    ),
+    (
+        "reduce_scatter_unused_params",
+        "{modules: layers.1, reduce_scatter_unused_params: true}",
+        "{modules: layers.1, reduce_scatter_unused_params: false}",
+        ["layer1_reduces_the_whole_layer", "grads_equal_reference"],
+    ),
+    (
+        "reduce_scatter_divide_factor_alias",
+        "{modules: layers.1, reduce_scatter_divide_factor: 4}",
+        "{modules: layers.1, reduce_scatter_divide_factor: 8}",
+        ["factor_4"],
+    ),
+    (
+        "symm_mem_for_comm_on_gloo",
+        "{modules: layers.*, symm_mem_for_comm: NCCL}",
+        "{modules: layers.*, symm_mem_for_comm: null}",
+        ["refused_on_cpu", "nothing_gathered"],
+    ),
+    (
+        "process_group_allocation_on_gloo",
+        "{modules: layers.1, allocate_memory_from_process_group_for_comm: true}",
+        "{modules: layers.1, allocate_memory_from_process_group_for_comm: null}",
+        ["helpers"],
+    ),
+    (
+        "is_last_backward_false",
+        "units: [layers.*, {modules: root, is_last_backward: false}]",
+        "units: [{modules: layers.*, is_last_backward: false}]",  # replaced by the root's at lazy init
+        ["step1_gathers_layer1_again", "stale_gather_size"],
+    ),
+]
