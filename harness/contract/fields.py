@@ -1678,7 +1678,7 @@ RANK_PARAM_UPDATES = Records(
                 {"type": "number", "minimum": 0, "description": "largest |shard - reference rows| after the step"},
                 kinds={"param_update": ("max_abs_diff", "rel_diff")},
             ),
-            "max_abs_ref": Leaf({"type": "number", "minimum": 0}, kinds={"param_update": ("max_abs_ref", "rel_diff")}),
+            "max_abs_ref": Leaf({"type": "number", "minimum": 0}, kinds={"param_update": ("rel_diff",)}),
             "ref_rows_changed": Leaf(
                 {"type": "integer", "minimum": 0, "description": "rows of the shard the reference's step changed"}
             ),
