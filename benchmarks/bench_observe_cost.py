@@ -5,9 +5,12 @@
 
 For each case one launch of real ranks runs, in every rank process, the case's setup once per
 variant (``benchmarks/observe_cost_ranks.py``): ``plain`` (``setup.instruments = ()``: no
-recorder, no profiler, no replica), ``all`` (every instrument, as a spec runs today) and each
-instrument of ``harness.contract.instrument_names.INSTRUMENTS`` alone, in alternating order round
-by round. The setup is the spec's with a schedule of ``--steps`` identical steps (``repeat``).
+recorder, no profiler, no replica), ``all`` (every instrument: ``run --all-instruments``),
+``spec`` (what the spec's entries read: how ``run`` and the pytest plugin run it),
+``collectives+shards`` (what its collectives, param and params_total entries alone read: a spec
+that checks only collectives and shards) and each instrument of
+``harness.contract.instrument_names.INSTRUMENTS`` alone, in alternating order round by round.
+The setup is the spec's with a schedule of ``--steps`` identical steps (``repeat``).
 
 Printed per variant:
 
@@ -78,8 +81,24 @@ def case_setup(spec_path: Path, steps: int, device: str, layers: int | None) -> 
     return setup
 
 
-def variants(setup: Any) -> list[tuple[str, list[str] | None]]:
-    """plain, all, then each instrument alone (less those that record nothing for this setup)."""
+SHARDS_AND_COLLECTIVES = ("collectives", "param", "params_total")
+"""The check kinds of a spec that checks only collectives and shards (the 1.5x bound of issue 42)."""
+
+
+def asked(spec_path: Path, kinds: tuple[str, ...] | None = None) -> list[str]:
+    """The instruments the spec's entries (of ``kinds`` only, where given) need, as a run of it
+    chooses them (``harness.load.instrument_choice``)."""
+    from harness.load.instrument_choice import needed_instruments
+    from harness.load.spec import load_spec
+
+    items = load_spec(spec_path).items
+    return sorted(needed_instruments(i.entry for i in items if kinds is None or i.entry.check in kinds))
+
+
+def variants(setup: Any, spec_path: Path) -> list[tuple[str, list[str] | None]]:
+    """plain, all, what the spec asks (``spec``: every entry; ``collectives+shards``: its
+    collectives, param and params_total entries), then each instrument alone (less those that
+    record nothing for this setup)."""
     from harness.contract.instrument_names import INSTRUMENTS
     from model import get_config
 
@@ -87,7 +106,8 @@ def variants(setup: Any) -> list[tuple[str, list[str] | None]]:
     idle = {"experts"} if not getattr(config, "num_experts", 0) else set()
     if not setup.numerics:
         idle.add("numerics")
-    return [("plain", []), ("all", None)] + [(name, [name]) for name in INSTRUMENTS if name not in idle]
+    chosen = [("spec", asked(spec_path)), ("collectives+shards", asked(spec_path, SHARDS_AND_COLLECTIVES))]
+    return [("plain", []), ("all", None)] + chosen + [(name, [name]) for name in INSTRUMENTS if name not in idle]
 
 
 def _median(values: list[float]) -> float:
@@ -128,7 +148,7 @@ def run_case(name: str, args: argparse.Namespace) -> dict[str, Any]:
         est = check(setup, backend)
     except PreflightError as exc:
         return {"case": name, "refused": str(exc)}
-    chosen = [v for v in variants(setup) if not args.variants or v[0] in args.variants.split(",")]
+    chosen = [v for v in variants(setup, CASES[name]) if not args.variants or v[0] in args.variants.split(",")]
     started = time.perf_counter()
     ranks = run_local(
         setup,

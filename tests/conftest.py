@@ -14,7 +14,7 @@ A property that costs more per case scales its count from the loaded profile
 (``settings.default.max_examples``) instead of fixing one, so both profiles keep their meaning.
 
 ``spec_observation(spec, setup=None, backend=None)`` gives a test the observation the spec items
-are checked against, from the plugin's per-session cache (harness/pytest_plugin.py), so a test
+are checked against, from the plugin's per-session cache (harness/pytest_plugin/), so a test
 reuses the spec runs instead of launching ranks again; ``gloo_observation(spec)`` the observation of
 ``spec``'s setup on gloo ranks, the spec items' own where they ran on gloo.
 """
@@ -111,22 +111,29 @@ def launches_no_rank_outside_the_rank_folders(request, monkeypatch, tmp_path_fac
 
 @pytest.fixture(scope="session")
 def spec_observation(request):
-    """``spec_observation(spec, setup=None, backend=None)``: the observation document of
-    ``spec``'s setup (or ``setup``, on ``backend``), run once per session across workers."""
-    return lambda spec, setup=None, backend=None: observation_of(request.config, spec, setup, backend)
+    """``spec_observation(spec, setup=None, backend=None, every=False)``: the observation document
+    of ``spec``'s setup with the instruments its entries read (``every``: all of them; a test that
+    reads fields no entry reads asks for them), or of ``setup`` as given, on ``backend``; run
+    once per session across workers."""
+    return lambda spec, setup=None, backend=None, every=False: observation_of(
+        request.config, spec, setup, backend, every=every
+    )
 
 
 @pytest.fixture(scope="session")
 def gloo_observation(spec_observation):
-    """``gloo_observation(spec)``: the observation of ``spec``'s setup on gloo ranks: the spec
-    items' own run where it was on gloo (a machine without a GPU per rank), else one of its own
-    (the key of a run names the backend asked for, ``auto`` or ``gloo``, not the one it got)."""
+    """``gloo_observation(spec, every=False)``: the observation of ``spec``'s setup on gloo ranks
+    (with every instrument where ``every``): the spec items' own run where it was on gloo (a
+    machine without a GPU per rank), else one of its own (the key of a run names the backend
+    asked for, ``auto`` or ``gloo``, not the one it got)."""
 
-    def observe(spec):
+    def observe(spec, every=False):
         try:
-            doc = spec_observation(spec)
+            doc = spec_observation(spec, every=every)
         except pytest.skip.Exception:  # the spec's backend needs GPUs this machine has not
             doc = None
-        return doc if doc and doc["environment"]["backend"] == "gloo" else spec_observation(spec, backend="gloo")
+        if doc and doc["environment"]["backend"] == "gloo":
+            return doc
+        return spec_observation(spec, backend="gloo", every=every)
 
     return observe

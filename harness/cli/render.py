@@ -50,6 +50,7 @@ def add_arguments(sub: argparse._SubParsersAction) -> None:
     )
     render.add_argument("--timeout", type=float, default=None, help="seconds before a run is declared hung")
     add_view_flags(render)
+    render.set_defaults(all_instruments=True)  # its policy and memory sections, whatever the entries read
 
 
 def argument_problem(args: argparse.Namespace) -> str | None:

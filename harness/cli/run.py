@@ -24,6 +24,7 @@ from harness.cli.console import print_mark, print_spec_error
 from harness.cli.output_flags import refuse_unusable_outputs
 from harness.cli.signals import files_written_whole, signals_held
 from harness.cli.spec_run import (
+    add_instrument_flag,
     force_backend_problem,
     gate_reason,
     global_rank,
@@ -69,6 +70,7 @@ def add_arguments(sub: argparse._SubParsersAction) -> None:
         "bandwidth table, the results",
     )
     add_view_flags(run)
+    add_instrument_flag(run)
     run.add_argument(
         "--junitxml",
         metavar="PATH",

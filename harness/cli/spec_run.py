@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.text import Text
 
 __all__ = [
+    "add_instrument_flag",
     "backend_of",
     "gate_reason",
     "force_backend_problem",
@@ -23,6 +24,15 @@ __all__ = [
 
 MAX_TIMEOUT_S = 86400
 """Longest --timeout accepted (seconds: a day)."""
+
+
+def add_instrument_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--all-instruments",
+        action="store_true",
+        help="record every field the harness can observe, not only those the spec's entries read (a full "
+        "observation file, e.g. to compare torch releases; costs the memory tracker and the replica's time)",
+    )
 
 
 def timeout_problem(args: argparse.Namespace) -> str | None:
@@ -82,8 +92,11 @@ def progress(console: Console, spec: Any, args: argparse.Namespace) -> Any:
 
 def run_spec(spec: Any, args: argparse.Namespace, on_progress: Any) -> dict | None:
     """The observation document of ``spec``'s setup run as the flags say (None on a non-zero
-    rank under torchrun). --trace DIR: each rank's profiler trace in DIR/<spec>/ (an earlier
-    run's removed first). Raises PreflightError, RunError, ObservationError (harness.run)."""
+    rank under torchrun), with the instruments its entries read: every one with
+    --all-instruments or --trace (the profiler's whole view), the memory tracker too with --plot.
+    --trace DIR: each rank's profiler trace in DIR/<spec>/ (an earlier run's removed first).
+    Raises PreflightError, RunError, ObservationError (harness.run)."""
+    from harness.load.instrument_choice import chosen_setup
     from harness.run.runner import run_setup
 
     trace_dir = None
@@ -93,8 +106,9 @@ def run_spec(spec: Any, args: argparse.Namespace, on_progress: Any) -> dict | No
         for stale in folder.glob("rank*.json"):  # an earlier run's ranks must not be merged in
             stale.unlink()
         trace_dir = str(folder)
+    every = getattr(args, "all_instruments", False) or trace_dir is not None
     return run_setup(
-        spec.setup,
+        chosen_setup(spec, every=every, also=("memory",) if getattr(args, "plot", None) else ()),
         backend=backend_of(spec, args),
         timeout_s=args.timeout or spec.timeout_s,
         trace_dir=trace_dir,

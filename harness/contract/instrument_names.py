@@ -9,9 +9,9 @@ empty (``[]``, ``None`` for ``numerics``; ``experts`` and ``param_updates`` are 
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
-__all__ = ["INSTRUMENTS", "chosen_instruments"]
+__all__ = ["INSTRUMENTS", "chosen_instruments", "instruments_filling", "recorded_instruments"]
 
 INSTRUMENTS: dict[str, tuple[str, ...]] = {
     # the dispatch-level recorder (every c10d op, its tensors and group) with the profiler's FSDP
@@ -35,10 +35,21 @@ INSTRUMENTS: dict[str, tuple[str, ...]] = {
     "grads": ("grads", "unit_dtypes", "grad_norms"),
     # which rows of each shard each step changed (a real run with a schedule)
     "updates": ("param_updates",),
-    # the non-sharded replica the step is compared with (a real run with setup.numerics)
-    "numerics": ("numerics",),
+    # the non-sharded replica the step is compared with (a real run with setup.numerics), and what
+    # other parts hold of it: the reference's norms and the rows its steps changed
+    "numerics": (
+        "numerics",
+        "grad_norms.reference",
+        "grad_norms.reference_clip_coef",
+        "grad_norms.shard_reference",
+        "param_updates.max_abs_diff",
+        "param_updates.max_abs_ref",
+        "param_updates.ref_rows_changed",
+        "param_updates.same_rows_as_reference",
+    ),
 }
-"""Instrument name -> the fields of the rank entry (``observation.schema.json``, ``$defs/rank``) it fills."""
+"""Instrument name -> the fields of the rank entry (``observation.schema.json``, ``$defs/rank``) it
+fills: a whole part (``collectives``) or a field inside another's part (``grad_norms.reference``)."""
 
 
 def chosen_instruments(names: Iterable[str] | None) -> frozenset[str]:
@@ -54,3 +65,21 @@ def chosen_instruments(names: Iterable[str] | None) -> frozenset[str]:
     if unknown:
         raise ValueError(f"setup.instruments: unknown instrument(s) {unknown}; expected some of {sorted(INSTRUMENTS)}")
     return chosen
+
+
+def instruments_filling(path: str) -> frozenset[str]:
+    """The instruments without which field ``path`` of a rank entry (dotted, as
+    :mod:`harness.contract.fields` names it: ``grad_norms.reference``) is left empty: the one
+    filling its part and any filling it within that part."""
+    return frozenset(
+        name
+        for name, filled in INSTRUMENTS.items()
+        if any(path == field or path.startswith(field + ".") for field in filled)
+    )
+
+
+def recorded_instruments(setup: Mapping[str, Any]) -> frozenset[str]:
+    """The instruments an observation document's ``setup`` (its resolved setup) ran: its
+    ``instruments``, or every one where the key is absent (a run with all of them)."""
+    names = setup.get("instruments")
+    return frozenset(INSTRUMENTS) if names is None else frozenset(names)

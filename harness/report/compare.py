@@ -23,11 +23,13 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple
 
 from harness.contract import fields, strict_json
+from harness.contract.instrument_names import instruments_filling, recorded_instruments
 from harness.language.kinds import record_key
 from harness.language.vocabulary import RecordKey
 
 __all__ = [
     "APART",
+    "INSTRUMENTS_KEY",
     "Key",
     "Difference",
     "RunFile",
@@ -49,9 +51,11 @@ APART: dict[str, str] = {
     "timing": "timings",
     "diagnostic": "tracebacks and pids",
     "varies": "varies run to run",
+    "instruments": "instruments on one side only",
 }
 """Why a difference is set apart -> its heading (aspects of :data:`harness.contract.field_tree.ASPECTS`
-other than behaviour, and ``varies``)."""
+other than behaviour, ``varies``, and ``instruments``: the two runs ran different instruments, and
+only the fields both recorded are compared)."""
 
 
 class Key(NamedTuple):
@@ -227,11 +231,25 @@ def _text(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
+INSTRUMENTS_KEY = Key("setup", None, (), "instruments", "setup.instruments")
+"""Where the two runs' instrument sets are compared (a run with every one writes no such key)."""
+
+
+def _instruments(doc: Mapping[str, Any]) -> frozenset[str]:
+    setup = doc.get("setup")
+    return recorded_instruments(setup if isinstance(setup, Mapping) else {})
+
+
 def _compare_spec(spec: str, a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Difference]:
     fa, fb = flatten_observation(a, every=True), flatten_observation(b, every=True)
     worlds = _worlds(a, b)
+    on_a, on_b = _instruments(a), _instruments(b)
     out = []
+    if on_a != on_b:  # like with like: the fields an instrument of one side only fills are not compared
+        out.append(Difference(spec, INSTRUMENTS_KEY, sorted(on_a), sorted(on_b), "instruments"))
     for key in list(fa) + [k for k in fb if k not in fa]:
+        if key == INSTRUMENTS_KEY or (key.rank is not None and not instruments_filling(key.path) <= on_a & on_b):
+            continue
         va, vb = fa.get(key), fb.get(key)
         if key in fa and key in fb:
             if va == vb and type(va) is type(vb):  # the common case, without serialising

@@ -160,6 +160,13 @@ def format_report(differences: list[Difference], every: bool = False, names: tup
     shown = differences if every else [d for d in differences if d.apart is None]
     apart = [d for d in differences if d.apart is not None]
     lines = ["per spec:", *_per_spec(differences)]
+    unlike = [d for d in differences if d.apart == "instruments"]
+    if unlike:
+        lines += ["", "instruments differ: only the fields both runs recorded are compared"]
+        for d in unlike:
+            only = [", ".join(sorted(set(x) - set(y))) or "none" for x, y in ((d.a, d.b), (d.b, d.a))]
+            text = f"  {spec_name(d.spec)}: only in {names[0]}: {only[0]}; only in {names[1]}: {only[1]}"
+            lines.append(_window(text, 0, WIDTH))
     if shown:
         lines += ["", "behaviour differences:" if not every else "differences:", *_listed(shown, names)]
     if apart and not every:

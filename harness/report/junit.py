@@ -1,7 +1,7 @@
 """JUnit XML of checked entries, as ``pytest --junitxml`` writes it for the same spec items.
 
 CI systems read JUnit XML. ``harness run --junitxml PATH`` writes one ``<testcase>`` per spec
-entry, named as pytest names the entry's item (the spec plugin in ``harness/pytest_plugin.py``: item id
+entry, named as pytest names the entry's item (the spec plugin in ``harness/pytest_plugin/``: item id
 ``specs/qwen3_walkthrough.yaml::shard_per_rank::self_attn.q_proj.weight``), so a CI history
 keeps one test per entry whether the specs ran under pytest or the CLI:
 

@@ -1,4 +1,4 @@
-"""The pytest plugin (harness/pytest_plugin.py, installed as a pytest11 entry point): which files
+"""The pytest plugin (harness/pytest_plugin/, installed as a pytest11 entry point): which files
 it collects, and a spec that cannot run here skips, saying why."""
 
 from __future__ import annotations

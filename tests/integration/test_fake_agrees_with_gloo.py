@@ -4,8 +4,9 @@ Each spec's setup runs on gloo ranks and on the fake backend (every rank simulat
 most 8 ranks record them all), and every value the simulation claims
 (``tests.support.agreement.fake_claims``) must be the real ranks' value at the same key; the
 judge must answer every entry on the simulated run as on the real one, or skip it with a reason. The
-runs are the plugin's session cache (``spec_observation``): under ``pytest specs/ tests/`` the
-spec items' own gloo runs are reused. Which specs are left out, and why:
+runs are the plugin's session cache (``spec_observation``), with every instrument on both sides
+(the spec items' own runs record only what their entries read; they reuse these where these ran
+first). Which specs are left out, and why:
 ``tests.support.agreement.candidates``.
 
 Issue 39's repro is a case of its own: the walkthrough's two layers on 3 ranks with memory
@@ -31,8 +32,8 @@ def _agree(spec_observation, gloo_observation, spec, setup=None) -> None:
     if setup is not None:
         real = spec_observation(spec, setup=setup, backend="gloo")
     else:
-        real = gloo_observation(spec)
-        setup = spec.setup
+        real = gloo_observation(spec, every=True)
+        setup = spec.setup  # instruments None: every one
     fake = spec_observation(spec, setup=setup, backend="fake")
     assert fake["environment"]["simulated"] and real["environment"]["backend"] == "gloo"
     assert fake["environment"]["observed_ranks"] == list(range(setup.world_size))
@@ -82,7 +83,7 @@ def test_a_peer_failure_is_real_only_and_the_verdicts_agree(name, spec_observati
     failed; the ranks that raised raised the same type in the same phase; the judge answers the
     spec's entries the same, or skips with a reason."""
     spec = load_spec(SPECS / f"{name}.yaml")
-    real, fake = gloo_observation(spec), spec_observation(spec, backend="fake")
+    real, fake = gloo_observation(spec, every=True), spec_observation(spec, backend="fake", every=True)
     raised = [r["rank"] for r in fake["ranks"] if r.get("error")]
     assert raised and len(raised) < len(fake["ranks"])
     assert all(r.get("error") for r in real["ranks"])  # every real rank failed: the others on their peers

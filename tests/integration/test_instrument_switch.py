@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 
 import pytest
 
@@ -92,3 +93,38 @@ def test_the_setup_names_its_instruments_only_where_a_subset_was_chosen():
     """A run with every instrument writes the setup it wrote before the switch existed."""
     assert "instruments" not in _setup().to_dict()
     assert dataclasses.replace(_setup(), instruments=("memory",)).to_dict()["instruments"] == ["memory"]
+
+
+COLLECTIVES_ONLY = """\
+spec: collectives_only
+title: a spec that reads only collectives
+document: a document
+setup:
+  model: {config: walkthrough, overrides: {num_hidden_layers: 2}}
+  mesh: {shape: [2], dim_names: [dp]}
+tables:
+  - section: "Forward"
+    title: gathers
+    check: collectives
+    entries:
+      - {id: one_gather_per_layer, select: {phase: forward, op: all_gather, layer: 0}, count: 1}
+"""
+
+
+@pytest.mark.slow
+def test_a_spec_reading_only_collectives_starts_no_tracker_and_no_replica(tmp_path):
+    """``harness run`` of a spec whose one entry reads collectives: its setup keeps numerics and
+    the memory tracker on, yet the run records the collectives alone: no memory snapshot, no
+    replica (no numerics, no replica time), the other instruments' fields empty."""
+    from harness.cli import main
+    from tests.support.specs import write_spec
+
+    spec = write_spec(tmp_path, COLLECTIVES_ONLY, "collectives_only.yaml")
+    assert main(["run", str(spec), "--json", str(tmp_path / "out.json")]) == 0
+    doc = next(iter(json.loads((tmp_path / "out.json").read_text())["observations"].values()))
+    assert doc["setup"]["instruments"] == ["collectives"]
+    assert doc["setup"]["numerics"] is True and doc["setup"]["track_memory"] is True
+    for entry in doc["ranks"]:
+        assert entry["memory"] == [] and entry["numerics"] is None and "replica" not in entry["timings_s"]
+        assert entry["collectives"]
+    assert _left_empty(doc, {"collectives"}) == []

@@ -13,7 +13,7 @@ from tests.support.document_tables import missing_figures
 def test_real_walkthrough_run_holds_every_document_figure(spec_observation):
     """The real run (4 gloo ranks, shared with the spec's items in this session)."""
     spec = load_spec(WALKTHROUGH)
-    text = render_markdown(spec, spec_observation(spec))
+    text = render_markdown(spec, spec_observation(spec, every=True))
     assert missing_figures(text) == []
 
 
@@ -29,7 +29,7 @@ def test_the_readme_excerpt_is_what_render_writes_now(spec_observation):
     its header still named the document with a path the spec no longer carries."""
     spec = load_spec(WALKTHROUGH)
     docs = (ROOT / "docs" / "qwen3_walkthrough.md").read_text(encoding="utf-8")
-    assert _without_environment(docs) == _without_environment(render_markdown(spec, spec_observation(spec)))
+    assert _without_environment(docs) == _without_environment(render_markdown(spec, spec_observation(spec, every=True)))
 
 
 LAYER1_KEEPS = """\
@@ -59,7 +59,7 @@ def test_a_layer_kept_after_forward_is_counted_as_it_sends(tmp_path, spec_observ
     path = tmp_path / "layer1_keeps.yaml"
     path.write_text(LAYER1_KEEPS, encoding="utf-8")
     spec = load_spec(path)
-    text = render_markdown(spec, spec_observation(spec))
+    text = render_markdown(spec, spec_observation(spec, every=True))
     # bf16 all-gathers 3/4 × 4,720,896 B, fp32 reduce-scatters 3/4 × 9,441,792 B: layers.0 sends
     # 3,540,672 × 2 + 7,081,344 = 14,162,688 B, layers.1 (no backward all-gather) 10,622,016 B
     assert "For N_L = 2 layers: 14.2 MB + 10.6 MB ≈ 24.8 MB (24,784,704 B) per rank." in text, text

@@ -45,7 +45,7 @@ def _comparable(rank_doc: dict) -> dict:
 @pytest.mark.slow
 def test_fake_backend_agrees_with_real_ranks(spec_observation, gloo_observation):
     spec = load_spec(SPEC)
-    real = gloo_observation(spec)
+    real = gloo_observation(spec, every=True)  # every field, as the simulated run below records
     simulated_setup = dataclasses.replace(spec.setup, observe_ranks=tuple(range(spec.setup.world_size)))
     fake = spec_observation(spec, setup=simulated_setup, backend="fake")
 

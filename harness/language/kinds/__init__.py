@@ -44,7 +44,7 @@ def get_kind(name: str) -> CheckKind:
         raise ValueError(f"unknown check kind {name!r}; expected one of {list(REGISTRY)}") from None
 
 
-def _reads_of(kind: CheckKind, path: str):
+def covering_reads(kind: CheckKind, path: str):
     """The longest of ``kind``'s reads covering the declared field ``path``, or None."""
     covering = [r for r in kind.reads if path == r.path or path.startswith(r.path + ".")]
     return max(covering, key=lambda r: len(r.path), default=None)
@@ -67,7 +67,7 @@ def read_by(kind: str) -> dict[str, fields.ObservedField]:
                 f"check kind {kind!r} reads {reads.path!r}, which harness/contract/fields.py does not declare"
             )
     for f in fields.fields():
-        reads = _reads_of(definition, f.path)
+        reads = covering_reads(definition, f.path)
         if reads is not None:
             for name in reads.names or (f.path.rsplit(".", 1)[-1],):
                 out.setdefault(name, f)
@@ -83,7 +83,7 @@ def part_kind(path: str) -> str:
         KeyError: ``path`` is not declared.
     """
     declared = fields.lookup(path).path
-    return next((k.name for k in REGISTRY.values() if _reads_of(k, declared)), path.split(".", 1)[0])
+    return next((k.name for k in REGISTRY.values() if covering_reads(k, declared)), path.split(".", 1)[0])
 
 
 @lru_cache(maxsize=1)

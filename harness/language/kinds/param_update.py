@@ -56,7 +56,11 @@ def measure(sel, obs):
 KIND = CheckKind(
     name="param_update",
     order=100,
-    reads=(Reads("param_updates"),),
+    reads=(
+        Reads("param_updates"),
+        Reads("param_updates.max_abs_diff", ("max_abs_diff", "rel_diff")),
+        Reads("param_updates.max_abs_ref", ("rel_diff",)),
+    ),
     replica=True,
     doc="rows of each rank's shard a step changed, and the shard against a single-process reference of the "
     "same schedule",

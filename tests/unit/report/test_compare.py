@@ -12,7 +12,9 @@ import pytest
 
 from harness.cli import main
 from harness.contract import fields, strict_json
+from harness.contract.instrument_names import INSTRUMENTS
 from harness.report.compare import (
+    INSTRUMENTS_KEY,
     Key,
     RunFile,
     compare_documents,
@@ -266,3 +268,29 @@ def test_run_json_is_strict_json(tmp_path: Path):
     assert save_results(stdout_console(), str(target), payload)
     assert _strict(target.read_text())["observations"]["s"]["setup"]["norm_type"] == "Infinity"
     assert strict_json.loads(target.read_text()) == payload
+
+
+def test_runs_of_different_instruments_compare_only_the_fields_both_record(document):
+    """A run with the collectives alone against one with every instrument: the sets differ (set
+    apart, said once); memory and the replica's fields, recorded on one side only, are not
+    compared; a collective that differs still is."""
+    pruned = copy.deepcopy(document)
+    pruned["setup"]["instruments"] = ["collectives"]
+    for entry in pruned["ranks"]:
+        entry.update(memory=[], numerics=None, params=[], param_states=[])
+    differences = _compare(document, pruned)
+    assert [(d.key, d.a, d.b, d.apart) for d in differences] == [
+        (INSTRUMENTS_KEY, sorted(INSTRUMENTS), ["collectives"], "instruments")
+    ]
+    lines = format_report(differences)
+    at = lines.index("instruments differ: only the fields both runs recorded are compared")
+    assert lines[at + 1].startswith("  s.yaml: only in A: events, experts, fully_shard_calls, grads, memory,")
+    assert lines[-1] == "set apart (--all lists them): instruments on one side only 1"
+    pruned["ranks"][0]["collectives"][2]["reduce_op"] = "MAX"
+    assert [(d.key.path, d.b, d.apart) for d in _compare(document, pruned)][1:] == [
+        ("collectives.reduce_op", "MAX", None)
+    ]
+    every = copy.deepcopy(pruned)
+    del every["setup"]["instruments"]
+    assert [d.key.path for d in _compare(every, pruned)][:1] == ["setup.instruments"]
+    assert "memory.bytes.sharded_param" in {d.key.path for d in _compare(document, every)}  # like with like: compared

@@ -139,7 +139,7 @@ def test_gpu_estimate_counts_the_context_nccl_and_the_rank_0_replica(monkeypatch
 _HOLD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from harness.run.cache import one_at_a_time
+    from harness.pytest_plugin.cache import one_at_a_time
     lock, log = Path(sys.argv[1]), Path(sys.argv[2])
     def run():
         start = time.monotonic(); time.sleep(0.6)
@@ -150,7 +150,7 @@ _HOLD = textwrap.dedent("""
 
 
 def test_runs_under_one_gpu_lock_do_not_overlap(tmp_path):
-    from harness.run.cache import gpu_lock_path
+    from harness.pytest_plugin.cache import gpu_lock_path
 
     lock, log = gpu_lock_path(tmp_path, "0,1,2,3"), tmp_path / "intervals.txt"
     assert lock.name == "gpus-0_1_2_3.lock" and gpu_lock_path(tmp_path, None).name == "gpus-all.lock"
@@ -186,7 +186,7 @@ def test_the_plugin_runs_nccl_setups_under_the_gpu_lock(tmp_path, monkeypatch, b
     )
     options = {"--fsdp2-backend": backend, "--fsdp2-run-timeout": 30, "--fsdp2-no-preflight": True}
     config = SimpleNamespace(getoption=options.get, _tmp_path_factory=SimpleNamespace(getbasetemp=lambda: tmp_path))
-    spec = SimpleNamespace(setup=RunSetup(), backend="auto", timeout_s=30, skip_reason=lambda *_: None)
+    spec = SimpleNamespace(setup=RunSetup(), items=[], backend="auto", timeout_s=30, skip_reason=lambda *_: None)
     assert pytest_plugin.observation_of(config, spec) == {"ranks": []}
     assert held == [locked]
 
@@ -198,7 +198,8 @@ def test_the_plugin_skips_nccl_without_enough_gpus_counted_without_cuda(monkeypa
     config = SimpleNamespace(getoption={"--fsdp2-backend": "nccl"}.get)
     with pytest.raises(pytest.skip.Exception, match="needs 4 GPUs for nccl .*; 2 visible"):
         pytest_plugin.observation_of(
-            config, SimpleNamespace(setup=RunSetup(), backend="auto", timeout_s=30, skip_reason=lambda *_: None)
+            config,
+            SimpleNamespace(setup=RunSetup(), items=[], backend="auto", timeout_s=30, skip_reason=lambda *_: None),
         )
 
 

@@ -5,7 +5,9 @@ the run's error) next to the lock; the others read the file. A worker that needs
 one is running does not wait idle on the lock: it runs, meanwhile, a setup of the session's that
 no worker has run or started (``meanwhile``), so the two do different runs at once instead of one
 run each in turn. The key covers what changes the observation: the resolved setup (its hooks
-file's digest included), the backend and torch's version.
+file's digest and the instruments it runs included), the backend and torch's version. A run
+with a subset of the instruments is served by the same run with every instrument where that one
+was recorded first (it holds every field the subset records).
 
 Runs on NCCL also take :func:`one_at_a_time`'s lock for their set of GPUs: every local NCCL run
 puts rank r on GPU r, so two xdist workers running different setups at once would share GPUs
@@ -43,8 +45,11 @@ def cached_run(
     *,
     lock_timeout_s: float,
     meanwhile: Iterable[tuple[str, Callable[[], Mapping[str, Any]]]] = (),
+    served_by: Iterable[str] = (),
 ) -> Mapping[str, Any]:
-    """Return the observation for ``key``, calling ``run()`` only if no worker has yet.
+    """Return the observation for ``key``, calling ``run()`` only if no worker has yet and no
+    key of ``served_by`` (runs whose observation holds everything ``key``'s would) has an
+    observation recorded.
 
     While another process holds ``key``'s lock (it is running that setup), this one takes the
     next ``(key, run)`` of ``meanwhile`` that no process has run or started, runs it and caches
@@ -56,6 +61,10 @@ def cached_run(
         filelock.Timeout: another worker held the lock longer than ``lock_timeout_s``.
     """
     cache_dir.mkdir(parents=True, exist_ok=True)
+    served_by = tuple(served_by)
+    served = _served(cache_dir, served_by)
+    if served is not None:
+        return served
     deadline = time.monotonic() + lock_timeout_s
     lock = FileLock(str(cache_dir / f"{key}.lock"))
     others = iter(meanwhile)
@@ -64,9 +73,19 @@ def cached_run(
             lock.acquire(timeout=max(deadline - time.monotonic(), 0))
             break
     try:
-        return _recorded_run(cache_dir, key, run)
+        served = _served(cache_dir, served_by)  # recorded while this process waited
+        return served if served is not None else _recorded_run(cache_dir, key, run)
     finally:
         lock.release()
+
+
+def _served(cache_dir: Path, keys: tuple[str, ...]) -> Mapping[str, Any] | None:
+    """The first recorded observation of ``keys`` (written whole by a rename: no lock needed)."""
+    for key in keys:
+        done = cache_dir / f"{key}.json"
+        if done.exists():
+            return json.loads(done.read_text())
+    return None
 
 
 def _acquired(lock: FileLock, timeout: float) -> bool:

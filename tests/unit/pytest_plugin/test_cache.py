@@ -1,4 +1,4 @@
-"""The per-session run cache (harness/run/cache.py): one run per key, and a worker that finds
+"""The per-session run cache (harness/pytest_plugin/cache.py): one run per key, and a worker that finds
 a key's run in another worker's hands runs the session's other setups meanwhile."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from filelock import FileLock
 
-from harness.run.cache import CachedRunError, cached_run
+from harness.pytest_plugin.cache import CachedRunError, cached_run
 
 
 def _counting(calls: list, name: str, result=None):
@@ -86,9 +86,10 @@ def test_the_plugin_runs_the_sessions_other_setups_larger_worlds_first_while_it_
     import torch
 
     from harness import pytest_plugin
+    from harness.load.instrument_choice import chosen_setup
     from harness.load.setup import RunSetup
+    from harness.pytest_plugin.cache import run_key
     from harness.run import runner
-    from harness.run.cache import run_key
 
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     monkeypatch.setattr(pytest_plugin, "_gpu_count", lambda: 0)
@@ -101,7 +102,7 @@ def test_the_plugin_runs_the_sessions_other_setups_larger_worlds_first_while_it_
 
     def spec(world, backend="gloo"):
         return SimpleNamespace(
-            setup=RunSetup(mesh_shape=(world,)), backend=backend, timeout_s=30, skip_reason=lambda *_: None
+            setup=RunSetup(mesh_shape=(world,)), items=[], backend=backend, timeout_s=30, skip_reason=lambda *_: None
         )
 
     waited, small, big, pinned = spec(4), spec(2), spec(8), spec(3, "nccl")
@@ -114,7 +115,7 @@ def test_the_plugin_runs_the_sessions_other_setups_larger_worlds_first_while_it_
     pytest_plugin.pytest_collection_finish(SimpleNamespace(config=config, items=items))
     runs = tmp_path / "fsdp2-runs"
     runs.mkdir()
-    key = run_key(waited.setup, "gloo", torch.__version__)
+    key = run_key(chosen_setup(waited), "gloo", torch.__version__)
     held = FileLock(str(runs / f"{key}.lock"))
     held.acquire()
     ran = []
@@ -154,3 +155,54 @@ def test_the_plugin_starts_the_larger_worlds_spec_items_first_and_keeps_other_it
     items = [*items_of("four", 4, 2), other, *items_of("eight", 8, 2), *items_of("two", 2, 1), *items_of("big", 16, 1)]
     pytest_plugin.pytest_collection_modifyitems(items)
     assert [item.label for item in items] == ["big0", "eight0", "test", "eight1", "four0", "four1", "two0"]
+
+
+def test_a_key_is_served_by_a_recorded_run_that_holds_everything_it_would(tmp_path):
+    """``served_by``: a recorded observation of one of those keys answers without running; a
+    failed one or none recorded does not."""
+    calls = []
+    cached_run(tmp_path, "every", _counting(calls, "every", {"all": True}), lock_timeout_s=5)
+    (tmp_path / "failed.error.txt").write_text("RuntimeError: no")
+    served = cached_run(
+        tmp_path, "subset", _counting(calls, "subset", {"all": False}), lock_timeout_s=5, served_by=["every"]
+    )
+    assert served == {"all": True}
+    ran = cached_run(
+        tmp_path, "other", _counting(calls, "other", {"o": 1}), lock_timeout_s=5, served_by=["failed", "x"]
+    )
+    assert ran == {"o": 1}
+    assert calls == ["every", "other"]
+
+
+def test_the_plugin_keys_a_run_by_its_instruments(tmp_path, monkeypatch):
+    """A spec whose entries read only collectives runs with that instrument alone, under a key of
+    its own: asking for every instrument runs again; a spec whose run with every instrument is
+    recorded first is served by it."""
+    from harness import pytest_plugin
+    from harness.language.entry import make_entry
+    from harness.load.setup import RunSetup
+    from harness.run import runner
+
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    ran = []
+    monkeypatch.setattr(runner, "run_setup", lambda setup, **kw: ran.append(setup.instruments) or {"n": len(ran)})
+    options = {"--fsdp2-backend": None, "--fsdp2-run-timeout": 30, "--fsdp2-no-preflight": True}
+    config = SimpleNamespace(getoption=options.get, _tmp_path_factory=SimpleNamespace(getbasetemp=lambda: tmp_path))
+    entry = make_entry("collectives", {"count": 1}, id="e")
+
+    def spec(world):
+        return SimpleNamespace(
+            setup=RunSetup(mesh_shape=(world,)),
+            items=[SimpleNamespace(entry=entry)],
+            backend="gloo",
+            timeout_s=30,
+            skip_reason=lambda *_: None,
+        )
+
+    two, three = spec(2), spec(3)
+    assert pytest_plugin.observation_of(config, two) == {"n": 1}
+    assert pytest_plugin.observation_of(config, two, every=True) == {"n": 2}  # not served by the subset
+    assert pytest_plugin.observation_of(config, two) == {"n": 2}  # both recorded: the one holding more
+    assert pytest_plugin.observation_of(config, three, every=True) == {"n": 3}
+    assert pytest_plugin.observation_of(config, three) == {"n": 3}  # served by the run with every instrument
+    assert ran == [("collectives",), None, None]

@@ -6,7 +6,7 @@ Installed with this package, it collects the YAML files that are specs (the rule
 (an empty or broken one there is one failing item, never silently skipped); and, wherever pytest
 looks, a YAML file whose top level has two of a spec's keys (spec, title, document, setup,
 tables). ``pytest -n auto`` runs them all; each distinct
-setup runs once per session (harness/run/cache.py), shared by the xdist workers: a worker that
+setup runs once per session (harness/pytest_plugin/cache.py), shared by the xdist workers: a worker that
 needs a run another is doing runs, meanwhile, another setup of the session's items, the larger
 worlds first; the larger worlds' spec items are also started first. A failing item shows where
 in the spec it is, the document's claim and section, expected and observed per field, and the
@@ -20,10 +20,12 @@ another plugin's in a user's repository.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
 from pathlib import Path
+from typing import Any, Callable, NamedTuple
 
 import pytest
 
@@ -31,10 +33,11 @@ from harness.contract.names import BACKENDS
 from harness.judge.checks import CheckResult
 from harness.judge.evaluate import FAILING, evaluate_item
 from harness.load.backend_choice import chosen_backend, kept_backend_note
+from harness.load.instrument_choice import chosen_setup
 from harness.load.spec import Spec, SpecError, SpecItem, load_spec
 from harness.load.spec_files import is_spec_file
+from harness.pytest_plugin.cache import CachedRunError, cached_run, gpu_lock_path, one_at_a_time, run_key
 from harness.report.junit import table_slug
-from harness.run.cache import CachedRunError, cached_run, gpu_lock_path, one_at_a_time, run_key
 from harness.run.gates import gpu_gate
 from harness.run.gpus import visible_gpu_count
 from harness.run.preflight import PYTEST_OPTIONS, PreflightError
@@ -239,7 +242,7 @@ class SpecLoadError(pytest.Item):
 
 
 _REFUSED = f"{PreflightError.__name__}:"
-"""How a recorded run error that is a pre-flight refusal begins (``harness.run.cache`` writes the type)."""
+"""How a recorded run error that is a pre-flight refusal begins (``harness.pytest_plugin.cache`` writes the type)."""
 
 
 def _first_to_say(config: pytest.Config, spec: Spec, nodeid: str) -> bool:
@@ -276,17 +279,29 @@ def _gpu_count() -> int:
     return visible_gpu_count()
 
 
-def observation_of(config: pytest.Config, spec: Spec, setup=None, backend: str | None = None) -> dict:
-    """The observation document of ``spec``'s setup (or ``setup``, on ``backend``), run once per
-    pytest session across the xdist workers (harness/run/cache.py) with the plugin's options;
-    what every spec item of that setup is checked against. While another worker runs it, this
+def observation_of(
+    config: pytest.Config, spec: Spec, setup=None, backend: str | None = None, *, every: bool = False
+) -> dict:
+    """The observation document of ``spec``'s setup with the instruments its entries read
+    (``harness.load.instrument_choice``; ``every``: all of them), or of ``setup`` as given, on
+    ``backend``; run once per pytest session across the xdist workers
+    (harness/pytest_plugin/cache.py) with the plugin's options, and served by a run of the same
+    setup with every instrument where one was recorded first; what every spec item of that
+    setup is checked against. While another worker runs it, this
     one runs the other spec setups of the session's items that no worker has started. Runs on
-    NCCL one at a time per set of GPUs (``harness.run.cache.one_at_a_time``). Skips (pytest.skip),
+    NCCL one at a time per set of GPUs (``harness.pytest_plugin.cache.one_at_a_time``). Skips (pytest.skip),
     before anything runs, a spec gated out whole by the running torch (its ``torch_build`` or
     ``torch`` ranges) and an nccl run with fewer GPUs than ranks (``harness.run.gates``); raises
     CachedRunError when the run failed."""
-    cache_dir, key, run, lock_timeout_s = _planned_run(config, spec, setup, backend)
-    return cached_run(cache_dir, key, run, lock_timeout_s=lock_timeout_s, meanwhile=_session_runs(config))
+    planned = _planned_run(config, spec, setup, backend, every=every)
+    return cached_run(
+        planned.cache_dir,
+        planned.key,
+        planned.run,
+        lock_timeout_s=planned.lock_timeout_s,
+        meanwhile=_session_runs(config),
+        served_by=planned.served_by,
+    )
 
 
 def _session_runs(config: pytest.Config):
@@ -294,19 +309,30 @@ def _session_runs(config: pytest.Config):
     stash = getattr(config, "stash", None)  # a bare config (the unit tests' namespace) has no items
     for spec in stash.get(_SESSION_SPECS, []) if stash is not None else []:
         try:
-            _, key, run, _ = _planned_run(config, spec)
+            planned = _planned_run(config, spec)
         except pytest.skip.Exception:  # needs GPUs this machine has not: its items skip
             continue
-        yield key, run
+        yield planned.key, planned.run
 
 
-def _planned_run(config: pytest.Config, spec: Spec, setup=None, backend: str | None = None):
-    """(cache folder, key, run, lock timeout in s) of ``spec``'s setup (or ``setup``, on ``backend``)."""
+class _Planned(NamedTuple):
+    cache_dir: Path
+    key: str
+    run: Callable[[], Any]
+    lock_timeout_s: float
+    served_by: tuple[str, ...]  # the same run with every instrument: it holds every field this one records
+
+
+def _planned_run(
+    config: pytest.Config, spec: Spec, setup=None, backend: str | None = None, *, every: bool = False
+) -> _Planned:
+    """The cached run of ``spec``'s setup with the instruments its entries read (every one with
+    ``every``), or of ``setup`` as given, on ``backend``."""
     import torch
 
     from harness.run.runner import run_setup
 
-    setup = setup or spec.setup
+    setup = setup or chosen_setup(spec, every=every)
     backend = backend or chosen_backend(
         spec.backend, config.getoption("--fsdp2-backend"), config.getoption("--fsdp2-force-backend")
     )
@@ -317,6 +343,7 @@ def _planned_run(config: pytest.Config, spec: Spec, setup=None, backend: str | N
     timeout_s = config.getoption("--fsdp2-run-timeout") or spec.timeout_s
     lock_timeout_s = timeout_s * 3 + 120
     key = run_key(setup, backend, torch.__version__)
+    served_by = () if setup.instruments is None else (run_key(_every(setup), backend, torch.__version__),)
 
     def run():
         try:
@@ -335,4 +362,8 @@ def _planned_run(config: pytest.Config, spec: Spec, setup=None, backend: str | N
             run,
             lock_timeout_s=lock_timeout_s,
         )
-    return cache_dir, key, run, lock_timeout_s
+    return _Planned(cache_dir, key, run, lock_timeout_s, served_by)
+
+
+def _every(setup):
+    return dataclasses.replace(setup, instruments=None)

@@ -1,0 +1,65 @@
+"""The instruments a spec's run needs: those filling the fields its entries read.
+
+An entry of check kind K reads the observed fields K declares (its ``reads``,
+:func:`harness.language.kinds.read_by`); each field is filled by the instruments of
+:func:`harness.contract.instrument_names.instruments_filling`. The instrument filling a field's
+whole part is needed by every entry of K (its selectors and the kind's own computations walk the
+part's records); one filling a field inside another's part (the replica's ``grad_norms.reference``)
+only by an entry that names one of the kind's names computed from that field. A run of a spec then
+pays for nothing it does not check: no replica without a numerics or reference field, no memory
+tracker without a memory entry (``harness run --all-instruments`` records everything).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import lru_cache
+from typing import Any, Iterable
+
+from harness.contract import fields
+from harness.contract.instrument_names import INSTRUMENTS, instruments_filling
+from harness.language.entry import Entry
+from harness.language.kinds import covering_reads, get_kind
+
+__all__ = ["needed_instruments", "chosen_setup"]
+
+
+@lru_cache(maxsize=None)
+def _reads(kind: str) -> tuple[tuple[frozenset[str], frozenset[str], frozenset[str]], ...]:
+    """(instruments of the part, instruments within the part, the kind's names computed from it)
+    for every field that check kind ``kind`` reads."""
+    out = []
+    definition = get_kind(kind)
+    for f in fields.fields():
+        reads = covering_reads(definition, f.path)
+        if reads is None:
+            continue
+        filling = instruments_filling(f.path)
+        whole = instruments_filling(f.path.split(".", 1)[0])
+        names = frozenset(reads.names or (f.path.rsplit(".", 1)[-1],))
+        out.append((whole, filling - whole, names))
+    return tuple(out)
+
+
+def needed_instruments(entries: Iterable[Entry]) -> frozenset[str]:
+    """The instruments (names of :data:`~harness.contract.instrument_names.INSTRUMENTS`) that the
+    fields ``entries`` read need; empty for entries that read no instrument's field (environment,
+    state dicts, errors)."""
+    needed: set[str] = set()
+    for entry in entries:
+        named = set(entry.expect) | set(entry.selectors)
+        for whole, within, names in _reads(entry.check):
+            needed |= whole
+            if within and names & named:
+                needed |= within
+    return frozenset(needed)
+
+
+def chosen_setup(spec: Any, *, every: bool = False, also: Iterable[str] = ()) -> Any:
+    """``spec.setup`` (a :class:`~harness.load.setup.RunSetup`) with the instruments its entries
+    need (:func:`needed_instruments`) and ``also``; ``every``, or entries that need all of them:
+    every instrument (``instruments`` None, the document then as a run with all of them writes it)."""
+    needed = needed_instruments(item.entry for item in spec.items) | frozenset(also)
+    if every or needed == frozenset(INSTRUMENTS):
+        return dataclasses.replace(spec.setup, instruments=None)
+    return dataclasses.replace(spec.setup, instruments=tuple(sorted(needed)))
