@@ -21,7 +21,7 @@ from harness.contract.instrument_names import INSTRUMENTS, instruments_filling
 from harness.language.entry import Entry
 from harness.language.kinds import covering_reads, get_kind
 
-__all__ = ["needed_instruments", "chosen_setup"]
+__all__ = ["needed_instruments", "setup_instruments", "chosen_setup"]
 
 
 @lru_cache(maxsize=None)
@@ -55,11 +55,19 @@ def needed_instruments(entries: Iterable[Entry]) -> frozenset[str]:
     return frozenset(needed)
 
 
+def setup_instruments(setup: Any) -> frozenset[str]:
+    """The instruments ``setup`` itself needs whatever its entries read: timing the step's own
+    collectives (``bandwidth.step``) replays the sizes the collective recorder saw."""
+    bandwidth = getattr(setup, "bandwidth", None)
+    return frozenset({"collectives"}) if bandwidth is not None and bandwidth.step else frozenset()
+
+
 def chosen_setup(spec: Any, *, every: bool = False, also: Iterable[str] = ()) -> Any:
     """``spec.setup`` (a :class:`~harness.load.setup.RunSetup`) with the instruments its entries
-    need (:func:`needed_instruments`) and ``also``; ``every``, or entries that need all of them:
-    every instrument (``instruments`` None, the document then as a run with all of them writes it)."""
-    needed = needed_instruments(item.entry for item in spec.items) | frozenset(also)
+    need (:func:`needed_instruments`), those the setup needs (:func:`setup_instruments`) and
+    ``also``; ``every``, or entries that need all of them: every instrument (``instruments`` None,
+    the document then as a run with all of them writes it)."""
+    needed = needed_instruments(item.entry for item in spec.items) | setup_instruments(spec.setup) | frozenset(also)
     if every or needed == frozenset(INSTRUMENTS):
         return dataclasses.replace(spec.setup, instruments=None)
     return dataclasses.replace(spec.setup, instruments=tuple(sorted(needed)))

@@ -186,14 +186,20 @@ class Instruments:
         self._experts: ExpertRecorder | None = None  # a MoE model's experts (recorders/experts.py)
 
     def __enter__(self) -> "Instruments":
-        """Start recording collectives (those of ``fully_shard`` and meta init included)."""
-        if "collectives" in self.on:
+        """Start recording collectives (those of ``fully_shard`` and meta init included). Where the
+        run reports hang progress the recorder runs even with the ``collectives`` instrument off:
+        a hang is diagnosed from what it saw (its records are then left out of the observation)."""
+        if self._recording_collectives:
             self.collectives.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if "collectives" in self.on:
+        if self._recording_collectives:
             self.collectives.__exit__(*exc)
+
+    @property
+    def _recording_collectives(self) -> bool:
+        return "collectives" in self.on or self.collectives.progress is not None
 
     def before_fully_shard(self, root: nn.Module, *, device: str | None = None) -> None:
         """The built model's parameters, before the first ``fully_shard`` call (``fully_shard_calls``;

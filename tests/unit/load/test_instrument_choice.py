@@ -8,7 +8,7 @@ import pytest
 
 from harness.contract.instrument_names import INSTRUMENTS, instruments_filling, recorded_instruments
 from harness.language.entry import make_entry
-from harness.load.instrument_choice import chosen_setup, needed_instruments
+from harness.load.instrument_choice import chosen_setup, needed_instruments, setup_instruments
 from harness.load.setup import RunSetup
 from harness.load.spec import load_spec
 from tests.support import SPECS, WALKTHROUGH
@@ -72,3 +72,16 @@ def test_the_fields_an_instrument_fills_and_the_set_a_document_records():
     assert instruments_filling("rank_environment.host") == frozenset()
     assert recorded_instruments({}) == frozenset(INSTRUMENTS)
     assert recorded_instruments({"instruments": ["collectives"]}) == {"collectives"}
+
+
+def test_timing_the_steps_collectives_needs_the_collective_recorder_whatever_the_entries_read():
+    """The bandwidth rows of size ``step`` replay the sizes the recorder saw: without it they
+    would be missing (the cluster spec's step rows failed so)."""
+    cluster = load_spec(SPECS / "cluster_bandwidth.yaml")
+    assert cluster.setup.bandwidth.step
+    assert "collectives" not in needed_instruments(item.entry for item in cluster.items)
+    assert "collectives" in chosen_setup(cluster).instruments
+    no_step = SimpleNamespace(bandwidth=SimpleNamespace(step=False))
+    assert (
+        setup_instruments(no_step) == frozenset() and setup_instruments(SimpleNamespace(bandwidth=None)) == frozenset()
+    )
