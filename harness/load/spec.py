@@ -341,8 +341,9 @@ def load_spec(path: str | Path) -> Spec:
             continue  # the table's own form is broken; its schema errors say how
         skip = {k[1] for k in below}  # rows or entries the schema rejected
         items.extend(_table_items(errors, lines, t_index, table, spec_range, seen_ids, context, skip))
+    backend = "auto" if ("backend",) in broken else data.get("backend", "auto")  # refused: its error says why
     for item in items:  # fields whose value depends on thread timing (declared to vary in harness/contract/fields.py)
-        for message in timing_dependent_errors(item.entry, data.get("backend", "auto")):
+        for message in timing_dependent_errors(item.entry, backend):
             errors.add((), message, line=item.entry.line)
 
     for key_path, item in _replica_dtype_problems(setup, items):

@@ -86,6 +86,13 @@ MALFORMED = [
         id="wrong-check-enum",
     ),
     pytest.param(
+        edit("setup:\n", "backend: mpi\nsetup:\n"),
+        "backend: mpi",
+        "backend",
+        "expected one of ['auto', 'gloo', 'nccl', 'fake'], got 'mpi'",
+        id="unknown-backend",  # refused by the schema, not passed on to the entry checks (it crashed them)
+    ),
+    pytest.param(
         edit("[self_attn.k_proj.weight, [64, 512], 32768]", "[self_attn.k_proj.weight, [64, 512]]"),
         "[self_attn.k_proj.weight",
         "tables[1].rows[1]",
