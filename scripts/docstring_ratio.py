@@ -78,7 +78,8 @@ def count_file(path: Path, rel: str, counts: Counts) -> None:
 def count(folders: list[str]) -> Counts:
     counts = Counts()
     for folder in folders:
-        for path in sorted((ROOT / folder).rglob("*.py")):
+        top = ROOT / folder
+        for path in [top] if top.is_file() else sorted(top.rglob("*.py")):
             count_file(path, str(path.relative_to(ROOT)), counts)
     return counts
 
