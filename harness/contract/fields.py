@@ -264,7 +264,12 @@ RANK_PARAMS = Records(
     Record(
         {
             "fqn": Leaf({"type": "string", "description": "transformers name, e.g. layers.0.self_attn.q_proj.weight"}),
-            "unit": Leaf({"type": "string", "description": "name of the FSDP unit that manages it"}),
+            "unit": Leaf(
+                {
+                    "type": ["string", "null"],
+                    "description": "the FSDP unit that manages it; null: none does (fully_shard's ignored_params)",
+                }
+            ),
             "full_shape": Leaf({"$ref": "#/$defs/shape"}),
             "local_shape": Leaf({"$ref": "#/$defs/shape"}),
             "numel": Leaf({"type": "integer", "minimum": 0}, unit="elements"),

@@ -820,8 +820,9 @@ def _unit_key(name: str) -> str:
 
 
 def _param_pattern_problems(setup: RunSetup, plans: list[UnitPlan], fqns: tuple[str, ...]) -> list[tuple[str, str]]:
-    """``shard_placement``, ``freeze``, ``grad_dtype`` and schedule ``freeze``/``unfreeze`` patterns that
-    name no parameter of the model; state-dict keys to drop that are not parameters, keys to add that are."""
+    """Parameter patterns (``shard_placement``, ``ignored_params``, ``freeze``, ``grad_dtype``, schedule
+    ``freeze``/``unfreeze``) that name no parameter; state-dict keys to drop that are not parameters, keys to
+    add that are; ``ignored_params`` with the numerics replica on."""
     from harness.load.units import match_params
 
     def hint(pattern: str) -> str:
@@ -842,6 +843,24 @@ def _param_pattern_problems(setup: RunSetup, plans: list[UnitPlan], fqns: tuple[
             if (where, pattern) not in seen and not match_params(pattern, fqns):
                 seen.add((where, pattern))
                 out.append((where, hint(pattern)))
+        for pattern in plan.options.ignored_params:
+            where = (
+                f"setup.fsdp.units[{plan.entry}].ignored_params"
+                if plan.entry is not None and "ignored_params" in dict(setup.fsdp.units[plan.entry].given)
+                else "setup.fsdp.ignored_params"
+            )
+            if (where, pattern) not in seen and not match_params(pattern, fqns):
+                seen.add((where, pattern))
+                out.append((where, hint(pattern)))
+        if plan.options.ignored_params and setup.numerics and (where, "numerics") not in seen:
+            seen.add((where, "numerics"))
+            out.append(
+                (
+                    where,
+                    "an ignored parameter's gradient is each rank's own (never reduced), not the replica's "
+                    "global-batch mean: set setup.numerics: false",
+                )
+            )
     for j, pattern in enumerate(setup.freeze.params):
         if not match_params(pattern, fqns):
             out.append((f"setup.freeze.params[{j}]", hint(pattern)))

@@ -121,6 +121,12 @@ class UnitOptions:
         doc="shard_placement_fn: parameter FQN pattern (relative to the root; * one component, ** several) -> the "
         "dim it is sharded on, Shard(dim); other parameters Shard(0)",
     )
+    ignored_params: tuple[str, ...] = key(
+        (),
+        doc="fully_shard(ignored_params=): parameter FQN patterns (relative to the root; * one component, ** "
+        "several) that FSDP leaves alone: not sharded (a plain tensor, whole on every rank), not all-gathered, its "
+        "gradient not reduce-scattered (so each rank keeps its own)",
+    )
     gradient_divide_factor: float | None = key(
         None,
         null=True,

@@ -7,6 +7,13 @@ the setter's effect fail: that shows the key reaches torch."""
 
 SETTER_CASES = [
     (
+        "ignored_params",
+        "[ignored_plain_and_whole, self_attn.q_proj.weight, null, false,",
+        "[ignored_plain_and_whole, self_attn.q_proj.weight, layers.0, false,",
+        "ignored_plain_and_whole",
+        "expected layers.0",
+    ),
+    (
         "unshard_in_backward_false",
         "select: {phase: backward, op: all_gather, unit: model.embed_tokens}, count: 0}",
         "select: {phase: backward, op: all_gather, unit: model.embed_tokens}, count: 1}",
@@ -51,6 +58,12 @@ SETTER_CASES = [
 ]
 
 SETTER_SETUP_CASES = [
+    (
+        "ignored_params",
+        'fsdp: {ignored_params: ["layers.0.self_attn.q_proj.weight"]}',
+        "fsdp: {ignored_params: []}",
+        ["ignored_plain_and_whole", "ignored_not_gathered", "ignored_not_reduced", "ignored_gradient_whole"],
+    ),
     (
         "unshard_in_backward_false",
         "{modules: model.embed_tokens, unshard_in_backward: false}",

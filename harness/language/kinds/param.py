@@ -99,6 +99,7 @@ def measure(sel, obs):
             "pinned": p.get("pinned"),
             "grad_pinned": p.get("grad_pinned"),
             "finite": p.get("finite"),
+            "unit": p.get("unit"),
         }
     return out
 
@@ -132,6 +133,7 @@ KIND = CheckKind(
         Field("placements", TEXTS, "DTensor placements, e.g. ['Shard(dim=0)']"),
         Field("mesh_dim_names", TEXTS, "the DeviceMesh dims the placements refer to"),
         Field("requires_grad", BOOL, "false for a frozen parameter (setup.freeze)"),
+        Field("unit", OPTIONAL_TEXT, "the FSDP unit managing it ('' the root); null: none (ignored_params)"),
         Field("device", TEXT, "device type of the shard: cpu, cuda (CPUOffloadPolicy: cpu)"),
         Field("grad_device", OPTIONAL_TEXT, "after the step: device type of its sharded gradient (null: none)"),
         Field(

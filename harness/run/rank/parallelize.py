@@ -339,6 +339,11 @@ def _fully_shard_units(
         kwargs = unit.options()
         if unit.shard_placement:
             kwargs["shard_placement_fn"] = _placement_fn(unit.shard_placement, names)
+        if unit.after is not None and unit.after.ignored_params:
+            current = dict(root.named_parameters())  # an earlier unit replaced its own with DTensors
+            kwargs["ignored_params"] = {
+                current[fqn] for pat in unit.after.ignored_params for fqn in match_params(pat, list(current))
+            }
         fully_shard(modules if len(modules) > 1 else modules[0], mesh=mesh, **kwargs)
         if after_each is not None:
             after_each(unit, modules[0])

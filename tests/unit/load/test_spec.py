@@ -93,6 +93,21 @@ MALFORMED = [
         id="unknown-backend",  # refused by the schema, not passed on to the entry checks (it crashed them)
     ),
     pytest.param(
+        edit("  seed: 0\n", "  seed: 0\n  numerics: false\n  fsdp: {ignored_params: [layers.0.q_proj.weight]}\n"),
+        "ignored_params",
+        "setup.fsdp.ignored_params",
+        "'layers.0.q_proj.weight' matches no parameter",
+        id="ignored-param-not-in-model",
+    ),
+    pytest.param(
+        edit("  seed: 0\n", "  seed: 0\n  fsdp: {ignored_params: [layers.0.self_attn.q_proj.weight]}\n"),
+        "ignored_params",
+        "setup.fsdp.ignored_params",
+        "an ignored parameter's gradient is each rank's own (never reduced), not the replica's global-batch mean: "
+        "set setup.numerics: false",
+        id="ignored-param-with-numerics",
+    ),
+    pytest.param(
         edit("[self_attn.k_proj.weight, [64, 512], 32768]", "[self_attn.k_proj.weight, [64, 512]]"),
         "[self_attn.k_proj.weight",
         "tables[1].rows[1]",

@@ -55,6 +55,7 @@ _NOT_SETTERS = {
     "mp_policy",
     "offload_policy",
     "shard_placement",
+    "ignored_params",
     "checkpoint",
     "checkpoint_style",
     "checkpoint_use_reentrant",

@@ -127,8 +127,9 @@ def buffer_table(root: nn.Module) -> list[dict[str, Any]]:
 def param_table(root: nn.Module, unit_names: list[str] | dict[str, str]) -> list[dict[str, Any]]:
     """The schema's ``params`` list: every parameter of ``root``, ``named_parameters()`` order.
 
-    ``unit_names``: parameter FQN -> the unit managing it (as FSDP's state says), or a list of
-    unit names (the owner is then the longest unit name that is a module prefix of the FQN).
+    ``unit_names``: parameter FQN -> the unit managing it (as FSDP's state says; a parameter it
+    leaves out, as ``ignored_params``, has unit None), or a list of unit names (the owner is then
+    the longest unit name that is a module prefix of the FQN).
     """
     owners = unit_names if isinstance(unit_names, dict) else None
     rows = []
@@ -138,7 +139,7 @@ def param_table(root: nn.Module, unit_names: list[str] | dict[str, str]) -> list
         rows.append(
             {
                 "fqn": fqn,
-                "unit": owners.get(fqn, "") if owners is not None else param_owner(fqn, unit_names),
+                "unit": owners.get(fqn) if owners is not None else param_owner(fqn, unit_names),
                 "full_shape": list(p.shape),
                 "local_shape": list(local.shape),
                 "numel": int(p.numel()),
