@@ -1,42 +1,9 @@
-"""Closed-form calculator of the walkthrough's tables.
-
-Given model dimensions and a world size (or an HSDP mesh), this computes what FSDP2 does to
-one decoder layer: the parameter list, every rank's local shard shape, the padded all-gather
-and reduce-scatter buffers, the bytes each rank stores and sends, and the per-layer per-step
-communication totals. It is pure integer arithmetic: it imports neither torch nor the model
-package, runs nothing, and is cheap enough for property tests and for a spec-drafting tool.
-
-Sources (cited again on each formula):
-
-* "FSDP2 Qwen3 Decoder Layer Walkthrough", sections "参数列表（单层）", "每个 rank 上的参数分片",
-  "Step 0：Pre-Forward Hook → All-Gather 层参数", "Backward 简述", "单层单步通信量汇总".
-* torch 2.13 FSDP2, ``torch/distributed/fsdp/_fully_shard/``:
-  ``_fsdp_param.py`` (``FSDPParam._init_sharded_param``: ``_chunk_with_empty``,
-  ``padded_sharded_param_size = chunks[0].size()``; ``init_dtype_attrs``;
-  ``to_sharded_post_forward``), ``_fsdp_common.py`` (``_chunk_with_empty``,
-  ``_get_dim0_padded_size``), ``_fsdp_collectives.py`` (``foreach_all_gather``,
-  ``foreach_reduce``), ``_fsdp_init.py`` (``_get_post_forward_mesh_info``).
-* nccl-tests ``doc/PERFORMANCE.md`` for the size ``S``, ``algbw`` and ``busbw``.
-
-Units: elements (``*_numel``) and bytes (``*_bytes``). The document's "MB" is 10**6 bytes
-(:data:`MB`): 4,720,896 bytes is its "4.72 MB".
-
-Names: a quantity a spec can check carries the spec's own field name (``numel_in``,
-``numel_out``, ``buffer_bytes``, ``ring_bytes``, ``group_size``, ``mesh_dim``, ``local_shape``,
-``local_numel``, ``local_bytes``, ``total_ring_bytes``; see harness/judge/checks.py ``FIELDS``),
-and the tables hand out rows keyed by those names (:meth:`Collective.fields`,
-:meth:`ParamShard.row`, :meth:`UnitTables.params_total`, :meth:`UnitTables.param_state`), so
-``harness draft`` writes them into a spec as they are.
-
-Bytes "sent" are the ring model of the *logical* collective (each rank sends
-``S * (n-1)/n`` for an all-gather or reduce-scatter over ``n`` ranks). A backend may move
-other amounts: gloo carries out ``_reduce_scatter_base_`` as an all-reduce of the full
-buffer. Keep the two apart.
-
-Layout of a mesh: ``(W,)`` is plain FSDP over ``W`` ranks; ``(R, S)`` is HSDP with ``R``
-replicas of an ``S``-way shard group (DeviceMesh dims ("dp_replicate", "dp_shard")). The mesh
-is row-major over global ranks, so global rank ``g`` has shard rank ``g % S`` and replicate
-rank ``g // S`` (:func:`mesh_coords`). Every per-rank table here is indexed by shard rank.
+"""Closed-form calculator of the walkthrough's tables: what FSDP2 does to a unit's parameters
+on a world size or an HSDP mesh. Pure integer arithmetic, no torch: cheap for property tests
+and ``harness draft``. Sources, cited on each formula: the walkthrough document, torch 2.13
+``torch/distributed/fsdp/_fully_shard/``, nccl-tests ``doc/PERFORMANCE.md``. Units: elements
+(``*_numel``), bytes (``*_bytes``; the document's MB is 10**6 bytes); per-rank tables are
+indexed by shard rank; field names are the spec's. More: docs/simulated-backend.md.
 """
 
 from __future__ import annotations
@@ -81,15 +48,8 @@ EXPERT_PARAMS: tuple[str, ...] = ("mlp.experts.gate_up_proj", "mlp.experts.down_
 
 
 def dtype_name(dtype: Any) -> str:
-    """Normalize a dtype to one of :data:`DTYPE_BYTES`' names.
-
-    Accepts the names ("float16", "bfloat16", "float32"), common aliases ("fp16", "bf16",
-    "half", "float", "fp32") and anything whose ``str`` is ``"torch.<name>"`` (a
-    ``torch.dtype``, without importing torch here).
-
-    Raises:
-        ValueError: an unsupported dtype.
-    """
+    """A :data:`DTYPE_BYTES` name from a name, an alias ("fp16", "bf16", "half", "float",
+    "fp32") or a ``torch.dtype``; ValueError for an unsupported dtype."""
     name = str(dtype)
     if name.startswith("torch."):
         name = name[len("torch.") :]
@@ -106,25 +66,9 @@ def dtype_bytes(dtype: Any) -> int:
 
 @dataclass(frozen=True)
 class Dims:
-    """Model dimensions, with ``Qwen3Config``'s field names (and the document's symbols).
-
-    Attributes:
-        hidden_size: d.
-        num_attention_heads: h_q.
-        num_key_value_heads: h_kv.
-        head_dim: d_h.
-        intermediate_size: d_ffn.
-        num_hidden_layers: N_L (default 1: one layer, the document's focus).
-        vocab_size: V; needed only for the causal LM's root parameters.
-        tie_word_embeddings: lm_head shares embed_tokens' weight (transformers' Qwen3Config
-            default is False; the document, section "简化的 Qwen3 结构", notes that lm_head
-            usually shares embed_tokens' weight).
-        num_experts: E, experts of a sparse (MoE) layer; None for a dense model
-            (``Qwen3MoeConfig``'s field names from here on).
-        num_experts_per_tok: k, experts each token is routed to.
-        moe_intermediate_size: d_moe, each expert's SwiGLU width.
-        decoder_sparse_step, mlp_only_layers: which layers are sparse (:meth:`is_moe_layer`).
-    """
+    """Model dimensions with ``Qwen3Config``'s and ``Qwen3MoeConfig``'s field names (symbols as
+    in ``model/config.py``); ``vocab_size`` is needed only for the root's parameters,
+    ``num_experts`` is None for a dense model."""
 
     hidden_size: int
     num_attention_heads: int
@@ -141,8 +85,7 @@ class Dims:
     mlp_only_layers: tuple[int, ...] = ()
 
     def is_moe_layer(self, layer_idx: int) -> bool:
-        """Whether decoder layer ``layer_idx`` is sparse: as ``model.Qwen3MoeConfig.is_moe_layer``
-        (transformers ``Qwen3MoeDecoderLayer``); never for a dense model."""
+        """Whether decoder layer ``layer_idx`` is sparse, as ``Qwen3MoeConfig.is_moe_layer``."""
         return (
             bool(self.num_experts)
             and layer_idx not in self.mlp_only_layers
@@ -151,19 +94,10 @@ class Dims:
 
 
 def to_dims(dims: Any) -> Dims:
-    """Read :class:`Dims` from a ``Dims``, a mapping, or any object with those attributes.
+    """:class:`Dims` from a ``Dims``, a mapping or a config (transformers' or ours; not
+    ``num_local_experts``); a missing ``head_dim`` is ``hidden_size // num_attention_heads``.
+    KeyError for a missing required field, ValueError for a dimension not a positive int."""
 
-    A ``Qwen3Config`` or ``Qwen3MoeConfig`` (transformers' or the model package's) works as
-    is. A missing or None ``head_dim`` is ``hidden_size // num_attention_heads``, as in
-    transformers' Qwen3 attention (and its Qwen3MoeConfig, which has no ``head_dim``). A
-    transformers 5 ``num_local_experts`` is not read: pass ``num_experts``.
-    ``num_hidden_layers``, ``vocab_size``, ``tie_word_embeddings`` and the MoE fields are
-    optional (defaults as in :class:`Dims`).
-
-    Raises:
-        KeyError: a required field is missing.
-        ValueError: a dimension is not a positive int.
-    """
     if isinstance(dims, Dims):
         return dims
 
@@ -238,34 +172,12 @@ def _spec(name: str, shape: Sequence[int]) -> ParamSpec:
 
 
 def layer_params(dims: Any, order: str = "registration", layer_idx: int = 0) -> list[ParamSpec]:
-    """The parameters of one ``Qwen3DecoderLayer`` (no biases, as in Qwen3), or of a sparse
-    ``Qwen3MoeDecoderLayer`` when ``dims`` is a MoE model's and layer ``layer_idx`` is sparse.
+    """The parameters of decoder layer ``layer_idx`` (document, "参数列表（单层）"), in
+    ``order`` "registration" (FSDP2's all-gather order) or "document" (``model.names``).
 
-    Shapes (document, "Decoder Layer 的结构" and "参数列表（单层）"; ``nn.Linear(in, out)``
-    stores ``weight`` as ``[out, in]``)::
-
-        q_proj  [h_q*d_h, d]      k_proj, v_proj [h_kv*d_h, d]     o_proj [d, h_q*d_h]
-        q_norm, k_norm [d_h]      gate_proj, up_proj [d_ffn, d]    down_proj [d, d_ffn]
-        input_layernorm, post_attention_layernorm [d]
-
-    Total = 2*d*h_q*d_h + 2*d*h_kv*d_h + 3*d*d_ffn + 2*d_h + 2*d (walkthrough: 2,360,448).
-
-    A sparse layer replaces the three MLP weights by transformers 5's fused experts and the
-    router (``Qwen3MoeSparseMoeBlock`` registers ``experts`` before ``gate``)::
-
-        mlp.experts.gate_up_proj [E, 2*d_moe, d]   mlp.experts.down_proj [E, d, d_moe]
-        mlp.gate.weight [E, d]
-
-    Total = 2*d*h_q*d_h + 2*d*h_kv*d_h + 3*E*d_moe*d + E*d + 2*d_h + 2*d
-    (Qwen3-30B-A3B: 623,120,640, of which experts 603,979,776).
-
-    Args:
-        dims: see :func:`to_dims`.
-        order: "registration" (transformers' ``named_parameters()`` order: self_attn q, k, v,
-            o, q_norm, k_norm; mlp gate, up, down; input_layernorm; post_attention_layernorm;
-            this is the order FSDP2 packs the all-gather buffer in) or "document" (the
-            document's tables: input_layernorm, q, k, v, q_norm, k_norm, o,
-            post_attention_layernorm, gate, up, down).
+    Dense total = 2*d*h_q*d_h + 2*d*h_kv*d_h + 3*d*d_ffn + 2*d_h + 2*d (walkthrough: 2,360,448);
+    a sparse layer's fused experts and router replace the MLP's 3*d*d_ffn by 3*E*d_moe*d + E*d
+    (Qwen3-30B-A3B: 623,120,640).
     """
     d = to_dims(dims)
     q_out = d.num_attention_heads * d.head_dim
@@ -299,17 +211,8 @@ def layer_params(dims: Any, order: str = "registration", layer_idx: int = 0) -> 
 
 
 def root_params(dims: Any) -> list[ParamSpec]:
-    """The root unit's own parameters of a causal LM, in transformers' registration order.
-
-    Names are ``Qwen3ForCausalLM``'s: ``model.embed_tokens.weight`` [V, d],
-    ``model.norm.weight`` [d], and ``lm_head.weight`` [V, d] unless
-    ``tie_word_embeddings`` (then lm_head is embed_tokens' parameter and counts once).
-    The decoder layers are their own units and are not listed here. With the
-    "decoder_layers" body the root holds no parameters and issues no collective.
-
-    Raises:
-        ValueError: ``vocab_size`` is unknown.
-    """
+    """A causal LM root unit's own parameters: ``model.embed_tokens.weight`` [V, d],
+    ``model.norm.weight`` [d], ``lm_head.weight`` [V, d] unless tied; needs ``vocab_size``."""
     d = to_dims(dims)
     if d.vocab_size is None:
         raise ValueError("root_params needs vocab_size")
@@ -327,12 +230,7 @@ def root_params(dims: Any) -> list[ParamSpec]:
 
 
 def chunk_size(rows: int, world_size: int) -> int:
-    """Rows of each full chunk: ``ceil(rows / world_size)`` (``torch.chunk``'s split size).
-
-    ``torch.chunk(t, W, dim=0)`` is ``torch.split(t, ceil(rows / W), dim=0)``: chunks of
-    ``c = ceil(rows/W)`` rows, the last one shorter, and only ``ceil(rows / c)`` chunks, which
-    can be fewer than ``W`` (``rows=6, W=4``: 2, 2, 2 and nothing for rank 3).
-    """
+    """Rows of each full chunk: ``ceil(rows / world_size)`` (``torch.chunk``'s split size)."""
     _check_world(world_size)
     if rows < 0:
         raise ValueError(f"rows must be >= 0, got {rows}")
@@ -340,21 +238,14 @@ def chunk_size(rows: int, world_size: int) -> int:
 
 
 def chunk_rows(rows: int, world_size: int) -> list[int]:
-    """Rows each rank holds under Shard(0): FSDP2's ``_chunk_with_empty(t, W, dim=0)``.
-
-    Rank ``r`` gets rows ``[r*c, min((r+1)*c, rows))`` with ``c = ceil(rows/W)``, i.e.
-    ``max(0, min(c, rows - r*c))`` rows; the ranks past the last chunk get an empty tensor
-    (``_chunk_with_empty`` appends them). Always ``W`` entries summing to ``rows``.
-    """
+    """Rows each rank holds under Shard(0) (FSDP2's ``_chunk_with_empty``): W entries summing
+    to ``rows``, 0 past the last chunk (``rows=6, W=4``: 2, 2, 2, 0)."""
     c = chunk_size(rows, world_size)
     return [max(0, min(c, rows - r * c)) for r in range(world_size)]
 
 
 def row_range(rows: int, world_size: int, rank: int) -> tuple[int, int]:
-    """``[start, stop)`` rows of the full parameter that shard rank ``rank`` holds.
-
-    Empty ranks get ``(rows, rows)``-style empty ranges clamped to ``rows``.
-    """
+    """``[start, stop)`` rows of the full parameter that shard rank ``rank`` holds."""
     c = chunk_size(rows, world_size)
     _check_rank(rank, world_size)
     start = min(rank * c, rows)
@@ -362,12 +253,8 @@ def row_range(rows: int, world_size: int, rank: int) -> tuple[int, int]:
 
 
 def local_shape(shape: Sequence[int], world_size: int, rank: int) -> tuple[int, ...]:
-    """The local tensor shape of a Shard(0) DTensor on shard rank ``rank``.
-
-    Dim 0 is ``chunk_rows(shape[0], W)[rank]``; other dims are kept, also for an empty shard
-    (``_get_dim_chunked_size`` keeps the nonzero dims: [64] at W=128 gives [0] on rank 64,
-    [1024, 5120] at W=2048 gives [0, 5120] on rank 1024).
-    """
+    """A Shard(0) DTensor's local shape on shard rank ``rank``: the other dims are kept, also
+    on an empty shard (``_get_dim_chunked_size``)."""
     if len(shape) == 0:
         raise ValueError("a 0-dim parameter cannot be sharded on dim 0")
     _check_rank(rank, world_size)
@@ -375,13 +262,8 @@ def local_shape(shape: Sequence[int], world_size: int, rank: int) -> tuple[int, 
 
 
 def padded_shard_shape(shape: Sequence[int], world_size: int) -> tuple[int, ...]:
-    """The padded shard every rank stores and all-gathers: ``[ceil(rows/W), *rest]``.
-
-    torch: ``padded_sharded_param_size = chunks[0].size()  # 0th always padded`` in
-    ``FSDPParam._init_sharded_param``. Every rank allocates this size
-    (``_sharded_param_data``) and its local DTensor is a narrow view of the first
-    ``local_shape[0]`` rows; the rest is zero padding.
-    """
+    """The padded shard every rank stores and all-gathers: ``[ceil(rows/W), *rest]`` (torch
+    ``FSDPParam._init_sharded_param``: ``padded_sharded_param_size = chunks[0].size()``)."""
     if len(shape) == 0:
         raise ValueError("a 0-dim parameter cannot be sharded on dim 0")
     return (chunk_size(shape[0], world_size), *tuple(shape[1:]))
@@ -406,20 +288,15 @@ BUSBW_FACTOR_NUMERATOR = {"all_gather": 1, "reduce_scatter": 1, "all_reduce": 2}
 
 
 def busbw_factor(op: str, group_size: int) -> float:
-    """nccl-tests' ``busbw / algbw``: ``(n-1)/n`` for all-gather and reduce-scatter,
-    ``2(n-1)/n`` for all-reduce (doc/PERFORMANCE.md)."""
+    """nccl-tests' ``busbw / algbw``: (n-1)/n, all-reduce 2(n-1)/n (doc/PERFORMANCE.md)."""
     _check_world(group_size)
     return BUSBW_FACTOR_NUMERATOR[op] * (group_size - 1) / group_size
 
 
 def ring_bytes(op: str, buffer_bytes: int, group_size: int) -> int | float:
-    """Bytes each rank sends in a ring collective of nccl-tests size ``S = buffer_bytes``.
+    """Bytes each rank sends in a ring collective of nccl-tests size ``S = buffer_bytes``:
+    ``S * (n-1)/n``, all-reduce twice that; an int when exact, else a float."""
 
-    All-gather and reduce-scatter: ``S * (n-1)/n`` (the document's
-    "$\\frac{N-1}{N} \\times 4.72$MB"); all-reduce: ``2 * S * (n-1)/n`` (reduce-scatter then
-    all-gather). An int when exact (always for all-gather and reduce-scatter, whose ``S`` is
-    ``n`` times a per-rank buffer), else a float.
-    """
     _check_world(group_size)
     num = BUSBW_FACTOR_NUMERATOR[op] * buffer_bytes * (group_size - 1)
     return num // group_size if num % group_size == 0 else num / group_size
@@ -437,24 +314,9 @@ def busbw(op: str, buffer_bytes: int, group_size: int, seconds: float) -> float:
 
 @dataclass(frozen=True)
 class Collective:
-    """One collective a unit issues per training step, seen from one rank.
-
-    Attributes (the spec's ``collectives`` field names):
-        op: "all_gather", "reduce_scatter" or "all_reduce".
-        phase: "forward" or "backward".
-        mesh_dim: the DeviceMesh dim the group spans: the shard dim's name (plain FSDP's only
-            dim; HSDP's second) for all-gather and reduce-scatter, the replicate dim's name for
-            HSDP's all-reduce; None for the smaller group of ``reshard_after_forward=<int>``,
-            which is no dim of the mesh (FSDP2 makes it a new group).
-        group_size: n, ranks in the group.
-        dtype: element dtype of the buffer.
-        numel_in: elements of this rank's input buffer.
-        numel_out: elements of this rank's output buffer.
-        buffer_bytes: nccl-tests ``S``: all-gather output bytes, reduce-scatter input bytes,
-            all-reduce buffer bytes.
-        ring_bytes: bytes each rank sends under the ring model (:func:`ring_bytes`).
-        busbw_factor: ``busbw / algbw`` (:func:`busbw_factor`); not a spec field.
-    """
+    """One collective per training step, seen from one rank, in the spec's field names:
+    ``buffer_bytes`` is nccl-tests' ``S`` (all-gather output, reduce-scatter input);
+    ``mesh_dim`` is None for a ``reshard_after_forward=<int>`` group, no dim of the mesh."""
 
     op: str
     phase: str
@@ -468,8 +330,7 @@ class Collective:
     busbw_factor: float
 
     def fields(self) -> dict[str, Any]:
-        """This collective as a spec's ``collectives`` fields: op, dtype, numel_in, numel_out,
-        buffer_bytes, ring_bytes (an int when whole), group_size, and mesh_dim unless None."""
+        """This collective as a spec's ``collectives`` fields (mesh_dim only when set)."""
         out = {
             "op": self.op,
             "dtype": self.dtype,
@@ -503,7 +364,6 @@ def _collective(
 
 
 def _whole(value: int | float) -> int | float:
-    """An int when the value is whole (ring bytes over n ranks can be fractional)."""
     return int(value) if float(value).is_integer() else value
 
 
@@ -513,24 +373,10 @@ def _whole(value: int | float) -> int | float:
 
 @dataclass(frozen=True)
 class ParamShard:
-    """One parameter under Shard(0) over the shard group (document: "每个 rank 上的参数分片").
-
-    Attributes:
-        name, full_shape, numel: the unsharded parameter.
-        chunk_rows: ``ceil(rows / S)``.
-        padded_shard_shape, padded_shard_numel: what every rank stores and all-gathers
-            (:func:`padded_shard_shape`).
-        local_shapes, local_numels: the DTensor local shape / numel on each shard rank
-            (:func:`local_shape`); the document's "每 GPU 分片" column.
-        row_ranges: ``[start, stop)`` rows of the full parameter held by each shard rank.
-        padding_numel: ``S * padded_shard_numel - numel``: zero elements the all-gather
-            output carries for this parameter.
-        input_offset: offset (elements) of this parameter's padded shard inside a rank's
-            all-gather input, in the unit's parameter order; its offset inside the output's
-            block of rank ``r`` is the same plus ``r * padded_shard_numel`` of the unit.
-        shard_dim: the dim it is cut along (``shard_placement_fn``'s ``Shard(dim)``; 0 by
-            default). ``chunk_rows``, the shapes and ``row_ranges`` count along this dim.
-    """
+    """One parameter sharded over the shard group (document: "每个 rank 上的参数分片"), cut
+    along ``shard_dim`` (``Shard(dim)``, 0 by default): per shard rank its local shape, numel
+    and row range; the padded shard every rank stores; ``padding_numel`` zeros it adds to the
+    all-gather output; ``input_offset``, in elements, inside a rank's all-gather input."""
 
     name: str
     full_shape: tuple[int, ...]
@@ -551,16 +397,13 @@ class ParamShard:
         return f"Shard(dim={self.shard_dim})"
 
     def experts_held(self, rank: int) -> tuple[int, int]:
-        """``[start, stop)`` of the experts whose rows shard rank ``rank`` holds, for a fused
-        expert parameter (dim 0 = expert, :data:`EXPERT_PARAMS`): under Shard(0) whole experts,
-        ``row_ranges[rank]`` (none on an empty shard); under Shard(d > 0) a slice of every one."""
+        """``[start, stop)`` of the experts a fused expert parameter's shard holds rows of."""
         if self.shard_dim == 0:
             return self.row_ranges[rank]
         return (0, self.full_shape[0]) if self.local_numels[rank] else (0, 0)
 
     def row(self, rank: int | None = None) -> dict[str, Any]:
-        """This parameter as a spec's ``param`` row: param, full_shape, numel, and on a shard
-        rank also local_shape and local_numel (lists, not tuples)."""
+        """This parameter as a spec's ``param`` row, with the local fields on a shard rank."""
         out: dict[str, Any] = {"param": self.name, "full_shape": list(self.full_shape), "numel": self.numel}
         if rank is not None:
             out["local_shape"] = list(self.local_shapes[rank])
@@ -572,51 +415,13 @@ class ParamShard:
 class UnitTables:
     """One FSDP unit (a decoder layer, or the root) under one mesh, dtypes and options.
 
-    Sizes (torch ``_fsdp_collectives.py``; ``S`` = shard group size, ``P_i`` = padded
-    shard numel of parameter ``i``):
-
-    * all-gather input per rank = ``sum_i P_i`` (``all_gather_input_numel =
-      sum(inp_split_sizes)``, each split a padded shard), output = ``S * sum_i P_i``. No
-      alignment beyond the per-parameter dim-0 padding.
-    * reduce-scatter input = ``sum_i _get_dim0_padded_size(grad_i, S).numel()`` =
-      ``sum_i S * P_i`` (the same padded total), output = ``input // S``.
-    * HSDP: the reduce-scatter output (shard-sized, padded) is then all-reduced over the
-      replicate group (``dist.all_reduce(reduce_output, group=all_reduce_group)``).
-
-    Attributes:
-        world_size: ranks in the mesh.
-        mesh_shape: ``(W,)`` or ``(R, S)``.
-        shard_size: S.
-        replicate_size: R (1 for plain FSDP).
-        storage_dtype: dtype of the sharded parameters (the model's dtype before
-            fully_shard; the optimizer steps these).
-        gather_dtype: all-gather and unsharded-parameter dtype
-            (``MixedPrecisionPolicy.param_dtype``, else the storage dtype).
-        reduce_dtype: gradient reduce-scatter / all-reduce dtype
-            (``MixedPrecisionPolicy.reduce_dtype``, else the gather dtype).
-        reshard_after_forward: as passed to fully_shard for this unit (bool or int).
-        params: per-parameter shard table, in the unit's parameter order.
-        numel: unsharded elements of the unit (document, "参数列表（单层）": ≈ 2.36M per layer).
-        padded_numel: all-gather output / reduce-scatter input elements (= ``numel`` when no
-            parameter pads).
-        padding_numel: ``padded_numel - numel``.
-        padded_shard_numel: all-gather input elements per rank (every rank the same).
-        local_numels: unpadded local elements per shard rank (document, "每个 rank 上的参数分片":
-            ≈ 590K per GPU).
-        local_bytes: ``local_numels * storage size`` per shard rank (document, "每个 rank 上的参数分片":
-            ≈ 1.18 MB per rank and layer in fp16).
-        padded_sharded_bytes: ``padded_shard_numel * storage size``: what each rank actually
-            allocates for its shards (``_sharded_param_data`` is padded).
-        unsharded_bytes: ``numel * gather size``: the full parameters between all-gather and
-            reshard (document, Step 0: each rank briefly holds the whole 4.72 MB layer).
-        full_storage_bytes: ``numel * storage size``.
-        collectives: per training step, in issue order: forward all-gather; backward
-            all-gather (absent when ``reshard_after_forward`` is False); backward
-            reduce-scatter; HSDP all-reduce. For a plain FSDP unit with the document's
-            defaults: three collectives of ``S*(N-1)/N`` ring bytes each.
-        total_ring_bytes: sum of the collectives' ring bytes per rank (document, "单层单步通信量汇总":
-            ~10.6 MB per rank for one layer and step).
-        mesh_dim_names: the mesh's dim names, as ``setup.mesh.dim_names``.
+    Sizes (torch ``_fsdp_collectives.py``; S = shard group size, P_i = padded shard numel of
+    parameter i): all-gather input per rank = sum_i P_i = ``padded_shard_numel``, output =
+    reduce-scatter input = S * sum_i P_i = ``padded_numel``; HSDP all-reduces the shard-sized
+    reduce-scatter output over the replicate group. Bytes: ``local_bytes`` and
+    ``padded_sharded_bytes`` in the storage dtype, ``unsharded_bytes`` in the gather dtype
+    (``MixedPrecisionPolicy.param_dtype``). ``collectives`` in issue order: forward all-gather,
+    backward all-gather (unless ``reshard_after_forward`` is False), reduce-scatter, all-reduce.
     """
 
     world_size: int
@@ -656,23 +461,14 @@ class UnitTables:
         return found[0]
 
     def params_total(self, rank: int | None = None) -> dict[str, int]:
-        """The unit as a spec's ``params_total`` fields: count, numel and bytes (storage dtype);
-        on a shard rank instead its local_numel and local_bytes."""
+        """The unit as a spec's ``params_total`` fields, the local ones on a shard rank."""
         if rank is None:
             return {"count": len(self.params), "numel": self.numel, "bytes": self.full_storage_bytes}
         return {"local_numel": self.local_numels[rank], "local_bytes": self.local_bytes[rank]}
 
     def param_state(self, point: str, rank: int) -> dict[str, Any]:
-        """The unit's parameters at a hook, as a spec's ``param_state`` fields.
-
-        ``pre_forward`` (after the document's Step 0): plain full tensors in the gather dtype,
-        ``unsharded_bytes``. ``post_forward`` (after Step 11): with ``reshard_after_forward``
-        True the DTensor shards again (``local_bytes`` of the shard rank), with False still
-        the full tensors.
-
-        Raises:
-            ValueError: an unknown point, or an int ``reshard_after_forward`` (not tabulated).
-        """
+        """The unit's parameters at ``point`` "pre_forward" (full tensors) or "post_forward"
+        (shards again if ``reshard_after_forward``; ValueError for an int) as ``param_state`` fields."""
         n = len(self.params)
         full = {"plain_tensors": n, "full_shapes": True, "bytes": self.unsharded_bytes}
         if point == "pre_forward":
@@ -686,8 +482,7 @@ class UnitTables:
         return {"dtensors": n, "local_shapes": True, "bytes": self.local_bytes[rank]}
 
     def step_total(self) -> dict[str, Any]:
-        """The unit's collectives per step as a spec's ``collectives`` fields: count and
-        total_ring_bytes."""
+        """The unit's per-step ``collectives`` fields: count and total_ring_bytes."""
         return {"count": len(self.collectives), "total_ring_bytes": _whole(self.total_ring_bytes)}
 
     def to_dict(self) -> dict[str, Any]:
@@ -696,10 +491,7 @@ class UnitTables:
 
 
 def mesh_coords(global_rank: int, mesh_shape: Sequence[int]) -> tuple[int, int]:
-    """``(replicate_rank, shard_rank)`` of a global rank on a ``(W,)`` or ``(R, S)`` mesh.
-
-    DeviceMesh lays ranks out row-major (``torch.arange(W).view(mesh_shape)``).
-    """
+    """``(g // S, g % S)``: DeviceMesh lays a ``(R, S)`` mesh out row-major."""
     replicate, shard = _mesh(mesh_shape)
     _check_rank(global_rank, replicate * shard)
     return global_rank // shard, global_rank % shard
@@ -719,12 +511,8 @@ def _mesh(mesh_shape: Sequence[int]) -> tuple[int, int]:
 
 
 def _post_forward_size(reshard_after_forward: bool | int, shard: int) -> int | None:
-    """Backward all-gather group size, or None for no backward all-gather.
-
-    torch ``_get_post_forward_mesh_info``: True -> the shard group; False -> none; an int k
-    must divide S (1 means False, S means True), and the backward all-gather then runs over
-    groups of k consecutive ranks.
-    """
+    """Backward all-gather group size, None for none (torch ``_get_post_forward_mesh_info``:
+    True is S, False or 1 none, an int k must divide S)."""
     if isinstance(reshard_after_forward, bool):
         return shard if reshard_after_forward else None
     k = reshard_after_forward
@@ -747,42 +535,17 @@ def unit_tables(
     mesh_dim_names: Sequence[str] | None = None,
     shard_dims: Mapping[str, int] | None = None,
 ) -> UnitTables:
-    """Tables of one FSDP unit holding ``params`` (see :class:`UnitTables`).
+    """Tables of one FSDP unit holding ``params`` in FSDP2's order (see :class:`UnitTables`).
 
-    Args:
-        params: the unit's parameters in the order FSDP2 manages them.
-        world_size: ranks in the mesh; may be None when ``mesh_shape`` is given.
-        mesh_shape: ``(W,)`` (default ``(world_size,)``) or ``(R, S)`` for HSDP.
-        storage_dtype: storage dtype of the parameters before fully_shard (the document:
-            float16; ``harness.load.setup.ModelSetup.dtype``).
-        gather_dtype: ``MixedPrecisionPolicy.param_dtype``: the all-gather and compute
-            dtype; None keeps ``storage_dtype``.
-        reduce_dtype: ``MixedPrecisionPolicy.reduce_dtype``; None follows the gather dtype
-            (torch ``foreach_reduce``: ``reduce_dtype = reduce_dtype or grad_dtype``, the
-            gradient being in the unsharded parameter's dtype; and its docstring: "If this is
-            ``None`` but ``param_dtype`` is not ``None``, then the reduction uses the compute
-            dtype").
-        reshard_after_forward: True (document), False (no backward all-gather), or an int k
-            dividing S: the backward all-gather runs over k ranks, each contributing
-            ``padded_numel / k`` elements (torch ``to_sharded_post_forward`` narrows the
-            flat padded all-gather output into k equal pieces).
-        mesh_dim_names: the mesh's dim names (``setup.mesh.dim_names``), giving each
-            collective's ``mesh_dim``; default ("dp",) for ``(W,)`` and
-            ("dp_replicate", "dp_shard") for ``(R, S)``.
-        shard_dims: parameter name -> the dim ``shard_placement_fn`` shards it on
-            (``Shard(dim)``); the others Shard(0). Cut as Shard(0) is, along that dim (torch
-            ``FSDPParam._init_sharded_param``: ``_chunk_with_empty(param, S, dim=shard_dim)``,
-            ``padded_sharded_size = chunks[0].size()``), so a rank's padded shard is
-            ``ceil(size[dim] / S) * (numel / size[dim])`` elements; torch refuses a dim > 0
-            that ``S`` does not divide. The reduce-scatter moves each Shard(dim) gradient's
-            chunks to dim 0 (``foreach_reduce``: ``torch.cat(torch.chunk(grad, S, dim), dim=0)``),
-            which then needs no padding: the sizes above hold for every dim.
-
-    Raises:
-        ValueError: inconsistent world size and mesh or dim names, bad dtype or reshard size;
-            a ``shard_dims`` name no parameter has, a dim the parameter lacks, or a dim > 0
-            that the shard group does not divide (torch's own message).
+    ``world_size`` may be None given ``mesh_shape`` (``(W,)`` or ``(R, S)``; ``mesh_dim_names``
+    default ("dp",) or ("dp_replicate", "dp_shard")). ``gather_dtype`` and ``reduce_dtype`` are
+    ``MixedPrecisionPolicy``'s, None following the storage and gather dtype (torch
+    ``foreach_reduce``). ``reshard_after_forward``: bool, or an int k dividing S for a backward
+    all-gather over k ranks. ``shard_dims``: parameter name -> ``Shard(dim)``, cut as Shard(0)
+    is along that dim (``_chunk_with_empty(param, S, dim=shard_dim)``); the others Shard(0).
+    ValueError for inconsistent arguments, and as torch for a dim > 0 that S does not divide.
     """
+
     if mesh_shape is None:
         if world_size is None:
             raise ValueError("give world_size or mesh_shape")
@@ -920,23 +683,9 @@ def layer_tables(
     layer_idx: int = 0,
     shard_dims: Mapping[str, int] | None = None,
 ) -> UnitTables:
-    """The document's tables for one decoder layer as one FSDP unit.
-
-    ``layer_tables(WALKTHROUGH, 4)`` gives the document's figures: numel 2,360,448,
-    unsharded_bytes 4,720,896, local_numels 590,112 on every rank, local_bytes 1,180,224,
-    three collectives of S = 4,720,896 bytes and 3,540,672 ring bytes each,
-    total_ring_bytes 10,622,016.
-
-    A sparse MoE layer (``dims`` of a MoE model, :func:`layer_params`): ``layer_tables(
-    QWEN3_30B_A3B, 1024)`` has E = 128 experts on 1,024 ranks, so under Shard(0) ranks 0-127 hold
-    one whole expert each and ranks 128-1023 none, yet every rank all-gathers a padded
-    one-expert shard; ``shard_dims={"mlp.experts.down_proj": 1}`` cuts it along d instead.
-
-    Args: as :func:`unit_tables`, with ``dims`` read by :func:`to_dims` and ``order`` as in
-        :func:`layer_params` (it changes only row order and ``input_offset``, never a total;
-        FSDP2 uses "registration"); ``layer_idx`` picks the layer (dense or sparse) of a MoE
-        model.
-    """
+    """The document's tables for decoder layer ``layer_idx`` as one FSDP unit; arguments as
+    :func:`unit_tables` and :func:`layer_params` (``layer_tables(WALKTHROUGH, 4)``: numel
+    2,360,448, total_ring_bytes 10,622,016)."""
     return unit_tables(
         layer_params(dims, order, layer_idx),
         world_size,
@@ -961,12 +710,8 @@ def root_tables(
     reshard_after_forward: bool | int = False,
     mesh_dim_names: Sequence[str] | None = None,
 ) -> UnitTables:
-    """The root unit of a causal LM (:func:`root_params`).
-
-    ``reshard_after_forward`` defaults to False: ``fully_shard(model)`` without the argument
-    leaves the root unresharded after forward (torch ``FSDPState._lazy_init``: "For the
-    root, do not reshard after forward"), so its backward all-gather does not happen.
-    """
+    """The root unit of a causal LM (:func:`root_params`); ``reshard_after_forward`` False is
+    torch's default for the root (``FSDPState._lazy_init``)."""
     return unit_tables(
         root_params(dims),
         world_size,
@@ -981,17 +726,9 @@ def root_tables(
 
 @dataclass(frozen=True)
 class ModelTables:
-    """Per-step totals of a whole model: ``N_L`` identical layer units plus the root.
-
-    Attributes:
-        num_layers: N_L.
-        layer: one layer's tables.
-        root: the root unit's tables, or None when the root holds no parameters
-            (the "decoder_layers" body).
-        total_ring_bytes: ``N_L * layer.total_ring_bytes + root.total_ring_bytes`` (document,
-            "单层单步通信量汇总": a training step moves ≈ N_L × 10.6 MB per rank, layers only).
-        local_bytes: per shard rank, all units' sharded parameter bytes.
-    """
+    """Per-step totals of a model: ``layer`` (layer 0's tables), ``root`` (None for the
+    "decoder_layers" body), every unit's ``total_ring_bytes`` (document, "单层单步通信量汇总")
+    and ``local_bytes`` per shard rank."""
 
     num_layers: int
     layer: UnitTables
@@ -1000,7 +737,7 @@ class ModelTables:
     local_bytes: tuple[int, ...]
 
     def step_total(self) -> dict[str, Any]:
-        """Every unit's collectives per step as a spec's ``collectives`` field: total_ring_bytes."""
+        """Every unit's per-step ``collectives`` field total_ring_bytes."""
         return {"total_ring_bytes": _whole(self.total_ring_bytes)}
 
     def to_dict(self) -> dict[str, Any]:
@@ -1023,19 +760,9 @@ def model_tables(
     mesh_dim_names: Sequence[str] | None = None,
     shard_dims: Mapping[str, int] | None = None,
 ) -> ModelTables:
-    """Every unit of a model (``harness.load.setup.ModelSetup.body``) for one training step.
-
-    Args:
-        body: "decoder_layers" (root has no parameters) or "causal_lm" (root holds
-            embed_tokens, norm and lm_head; needs ``vocab_size``).
-        root_reshard_after_forward: the root's setting; False is torch's default for an
-            unset root (see :func:`root_tables`).
-        shard_dims: as :func:`layer_tables`, for every layer (names inside a layer).
-        others: as :func:`layer_tables`.
-
-    A MoE model whose layers are not all of one kind (``decoder_sparse_step``,
-    ``mlp_only_layers``) sums each layer's own tables; ``layer`` is then layer 0's.
-    """
+    """Every unit of a model for one training step: ``body`` "decoder_layers" (a root without
+    parameters) or "causal_lm" (:func:`root_tables`); other arguments as :func:`layer_tables`,
+    for every layer. Layers of two kinds (MoE) sum each layer's own tables."""
     d = to_dims(dims)
     common = dict(
         mesh_shape=mesh_shape,
@@ -1083,12 +810,8 @@ def model_tables(
 
 
 def step_symbols(dims: Any, batch_per_rank: int, seq_len: int) -> dict[str, int]:
-    """Values for ``model.steps.resolve_shape``'s symbols (B, L, d, h_q, h_kv, d_h, d_ffn).
+    """``model.config.step_symbols`` of :func:`to_dims` of ``dims``."""
 
-    ``dims`` is read by :func:`to_dims`; the symbols are ``model.config.step_symbols``'s, their
-    one definition. FSDP never shards activations (document, "每个 rank 上的激活值（输入）"),
-    so these shapes are the same on every rank and for every world size.
-    """
     return _step_symbols(to_dims(dims), batch_per_rank, seq_len)
 
 

@@ -1,18 +1,9 @@
-"""Reference Qwen3 dense model for the FSDP2 walkthrough, observable step by step.
+"""Reference Qwen3 dense and MoE models for the FSDP2 walkthrough, observable step by step.
 
-- ``model.config``: :class:`Qwen3Config` (transformers' field names, validated),
-  :data:`KNOWN_CONFIGS` ("walkthrough", the released Qwen3 dense models, then the MoE ones;
-  :data:`HUB_IDS` their hub ids), :func:`get_config` (a :class:`Qwen3MoeConfig` for a MoE
-  name or mapping), :func:`read_config_file` (a transformers config.json, qwen3 or qwen3_moe).
-- ``model.qwen3``: the modules, parameter-for-parameter identical to transformers' Qwen3
-  (see that module's docstring for why ``lm_head`` lives in ``Qwen3ForCausalLM``), and
-  :func:`init_weights`.
-- ``model.qwen3_moe``: the Qwen3 MoE modules (transformers' ``Qwen3MoeForCausalLM``: fused
-  3-D experts, top-k router, ``load_balancing_loss_func``); configs: :class:`Qwen3MoeConfig`,
-  :data:`KNOWN_MOE_CONFIGS`, :func:`get_moe_config`, :func:`layer_param_counts`.
-- ``model.steps``: the walkthrough's Steps 1-10 as stable names (:data:`STEPS`; a sparse
-  layer's Step 9: :data:`MOE_STEPS`).
-- ``model.observe``: :func:`observe_steps`, reporting those steps from inside any model.
+``model.config``: configs (transformers' field names, validated; :data:`KNOWN_CONFIGS`,
+:func:`get_config`, :func:`read_config_file`); ``model.qwen3`` and ``model.qwen3_moe``: the
+modules, parameter-for-parameter transformers'; ``model.steps``: the walkthrough's Steps 1-10 as
+names; ``model.observe``: :func:`observe_steps`. See docs/architecture.md.
 """
 
 from .config import (

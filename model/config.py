@@ -1,18 +1,11 @@
-"""Qwen3 configuration: field names as in transformers' ``Qwen3Config``, validated up front.
+"""Qwen3 and Qwen3 MoE configs with transformers' field names (source: transformers
+``models/qwen3/configuration_qwen3.py``), validated up front, and the reader of a transformers
+``config.json``. Nothing here imports torch.
 
-Source of the field names and meanings: transformers ``models/qwen3/configuration_qwen3.py``.
-The one deliberate difference: transformers 5.x keeps RoPE settings in
-``rope_parameters = {"rope_type": "default", "rope_theta": ...}``; this config keeps the flat
-``rope_theta`` of the released ``config.json`` files (only default RoPE is modelled).
-:meth:`Qwen3Config.to_transformers_kwargs` gives the mapping transformers 5.x expects, and
-:func:`read_config_file` reads the ``config.json`` transformers writes (4.x and 5.x formats):
-it keeps what shapes the model, ignores by name what does not (:data:`IGNORED_FIELDS`) and
-refuses what this model does not implement. Nothing here imports torch.
 
-Symbols used in docstrings across ``model/`` (the walkthrough document's):
-  B = batch, L = sequence length, d = hidden_size, h_q = num_attention_heads,
-  h_kv = num_key_value_heads, d_h = head_dim, d_ffn = intermediate_size,
-  N_L = num_hidden_layers, V = vocab_size.
+Symbols used in docstrings across ``model/`` (the walkthrough document's): B = batch, L =
+sequence length, d = hidden_size, h_q = num_attention_heads, h_kv = num_key_value_heads,
+d_h = head_dim, d_ffn = intermediate_size, N_L = num_hidden_layers, V = vocab_size.
 """
 
 from __future__ import annotations
@@ -60,25 +53,12 @@ _POSITIVE_FLOATS = ("rms_norm_eps", "rope_theta", "initializer_range")
 class Qwen3Config:
     """Hyper-parameters of a dense Qwen3 decoder (frozen; use :func:`get_config` to derive).
 
-    Attributes:
-        vocab_size: V, rows of ``embed_tokens`` / ``lm_head``.
-        hidden_size: d, the residual stream width.
-        intermediate_size: d_ffn, the SwiGLU width.
-        num_hidden_layers: N_L, decoder layers.
-        num_attention_heads: h_q.
-        num_key_value_heads: h_kv (GQA); None means h_kv = h_q, as in transformers.
-            Must divide h_q.
-        head_dim: d_h. Independent of d in Qwen3 (Qwen3-0.6B: d=1024, h_q*d_h=2048).
-            Must be even (RoPE rotates pairs).
-        hidden_act: MLP activation; only "silu" (SwiGLU) exists in Qwen3.
-        max_position_embeddings: context length of the released models; kept for fidelity,
-            RoPE here is computed for any position.
-        initializer_range: std of the normal init of Linear/Embedding weights.
-        rms_norm_eps: epsilon inside every RMSNorm (> 0).
-        rope_theta: RoPE base (> 0); transformers 5.x: ``rope_parameters["rope_theta"]``.
-        tie_word_embeddings: ``lm_head.weight`` is ``embed_tokens.weight``.
-        attention_bias: only False: Qwen3 and the walkthrough have no projection biases.
-        attention_dropout: only 0.0: the walkthrough has no dropout.
+    Fields as transformers' (symbols above): ``num_key_value_heads`` None means h_q and must
+    divide h_q; ``head_dim`` is independent of d (Qwen3-0.6B: d=1024, h_q*d_h=2048) and even
+    (RoPE rotates pairs); ``rope_theta`` is flat (transformers 5.x:
+    ``rope_parameters["rope_theta"]``); ``max_position_embeddings`` is kept for fidelity only;
+    ``initializer_range`` is the init's std; ``hidden_act`` only "silu", ``attention_bias``
+    only False, ``attention_dropout`` only 0.0.
 
     Raises:
         ValueError: naming the offending field, for any impossible or unsupported value.
@@ -148,13 +128,7 @@ class Qwen3Config:
         return self.num_attention_heads // self.num_key_value_heads
 
     def step_symbols(self, batch: int, seq_len: int) -> dict[str, int]:
-        """Values of the step-shape symbols, for :func:`model.steps.resolve_shape`
-        (:func:`step_symbols` of this config).
-
-        Args:
-            batch: B (per rank).
-            seq_len: L.
-        """
+        """:func:`step_symbols` of this config."""
         return step_symbols(self, batch, seq_len)
 
     def to_dict(self) -> dict[str, Any]:
@@ -162,27 +136,17 @@ class Qwen3Config:
         return dataclasses.asdict(self)
 
     def to_transformers_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``transformers.Qwen3Config`` (5.x) describing the same model.
-
-        transformers is not imported here; the flat ``rope_theta`` becomes
-        ``rope_parameters={"rope_type": "default", "rope_theta": ...}``.
-        """
+        """Keyword arguments for ``transformers.Qwen3Config`` (5.x): ``rope_theta`` moves into
+        ``rope_parameters``."""
         kwargs = self.to_dict()
         kwargs["rope_parameters"] = {"rope_type": "default", "rope_theta": float(kwargs.pop("rope_theta"))}
         return kwargs
 
 
 def step_symbols(dims: Any, batch: int, seq_len: int) -> dict[str, int]:
-    """The document's symbols ("配置" table) for :func:`model.steps.resolve_shape`.
-
-    B = batch per rank, L = sequence length, d = hidden_size, h_q = num_attention_heads,
-    h_kv = num_key_value_heads, d_h = head_dim, d_ffn = intermediate_size; for a MoE config
-    (``dims.num_experts`` set) also E = num_experts, k = num_experts_per_tok,
-    d_moe = moe_intermediate_size. ``dims`` is any
-    object with those ``Qwen3Config`` attributes (a :class:`Qwen3Config`, the calculator's
-    ``Dims``). Activations are never sharded, so these shapes hold on every rank and for every
-    world size. The one definition of the symbols: the model, the calculator and the tests use it.
-    """
+    """The one definition of the step-shape symbols for :func:`model.steps.resolve_shape`:
+    B = ``batch`` per rank, L = ``seq_len``, d, h_q, h_kv, d_h, d_ffn from ``dims`` (any object
+    with those ``Qwen3Config`` attributes), and E, k, d_moe when ``dims.num_experts`` is set."""
     return {
         "B": batch,
         "L": seq_len,
@@ -213,24 +177,12 @@ _MOE_POSITIVE_INTS = ("num_experts", "num_experts_per_tok", "moe_intermediate_si
 
 @dataclass(frozen=True, kw_only=True)
 class Qwen3MoeConfig(Qwen3Config):
-    """Hyper-parameters of a Qwen3 MoE decoder: transformers' ``Qwen3MoeConfig`` field names.
-
-    Source: transformers ``models/qwen3_moe/configuration_qwen3_moe.py`` (5.x) and the released
-    Qwen3-30B-A3B / Qwen3-235B-A22B ``config.json``. All of :class:`Qwen3Config`'s fields, plus:
-
-    Attributes:
-        num_experts: E, experts per MoE layer (transformers 5.x writes it ``num_local_experts``).
-        num_experts_per_tok: k, experts each token is routed to (1 <= k <= E).
-        moe_intermediate_size: d_moe, each expert's SwiGLU width.
-        norm_topk_prob: renormalise the k routing weights to sum to 1 (the released models: True;
-            transformers' default, used for a file that omits it: False).
-        decoder_sparse_step: layer i is MoE when (i + 1) % decoder_sparse_step == 0 ...
-        mlp_only_layers: ... and i is not in this tuple (those layers are dense, d_ffn wide).
-        router_aux_loss_coef: weight of the load-balancing loss added to the LM loss.
-        output_router_logits: transformers returns router logits and aux loss by default.
-
-    ``intermediate_size`` (d_ffn) is the width of the dense layers only (``mlp_only_layers``,
-    or those ``decoder_sparse_step`` skips); the released models have none.
+    """A Qwen3 MoE decoder's hyper-parameters (source: transformers
+    ``models/qwen3_moe/configuration_qwen3_moe.py``, 5.x): :class:`Qwen3Config`'s plus E =
+    ``num_experts`` (5.x writes ``num_local_experts``), k = ``num_experts_per_tok`` (<= E),
+    d_moe = ``moe_intermediate_size``, ``norm_topk_prob`` (renormalise the k weights),
+    ``decoder_sparse_step`` and ``mlp_only_layers`` (:meth:`is_moe_layer`; d_ffn is the dense
+    layers' width), ``router_aux_loss_coef`` and ``output_router_logits``.
 
     Raises:
         ValueError: naming the offending field.
@@ -275,11 +227,7 @@ class Qwen3MoeConfig(Qwen3Config):
         object.__setattr__(self, "mlp_only_layers", tuple(layers))  # frozen and hashable
 
     def is_moe_layer(self, layer_idx: int) -> bool:
-        """Whether layer ``layer_idx`` is sparse (experts + router) or dense (``Qwen3MLP``).
-
-        transformers ``Qwen3MoeDecoderLayer.__init__``: ``layer_idx not in mlp_only_layers and
-        num_experts > 0 and (layer_idx + 1) % decoder_sparse_step == 0``.
-        """
+        """Whether layer ``layer_idx`` is sparse, as transformers' ``Qwen3MoeDecoderLayer``."""
         return (layer_idx not in self.mlp_only_layers) and (
             self.num_experts > 0 and (layer_idx + 1) % self.decoder_sparse_step == 0
         )
@@ -304,14 +252,9 @@ _MOE_REQUIRED = tuple(
 
 
 def layer_param_counts(config: Qwen3Config, layer_idx: int = 0) -> dict[str, int]:
-    """Parameters of decoder layer ``layer_idx``, by kind (torch-free; checked against
-    transformers' modules in tests/unit/model/test_model_moe.py).
-
-    Keys: ``attention`` (q/k/v/o projections), ``norms`` (q_norm, k_norm, input_layernorm,
-    post_attention_layernorm), ``mlp`` (a dense layer's gate/up/down, 3 d d_ffn), ``router``
-    (``mlp.gate.weight``, E d), ``experts`` (``mlp.experts.gate_up_proj`` E 2d_moe d plus
-    ``mlp.experts.down_proj`` E d d_moe), ``total``. A dense config has no router or experts.
-    """
+    """Parameters of decoder layer ``layer_idx`` by kind: ``attention``, ``norms``, ``mlp``
+    (3 d d_ffn, dense layers), ``router`` (E d) and ``experts`` (3 E d_moe d; sparse layers),
+    ``total``. Checked against transformers in tests/unit/model/test_model_moe.py."""
     d, h_q, h_kv, d_h = config.hidden_size, config.num_attention_heads, config.num_key_value_heads, config.head_dim
     counts = {
         "attention": d * h_q * d_h + 2 * d * h_kv * d_h + h_q * d_h * d,
@@ -330,11 +273,8 @@ def layer_param_counts(config: Qwen3Config, layer_idx: int = 0) -> dict[str, int
 
 
 def model_param_counts(config: Qwen3Config) -> dict[str, int]:
-    """Parameters of the causal LM (a tied ``lm_head`` counted once, as ``parameters()`` does).
-
-    Keys: ``embed_tokens`` (V d), ``layers`` (all decoder layers), ``experts`` and ``router``
-    (their part of ``layers``), ``norm`` (d), ``lm_head`` (V d, 0 when tied), ``total``.
-    """
+    """Parameters of the causal LM: ``embed_tokens``, ``layers`` (of which ``experts`` and
+    ``router``), ``norm``, ``lm_head`` (0 when tied, as ``parameters()`` counts), ``total``."""
     per_layer = [layer_param_counts(config, i) for i in range(config.num_hidden_layers)]
     embed = config.vocab_size * config.hidden_size
     counts = {
@@ -472,18 +412,7 @@ def known_moe_config_name(name: str) -> str | None:
 
 
 def get_moe_config(name_or_mapping: str | Mapping[str, Any] | Qwen3MoeConfig, **overrides: Any) -> Qwen3MoeConfig:
-    """A validated :class:`Qwen3MoeConfig`, as :func:`get_config` gives a dense one.
-
-    Args:
-        name_or_mapping: a key of :data:`KNOWN_MOE_CONFIGS` or its hub id, a mapping of
-            ``Qwen3MoeConfig`` fields, or a ``Qwen3MoeConfig``. A transformers ``config.json``
-            is read by :func:`read_config_file` with ``moe=True``.
-        **overrides: fields replacing the base's (e.g. ``num_hidden_layers=1``).
-
-    Raises:
-        ValueError: unknown name (lists the known names), unknown or missing field (names it),
-            or an invalid value (names the field).
-    """
+    """:func:`get_config` for :data:`KNOWN_MOE_CONFIGS` names, their hub ids and MoE fields only."""
     return _resolve_config(
         name_or_mapping, overrides, cls=Qwen3MoeConfig, known=KNOWN_MOE_CONFIGS, hub_ids=MOE_HUB_IDS, what="MoE config"
     )
@@ -505,23 +434,12 @@ def _names_moe_fields(fields: Mapping[str, Any]) -> bool:
 
 
 def get_config(name_or_mapping: str | Mapping[str, Any] | Qwen3Config, **overrides: Any) -> Qwen3Config:
-    """A validated :class:`Qwen3Config` (a :class:`Qwen3MoeConfig` for a MoE one) from a known
-    name or a mapping of fields.
-
-    The one way to name a config: a MoE name (``"Qwen3-30B-A3B"``, ``"moe-tiny"``), a
-    ``Qwen3MoeConfig``, or a mapping with a MoE-only field (``num_experts``, ...) gives a
-    :class:`Qwen3MoeConfig` (:func:`get_moe_config`), whose overrides may then set MoE fields;
-    anything else a dense :class:`Qwen3Config`. Callers build the model by the config's type.
-
-    Args:
-        name_or_mapping: a key of :data:`KNOWN_CONFIGS` or its hub id (:data:`HUB_IDS`), a
-            mapping of ``Qwen3Config`` / ``Qwen3MoeConfig`` fields (all required fields present),
-            or a config. A transformers ``config.json`` is read by :func:`read_config_file`.
-        **overrides: fields replacing those of the base config (e.g. ``num_hidden_layers=1``).
+    """A validated config from a :data:`KNOWN_CONFIGS` name or hub id, a mapping of all
+    required fields, or a config, with ``overrides`` replacing fields: a
+    :class:`Qwen3MoeConfig` for a MoE name, instance or a mapping with a MoE-only field.
 
     Raises:
-        ValueError: unknown name (lists the known names), unknown field (names it), a missing
-            required field (names it), or an invalid value (names the field).
+        ValueError: unknown name or field, missing required field, or invalid value (named).
     """
     if (
         isinstance(name_or_mapping, Qwen3MoeConfig)
@@ -635,18 +553,10 @@ _TRANSFORMERS_DEFAULTS = {"rope_theta": 10_000.0, "max_position_embeddings": 327
 
 @dataclass(frozen=True)
 class ConfigFile:
-    """A model config read from a transformers ``config.json`` (or a mapping of its fields).
-
-    Attributes:
-        config: the validated :class:`Qwen3Config`.
-        dtype: the file's ``torch_dtype`` (transformers 4.x) or ``dtype`` (5.x) without a
-            ``torch.`` prefix, e.g. "bfloat16": the dtype the checkpoint's parameters are
-            stored in; None when the file has neither.
-        ignored: the fields present in the file and accepted as :data:`IGNORED_FIELDS`.
-        path: the file read, or None for a mapping.
-        dtype_field: the field ``dtype`` was read from ("torch_dtype" or "dtype"; both when
-            the file has both, equal), None when the file has neither.
-    """
+    """A model config read from a transformers ``config.json`` (or a mapping of its fields):
+    the validated ``config``; the checkpoint's ``dtype`` (e.g. "bfloat16", no ``torch.``) and
+    the ``dtype_field`` it came from ("torch_dtype" in 4.x, "dtype" in 5.x), None when absent;
+    the :data:`IGNORED_FIELDS` present (``ignored``); the ``path`` read, None for a mapping."""
 
     config: Qwen3Config
     dtype: str | None = None
@@ -656,29 +566,14 @@ class ConfigFile:
 
 
 def from_transformers(fields: Mapping[str, Any], *, moe: bool = True) -> ConfigFile:
-    """Read the fields of a transformers Qwen3 ``config.json`` (4.x or 5.x format).
-
-    A Qwen3 MoE file (``model_type: qwen3_moe``, or no ``model_type`` and a ``num_experts`` /
-    ``num_local_experts`` field) is read into a :class:`Qwen3MoeConfig`: its fields as well;
-    ``num_local_experts`` (what transformers 5.x writes) is ``num_experts``; when ``model_type``
-    is given, a missing ``head_dim`` is hidden_size // num_attention_heads (transformers'
-    Qwen3MoeConfig has no ``head_dim``) and the missing MoE switches take transformers' defaults
-    (:data:`_MOE_TRANSFORMERS_DEFAULTS`). ``moe=False`` (a dense-only reader) refuses such a
-    file as below.
-
-    Kept: ``Qwen3Config``'s fields. The RoPE base comes from ``rope_theta`` (4.x: top level)
-    or ``rope_parameters["rope_theta"]`` (5.x). The dtype from ``torch_dtype`` (4.x) or
-    ``dtype`` (5.x). Accepted and ignored: :data:`IGNORED_FIELDS`. When ``model_type`` is
-    given (a file transformers wrote), a missing ``rope_theta`` or ``max_position_embeddings``
-    takes transformers' Qwen3 default (10000.0, 32768); without it, this ``Qwen3Config``'s.
+    """Read the fields of a transformers Qwen3 ``config.json`` (4.x or 5.x format): a
+    :class:`Qwen3MoeConfig` for a qwen3_moe one (unless ``moe=False``, which refuses it). What
+    is kept, ignored and defaulted: docs/architecture.md, "How model/ mirrors transformers".
 
     Raises:
-        ValueError: one line naming the field, for what this model does not implement and that
-            would change the numbers: a ``model_type`` other than "qwen3" and "qwen3_moe" (e.g.
-            "llama"; "qwen3_moe" too with ``moe=False``), sliding-window attention switched on
-            (``use_sliding_window: true`` or a "sliding_attention" entry in ``layer_types``), a RoPE
-            type other than "default" (``rope_scaling`` / ``rope_parameters``), ``attention_bias: true``; and for an
-            unknown field, a missing required field or an invalid value.
+        ValueError: one line naming the field: a ``model_type`` not modelled, sliding-window
+            attention, a RoPE type other than "default", ``attention_bias: true``, an unknown
+            or missing field, or an invalid value.
     """
     if not isinstance(fields, Mapping):
         raise ValueError(f"expected a mapping of config fields, got {type(fields).__name__}")
@@ -805,19 +700,14 @@ def _read_moe_fields(fields: Mapping[str, Any], kwargs: dict[str, Any], from_tra
 
 
 def read_config_file(path: str | Path, *, moe: bool = True) -> ConfigFile:
-    """Read a transformers ``config.json`` (:func:`from_transformers`); nothing is downloaded.
-
-    A qwen3_moe file reads into a :class:`Qwen3MoeConfig` (``moe=False`` refuses it; see
-    :func:`from_transformers`).
-
-    ``path`` is the file, or a folder holding ``config.json`` (a downloaded checkpoint). The text
-    is read as JSON; a file whose name does not end in ``.json`` may also be YAML (a mapping of
-    ``Qwen3Config`` fields, as ``harness draft`` has always read).
+    """Read a transformers ``config.json``, or a folder holding one, by :func:`from_transformers`;
+    nothing is downloaded. A file not named ``*.json`` may be a YAML mapping of fields.
 
     Raises:
         ValueError: one line starting with the path: unreadable file, invalid JSON, not a
             mapping, or any refusal of :func:`from_transformers`.
     """
+
     path = Path(path)
     if path.is_dir() and (path / "config.json").is_file():
         path = path / "config.json"

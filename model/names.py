@@ -1,8 +1,7 @@
-"""Parameter names of one Qwen3 decoder layer, as transformers names them (no torch import).
+"""Parameter and module names of Qwen3 decoder layers, as transformers names them (no torch).
 
-Two orders of the same 11 names: the order the modules register them (what FSDP2 packs into a
-unit's all-gather buffer) and the order the walkthrough's parameter table lists them
-("FSDP2 Qwen3 Decoder Layer Walkthrough", section "参数列表（单层）").
+Each layer's names in two orders: registration (what FSDP2 packs into a unit's all-gather
+buffer) and the walkthrough's table (section "参数列表（单层）").
 """
 
 from __future__ import annotations
@@ -47,14 +46,9 @@ LAYER_PARAM_NAMES_DOCUMENT: tuple[str, ...] = (
 def param_fqns(
     body: str, num_layers: int, *, tie_word_embeddings: bool = True, sparse_layers: Collection[int] = ()
 ) -> tuple[str, ...]:
-    """Every parameter FQN of a model in ``named_parameters()`` order (a tied weight once).
-
-    ``body`` "decoder_layers" (model.qwen3.Qwen3DecoderStack): ``layers.{i}.<name>``;
-    "causal_lm" (Qwen3ForCausalLM): ``model.embed_tokens.weight``, ``model.layers.{i}.<name>``,
-    ``model.norm.weight``, and ``lm_head.weight`` unless tied to the embedding.
-    ``sparse_layers``: the MoE layers (``Qwen3MoeConfig.moe_layers``), whose names are
-    :data:`MOE_LAYER_PARAM_NAMES_REGISTRATION`.
-    """
+    """Every parameter FQN in ``named_parameters()`` order (a tied weight once) of ``body``
+    "decoder_layers" (``layers.{i}.…``) or "causal_lm" (``model.…``, ``lm_head.weight`` unless
+    tied); ``sparse_layers`` (``Qwen3MoeConfig.moe_layers``) get the MoE layer's names."""
     prefix = "layers" if body == "decoder_layers" else "model.layers"
     sparse = frozenset(sparse_layers)
     layers = tuple(
@@ -88,14 +82,9 @@ LAYER_MODULE_NAMES: tuple[str, ...] = (
 
 
 def module_paths(body: str, num_layers: int, sparse_layers: Collection[int] = ()) -> tuple[str, ...]:
-    """Every module FQN of a model in ``named_modules()`` order, the root (``""``) first.
+    """Every module FQN in ``named_modules()`` order, the root (``""``) first, as
+    :func:`param_fqns`; ``lm_head`` is a module of its own even when its weight is tied."""
 
-    ``decoder_layers`` (model.qwen3.Qwen3DecoderStack): ``layers``, ``layers.{i}`` and their
-    submodules, ``rotary_emb``; ``causal_lm`` (Qwen3ForCausalLM): ``model``,
-    ``model.embed_tokens``, ``model.layers...``, ``model.norm``, ``model.rotary_emb``,
-    ``lm_head`` (a module of its own even when its weight is tied to the embedding's).
-    ``sparse_layers``: the MoE layers, whose submodules are :data:`MOE_LAYER_MODULE_NAMES`.
-    """
     prefix = "layers" if body == "decoder_layers" else "model.layers"
     sparse = frozenset(sparse_layers)
     layers = [prefix]

@@ -1,23 +1,7 @@
-"""Observing the walkthrough's steps inside a running model, without changing it.
-
-Every :class:`StepObservable` module (``Qwen3DecoderLayer``, ``Qwen3Attention``, ``Qwen3MLP``)
-has a ``_step_observer`` attribute, ``None`` unless :func:`observe_steps` is active. At each
-step of its forward it does::
-
-    if self._step_observer is not None:
-        self._step_observer(self.layer_idx, "step2.q_heads", q)
-
-so with no observer the cost is one attribute read and one ``is not None`` per step (23 per
-layer; ``python benchmarks/bench_observe.py`` measures what that costs). The names are those of
-:data:`model.steps.STEPS` and are emitted in that order; a sparse layer of a MoE model
-(``model/qwen3_moe.py``) emits :data:`model.steps.MOE_LAYER_STEP_NAMES` instead (its Step 9 is
-the router and experts'). Head tensors come in the document's (B, L, h, d_h) layout (possibly a
-transposed, non-contiguous view).
-
-Callbacks receive the live tensors: they may read, clone, ``.detach()`` or register autograd
-hooks on them, but must not modify them in place (that would change the model's numerics).
-Under activation checkpointing the forward is recomputed in backward, so callbacks fire twice.
-"""
+"""Observing the walkthrough's steps inside a running model, without changing it: each
+:class:`StepObservable` module calls its ``_step_observer`` (None: off) with the live tensor of
+every step, which callbacks must not modify in place (docs/architecture.md, "How model/ mirrors
+transformers")."""
 
 from __future__ import annotations
 
@@ -35,19 +19,14 @@ StepCallback = Callable[[int, str, torch.Tensor], None]
 
 
 class StepObservable:
-    """Mixin for modules that emit walkthrough steps.
-
-    Attributes:
-        layer_idx: index of the decoder layer the module belongs to (passed to callbacks).
-        _step_observer: the active callback, or None (class default: observation off).
-    """
+    """Mixin for modules that emit walkthrough steps, with their ``layer_idx``."""
 
     layer_idx: int
     _step_observer: StepCallback | None = None
 
 
 class _Fanout:
-    """Calls several callbacks in the order they were installed (nested ``observe_steps``)."""
+    """Calls two callbacks in the order they were installed (nested ``observe_steps``)."""
 
     def __init__(self, first: StepCallback, second: StepCallback) -> None:
         self.callbacks = (first, second)
@@ -59,16 +38,9 @@ class _Fanout:
 
 @contextlib.contextmanager
 def observe_steps(module: nn.Module, callback: StepCallback) -> Iterator[None]:
-    """While active, every decoder layer in ``module`` reports its steps to ``callback``.
-
-    Args:
-        module: any module containing Qwen3 decoder layers (or a layer, attention or MLP
-            itself); FSDP-wrapped modules work, as the hooks live on the modules' own forward.
-        callback: ``callback(layer_idx: int, name: str, tensor: torch.Tensor)``, called for
-            each name of :data:`model.steps.STEPS`, in that order, per layer forward.
-
-    Nesting installs both callbacks (outer first); leaving a context restores exactly what
-    was there before it.
+    """While active, every observable module in ``module`` (FSDP-wrapped too) calls
+    ``callback(layer_idx, name, tensor)`` for each step, in :data:`model.steps.STEPS` order.
+    Nesting calls both (outer first); leaving restores what was there.
 
     Raises:
         ValueError: ``module`` contains no observable module.
@@ -104,19 +76,8 @@ class StepRecord:
 
 
 class StepRecorder:
-    """A ready-made callback that records every step it sees.
-
-    Example::
-
-        rec = StepRecorder(keep_tensors=True)
-        with observe_steps(model, rec):
-            model(x)
-        rec.get(0, "step2.q_heads").shape   # (B, L, h_q, d_h)
-
-    Args:
-        keep_tensors: store ``tensor.detach().clone()`` (costs memory); otherwise only
-            shape and dtype are kept.
-    """
+    """A callback recording every step's shape and dtype, and with ``keep_tensors`` a
+    ``tensor.detach().clone()``: ``rec.get(0, "step2.q_heads").shape`` is (B, L, h_q, d_h)."""
 
     def __init__(self, keep_tensors: bool = False) -> None:
         self.keep_tensors = keep_tensors

@@ -1,50 +1,10 @@
 """Reference Qwen3 dense decoder: transformers' parameters and numerics, observable steps.
 
-Mirrors transformers ``models/qwen3/modeling_qwen3.py`` (5.x): same module tree, parameter
-names, shapes, registration order and forward arithmetic, so a ``state_dict`` loads both ways
-with ``strict=True`` and fp32 outputs agree with transformers' ``attn_implementation="sdpa"``
-path to ~1e-6. What it drops, as the walkthrough document does: KV cache, attention masks
-other than causal, position_ids other than 0..L-1 by default, biases, dropout, sliding window,
-output dataclasses (forwards return plain tensors).
-
-Module tree (transformers' names; the walkthrough document, section "简化的 Qwen3 结构"):
-
-    Qwen3ForCausalLM
-      model: Qwen3Model
-        embed_tokens: nn.Embedding            [V, d]
-        layers: ModuleList[Qwen3DecoderLayer]
-          self_attn: Qwen3Attention           q_proj [h_q*d_h, d], k_proj/v_proj [h_kv*d_h, d],
-                                              o_proj [d, h_q*d_h], q_norm/k_norm [d_h]
-          mlp: Qwen3MLP                       gate_proj/up_proj [d_ffn, d], down_proj [d, d_ffn]
-          input_layernorm, post_attention_layernorm: Qwen3RMSNorm [d]
-        norm: Qwen3RMSNorm                    [d]
-        rotary_emb: Qwen3RotaryEmbedding      (buffer inv_freq [d_h/2], not in state_dict)
-      lm_head: nn.Linear                      [V, d]; IS embed_tokens.weight when tied
-
-A whole model here is embed_tokens, the decoder layers, the final norm and an lm_head that may
-share the embedding's weight (the document's sketch, section "简化的 Qwen3 结构", lists the first
-three in one ``Qwen3Model`` and notes that lm_head usually shares the embedding's weight).
-transformers splits that in two: ``Qwen3Model`` (no lm_head, returns the last hidden state) and
-``Qwen3ForCausalLM`` (``.model`` + ``.lm_head``, returns logits). We keep transformers' split so
-that both classes' state dicts load into transformers' and back. Tied embeddings appear under
-both keys (``model.embed_tokens.weight`` and ``lm_head.weight``, one tensor), exactly as in
-transformers' ``state_dict()``; loading a state dict with both keys re-fills the one tensor.
-
-The walkthrough's focus, N_L decoder layers fed with hidden states and no embedding, is
-:class:`Qwen3DecoderStack` (parameter names ``layers.<i>.…`` as in ``Qwen3Model``).
-
-Shapes use the document's symbols (see ``model/config.py``). Head tensors are
-(B, L, h, d_h) in the document; the SDPA kernel wants (B, h, L, d_h), so the attention
-transposes once after the Q/K-norm, exactly where transformers does, and reports transposed
-views in the document's layout.
-
-Dtypes: parameters take the ``dtype`` given at construction (default: torch's default dtype);
-RMSNorm reduces in float32 and casts back; RoPE's cos/sin are computed in float32 and cast to
-the activations' dtype; everything else runs in the activations' dtype.
-
-Every constructor takes ``device=`` and ``dtype=`` keyword arguments and passes them to its
-parameters, so models build under ``FakeTensorMode`` or on ``meta`` in half precision
-(``module.half()`` does not work under FakeTensorMode).
+Mirrors transformers ``models/qwen3/modeling_qwen3.py`` (5.x): module tree, parameter names,
+shapes, registration order and forward arithmetic, so a ``state_dict`` loads both ways with
+``strict=True``. Shapes use the document's symbols (``model/config.py``); every constructor
+takes ``device=`` and ``dtype=``. What it drops, and why it is laid out so:
+docs/architecture.md, "How model/ mirrors transformers".
 """
 
 from __future__ import annotations
@@ -75,21 +35,9 @@ __all__ = [
 
 
 class Qwen3RMSNorm(nn.Module):
-    """RMSNorm over the last dim: ``w * x / sqrt(mean(x^2) + eps)``.
-
-    Formula: the document's Step 1, ``RMSNorm(x)_i = x_i / sqrt(1/d * sum_j x_j^2 + eps) * w_i``;
-    arithmetic order and dtypes exactly as transformers' ``Qwen3RMSNorm``: the normalization
-    runs in float32, is cast back to the input dtype, then multiplied by ``weight`` (so a fp32
-    weight with bf16 input gives fp32 output, as in transformers).
-
-    Args:
-        hidden_size: size of the normalized (last) dim: d for the layer norms, d_h for
-            q_norm / k_norm.
-        eps: ``config.rms_norm_eps``.
-
-    Shapes: input (..., hidden_size) -> output (..., hidden_size). Parameter ``weight``
-    [hidden_size], initialized to ones.
-    """
+    """RMSNorm over the last dim (d, or d_h for q_norm/k_norm): ``w * x / sqrt(mean(x^2) + eps)``
+    (the document's Step 1), ``weight`` [hidden_size] of ones. As transformers' ``Qwen3RMSNorm``:
+    normalizes in float32, casts back to the input dtype, then multiplies by ``weight``."""
 
     def __init__(self, hidden_size: int, eps: float = 1e-6, *, device=None, dtype=None) -> None:
         super().__init__()
@@ -111,11 +59,8 @@ class Qwen3RMSNorm(nn.Module):
 
 
 def _default_inv_freq(config: Qwen3Config, device=None) -> torch.Tensor:
-    """RoPE inverse frequencies ``1 / theta^(2i/d_h)``, i = 0..d_h/2-1: float32 [d_h/2].
-
-    Source: transformers ``Qwen3RotaryEmbedding.compute_default_rope_parameters`` (computed on
-    the CPU, as transformers does at construction, then moved to ``device``).
-    """
+    """``1 / theta^(2i/d_h)``: float32 [d_h/2], computed on the CPU as transformers'
+    ``compute_default_rope_parameters``, then moved to ``device``."""
     dim = config.head_dim
     inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
     return inv_freq.to(device)
@@ -127,19 +72,11 @@ def _position_ids(seq_len: int, device) -> torch.Tensor:
 
 
 class Qwen3RotaryEmbedding(nn.Module):
-    """RoPE cos/sin tables for given positions (default rope type only).
+    """RoPE cos/sin tables (default rope type): transformers' ``Qwen3RotaryEmbedding``.
 
-    Source: transformers ``Qwen3RotaryEmbedding`` (``attention_scaling`` is 1.0 for the
-    default type, so it is left out). The buffer ``inv_freq`` [d_h/2] is float32 and not
-    persistent (not in ``state_dict``); it stays float32 through ``.half()``/``.to(dtype)``
-    (unlike transformers' module); after ``to_empty()`` call :meth:`reset_parameters`
-    (``init_weights`` does).
-
-    forward(x, position_ids) -> (cos, sin):
-        x: any tensor whose device and dtype the tables should have (the hidden states).
-        position_ids: int64 (B or 1, L).
-        cos, sin: (B or 1, L, d_h) in x.dtype; entry [.., p, j] = cos/sin(p * inv_freq[j mod d_h/2]),
-        computed in float32.
+    ``inv_freq`` [d_h/2] is a float32, non-persistent buffer, float32 also after ``.half()``;
+    after ``to_empty()`` call :meth:`reset_parameters`. forward(x, position_ids int64 (B|1, L))
+    -> cos, sin (B|1, L, d_h) in x's dtype, computed in float32.
     """
 
     def __init__(self, config: Qwen3Config, *, device=None, dtype=None) -> None:
@@ -177,19 +114,9 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 def apply_rotary_pos_emb(
     q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """RoPE: ``x * cos + rotate_half(x) * sin`` for q and k (the document's Step 4).
-
-    Source: transformers ``apply_rotary_pos_emb`` (the "rotate half" pairing of dims j and
-    j + d_h/2, not interleaved pairs).
-
-    Args:
-        q: (B, h_q, L, d_h) with the default ``unsqueeze_dim=1``; (B, L, h_q, d_h) with 2.
-        k: (B, h_kv, L, d_h) likewise.
-        cos, sin: (B|1, L, d_h); a head axis is inserted at ``unsqueeze_dim``.
-
-    Returns:
-        (q_embed, k_embed), same shapes and dtypes as q and k.
-    """
+    """RoPE on q (B, h_q, L, d_h) and k (B, h_kv, L, d_h): ``x * cos + rotate_half(x) * sin``
+    (the document's Step 4; transformers' ``apply_rotary_pos_emb``), cos/sin (B|1, L, d_h)
+    getting a head axis at ``unsqueeze_dim``. Shapes and dtypes are kept."""
     cos = cos.unsqueeze(unsqueeze_dim)
     sin = sin.unsqueeze(unsqueeze_dim)
     q_embed = (q * cos) + (rotate_half(q) * sin)
@@ -198,13 +125,8 @@ def apply_rotary_pos_emb(
 
 
 def repeat_kv(hidden_states: torch.Tensor, n_rep: int) -> torch.Tensor:
-    """GQA repeat, materialized: (B, h_kv, L, d_h) -> (B, h_kv * n_rep, L, d_h).
-
-    Equals ``torch.repeat_interleave(x, n_rep, dim=1)``: query head j uses KV head j // n_rep
-    (the document's Step 5.1, "repeat_interleave(dim=2, repeats=2)" in its (B, L, h, d_h)
-    layout). Source: transformers ``repeat_kv``; like it, returns the input itself when
-    ``n_rep == 1``.
-    """
+    """GQA repeat (Step 5.1; transformers' ``repeat_kv``): (B, h_kv, L, d_h) ->
+    (B, h_kv * n_rep, L, d_h), query head j using KV head j // n_rep."""
     batch, num_key_value_heads, slen, head_dim = hidden_states.shape
     if n_rep == 1:
         return hidden_states
@@ -213,21 +135,9 @@ def repeat_kv(hidden_states: torch.Tensor, n_rep: int) -> torch.Tensor:
 
 
 class Qwen3Attention(StepObservable, nn.Module):
-    """Causal GQA self-attention with per-head Q/K RMSNorm and RoPE: Steps 2-6.
-
-    Source: transformers ``Qwen3Attention`` with the sdpa attention interface; the document's
-    ``Qwen3Attention`` sketch and Steps 2-6.
-
-    Parameters (registration order as transformers): ``q_proj`` [h_q*d_h, d],
-    ``k_proj`` [h_kv*d_h, d], ``v_proj`` [h_kv*d_h, d], ``o_proj`` [d, h_q*d_h],
-    ``q_norm`` [d_h], ``k_norm`` [d_h]. No biases.
-
-    forward(hidden_states (B, L, d), position_embeddings (cos, sin) each (B|1, L, d_h))
-        -> (B, L, d), the o_proj output (Step 6), in the input dtype. (transformers returns a
-        tuple (output, attn_weights); here only the output.)
-
-    Emits step2.q .. step6.o_proj (see ``model/steps.py``) when observed.
-    """
+    """Causal GQA self-attention with per-head Q/K RMSNorm and RoPE, Steps 2-6: transformers'
+    ``Qwen3Attention`` (sdpa). forward(hidden_states (B, L, d), (cos, sin)) -> (B, L, d), the
+    o_proj output only (transformers also returns the attention weights)."""
 
     def __init__(self, config: Qwen3Config, layer_idx: int, *, device=None, dtype=None) -> None:
         super().__init__()
@@ -306,17 +216,8 @@ class Qwen3Attention(StepObservable, nn.Module):
 
 
 class Qwen3MLP(StepObservable, nn.Module):
-    """SwiGLU MLP: ``down_proj(silu(gate_proj(x)) * up_proj(x))``: Step 9.
-
-    Source: transformers ``Qwen3MLP`` (``hidden_act="silu"``); the document's ``Qwen3MLP``.
-
-    Parameters: ``gate_proj`` [d_ffn, d], ``up_proj`` [d_ffn, d], ``down_proj`` [d, d_ffn].
-
-    forward(x (B, L, d)) -> (B, L, d), input dtype. Emits step9.gate, up, fused, down.
-
-    Args:
-        layer_idx: the decoder layer it belongs to (only reported to observers).
-    """
+    """SwiGLU MLP, Step 9: ``down_proj(silu(gate_proj(x)) * up_proj(x))``, (B, L, d) -> (B, L, d);
+    transformers' ``Qwen3MLP``."""
 
     def __init__(self, config: Qwen3Config, layer_idx: int = 0, *, device=None, dtype=None) -> None:
         super().__init__()
@@ -344,26 +245,11 @@ class Qwen3MLP(StepObservable, nn.Module):
 
 
 class Qwen3DecoderLayer(StepObservable, nn.Module):
-    """One pre-norm decoder layer with two residuals: Steps 1-10 of the walkthrough.
+    """One pre-norm decoder layer, Steps 1-10: transformers' ``Qwen3DecoderLayer``,
+    ``h = x + self_attn(input_layernorm(x))``, ``out = h + mlp(post_attention_layernorm(h))``.
 
-    Source: transformers ``Qwen3DecoderLayer``; the document's ``Qwen3DecoderLayer``:
-
-        h = x + self_attn(input_layernorm(x))        # Steps 1-7
-        out = h + mlp(post_attention_layernorm(h))   # Steps 8-10
-
-    Submodules (registration order as transformers): ``self_attn``, ``mlp``,
-    ``input_layernorm`` [d], ``post_attention_layernorm`` [d]. 11 parameters.
-
-    forward(hidden_states (B, L, d), position_embeddings (cos, sin) each (B|1, L, d_h) or
-    None, skip) -> (B, L, d). With None, positions 0..L-1 are computed here exactly as
-    :class:`Qwen3RotaryEmbedding` does (convenient for a lone layer; a stack computes them
-    once for all layers). ``skip`` may name the blocks "self_attn" (input_layernorm and
-    attention, Steps 1-6) and "mlp" (post_attention_layernorm and MLP, Steps 8-9) not to run:
-    the hidden states pass that residual block unchanged (a module used only in some
-    microbatches); Steps 7 and 10 are still reported.
-
-    Attributes:
-        layer_idx: passed to observers with every step.
+    forward(hidden_states (B, L, d), (cos, sin) or None for positions 0..L-1, skip) -> (B, L, d);
+    ``skip`` names residual blocks not to run ("self_attn": Steps 1-6, "mlp": Steps 8-9).
     """
 
     def __init__(self, config: Qwen3Config, layer_idx: int, *, device=None, dtype=None) -> None:
@@ -424,13 +310,8 @@ def _run_layers(
     position_ids,
     skip_layers: Collection[int | tuple[int, str]] = (),
 ) -> torch.Tensor:
-    """Run the decoder layers on (B, L, d) with cos/sin computed once (as transformers does).
-
-    ``skip_layers``: a layer index in it is not called (its input passes on unchanged); a pair
-    ``(index, "mlp")`` or ``(index, "self_attn")`` skips that block of the layer (see
-    :class:`Qwen3DecoderLayer`). For a module used only in some microbatches: its parameters
-    get no gradient from this pass.
-    """
+    """Run the layers on (B, L, d), cos/sin computed once; ``skip_layers`` holds layer indices
+    not to call and ``(index, "mlp"|"self_attn")`` blocks not to run."""
     if position_ids is None:
         position_ids = _position_ids(hidden_states.shape[1], hidden_states.device)  # (1, L)
     position_embeddings = rotary_emb(hidden_states, position_ids)  # (B|1, L, d_h) x 2
@@ -448,16 +329,8 @@ def _run_layers(
 
 
 class Qwen3DecoderStack(nn.Module):
-    """The walkthrough's focus: N_L decoder layers fed with hidden states, no embedding/norm.
-
-    Parameter names are ``layers.<i>.…``, as in transformers' ``Qwen3Model`` minus
-    ``embed_tokens`` and ``norm``; so ``Qwen3Model``'s state dict restricted to ``layers.*``
-    loads here with ``strict=True``.
-
-    forward(hidden_states (B, L, d), position_ids int64 (B|1, L) or None for 0..L-1,
-            skip_layers: layers (indices) or blocks ((index, "mlp"|"self_attn")) not to run)
-        -> (B, L, d), the last layer's output (no final norm).
-    """
+    """The walkthrough's focus: N_L decoder layers (``layers.<i>.…``, as in ``Qwen3Model``),
+    no embedding or norm. forward(hidden_states (B, L, d), position_ids, skip_layers) -> (B, L, d)."""
 
     layer_class: type[nn.Module] = Qwen3DecoderLayer  # the MoE stack builds its own layers
 
@@ -480,14 +353,8 @@ class Qwen3DecoderStack(nn.Module):
 
 
 class Qwen3Model(nn.Module):
-    """Embedding, N_L decoder layers, final RMSNorm: transformers' ``Qwen3Model``.
-
-    Submodules (registration order as transformers): ``embed_tokens`` [V, d], ``layers``,
-    ``norm`` [d], ``rotary_emb``. No ``lm_head`` (see :class:`Qwen3ForCausalLM`).
-
-    forward(input_ids int64 (B, L), position_ids int64 (B|1, L) or None for 0..L-1)
-        -> last hidden state (B, L, d), after the final norm, in the parameters' dtype.
-    """
+    """Embedding [V, d], N_L decoder layers, final norm: transformers' ``Qwen3Model``.
+    forward(input_ids int64 (B, L), position_ids, skip_layers) -> (B, L, d), after the norm."""
 
     layer_class: type[nn.Module] = Qwen3DecoderLayer  # the MoE model builds its own layers
 
@@ -515,16 +382,9 @@ class Qwen3Model(nn.Module):
 
 
 class Qwen3ForCausalLM(nn.Module):
-    """``Qwen3Model`` plus ``lm_head``: transformers' ``Qwen3ForCausalLM``.
-
-    ``lm_head`` [V, d], no bias. With ``config.tie_word_embeddings`` its weight IS
-    ``model.embed_tokens.weight`` (one Parameter; ``named_parameters()`` lists it once, as
-    ``model.embed_tokens.weight``; ``state_dict()`` lists it under both keys, as
-    transformers does). ``to_empty()`` breaks the tie (it makes a new Parameter per module):
-    call :meth:`tie_weights` after it.
-
-    forward(input_ids int64 (B, L), position_ids or None) -> logits (B, L, V).
-    """
+    """``Qwen3Model`` plus ``lm_head`` [V, d]: transformers' ``Qwen3ForCausalLM``; forward -> logits
+    (B, L, V). When tied, ``lm_head.weight`` IS the embedding's; after ``to_empty()`` call
+    :meth:`tie_weights` again."""
 
     model_class: type[nn.Module] = Qwen3Model  # the MoE causal LM wraps Qwen3MoeModel
 
@@ -562,13 +422,8 @@ def _find_config(module: nn.Module) -> Qwen3Config | None:
 
 
 def _normal_(weight: torch.Tensor, std: float, generator: torch.Generator | None, fill=None) -> None:
-    """weight <- N(0, std^2), drawn in float32 on the generator's device, then copied.
-
-    Drawing in float32 on one device makes the values independent of the parameter's device
-    and (up to rounding) dtype: the same seed gives the same model on CPU and CUDA.
-    ``fill(weight, sample)`` replaces the copy (a sharded weight keeps its slice of the full
-    sample, which has the weight's full shape).
-    """
+    """weight <- N(0, std^2), drawn in float32 on the generator's device (the same seed gives
+    the same model on CPU and CUDA), then copied, or put by ``fill(weight, sample)``."""
     device = generator.device if generator is not None else weight.device
     sample = torch.empty(weight.shape, dtype=torch.float32, device=device)
     sample.normal_(0.0, std, generator=generator)
@@ -587,31 +442,16 @@ def init_weights(
     *,
     reset_norms_and_rope: bool = True,
 ) -> nn.Module:
-    """transformers' Qwen3 initialization, deterministic given a ``torch.Generator``.
+    """transformers' Qwen3 initialization (``PreTrainedModel._init_weights``), deterministic
+    given a seeded ``generator``; returns ``module``.
 
-    Source: transformers ``PreTrainedModel._init_weights``: Linear and Embedding weights
-    ~ N(0, std^2) (biases zero, an Embedding's padding row zero), RMSNorm weights = 1. Also
-    recomputes RoPE's ``inv_freq`` (needed after ``to_empty()``). A tied weight is drawn once.
-    A module's parameters named in its ``_normal_init_params`` (the MoE experts and router)
-    are drawn like a Linear's weight.
-    Parameters on ``meta`` are skipped.
-
-    Args:
-        module: any module (a layer, a stack, a model).
-        std: defaults to the ``initializer_range`` of the first ``Qwen3Config`` found in
-            ``module`` (0.02 if none).
-        generator: a seeded ``torch.Generator``; None uses torch's global RNG on each
-            parameter's device.
-        fill: ``fill(weight, sample)`` puts a drawn float32 ``sample`` of the weight's full
-            shape into the weight (default: ``weight.copy_(sample)``); for a sharded (DTensor)
-            weight it keeps this rank's slice, so the draws and values are a full init's.
-        reset_norms_and_rope: False leaves RMSNorm weights and RoPE's ``inv_freq`` as they are:
-            what an init of only the Linear and Embedding weights does to a model materialized
-            with ``to_empty()`` (the repair forgotten).
-
-    Returns:
-        ``module``, for chaining.
+    Linear, Embedding and ``_normal_init_params`` weights ~ N(0, std^2) (``std`` defaults to the
+    config's ``initializer_range``; a tied weight drawn once, ``meta`` ones skipped), biases and
+    padding rows zero; RMSNorm weights 1 and RoPE's ``inv_freq`` recomputed unless
+    ``reset_norms_and_rope`` is False. ``fill(weight, sample)`` puts a full-shape float32 sample
+    into a weight (a DTensor keeps its rank's slice).
     """
+
     if std is None:
         config = _find_config(module)
         std = config.initializer_range if config is not None else 0.02

@@ -1,51 +1,10 @@
 """Reference Qwen3 MoE decoder: transformers' parameters and numerics, observable steps.
 
-Mirrors transformers ``models/qwen3_moe/modeling_qwen3_moe.py`` (5.x, checked with 5.24.0):
-same module tree, parameter names, shapes, registration order and forward arithmetic as
-``Qwen3MoeForCausalLM`` with ``experts_implementation="eager"``, so a ``state_dict`` loads both
-ways with ``strict=True`` and fp32 outputs agree to ~1e-6. Attention, norms and RoPE are the
-dense model's (``model/qwen3.py``; transformers' Qwen3Moe* copies are identical); what differs
-is the MLP of the sparse layers. What it drops, as the dense model does: KV cache, masks other
-than causal, dropout, sliding window, output dataclasses (``forward`` returns logits;
-:meth:`Qwen3MoeForCausalLM.forward_moe` returns router logits, aux loss and loss too).
-
-Module tree of a sparse layer (transformers' names; E = num_experts, k = num_experts_per_tok,
-d_moe = moe_intermediate_size, T = B*L tokens):
-
-    Qwen3MoeDecoderLayer
-      self_attn: Qwen3Attention                 as in the dense layer
-      mlp: Qwen3MoeSparseMoeBlock
-        experts: Qwen3MoeExperts                gate_up_proj [E, 2*d_moe, d], down_proj [E, d, d_moe]
-          act_fn: SiLU
-        gate: Qwen3MoeTopKRouter                weight [E, d]
-      input_layernorm, post_attention_layernorm [d]
-
-``experts`` is registered BEFORE ``gate``, so the router's weight comes last among the MLP's
-parameters (FSDP2 packs a unit's all-gather buffer in this order). A layer is sparse when
-``config.is_moe_layer(i)`` (``decoder_sparse_step``, ``mlp_only_layers``); otherwise its
-``mlp`` is the dense :class:`~model.qwen3.Qwen3MLP`, ``intermediate_size`` wide.
-
-The sparse block, per transformers:
-
-    logits  = x @ gate.weight.T                         (T, E), activations' dtype
-    probs   = softmax(logits, dtype=float32)            (T, E), float32
-    w, idx  = topk(probs, k)                            (T, k) each
-    w       = w / w.sum(-1) if norm_topk_prob; w.to(logits.dtype)
-    out[t]  = sum over j, in ascending expert order, of
-              w[t, j] * down_e(silu(gate_e(x_t)) * up_e(x_t)),  e = idx[t, j]
-
-where ``gate_e, up_e`` are the two halves (``chunk(2)``: gate first) of ``gate_up_proj[e]``.
-
-Observable steps (``model/steps.py`` :data:`~model.steps.MOE_STEPS`, emitted in place of the
-dense Step 9): step9.router_logits, topk_weights, topk_indices, tokens_per_expert,
-expert_outputs, moe_out.
-
-Experts' two paths, same numbers: with real tensors, transformers' eager loop (only the experts
-some token picked run, each on its tokens; a host sync per layer, as transformers'); with
-FakeTensorMode or meta tensors, whose routing is unknown, every expert runs on every token (one
-product batched over the expert dim) and is weighted by zero where not picked (static shapes;
-E/k times the FLOPs). Either way an expert no token picked gets a zero gradient slice (its rows
-of the fused 3-D parameters), not none.
+Mirrors transformers ``models/qwen3_moe/modeling_qwen3_moe.py`` (5.x, checked with 5.24.0,
+``experts_implementation="eager"``); attention, norms and RoPE are ``model/qwen3.py``'s, what
+differs is the sparse layers' MLP (E = num_experts, k = num_experts_per_tok, d_moe =
+moe_intermediate_size, T = B*L tokens). Its arithmetic and its two expert paths:
+docs/architecture.md, "How model/ mirrors transformers".
 """
 
 from __future__ import annotations
@@ -98,20 +57,10 @@ def _normal_params(module: nn.Module, names: tuple[str, ...], std: float) -> Non
 
 
 class Qwen3MoeExperts(StepObservable, nn.Module):
-    """E SwiGLU experts in two fused 3-D parameters: transformers' ``Qwen3MoeExperts``.
-
-    Parameters: ``gate_up_proj`` [E, 2*d_moe, d] (rows 0..d_moe-1 of expert e are its gate
-    projection, the rest its up projection), ``down_proj`` [E, d, d_moe]. Drawn N(0, std^2) at
-    construction and by :func:`model.qwen3.init_weights` (``_normal_init_params``), as
-    transformers' ``_init_weights`` does (its constructor leaves them uninitialized).
-
-    forward(hidden_states (T, d), top_k_index int64 (T, k), top_k_weights (T, k))
-        -> (T, d) in hidden_states' dtype: sum_j top_k_weights[t, j] * expert_{idx[t, j]}(x_t).
-    Emits step9.expert_outputs (T, k, d) when observed.
-
-    Attributes:
-        static: run every expert on every token (what fake and meta tensors always do);
-            False (default): transformers' eager loop over the experts some token picked.
+    """E SwiGLU experts in ``gate_up_proj`` [E, 2*d_moe, d] (gate rows first) and ``down_proj``
+    [E, d, d_moe], drawn N(0, std^2): transformers' ``Qwen3MoeExperts``. forward(x (T, d),
+    top_k_index int64 (T, k), top_k_weights (T, k)) -> (T, d) in x's dtype. ``static``: every
+    expert on every token (as fake and meta tensors always run), else transformers' eager loop.
     """
 
     _normal_init_params = ("gate_up_proj", "down_proj")
@@ -187,16 +136,9 @@ class Qwen3MoeExperts(StepObservable, nn.Module):
 
 
 class Qwen3MoeTopKRouter(nn.Module):
-    """The router: transformers' ``Qwen3MoeTopKRouter`` (the block's ``gate``).
-
-    Parameter ``weight`` [E, d] (no bias). transformers' constructor zeroes it and its
-    ``_init_weights`` draws N(0, std^2); here the constructor draws (a zero router would send
-    every token to experts 0..k-1).
-
-    forward(hidden_states (..., d)) -> (router_logits (T, E) in the activations' dtype,
-    top-k weights (T, k) in that dtype, top-k indices int64 (T, k)). The softmax and the
-    renormalisation run in float32.
-    """
+    """The router (the block's ``gate``), ``weight`` [E, d], drawn at construction:
+    transformers' ``Qwen3MoeTopKRouter``. forward(x (..., d)) -> router logits (T, E), top-k
+    weights (T, k) in x's dtype (softmax and renormalisation in float32), indices int64 (T, k)."""
 
     _normal_init_params = ("weight",)
 
@@ -225,13 +167,8 @@ class Qwen3MoeTopKRouter(nn.Module):
 
 
 class Qwen3MoeSparseMoeBlock(StepObservable, nn.Module):
-    """Router plus experts: transformers' ``Qwen3MoeSparseMoeBlock`` (a sparse layer's ``mlp``).
-
-    Submodules, in transformers' registration order: ``experts`` then ``gate``.
-
-    forward(hidden_states (B, L, d)) -> (B, L, d). Emits, when observed: step9.router_logits,
-    topk_weights, topk_indices, tokens_per_expert, (the experts') expert_outputs, moe_out.
-    """
+    """Router plus experts, a sparse layer's ``mlp`` (B, L, d) -> (B, L, d): transformers'
+    ``Qwen3MoeSparseMoeBlock``, ``experts`` registered before ``gate`` as there."""
 
     def __init__(self, config: Qwen3MoeConfig, layer_idx: int = 0, *, device=None, dtype=None) -> None:
         super().__init__()
@@ -261,13 +198,8 @@ class Qwen3MoeSparseMoeBlock(StepObservable, nn.Module):
 
 
 class Qwen3MoeDecoderLayer(Qwen3DecoderLayer):
-    """A Qwen3 MoE decoder layer: transformers' ``Qwen3MoeDecoderLayer``.
-
-    The dense layer's attention, norms, residuals and forward (``skip`` included); ``mlp`` is a
-    :class:`Qwen3MoeSparseMoeBlock` when ``config.is_moe_layer(layer_idx)``, else a dense
-    :class:`~model.qwen3.Qwen3MLP` of width ``intermediate_size``. Registration order as
-    transformers: ``self_attn``, ``mlp``, ``input_layernorm``, ``post_attention_layernorm``.
-    """
+    """transformers' ``Qwen3MoeDecoderLayer``: the dense layer with a sparse ``mlp`` where
+    ``config.is_moe_layer(layer_idx)``, else a dense ``Qwen3MLP``."""
 
     def __init__(self, config: Qwen3MoeConfig, layer_idx: int, *, device=None, dtype=None) -> None:
         nn.Module.__init__(self)  # not Qwen3DecoderLayer's: it would build a dense MLP first
@@ -304,16 +236,9 @@ class Qwen3MoeModel(Qwen3Model):
 
 @dataclass
 class Qwen3MoeCausalLMOutput:
-    """What :meth:`Qwen3MoeForCausalLM.forward_moe` returns (transformers'
-    ``MoeCausalLMOutputWithPast`` fields that a training step uses).
-
-    Attributes:
-        logits: (B, L, V).
-        router_logits: one (B*L, E) tensor per sparse layer, in layer order; None when not asked.
-        aux_loss: :func:`load_balancing_loss_func` of them (a 0-d float32 tensor); None when not asked.
-        loss: with labels, the causal-LM cross entropy (:func:`causal_lm_loss`) plus
-            ``router_aux_loss_coef * aux_loss`` when the router logits are asked; else None.
-    """
+    """:meth:`Qwen3MoeForCausalLM.forward_moe`'s result (transformers' ``MoeCausalLMOutputWithPast``):
+    logits (B, L, V); per sparse layer a (B*L, E) router logits tensor and their 0-d float32
+    aux loss, None when not asked; with labels the loss, plus ``router_aux_loss_coef * aux_loss``."""
 
     logits: torch.Tensor
     router_logits: tuple[torch.Tensor, ...] | None = None
@@ -322,12 +247,8 @@ class Qwen3MoeCausalLMOutput:
 
 
 class Qwen3MoeForCausalLM(Qwen3ForCausalLM):
-    """``Qwen3MoeModel`` plus ``lm_head``: transformers' ``Qwen3MoeForCausalLM``.
-
-    ``forward(input_ids, position_ids, skip_layers) -> logits (B, L, V)``, as the dense model;
-    :meth:`forward_moe` adds router logits, the auxiliary loss and the loss. Tied embeddings as
-    in :class:`~model.qwen3.Qwen3ForCausalLM`.
-    """
+    """``Qwen3MoeModel`` plus ``lm_head``: transformers' ``Qwen3MoeForCausalLM``; forward gives
+    logits, :meth:`forward_moe` also the router logits and losses."""
 
     model_class = Qwen3MoeModel
 
@@ -339,12 +260,8 @@ class Qwen3MoeForCausalLM(Qwen3ForCausalLM):
         output_router_logits: bool | None = None,
         skip_layers=(),
     ) -> Qwen3MoeCausalLMOutput:
-        """transformers' ``Qwen3MoeForCausalLM.forward`` (no attention mask, no cache).
-
-        ``output_router_logits`` None means ``config.output_router_logits``. The router logits
-        are collected through the step observers (:func:`model.observe.observe_steps`), live:
-        the aux loss back-propagates into every router's weight.
-        """
+        """transformers' ``Qwen3MoeForCausalLM.forward`` (no mask, no cache); the router logits
+        come live through :func:`model.observe.observe_steps`, so the aux loss reaches every router."""
         from .observe import observe_steps
 
         if output_router_logits is None:
@@ -391,24 +308,14 @@ def load_balancing_loss_func(
     top_k: int = 2,
     attention_mask: torch.Tensor | None = None,
 ) -> torch.Tensor | int:
-    """The Switch Transformer auxiliary loss, transformers' ``load_balancing_loss_func`` (5.24).
-
-    ``E * sum_e f_e * P_e`` over all layers' rows together, where f_e is the fraction of
-    (row, slot) top-k assignments that go to expert e (per row: a row's k slots add k/rows in
-    all) and P_e the mean routing probability of e. Same arithmetic as transformers: the top-k
-    is taken again, from ``softmax`` in the LOGITS' dtype (the router's own top-k uses
-    float32), counts by ``histc`` in float32 on CPU/MPS and int32 elsewhere, sums in float32.
-
-    Args:
-        gate_logits: a tuple of (B*L, E) router logits, one per sparse layer; anything that is
-            not a tuple (None, one tensor) gives 0, as in transformers.
-        num_experts: E.
-        top_k: k.
-        attention_mask: (B, L) 1 for real tokens, or None.
-
-    Returns:
-        A 0-d float32 tensor (or the int 0).
+    """The Switch Transformer auxiliary loss, transformers' ``load_balancing_loss_func`` (5.24):
+    ``E * sum_e f_e * P_e`` over all layers' rows, f_e the fraction of top-k slots routed to
+    expert e, P_e its mean routing probability. As transformers, the top-k is taken again from a
+    softmax in the logits' dtype. ``gate_logits``: a tuple of (B*L, E), one per sparse layer
+    (anything else gives the int 0); ``attention_mask`` (B, L), 1 for real tokens. Returns a
+    0-d float32 tensor.
     """
+
     if gate_logits is None or not isinstance(gate_logits, tuple):
         return 0
 

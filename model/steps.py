@@ -1,22 +1,10 @@
-"""The walkthrough's steps of one decoder layer, as observable names.
+"""The walkthrough's steps of one decoder layer (section "Forward 逐算子 Walkthrough", Steps
+1-10; Steps 0 and 11 are FSDP's), as the one list of names: specs cite them, the model emits
+them (``model.observe``), the calculator derives their shapes.
 
-Source: "FSDP2 Qwen3 Decoder Layer Walkthrough", section "Forward 逐算子 Walkthrough",
-Steps 1-10. Steps 0 (all-gather) and 11 (reshard) belong to FSDP, not to the model: the
-harness observes them through FSDP's hooks.
-
-This module is the one place where step names live. Specs refer to them
-(``step: step2.q_heads``), the model emits them, the calculator derives their shapes.
-
-Shapes are symbolic, in the document's symbols:
-  B = batch per rank, L = sequence length, d = hidden_size, h_q = num_attention_heads,
-  h_kv = num_key_value_heads, d_h = head_dim, d_ffn = intermediate_size.
-Head tensors are reported in the document's layout (B, L, h, d_h), whatever layout the
-kernel uses internally.
-
-How they are emitted: ``model.observe.observe_steps(module, callback)`` makes every decoder
-layer in ``module`` call ``callback(layer_idx, name, tensor)`` once per name, in the order of
-:data:`STEPS`, each forward (``model/qwen3.py`` holds the emitting lines; a test checks that
-they are exactly these names).
+Shapes are symbolic: B = batch per rank, L = sequence length, d = hidden_size,
+h_q = num_attention_heads, h_kv = num_key_value_heads, d_h = head_dim, d_ffn = intermediate_size;
+head tensors in the document's layout (B, L, h, d_h).
 """
 
 from __future__ import annotations
@@ -27,15 +15,9 @@ from typing import Mapping
 
 @dataclass(frozen=True)
 class Step:
-    """One observable tensor of a decoder layer's forward.
-
-    Attributes:
-        name: stable observable name, ``step<N>.<tensor>``.
-        step: the document's step number (1-10).
-        shape: symbolic shape, a tuple of symbols from the module docstring.
-        says: what the document claims for this tensor, in this project's words, ending
-            with its shape as the document prints it (tests/unit/model/test_qwen3.py reads that shape).
-    """
+    """One observable tensor: ``name`` (``step<N>.<tensor>``), the document's ``step`` (1-10),
+    its symbolic ``shape``, and what the document ``says`` of it, ending with the shape it
+    prints (tests/unit/model/test_qwen3.py reads that shape)."""
 
     name: str
     step: int
@@ -123,18 +105,13 @@ ALL_STEPS_BY_NAME: Mapping[str, Step] = {**STEPS_BY_NAME, **{s.name: s for s in 
 
 
 def resolve_shape(step: Step | str, symbols: Mapping[str, int]) -> list[int]:
-    """Evaluate a step's symbolic shape.
-
-    Args:
-        step: a :class:`Step` or its name (:data:`STEPS` or :data:`MOE_STEPS`).
-        symbols: values for B, L, d, h_q, h_kv, d_h, d_ffn (ints); E, k, d_moe for MOE_STEPS.
-
-    Returns:
-        The concrete shape as a list of ints.
+    """A step's (or step name's) shape as ints, from ``symbols`` (B, L, d, ...; E, k, d_moe too
+    for :data:`MOE_STEPS`).
 
     Raises:
         KeyError: unknown step name or a symbol missing from ``symbols``.
     """
+
     if isinstance(step, str):
         step = ALL_STEPS_BY_NAME[step]
     dims = []
