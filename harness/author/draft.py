@@ -1,21 +1,12 @@
 """Draft a spec for a model config and world size from the closed-form calculator.
 
 ``python -m harness draft --config Qwen3-14B --world-size 128`` writes the walkthrough's tables
-(parameter list, shard per rank, step shapes, collectives and bytes, per-layer per-step
-totals, reshard state, whole-rank memory at the forward hooks) for that config, each figure
-computed by :mod:`harness.calculator`, never by running anything. ``--param-dtype`` /
-``--reduce-dtype`` give every unit a MixedPrecisionPolicy and ``--reshard-after-forward
-layers.1=false`` one unit its own setting; layers set alike share layer 0's entries, another
-gets its own (``layer1_...``). Section names are English. ``--config`` is a name in ``model.KNOWN_CONFIGS``, its hub id
-(``Qwen/Qwen3-8B``) or a transformers ``config.json`` (``model.config.read_config_file``);
-a file is referenced from the drafted spec's ``setup.model.config``, and its ``torch_dtype``
-is the parameter dtype unless ``--dtype`` says otherwise.
-
-The spec is built as data, its rows as the calculator hands them out (already in the spec's
-field names), and written with ``yaml.safe_dump`` under a comment header. Every entry is marked
-``drafted: true``: the author reviews it against their own document before relying on it. The
-drafted spec passes when run, because the calculator and FSDP2 agree; where they do not, the
-failing entry is the finding.
+(parameter list, shard per rank, step shapes, collectives and bytes, per-layer per-step totals,
+reshard state, whole-rank memory at the forward hooks) for that config (docs/writing-specs.md), each
+figure computed by :mod:`harness.calculator`, never by running anything, and written with
+``yaml.safe_dump`` under a comment header. Every entry is marked ``drafted: true``: the author
+reviews it against their own document. The drafted spec passes when run, because the calculator
+and FSDP2 agree; where they do not, the failing entry is the finding.
 """
 
 from __future__ import annotations
@@ -379,8 +370,7 @@ def _param_state_rows(per_layer: list[calc.UnitTables], observe: list[int]) -> l
 
 
 def _gathered_bytes(t: calc.UnitTables) -> int:
-    """Bytes of a unit's unsharded parameters as FSDPMemTracker counts them: the all-gather's
-    output, padding included (each parameter's dim 0 padded to a multiple of the shard group)."""
+    """FSDPMemTracker's bytes of a unit's unsharded parameters: the all-gather's output, padding included."""
     return t.padded_numel * calc.dtype_bytes(t.gather_dtype)
 
 

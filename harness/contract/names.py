@@ -59,12 +59,8 @@ BODY_PHASES: tuple[str, ...] = RANK_PHASES[RANK_PHASES.index(PHASES[0]) : RANK_P
 
 
 def rank_phase_code(name: str) -> int:
-    """The index of ``name`` in :data:`RANK_PHASES` (what the launcher's shared memory holds).
-
-    Raises:
-        ValueError: ``name`` is not a rank phase (a phase the table lacks must be added to it,
-            not reported as another one).
-    """
+    """The index of ``name`` in :data:`RANK_PHASES` (what the launcher's shared memory holds);
+    ValueError for a phase the table lacks (add it there, never report it as another)."""
     try:
         return RANK_PHASES.index(name)
     except ValueError:

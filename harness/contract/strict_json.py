@@ -53,9 +53,5 @@ def dumps(value: Any, **kwargs: Any) -> str:
 
 
 def loads(text: str) -> Any:
-    """Parse JSON text written by :func:`dumps` (or by ``json.dumps``), non-finite values restored.
-
-    Raises:
-        json.JSONDecodeError: (a ValueError) not JSON.
-    """
+    """JSON text from :func:`dumps` or ``json.dumps``, non-finite values restored (JSONDecodeError: not JSON)."""
     return decode(json.loads(text))

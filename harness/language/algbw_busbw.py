@@ -31,11 +31,7 @@ BUS_FACTORS = {
 
 
 def bus_factor(op: str, n: int) -> float:
-    """busbw / algbw for ``op`` on ``n`` ranks (:func:`harness.calculator.busbw_factor`).
-
-    Raises:
-        ValueError: an op without a factor here.
-    """
+    """busbw / algbw for ``op`` on ``n`` ranks (:func:`harness.calculator.busbw_factor`); ValueError: no factor."""
     if op not in BUS_FACTORS:
         raise ValueError(f"no nccl-tests bus factor for op {op!r}; expected one of {list(BUS_FACTORS)}")
     return busbw_factor(op, n)

@@ -1,14 +1,10 @@
 """The vocabulary of check kinds: one declarative definition per kind.
 
 A :class:`CheckKind` says everything about one kind of spec entry: its selectors (which part of
-the observation), its fields (what is measured there) with the type of value each accepts, the
-extra rules an entry must meet, the measure function, and one line of docs per key. The loader
-(:mod:`harness.load.spec`), the checks (:mod:`harness.judge.checks`), the JSON Schema's entry
-definitions (``harness/schemas/spec.schema.json``) and docs/check-kinds.md's table of kinds all come
-from these definitions (:mod:`harness.language.kinds` registers them); ``tests/unit/language/test_vocabulary.py``
-fails when the shipped schema or that page disagree.
-
-Imports neither torch nor the run side's torch modules: loading a spec must stay fast.
+the observation), its fields (what is measured there) and the values each accepts, its extra
+rules, its measure function and one line of docs per key. The loader, the checks, the schema's
+entry definitions and docs/check-kinds.md's table all come from these definitions
+(:mod:`harness.language.kinds` registers them). Imports no torch: loading a spec stays fast.
 """
 
 from __future__ import annotations

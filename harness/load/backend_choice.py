@@ -1,11 +1,9 @@
 """Which backend a spec runs on when the user asks for one (``run --backend``, ``render --backend``,
 the plugin's ``--fsdp2-backend``).
 
-The rule: a spec whose ``backend:`` is ``auto`` (or absent) takes the requested backend; a spec
-pinned to a backend (``gloo``, ``nccl``, ``fake``) keeps it, because the pin is part of what it
-checks (``specs/premul_sum_refused_on_gloo.yaml`` is about gloo refusing ReduceOp.PREMUL_SUM; the
-1024-rank specs only fit simulated); ``force`` (``--force-backend``, ``--fsdp2-force-backend``)
-applies the requested backend to pinned specs too. Pure functions of strings: no torch.
+A spec whose ``backend:`` is ``auto`` (or absent) takes it; a pinned spec keeps its own, because the
+pin is part of what it checks (``specs/premul_sum_refused_on_gloo.yaml``), unless ``force``
+(``--force-backend``, ``--fsdp2-force-backend``). Pure functions of strings: no torch.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Setup keys declared once, on the setup dataclasses' fields: type, bounds, default, description.
 
-A setup dataclass (:mod:`harness.load.setup`, :mod:`harness.load.units`, :mod:`harness.load.schedule`)
-declares each spec key with :func:`key`, a ``dataclasses.field`` whose default is the key's
-default and whose metadata holds its description and JSON Schema keywords. The field's type
-annotation gives the rest of the schema (``bool`` a boolean, ``tuple[int, ...]`` an array of
-integers, a setup dataclass a mapping of its own keys). From these declarations:
-
-- :func:`object_schema` writes the JSON Schema of a dataclass's mapping (the shipped
-  ``harness/schemas/spec.schema.json``; ``python -m harness.load.docs`` regenerates it);
-- :func:`build` turns a schema-validated mapping into the dataclass, by field type, and
-  collects the problems of each class's cross-field rules (a ``_rules(self, given, where)``
-  method returning (key path, what was expected) pairs);
-- :func:`key_rows` lists every key (path, type, default, description) for docs/setup-keys.md.
-
-Imports nothing heavy: loading a spec stays fast.
+A setup dataclass declares each spec key with :func:`key`: a ``dataclasses.field`` whose default is
+the key's and whose metadata holds its description and JSON Schema keywords; the field's type gives
+the rest of the schema. From these, :func:`object_schema` writes the shipped
+``harness/schemas/spec.schema.json`` (``python -m harness.load.docs``), :func:`build` makes the
+dataclass from a validated mapping and collects each class's ``_rules`` problems, and
+:func:`key_rows` lists the keys for docs/setup-keys.md. Imports nothing heavy: loading stays fast.
 """
 
 from __future__ import annotations
@@ -41,17 +33,15 @@ class Key:
 
     Attributes:
         doc: the key's description (schema ``description``, docs/setup-keys.md).
-        schema: JSON Schema keywords merged (recursively) into the schema the field's type gives,
-            e.g. ``{"minimum": 1}`` or ``{"items": {"enum": [...]}}``; with ``enum`` the key's
-            schema is that enum alone.
-        whole: a callable returning the key's whole schema, where the type alone cannot say
-            (a polymorphic YAML form such as an FSDP unit entry).
-        null: YAML ``null`` is a value of its own ("pass nothing": torch's default), not just "unset".
-        at: the key's path in the spec mapping where it is not the field's name (``("mesh", "shape")``).
-        parse: the YAML value -> the field's value, where the type alone cannot say.
+        schema: JSON Schema keywords merged (recursively) into the type's schema (``{"minimum": 1}``);
+            with ``enum`` the key's schema is that enum alone.
+        whole: returns the key's whole schema where the type cannot say (an FSDP unit entry).
+        null: YAML ``null`` is a value of its own ("pass nothing": torch's default), not "unset".
+        at: the key's path where it is not the field's name (``("mesh", "shape")``).
+        parse: the YAML value -> the field's value, where the type cannot say.
         required: the key must be written even though the dataclass has a default.
-        spread: (dataclass, names left out): the field gathers, as (key, value) pairs, the keys of
-            that dataclass written at this level (the ``fsdp`` mapping's unit options).
+        spread: (dataclass, names left out): the field gathers that dataclass's keys written at this
+            level, as (key, value) pairs (the ``fsdp`` mapping's unit options).
     """
 
     doc: str
@@ -247,11 +237,7 @@ def convert(tp: Any, value: Any, parse: Callable[[Any], Any] | None = None) -> A
 
 
 def convert_key(cls: type, name: str, value: Any) -> Any:
-    """A written value of ``cls``'s key ``name`` -> the field's value (:func:`convert`).
-
-    Raises:
-        KeyError: ``cls`` declares no key ``name``.
-    """
+    """A written value of ``cls``'s key ``name`` -> the field's value; KeyError where none is declared."""
     for f, declared, tp in _declared(cls):
         if f.name == name:
             return convert(tp, value, declared.parse)
@@ -259,13 +245,9 @@ def convert_key(cls: type, name: str, value: Any) -> Any:
 
 
 def build(cls: type, given: Mapping[str, Any], where: str = "setup") -> tuple[Any, Problems]:
-    """``cls`` from a schema-validated mapping of its keys, and every problem its rules (and
-    those of the setup dataclasses inside it) find, as (key path, expected) pairs.
-
-    Keys left out take the field's default. A class's rules are its ``_rules(self, given, where)``
-    method: ``given`` is the mapping as written (to tell a key left out from one written with
-    its default), ``where`` the mapping's key path.
-    """
+    """``cls`` from a schema-validated mapping of its keys (left out: the default), and every problem
+    its ``_rules(self, given, where)`` and those of the dataclasses inside it find, as (key path,
+    expected) pairs; ``given`` is the mapping as written, to tell a key left out from its default."""
     kwargs: dict[str, Any] = {}
     problems: Problems = []
     for f, declared, tp in _declared(cls):

@@ -1,13 +1,11 @@
 """The generated parts of the spec schema and reference pages, from the one definition of each thing.
 
-``python -m harness.load.docs`` rewrites them: in ``harness/schemas/spec.schema.json`` the check
-kinds' entry definitions (from :data:`harness.language.kinds.REGISTRY`), the setup's definition
-(``$defs/setup``, from the setup dataclasses' declarations, :mod:`harness.load.declare`) and the
-``backend`` enum (:data:`harness.contract.names.BACKENDS`); the check-kinds table in
-``docs/check-kinds.md`` and the setup-keys table in ``docs/setup-keys.md``, each between its
-markers. ``tests/unit/language/test_vocabulary.py`` and ``tests/unit/load/test_setup_declarations.py``
-fail when the shipped files differ from what this writes. The rest of the schema (the spec's
-top-level keys, a table, an entry's metadata keys) and the pages' prose are written by hand.
+``python -m harness.load.docs`` rewrites, in ``harness/schemas/spec.schema.json``, the check kinds'
+entry definitions (:data:`harness.language.kinds.REGISTRY`), ``$defs/setup`` (the setup's
+declarations, :mod:`harness.load.declare`) and the ``backend`` enum
+(:data:`harness.contract.names.BACKENDS`); and the tables between the markers of
+``docs/check-kinds.md`` and ``docs/setup-keys.md``. ``tests/unit/language/test_vocabulary.py`` and
+``tests/unit/load/test_setup_declarations.py`` fail when the shipped files differ from what this writes.
 """
 
 from __future__ import annotations
@@ -172,11 +170,7 @@ def setup_table() -> str:
 
 
 def _between_markers(page: str, begin: str, end: str, table: str, name: str) -> str:
-    """``page`` with the text from ``begin`` to ``end`` (markers included) replaced by ``table``.
-
-    Raises:
-        ValueError: ``page`` (called ``name`` in the message) lacks a marker.
-    """
+    """``page`` with ``begin`` .. ``end`` (markers included) replaced by ``table``; ValueError without them."""
     start, stop = page.find(begin), page.find(end)
     if start < 0 or stop < 0:
         raise ValueError(f"{name} lacks the markers {begin!r} ... {end!r}")
@@ -184,20 +178,12 @@ def _between_markers(page: str, begin: str, end: str, table: str, name: str) -> 
 
 
 def check_kinds_page(page: str) -> str:
-    """``page`` (docs/check-kinds.md's text) with its generated check-kinds table rewritten.
-
-    Raises:
-        ValueError: the markers are missing.
-    """
+    """``page`` (docs/check-kinds.md's text) with its check-kinds table rewritten (ValueError: no markers)."""
     return _between_markers(page, TABLE_BEGIN, TABLE_END, check_kinds_table(), "docs/check-kinds.md")
 
 
 def setup_keys_page(page: str) -> str:
-    """``page`` (docs/setup-keys.md's text) with its generated setup-keys table rewritten.
-
-    Raises:
-        ValueError: the markers are missing.
-    """
+    """``page`` (docs/setup-keys.md's text) with its setup-keys table rewritten (ValueError: no markers)."""
     return _between_markers(page, SETUP_BEGIN, SETUP_END, setup_table(), "docs/setup-keys.md")
 
 

@@ -1,14 +1,10 @@
 """Extension points: ``setup.hooks`` names Python functions in a file beside the spec.
 
-A closed vocabulary trails its users; a hook pins what the declarative setup cannot say
-(freeze a layer after build and unfreeze it before step 1, a custom loss, a custom
-observation). The harness keeps everything else: launching, recorders, the numerics
-reference and the report. Each hook point is a key naming a function defined at the top
-level of ``setup.hooks.file`` (a path relative to the spec's folder); the rank imports the
-file (``harness.run.rank.hooks``) and calls each with keyword arguments (docs/hooks.md).
-
-Loading stays torch-free: :func:`resolve_hooks` checks that the file exists and parses
-(``ast``, nothing imported) and that each named function is defined there.
+A hook pins what the declarative setup cannot say (freeze a layer after build, a custom loss, a
+custom observation); the harness keeps launching, recorders, the numerics reference and the report.
+The rank imports ``setup.hooks.file`` (``harness.run.rank.hooks``) and calls each named top-level
+function with keyword arguments (docs/hooks.md). Loading stays torch-free: :func:`resolve_hooks`
+parses the file (``ast``, nothing imported) and checks that each named function is defined there.
 """
 
 from __future__ import annotations
@@ -47,12 +43,8 @@ def _name(doc: str) -> str | None:
 class HooksSetup:
     """Python functions of a file beside the spec, called at fixed points of each rank's run.
 
-    Attributes:
-        file: the Python file, relative to the spec's folder (absolute once loaded).
-        after_build .. observe: the name of a top-level function of ``file`` for that hook
-            point, or None (see :data:`HOOK_POINTS` and docs/hooks.md).
-        digest: sha256 of the file's bytes, set by the loader (part of the run cache key; not a
-            spec key).
+    ``file`` is relative to the spec's folder (absolute once loaded); ``digest``, set by the loader,
+    is the sha256 of its bytes (part of the run cache key; not a spec key).
     """
 
     file: str = key(required=True, doc="the Python file of the hook functions, relative to the spec's folder")

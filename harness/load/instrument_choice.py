@@ -1,13 +1,10 @@
 """The instruments a spec's run needs: those filling the fields its entries read.
 
-An entry of check kind K reads the observed fields K declares (its ``reads``,
-:func:`harness.language.kinds.read_by`); each field is filled by the instruments of
-:func:`harness.contract.instrument_names.instruments_filling`. The instrument filling a field's
-whole part is needed by every entry of K (its selectors and the kind's own computations walk the
-part's records); one filling a field inside another's part (the replica's ``grad_norms.reference``)
-only by an entry that names one of the kind's names computed from that field. A run of a spec then
-pays for nothing it does not check: no replica without a numerics or reference field, no memory
-tracker without a memory entry (``harness run --all-instruments`` records everything).
+An entry of check kind K reads the fields K declares (:func:`harness.language.kinds.read_by`), each
+filled by the instruments of :func:`harness.contract.instrument_names.instruments_filling`: one
+filling a field's whole part is needed by every entry of K, one filling a field inside another's
+part (the replica's ``grad_norms.reference``) only by an entry naming a field computed from it. A
+run pays for nothing it does not check (``harness run --all-instruments`` records everything).
 """
 
 from __future__ import annotations

@@ -1,49 +1,24 @@
 """The training schedule a spec asks for: steps, microbatches, forwards, runtime calls, the loss.
 
-A spec's ``setup.schedule`` (optional; its keys are declared on the dataclasses below,
-:mod:`harness.load.declare`) becomes a :class:`Schedule`.
-Without it the harness runs the walkthrough's one step: one forward on the rank's inputs, the
-body's loss on the output, ``loss.backward()``, ``optimizer.step()``.
+``setup.schedule`` (optional; its keys are declared below, :mod:`harness.load.declare`) becomes a
+:class:`Schedule`; without it the harness runs the walkthrough's one step: one forward on the
+rank's inputs, the body's loss, ``loss.backward()``, ``optimizer.step()``. Each step of
+``schedule.steps`` is, in order (docs/schedules.md):
 
-Each step of ``schedule.steps`` (one by default) is, in order:
-
-0. ``freeze`` then ``unfreeze``: ``requires_grad_(False)`` / ``requires_grad_(True)`` on the
-   parameters whose FQN matches one of the patterns (the sharded parameters, and the single-process
-   reference's), before the step's ``setup.hooks.before_step`` and ``call``: the named function of
-   ``setup.hooks.file`` (``harness.load.hooks``);
-1. ``zero_grad`` (not before the plan's first step): ``optimizer.zero_grad(set_to_none=True)``
-   (``true``, the default), ``set_to_none=False`` (``zeros``) or nothing (``false``: gradients
-   accumulate across steps);
-2. for each of ``microbatches`` (default 1): with ``gradient_sync: last`` (default)
-   ``set_requires_gradient_sync(False)`` on the root before every microbatch but the last and
-   ``True`` before the last (FSDP2 then reduce-scatters once, after the last backward); with
-   ``every``, sync stays on and every microbatch reduce-scatters; with ``all_reduce: last``
-   (HSDP, with ``gradient_sync: every``) ``set_requires_all_reduce(False)`` before every
-   microbatch but the last and ``True`` before the last: every microbatch reduce-scatters
-   within the shard group, FSDP2 adds the reduced shards up and all-reduces them across the
-   replicas once, after the last backward;
-
-   a. ``unshard``: ``FSDPModule.unshard()`` on the named units;
-   b. ``forwards`` forwards (default 1), each on its own inputs, under ``torch.no_grad()`` if
-      ``no_grad``; a layer or block (``layers.1.mlp``: post_attention_layernorm and MLP,
-      ``layers.1.self_attn``: input_layernorm and attention) named in ``used_only_in`` runs
-      only in the microbatches listed there (else its input passes on unchanged); the loss of a forward is the
-      schedule's ``loss`` on the output, or on the step tensor ``loss_on`` names
-      (``layers.1:step9.gate``: layer 1's Step 9 gate activation, ``model/steps.py``);
-   c. ``reshard``: ``FSDPModule.reshard()`` on the named units;
-   d. unless ``forward_only`` (implied by ``no_grad``): one backward of the mean of the
-      microbatch's losses divided by ``microbatches`` (so the accumulated gradient is the mean
-      over the step's samples), times ``loss_scale`` (default 1);
-3. ``clip_grad_norm: {max_norm, norm_type}``: ``torch.nn.utils.clip_grad_norm_`` over the
-   model's parameters (the returned total norm is observed);
+0. ``freeze`` then ``unfreeze``, before ``setup.hooks.before_step`` and the step's ``call``;
+1. ``zero_grad`` (not before the plan's first step);
+2. for each of ``microbatches``, with gradient sync and HSDP's all-reduce off on all but the last
+   as ``gradient_sync`` / ``all_reduce`` say: ``unshard``, the ``forwards``, ``reshard``, then,
+   unless ``forward_only``, one backward of the mean of its losses divided by ``microbatches``
+   (the accumulated gradient is the mean over the step's samples), times ``loss_scale``;
+3. ``clip_grad_norm`` over the model's parameters (the returned total norm is observed);
 4. ``optimizer.step()`` unless ``optimizer_step: false`` or ``forward_only``.
 
-``repeat: K`` writes the step K times. Step indices (``step_index`` in the observation and in
-selectors) count the repeated steps, from 0; microbatch indices count within a step.
+``repeat: K`` writes the step K times; ``step_index`` counts the repeated steps from 0, microbatch
+indices count within a step.
 
 Source: torch 2.13 ``FSDPModule.set_requires_gradient_sync``, ``set_requires_all_reduce``,
-``unshard``, ``reshard``;
-``torch.nn.utils.clip_grad_norm_``; ``torch.optim.Optimizer.zero_grad``.
+``unshard``, ``reshard``; ``torch.nn.utils.clip_grad_norm_``; ``torch.optim.Optimizer.zero_grad``.
 Imports nothing heavy (no torch): loading a spec stays fast.
 """
 
@@ -88,33 +63,7 @@ class ClipGradNorm:
 @dataclass(frozen=True)
 class ScheduleStep:
     """One optimizer step: zero_grad, microbatches (each: unshard, forwards, reshard, backward),
-    clip_grad_norm, optimizer step (see the module docstring for the order of calls).
-
-    Attributes:
-        microbatches: backward passes per step (gradient accumulation).
-        gradient_sync: "last" (sync off on all microbatches but the last) or "every".
-        all_reduce: "every" (FSDP2's default) or "last": ``set_requires_all_reduce(False)`` on
-            all microbatches but the last (HSDP; needs ``gradient_sync: every``).
-        forwards: forwards per microbatch before its one backward.
-        forward_only: no backward, no optimizer step.
-        no_grad: forwards under ``torch.no_grad()`` (implies ``forward_only``).
-        loss_on: ``"<decoder layer path>:<step name>"`` or None for the model output.
-        loss_scale: the factor each microbatch's loss is multiplied by before its backward.
-        used_only_in: decoder layer path (``layers.1``) or one of its blocks (``layers.1.mlp``,
-            ``layers.1.self_attn``) -> the microbatches (0-based) it runs in.
-        clip_grad_norm: None, or the clipping before the optimizer step.
-        optimizer_step: call ``optimizer.step()``.
-        zero_grad: before this step (not the plan's first): True (set_to_none), "zeros", False.
-        unshard: units (FQN, "" for the root) to ``unshard()`` before each microbatch's forwards.
-        reshard: units to ``reshard()`` after each microbatch's forwards.
-        repeat: how many times the step is run.
-        call: a top-level function of ``setup.hooks.file`` called as ``f(model, step_index, rank,
-            world_size)`` at the start of the step, after ``setup.hooks.before_step`` (the
-            schedule's reference makes the same call); None: none.
-        freeze, unfreeze: parameter FQN patterns (``*`` one component, ``**`` several) made
-            ``requires_grad=False`` / ``True`` at the start of the step, before ``before_step``
-            and ``call`` (a repeated step applies them at each repeat).
-    """
+    clip_grad_norm, optimizer step (see the module docstring for the order of calls)."""
 
     microbatches: int = key(1, doc="backward passes accumulated into the step's gradient", minimum=1)
     gradient_sync: str = key(
@@ -304,8 +253,7 @@ class Schedule:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> tuple["Schedule", Problems]:
-        """Build from ``setup.schedule`` (schema-validated). Returns the schedule and the
-        problems the schema cannot see, as (key path, expected) pairs."""
+        """Build from ``setup.schedule`` (schema-validated): the schedule, and the problems the schema cannot see."""
         return build(cls, data, "setup.schedule")
 
 

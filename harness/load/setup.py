@@ -1,12 +1,9 @@
 """The run setup: everything the harness needs to reproduce one FSDP2 training step.
 
-Each spec key of a spec's ``setup:`` mapping is declared once, on a field below (type, bounds,
-default, description: :func:`harness.load.declare.key`); the JSON Schema's setup definitions
-(``harness/schemas/spec.schema.json``) and the table of docs/setup-keys.md are generated from these
-declarations (``python -m harness.load.docs``). A validated mapping becomes a :class:`RunSetup`
-(:meth:`RunSetup.from_mapping`). Defaults follow the walkthrough document's setup code
-(section "FSDP2 设置"): ``fully_shard`` on every decoder layer, then on the root, over a
-1-D mesh named ``dp``.
+Each ``setup:`` key is declared once, on a field below (:func:`harness.load.declare.key`); the schema's
+setup definitions and docs/setup-keys.md are generated from them (``python -m harness.load.docs``).
+Defaults follow the walkthrough document's section "FSDP2 设置": ``fully_shard`` on every decoder
+layer, then on the root, over a 1-D mesh named ``dp``.
 """
 
 from __future__ import annotations
@@ -44,10 +41,8 @@ BODIES: tuple[str, ...] = ("decoder_layers", "causal_lm")
 class SetupError(ValueError):
     """A ``setup:`` mapping the schema accepts but the harness cannot run.
 
-    Attributes:
-        key_path: where, as a spec key path (``setup.mesh.dim_names``).
-        message: what was expected (without the key path).
-        errors: every problem found, as (key_path, message) pairs; the first is the one above.
+    ``key_path`` (``setup.mesh.dim_names``) and ``message`` (what was expected) are the first
+    problem's; ``errors`` holds every (key_path, message) pair.
     """
 
     def __init__(self, key_path: str, message: str, errors: list[tuple[str, str]] | None = None):
@@ -58,18 +53,7 @@ class SetupError(ValueError):
 
 @dataclass(frozen=True)
 class ModelSetup:
-    """Which model to build.
-
-    Attributes:
-        config: a name in ``model.KNOWN_CONFIGS`` ("walkthrough", "Qwen3-8B", ...) or an
-            inline mapping of ``Qwen3Config`` fields.
-        overrides: ``Qwen3Config`` fields replacing the named config's (e.g. num_hidden_layers).
-        body: "decoder_layers" (the document's focus: N_L decoder layers, input is
-            hidden_states [B, L, d]) or "causal_lm" (embed_tokens, layers, norm, lm_head;
-            input is token ids [B, L]).
-        dtype: dtype the parameters are built in, before ``fully_shard`` (the document: float16);
-            not ``MixedPrecisionPolicy.param_dtype``, which is what the all-gather casts to.
-    """
+    """Which model to build."""
 
     config: str | Mapping[str, Any] = key(
         "walkthrough",
@@ -107,21 +91,8 @@ def _prefetch_schema() -> dict[str, Any]:
 class FSDPSetup:
     """How ``fully_shard`` is applied.
 
-    Attributes:
-        reshard_after_forward: for every unit but the root (unless a unit sets its own):
-            True, False, an int (reshard to a group of that size after forward) or None (torch's
-            default).
-        root_reshard_after_forward: for the root unit; None passes nothing, so torch's own
-            default for the root applies, as in the document's ``fully_shard(model, mesh=mesh)``.
-        mixed_precision: every unit's ``MixedPrecisionPolicy`` unless a unit sets ``mp_policy``;
-            None for no policy.
-        offload_policy: every unit's ``CPUOffloadPolicy`` unless a unit sets one; None: none.
-        units: the ``fully_shard`` calls in order (:mod:`harness.load.units`); None: one unit per
-            decoder layer, then the root (the document's setup code).
-        forward_prefetch: ((unit, (units...)), ...): ``unit.set_modules_to_forward_prefetch``.
-        backward_prefetch: the same for ``set_modules_to_backward_prefetch``.
-        defaults: every other :class:`~harness.load.units.UnitOptions` key written at ``fsdp``
-            level: the default of every unit.
+    The prefetch fields hold ((unit, (units...)), ...); ``defaults`` the other
+    :class:`~harness.load.units.UnitOptions` keys written at ``fsdp`` level (every unit's default).
     """
 
     reshard_after_forward: bool | int | None = key(
@@ -194,14 +165,7 @@ def _grad_dtypes(value: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
 
 @dataclass(frozen=True)
 class FreezeSetup:
-    """Parameters made ``requires_grad=False`` by pattern (:func:`harness.load.units.match_params`).
-
-    Attributes:
-        params: FQN patterns (relative to the root; ``*`` one component, ``**`` several).
-        after_fully_shard: False: frozen on the built model, before ``fully_shard`` (FSDP then
-            sees frozen parameters at init); True: frozen on the sharded ``DTensor`` parameters,
-            after every ``fully_shard``.
-    """
+    """Parameters made ``requires_grad=False`` by pattern (:func:`harness.load.units.match_params`)."""
 
     params: tuple[str, ...] = key(
         (), required=True, minItems=1, doc="FQN patterns (relative to the root; * one component, ** several)"
@@ -222,14 +186,7 @@ class OptimizerSetup:
 
 @dataclass(frozen=True)
 class BandwidthSize:
-    """One size of a bandwidth sweep: S, the full buffer as nccl-tests counts it.
-
-    Attributes:
-        name: the size's name in reports and in ``bandwidth`` entries (``size:``).
-        layer_of: a known config name (``Qwen3-8B``): S is one of its decoder layers, the FSDP
-            unit FSDP2 all-gathers, padded as FSDP2 pads it for the group size.
-        numel: or S as an element count.
-    """
+    """One size of a bandwidth sweep: S, the full buffer as nccl-tests counts it."""
 
     name: str = key(
         pattern=r"^[A-Za-z0-9_.\-]+$",
@@ -250,18 +207,8 @@ class BandwidthSetup:
     """Collectives timed after the step, in nccl-tests' terms (algbw, busbw, #wrong); the
     bandwidth check kind reads them (``harness/run/rank/collective_timing.py``).
 
-    Attributes:
-        ops: which collectives to sweep (:data:`BANDWIDTH_OPS`).
-        sizes: the sweep's sizes, in order.
-        dtype: the sweep's dtype; None: the step's all-gather dtype (the mixed-precision
-            param_dtype, else ``model.dtype``).
-        warmup: untimed operations before the timed ones, per row.
-        iterations: timed operations per row; a row's time is their mean.
-        cpu_max_bytes: on CPU ranks (gloo), a size whose S is larger runs at this many bytes
-            instead (rounded down to whole elements per rank), and reports both; None: no cap.
-            GPUs ignore it.
-        step: also time each distinct collective the step issued (same op, dtype, elements
-            and group), replayed on its own after the step.
+    ``cpu_max_bytes`` is rounded down to whole elements per rank; ``step`` replays each distinct
+    collective (same op, dtype, elements and group).
     """
 
     ops: tuple[str, ...] = key(
@@ -320,12 +267,8 @@ class BandwidthSetup:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "BandwidthSetup":
-        """Build from ``setup.bandwidth`` (schema-validated).
-
-        Raises:
-            SetupError: a size name used twice or named ``step``, a ``layer_of`` that is not a
-                known config.
-        """
+        """Build from ``setup.bandwidth`` (schema-validated); SetupError for a size name used twice
+        or named ``step``, or an unknown ``layer_of``."""
         made, problems = build(cls, data, "setup.bandwidth")
         if problems:
             raise SetupError(*problems[0], errors=problems)
@@ -341,12 +284,6 @@ class GetModelStateDict:
     """One ``torch.distributed.checkpoint.state_dict.get_model_state_dict(model,
     options=StateDictOptions(...))`` call on the trained model after the step
     (``harness/run/rank/state_dict_options.py``); checked with check kind state_dict_get.
-
-    Attributes:
-        id: the name entries select it by (``get: <id>``).
-        full_state_dict: gather every entry into a plain full tensor (no DTensor).
-        cpu_offload: move every entry to the CPU; with ``full_state_dict`` only rank 0 gets
-            the entries, the others an empty dict (torch's ``StateDictOptions`` docs).
     """
 
     id: str = key(doc="the name state_dict_get entries select this call by", pattern=r"^[A-Za-z0-9_.-]+$")
@@ -361,20 +298,9 @@ class SetModelStateDict:
     """One ``set_model_state_dict(fresh model, state dict, options=StateDictOptions(...))`` call
     after the step (``harness/run/rank/state_dict_options.py``); checked with check kind state_dict_set.
 
-    The state dict handed over is the trained model's: its full state dict
-    (``get_model_state_dict(full_state_dict=True)``) with ``full_state_dict``, on every rank, or
-    on rank 0 alone with ``broadcast_from_rank0`` (the other ranks pass ``{}``: torch's
-    documented recipe), else its sharded state dict (DTensors); less the ``drop`` keys, plus
-    one-element ``add`` keys.
-
-    Attributes:
-        id: the name entries select it by (``set: <id>``).
-        into: "sharded": a fresh model built on meta, ``fully_shard``-ed with the run's units and
-            filled from another seed; "meta": the same left on the meta device (FSDP2's
-            meta-device init, loaded without ``to_empty``).
-        full_state_dict, broadcast_from_rank0, cpu_offload, strict: ``StateDictOptions``.
-        drop: parameter FQNs left out of the handed-over state dict (missing keys).
-        add: extra keys added to it, each a one-element float32 zero tensor (unexpected keys).
+    The state dict handed over is the trained model's: full (``get_model_state_dict(full_state_dict=True)``)
+    with ``full_state_dict``, on rank 0 alone with ``broadcast_from_rank0`` (the others pass ``{}``:
+    torch's documented recipe), else sharded (DTensors); less ``drop``, plus ``add``.
     """
 
     id: str = key(doc="the name state_dict_set entries select this call by", pattern=r"^[A-Za-z0-9_.-]+$")
@@ -418,19 +344,8 @@ class StateDictSetup:
     removed), dcp.load + set_state_dict into a freshly built and sharded model and optimizer;
     checked with check kind state_dict.
 
-    Attributes:
-        round_trip: after the optimizer step, save the sharded model and optimizer state
-            (``get_state_dict`` + ``dcp.save``) into a temporary folder, load it into a freshly
-            built and sharded model and optimizer of the same world (``dcp.load`` +
-            ``set_state_dict``) and record, per state-dict entry and rank, equality after load
-            and the shard's global offset and length (``harness.run.rank.checkpoint``).
-        reload_world_sizes: also load the same checkpoint in a second launch of this many
-            ranks each (a 1-D mesh named as the run's shard dim), e.g. ``(2,)``; needs
-            ``round_trip`` and a local launch.
-        get_model: ``get_model_state_dict`` calls on the trained model after the step, each
-            with its ``StateDictOptions`` (:class:`GetModelStateDict`).
-        set_model: ``set_model_state_dict`` calls into fresh models after the step
-            (:class:`SetModelStateDict`).
+    The round trip records, per state-dict entry and rank, equality after load and the shard's
+    global offset and length.
     """
 
     round_trip: bool = key(False, doc="save and load on the run's own world (false: no checkpoint)")
@@ -517,8 +432,7 @@ MESH_RULE_KEYS = re.compile(
 
 
 def reads_the_mesh(key_path: str) -> bool:
-    """True for a setup problem at a key path whose rule reads the mesh: with a mesh the schema
-    refused, the default mesh stood in, and the problem may be false."""
+    """Whether the rule at ``key_path`` reads the mesh (where the default stood in for a refused one)."""
     return MESH_RULE_KEYS.match(key_path) is not None
 
 
@@ -526,50 +440,12 @@ def reads_the_mesh(key_path: str) -> bool:
 class RunSetup:
     """How the harness runs the step: one FSDP2 training step, fully specified.
 
-    Attributes:
-        model: see :class:`ModelSetup`.
-        mesh_shape: DeviceMesh shape; (4,) for the document, (2, 2) for HSDP.
-        mesh_dim_names: one name per mesh dim; ("dp",) for the document,
-            ("dp_replicate", "dp_shard") for HSDP.
-        batch_per_rank: B, samples per data-parallel rank (document: 2).
-        seq_len: L, tokens per sample (document: 8).
-        fsdp: see :class:`FSDPSetup`.
-        optimizer: see :class:`OptimizerSetup`.
-        seed: seeds weights and the global batch.
-        observe_ranks: simulated runs only: which global ranks to record (None: every rank up
-            to 8 ranks, else rank 0).
-        numerics: compare with a non-sharded replica (real runs; every rank then holds the
-            full model, its full gradients and runs one more forward and backward). Off: the
-            model is built on the meta device and each rank materializes only its shards
-            after fully_shard (values then differ from init_weights'), for models too big to
-            hold unsharded on every rank at once. The observation is otherwise the same.
-        numerics_reference: where the replica runs: "each_rank" (default: every rank builds the
-            full model and runs its own inputs; gradients summed with an all-reduce) or "rank_0"
-            (rank 0 alone builds it, runs every rank's inputs in turn, sums the gradients in
-            float32 and hands each rank its rows through files in a shared folder: one full
-            model in memory instead of one per rank; the default step only, not a schedule).
-        bandwidth: collectives timed after the step (:class:`BandwidthSetup`); None: none.
-        state_dict: see :class:`StateDictSetup` (default: no checkpoint round trip).
-        init: how the weights come to be: "full" (built on the device, ``init_weights``, then
-            ``fully_shard``), "meta" (built on ``meta``, ``fully_shard``, ``to_empty``, then each
-            rank fills its shards with exactly the values "full" gives: same seed, same numbers;
-            RoPE's ``inv_freq`` recomputed), or None: "full" with numerics on, else each rank
-            draws its own shards (fast, values unlike "full"'s). Written ``{device, repair}``.
-        init_repair: with init "meta": fill the RMSNorm weights and recompute RoPE's ``inv_freq``
-            after ``to_empty`` (``setup.init.repair``, default true; not a key of its own).
-        track_memory: run ``FSDPMemTracker`` over the step (the ``memory`` observation).
-        freeze: see :class:`FreezeSetup`.
-        grad_dtype: ((parameter pattern, dtype name), ...): ``Parameter.grad_dtype`` set on the
-            built model before ``fully_shard`` (the first matching pattern wins); empty: not set.
-        record_errors: set by the loader when a spec has an ``expect_error`` entry: an error
-            raised by a rank is recorded in its observation (type, message, phase) instead of
-            failing the run (not a spec key).
-        instruments: the names of the rank's instruments to run
-            (``harness.contract.instrument_names.INSTRUMENTS``); None: every one. Set by the caller
-            (not a spec key): the fields of an instrument left off are recorded empty.
-        schedule: the steps to run (``harness.load.schedule``); None: the walkthrough's one
-            step (one forward, the body's loss, backward, optimizer step).
-        hooks: Python functions called at fixed points of the run (:class:`HooksSetup`); None: none.
+    Not spec keys: ``init_repair`` (``setup.init.repair``, default true); ``record_errors``, set by
+    the loader for an ``expect_error`` entry (a rank's error is recorded in its observation, type,
+    message and phase, instead of failing the run); ``instruments``, set by the caller: the names
+    in ``harness.contract.instrument_names.INSTRUMENTS`` to run (None: every one; an instrument left
+    off records its fields empty). ``grad_dtype`` holds ((parameter pattern, dtype name), ...).
+    With ``numerics_reference: rank_0`` rank 0 sums the replica's gradients in float32.
     """
 
     model: ModelSetup = key(default_factory=ModelSetup, doc="which model to build")
@@ -734,15 +610,11 @@ class RunSetup:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "RunSetup":
-        """Build from a spec's ``setup:`` mapping (schema-validated; unknown keys rejected).
-
-        The keys, their types and defaults are the fields' declarations (:mod:`harness.load.declare`;
-        docs/setup-keys.md lists them).
+        """Build from a spec's ``setup:`` mapping (schema-validated; keys: docs/setup-keys.md).
 
         Raises:
-            SetupError: naming the key path, for values the schema cannot catch (a mesh whose
-                dim names do not match its shape, an observed rank outside the world, ...), every
-                one found.
+            SetupError: every value the schema cannot catch (a mesh whose dim names do not match
+                its shape, an observed rank outside the world, ...), naming its key path.
         """
         setup, problems = build(cls, data)
         if problems:

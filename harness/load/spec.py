@@ -1,12 +1,9 @@
 """Load a spec: YAML (safe loading only) -> schema validation -> entries ready to check.
 
-A spec (see harness/schemas/spec.schema.json; its setup part is generated from the setup's
-declarations, :mod:`harness.load.docs`) holds a ``setup`` for the harness and
-``tables``, one per table or claim of the document. Every row or entry of a table becomes one
-:class:`harness.judge.checks.Entry`, i.e. one test item.
-
-Every error raises :class:`SpecError` naming the file, the line, the key path and what was
-expected; nothing here raises a bare traceback for bad input.
+A spec (harness/schemas/spec.schema.json) holds a ``setup`` for the harness and ``tables``, one per
+table or claim of the document; every row or entry becomes one :class:`harness.judge.checks.Entry`,
+one test item. Every error raises :class:`SpecError` naming the file, the line, the key path and
+what was expected; nothing here raises a bare traceback for bad input.
 """
 
 from __future__ import annotations
@@ -41,12 +38,9 @@ _ENTRY_META = ("id", "says", "torch", "deviation", "drafted")
 
 
 class SpecError(ValueError):
-    """A spec that cannot be used.
-
-    ``str()`` has one line per error, in file order: ``file:line: key.path: what was expected``.
-    ``line``, ``key_path`` and ``message`` are the first error's; ``errors`` lists every error as
-    (line, key path, message).
-    """
+    """A spec that cannot be used: ``str()`` has one line per error, in file order (``file:line:
+    key.path: what was expected``); ``line``, ``key_path`` and ``message`` are the first error's,
+    ``errors`` every (line, key path, message)."""
 
     def __init__(
         self, path: str | Path, line: int, key_path: str, message: str, errors: list[tuple[int, str, str]] | None = None
@@ -96,16 +90,9 @@ class _Errors:
 
 @dataclass
 class SpecItem:
-    """One checkable entry with its gating.
-
-    Attributes:
-        entry: the check entry.
-        torch_range: PEP 440 range for torch ('' = any); outside it the item is skipped.
-        deviation: reason (and link) if reality is known to differ from the document.
-        drafted: True if written by 'harness draft' and not yet reviewed.
-        torch_build: the spec's ``torch_build`` ("cpu", "cuda"; '' = any): on another build the
-            item is skipped.
-    """
+    """One checkable entry with its gating: skipped outside ``torch_range`` (PEP 440, '' = any) or on
+    another ``torch_build`` ("cpu", "cuda"; '' = any); ``deviation``: reason (and link) if reality is
+    known to differ from the document; ``drafted``: written by 'harness draft', not yet reviewed."""
 
     entry: Entry
     torch_range: str = ""
@@ -171,8 +158,7 @@ def _validator() -> jsonschema.Draft202012Validator:
     """The shipped schema with each table's entries checked only for their metadata keys: the
     loader checks each entry against its check kind itself (harness/language/kinds/, the same
     definitions the schema's ``table_kinds`` is generated from), with messages that know the
-    setup, and the table's two forms in :func:`_table_form_errors`. References resolve within
-    the schema itself (jsonschema's own lookup)."""
+    setup, and the table's two forms in :func:`_table_form_errors`."""
     global _VALIDATOR
     if _VALIDATOR is None:
         schema = _schema()
@@ -240,15 +226,12 @@ def _undotted(key_path: str) -> tuple:
 
 
 def load_spec(path: str | Path) -> Spec:
-    """Read, validate and expand one spec file.
-
-    Every error found is reported at once: one SpecError, one line per error in file order.
-    Where the schema fails, the entry-level checks of that part are skipped.
+    """Read, validate and expand one spec file (where the schema fails, that part's entry checks are skipped).
 
     Raises:
-        SpecError: unreadable YAML, schema violation, unknown check field or selector,
-            unreadable figure, unknown step name, parameter name, memory state or rank, bad
-            setup, bad torch range, duplicate key or entry id.
+        SpecError: every error at once, one line each: unreadable YAML, schema violation, unknown
+            check field or selector, unreadable figure, unknown step name, parameter name, memory
+            state or rank, bad setup, bad torch range, duplicate key or entry id.
     """
     path = Path(path)
     if path.is_dir():
@@ -460,12 +443,9 @@ walks every module of every layer (units, parameter names): a million layers too
 
 
 def _check_model_config(errors: _Errors, model: Mapping[str, Any]) -> Any:
-    """Build the Qwen3Config now, so a bad model config fails at load, not inside a rank.
-
-    The named (or inline) config is built first and blamed for its own failure; the overrides
-    are blamed only when applying them is what fails. A config of more than :data:`MAX_LAYERS`
-    decoder layers is refused (blamed on the key that set it). Returns the config, None if it fails.
-    """
+    """Build the Qwen3Config now, so a bad model config fails at load, not inside a rank: the named
+    (or inline) config is blamed for its own failure, the overrides only when applying them fails;
+    over :data:`MAX_LAYERS` decoder layers is refused. Returns the config, None if it fails."""
     config = _build_model_config(errors, model)
     if config is not None and config.num_hidden_layers > MAX_LAYERS:
         key = "overrides" if "num_hidden_layers" in (model.get("overrides") or {}) else "config"
@@ -740,13 +720,9 @@ def _table_items(
 def _entry_problems(
     kind: CheckKind, values: Mapping[str, Any], context: Context, some_dropped: bool
 ) -> list[tuple[str | None, str]]:
-    """What the schema cannot say about one entry: (the key to blame, None for the entry; message).
-
-    Each selector's rule (a layer, unit, step, state or rank the setup can never produce is an
-    error), then the kind's rules over the whole entry. ``some_dropped``: an unknown key was
-    dropped (and reported); a required selector then found missing is likely that key misspelt,
-    so the entry-wide rules are not reported a second time.
-    """
+    """What the schema cannot say about one entry, as (the key to blame, None for the entry; message):
+    each selector's rule, then the kind's entry-wide rules, skipped where ``some_dropped`` (a dropped
+    unknown key is likely the misspelt required selector, already reported)."""
     out: list[tuple[str | None, str]] = []
     for name, value in values.items():
         selector = kind.selector_index.get(name)

@@ -1,18 +1,13 @@
 """Which YAML files are specs: one rule for the pytest plugin and ``run DIR``, so that no spec
 is dropped silently and no unrelated YAML becomes an error.
 
-A ``.yaml`` / ``.yml`` file is a spec (it gives items, or one load error naming the file, line
-and key) when any of these holds:
+A ``.yaml`` / ``.yml`` file is a spec (items, or one load error naming file, line and key) when:
 
 1. it was named itself: on pytest's command line, to ``--fsdp2-specs``, or to ``run``;
-2. it lies under a *spec folder*: a folder given to ``--fsdp2-specs`` or to ``run``, or any
-   folder named ``specs``: there every YAML file is a spec, an empty one or one whose
-   ``tables:`` is mistyped included;
-3. elsewhere (wherever pytest looks), its top level has at least two of a spec's own keys,
-   :data:`SPEC_KEYS` (read from its first 64 KiB): ``spec:`` with ``title:`` is a spec whose
-   ``tables:`` may be mistyped; a CI config or a Kubernetes manifest (``spec:`` alone) is not.
-
-Pure: paths and bytes, no torch.
+2. it lies under a folder given to ``--fsdp2-specs`` or ``run``, or any folder named ``specs``
+   (an empty file, or one whose ``tables:`` is mistyped, included);
+3. elsewhere, its top level has at least two of :data:`SPEC_KEYS` (read from its first 64 KiB):
+   ``spec:`` with ``title:`` is a spec; a CI config or a Kubernetes manifest (``spec:`` alone) is not.
 """
 
 from __future__ import annotations

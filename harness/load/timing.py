@@ -1,12 +1,9 @@
 """Refuse spec entries that assert observation fields whose value depends on thread timing.
 
-Which fields those are is declared once, in :mod:`harness.contract.fields`: a behaviour field
-declared to vary run to run on the spec's backend (``memory.bytes.temp`` and ``total`` on gloo and
-NCCL: FSDPMemTracker's ``temp`` depends on which thread runs gloo's reduce-scatter copy-out
-callback and when the copy is freed). Under the fake backend nothing runs asynchronously, so
-there they may be asserted.
-
-Self-contained: :func:`timing_dependent_errors` takes one loaded entry and the spec's backend.
+Those fields are declared in :mod:`harness.contract.fields` as varying run to run on the spec's
+backend (``memory.bytes.temp`` and ``total`` on gloo and NCCL: FSDPMemTracker's ``temp`` depends on
+which thread runs gloo's reduce-scatter copy-out callback and when the copy is freed); under the
+fake backend nothing runs asynchronously, so there they may be asserted.
 """
 
 from __future__ import annotations

@@ -1,29 +1,12 @@
 """FSDP units as a spec writes them, and the plan they resolve to (no torch import).
 
-``setup.fsdp.units`` is an ordered list of ``fully_shard`` calls. Each entry names modules by
-path or glob, relative to the root module (``*`` matches one path component):
-
-- a string names one unit per matching module: ``layers.*`` is ``fully_shard(layer)`` for each
-  decoder layer, in module order;
-- a list groups every module it names into ONE unit, ``fully_shard([norm, lm_head])``;
-- a mapping ``{modules: <string or list>, <options>}`` does the same with the unit's own options;
-- ``root`` (only as the last entry) gives the root unit its options; without it the root is
-  appended with ``fsdp.root_reshard_after_forward`` and the ``fsdp`` defaults. The root is always
-  the last ``fully_shard`` call (torch's documented order: children before their parents).
-
-Each option a unit leaves out takes the ``fsdp`` mapping's value of the same name (for the
-root's ``reshard_after_forward``: ``fsdp.root_reshard_after_forward``). ``null`` means "pass
-nothing": torch's own default.
-
-A unit's name is what torch calls it in its profiler labels (``FSDPParamGroup._module_fqn``,
+``setup.fsdp.units`` is an ordered list of ``fully_shard`` calls, children before their parents
+and the root always last (docs/specs.md, "FSDP units"); an option a unit leaves out takes the
+``fsdp`` mapping's value, and ``null`` passes nothing (torch's own default). A unit's name is
+torch's, from its profiler labels (``FSDPParamGroup._module_fqn``,
 ``torch/distributed/fsdp/_fully_shard/_fsdp_state.py``, torch 2.13): the module's FQN, or for a
-grouped unit its modules' FQNs in ``named_modules()`` order joined by ``", "``
-(``"model.norm, lm_head"``); ``""`` is the root.
-
-:func:`resolve_units` turns the written entries into :class:`UnitPlan` s and reports, as
-(key path, message) pairs, every pattern that matches no module and every module named by two
-units. What only torch can tell (a parent sharded before its child, a shared parameter) is
-left to the run, where it is observed.
+grouped unit its modules' FQNs in ``named_modules()`` order joined by ``", "``; ``""`` is the root.
+What only torch can tell (a parent sharded before its child, a shared parameter) is left to the run.
 """
 
 from __future__ import annotations
@@ -92,10 +75,8 @@ def _shard_placement(value: Any) -> tuple[tuple[str, int], ...]:
 class UnitOptions:
     """One unit's FSDP options: ``fully_shard`` arguments and ``FSDPModule`` setters.
 
-    Each field declares one option once: its key, type, default, schema and docs line (the
-    ``doc=`` is the generated schema's and docs/setup-keys.md's text). The rank side applies it
-    in one place, :mod:`harness.run.rank.parallelize` (a setter: its ``UNIT_SETTERS`` entry). A unit
-    entry and the ``fsdp`` mapping (as every unit's default) take the same keys.
+    A unit entry and the ``fsdp`` mapping (every unit's default) take these keys; the rank applies
+    them in :mod:`harness.run.rank.parallelize` (a setter: its ``UNIT_SETTERS`` entry).
     """
 
     reshard_after_forward: bool | int | None = key(
@@ -262,14 +243,8 @@ def unit_entry_schema() -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class UnitSpec:
-    """One entry of ``setup.fsdp.units`` as written.
-
-    Attributes:
-        modules: the module paths or globs it names.
-        grouped: True for a list (one unit of every match), False for a string (a unit per match).
-        given: the options the entry sets itself, as (key, value) pairs (values as the YAML
-            holds them); the others come from the ``fsdp`` defaults.
-    """
+    """One entry of ``setup.fsdp.units`` as written: ``grouped`` for a list (one unit of every match);
+    ``given``, the options it sets itself as (key, YAML value) pairs."""
 
     modules: tuple[str, ...]
     grouped: bool = False
@@ -282,16 +257,9 @@ class UnitSpec:
 
 @dataclass(frozen=True)
 class UnitPlan:
-    """One ``fully_shard`` call, resolved.
-
-    Attributes:
-        paths: FQNs of its modules (relative to the root; ``""`` is the root), module order.
-        name: torch's name for the unit (see module docstring).
-        role: "layer" (exactly one decoder layer), "root", or "module" (anything else).
-        layer: the decoder layer index of a "layer" unit, else None.
-        options: its :class:`UnitOptions`.
-        entry: the index of the ``setup.fsdp.units`` entry it came from (None: the default units).
-    """
+    """One ``fully_shard`` call, resolved: its modules' FQNs in module order, torch's name for it,
+    its role ("layer": exactly one decoder layer, whose index ``layer`` holds; "root"; "module"),
+    and the ``setup.fsdp.units`` entry it came from (None: the default units)."""
 
     paths: tuple[str, ...]
     name: str
@@ -367,18 +335,12 @@ def resolve_units(
     module_paths: Sequence[str],
     layer_prefix: str,
 ) -> tuple[list[UnitPlan], list[tuple[str, str]]]:
-    """The units in ``fully_shard`` order and the problems found.
+    """The units in ``fully_shard`` order, and the problems found as (key path, message) pairs
+    (a pattern matching no module, a module in two units, ``root`` not last).
 
-    Args:
-        specs: ``setup.fsdp.units`` (None: one unit per decoder layer, then the root).
-        defaults: the ``fsdp`` mapping's option values (keys of :data:`UNIT_OPTION_KEYS`).
-        root_reshard_after_forward: the root's ``reshard_after_forward`` unless its entry sets one.
-        module_paths: every module FQN of the model, ``named_modules()`` order (``""`` first).
-        layer_prefix: where the decoder layers live (``layers`` or ``model.layers``).
-
-    Returns:
-        (plans, problems): problems are (key path, message) pairs, e.g.
-        ``("setup.fsdp.units[1].modules", "'lm_head' matches no module ...")``.
+    ``specs``: ``setup.fsdp.units`` (None: one unit per decoder layer, then the root);
+    ``defaults``: the ``fsdp`` mapping's option values; ``module_paths``: every module FQN,
+    ``named_modules()`` order (``""`` first).
     """
     written = specs is not None
     specs = list(specs) if written else [UnitSpec((f"{layer_prefix}.*",))]

@@ -1,25 +1,9 @@
 """Bounded reading of a YAML file: size, encoding, nesting and alias expansion checked first.
 
-PyYAML's safe loading builds no arbitrary objects, but it is not bounded: an alias bomb
-(nine nested levels of ``&a [*a, *a, ...]``, a few hundred bytes) expands to billions of
-nodes for whatever walks the loaded data (schema validation, line indexing), and a
-``[[[[...]]]]`` nested a few hundred levels deep exhausts the recursion of PyYAML's composer
-and of jsonschema. This module reads a file within fixed bounds and raises
-:class:`YamlFileError` (one line: what was wrong and where) before anything walks the data:
-
-- a regular file of at most :data:`MAX_BYTES` bytes (read with a cap, so a device such as
-  ``/dev/zero`` or a FIFO never blocks or fills memory);
-- UTF-8 text: otherwise ``not UTF-8 text (byte 0xff at offset 15)``;
-- a text with an anchor (``&``) first gets one pass over PyYAML's event stream (iterative: no
-  recursion) that measures the nesting depth (at most :data:`MAX_DEPTH` levels) and the number
-  of nodes the document has once every alias is expanded (at most :data:`MAX_ALIAS_NODES`
-  beyond the nodes written out); a recursive alias (``&a [*a]``) and a mapping key that is a
-  sequence or mapping are refused. No shipped spec uses anchors at all (a text without one
-  has no alias to expand, and skips this pass); a few shared ``with:`` mappings fit the budget.
-
-Only then is the text composed (node tree with line marks, which error messages cite) by the
-safe loader (libyaml's ``CSafeLoader`` when PyYAML has it); the composed tree's depth and mapping
-keys are checked without recursion, and its data built by the same loader.
+PyYAML's safe loading is not bounded (an alias bomb, a list nested hundreds deep): this module
+raises :class:`YamlFileError` (one line: what was wrong and where) before anything walks the data,
+within :data:`MAX_BYTES`, :data:`MAX_DEPTH` and :data:`MAX_ALIAS_NODES` (docs/specs.md, "Reading a
+spec file within bounds").
 """
 
 from __future__ import annotations
@@ -100,12 +84,8 @@ def _line(mark: Any) -> int:
 def check_bounds(
     text: str, path: str | Path = "<text>", *, max_depth: int = MAX_DEPTH, max_alias_nodes: int = MAX_ALIAS_NODES
 ) -> None:
-    """Refuse, before composing, what would make walking the loaded data unbounded.
-
-    One iterative pass over ``yaml.parse`` events. Each open collection is a frame holding
-    its anchor, its node count with aliases expanded, and (for a mapping) whether the next
-    child is a key. A finished anchored node records its expanded count; an alias adds that
-    count to its parent.
+    """Refuse, before composing, what would make walking the loaded data unbounded: one iterative
+    pass over ``yaml.parse`` events, an alias adding its anchor's expanded count to its parent.
 
     Raises:
         YamlFileError: nesting deeper than ``max_depth``, a recursive alias, aliases
@@ -186,10 +166,8 @@ def check_bounds(
 
 
 def _check_tree(root: yaml.Node, path: str | Path, *, max_depth: int = MAX_DEPTH) -> None:
-    """Nesting depth and plain mapping keys, on the composed node tree (iterative: no recursion).
-
-    The composer (libyaml's, in C) bounds nesting itself at 1000 levels; this walk refuses what
-    lies between :data:`MAX_DEPTH` and that before anything recursive walks the tree.
+    """Nesting depth and plain mapping keys, on the composed tree (iterative); libyaml's composer
+    bounds nesting only at 1000 levels.
 
     Raises:
         YamlFileError: nesting deeper than ``max_depth``, or a sequence or mapping as a mapping key.

@@ -33,11 +33,7 @@ REGISTRY: dict[str, CheckKind] = _discovered()
 
 
 def get_kind(name: str) -> CheckKind:
-    """The definition of check kind ``name``.
-
-    Raises:
-        ValueError: no such kind (the message lists the kinds).
-    """
+    """The definition of check kind ``name``; ValueError (listing the kinds) where there is none."""
     try:
         return REGISTRY[name]
     except KeyError:
@@ -76,12 +72,8 @@ def read_by(kind: str) -> dict[str, fields.ObservedField]:
 
 @lru_cache(maxsize=None)
 def part_kind(path: str) -> str:
-    """The check kind shown for an observed field (the first in :data:`REGISTRY` that reads it),
-    else the path's first part.
-
-    Raises:
-        KeyError: ``path`` is not declared.
-    """
+    """The check kind shown for observed field ``path`` (the first in :data:`REGISTRY` reading it),
+    else its first part; KeyError where ``path`` is not declared."""
     declared = fields.lookup(path).path
     return next((k.name for k in REGISTRY.values() if covering_reads(k, declared)), path.split(".", 1)[0])
 
@@ -99,10 +91,5 @@ def _record_keys() -> dict[str, RecordKey]:
 
 
 def record_key(part: str) -> RecordKey | None:
-    """How ``compare`` names the records of the observed list ``part`` (a declared path), or None
-    (by position).
-
-    Raises:
-        ValueError: two kinds name that list's records differently.
-    """
+    """How ``compare`` names the records of observed list ``part`` (None: by position); ValueError on a clash."""
     return _record_keys().get(part)
