@@ -1,18 +1,7 @@
 """The MoE auxiliary (load-balancing) loss, added to the step's loss as transformers adds it.
 
-transformers' ``Qwen3MoeForCausalLM.forward`` with ``output_router_logits`` (a
-``Qwen3MoeConfig`` field) returns ``loss + router_aux_loss_coef * aux_loss``, where ``aux_loss``
-is ``load_balancing_loss_func`` of every sparse layer's router logits of that forward
-(``model.qwen3_moe``). A spec switches it on the same way, with no setup key of its own:
-``setup.model.overrides: {output_router_logits: true}`` (and ``router_aux_loss_coef``).
-
-:func:`with_router_aux_loss` wraps the step's loss function: a forward hook on every
-``Qwen3MoeTopKRouter`` forward (process-wide, ``torch.nn.modules.module.register_module_forward_hook``,
-so the sharded model and the replica alike) keeps the router logits of forwards that build a
-graph; the next loss call adds the auxiliary loss of those logits and lets them go. A router
-re-run inside backward (activation checkpointing) is not kept: its forward was counted.
-Each rank's auxiliary loss is over its own tokens, as in data-parallel training; the
-replica computes the same per-rank loss, so the averaged gradients compare equal.
+transformers' ``Qwen3MoeForCausalLM.forward`` with ``output_router_logits`` (a setup's model override)
+adds ``router_aux_loss_coef * aux_loss``; each rank's is over its own tokens, as the replica's.
 """
 
 from __future__ import annotations
@@ -30,11 +19,8 @@ LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 class RouterAuxLoss:
     """``loss(output, inputs) = base(output, inputs) + coef * aux`` (a float32 scalar).
 
-    Args:
-        base: the step's loss function.
-        config: the ``model.Qwen3MoeConfig``: ``num_experts``, ``num_experts_per_tok``,
-            ``router_aux_loss_coef``.
-    """
+    A process-wide forward hook keeps the router logits of forwards that build a graph (not a re-run in
+    backward: its forward was counted); each call uses and drops them."""
 
     def __init__(self, base: LossFn, config: Any) -> None:
         from torch.nn.modules.module import register_module_forward_hook

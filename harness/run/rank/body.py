@@ -1,8 +1,5 @@
-"""What every stage of a rank's step reads (:class:`RankBody`) and what the steps leave (:class:`Trained`).
-
-Apart from ``harness.run.rank.step`` so that the stages' modules (``strategies``, ``references``)
-can name these types without importing the step that imports them.
-"""
+"""What every stage of a rank's step reads (:class:`RankBody`) and what the steps leave (:class:`Trained`),
+apart from ``harness.run.rank.step`` so that the stages' modules can name them without a cycle."""
 
 from __future__ import annotations
 
@@ -46,10 +43,8 @@ class Trained:
 
 class RankBody:
     """One rank's step as its plan says: what every stage reads (setup, plan, device, mesh, phases).
-
-    ``got`` holds what exists so far ("instruments", "inputs", "units"), for the observation of a
-    recorded error. The mesh is built here, first, outside any ``FakeTensorMode``.
-    """
+    ``got`` holds what exists so far, for a recorded error; the mesh is built first, outside any
+    ``FakeTensorMode``."""
 
     def __init__(
         self,

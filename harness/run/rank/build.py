@@ -1,19 +1,7 @@
 """What a rank builds before FSDP: the model, its inputs, the loss, the optimizer, the replica.
 
-Nothing here calls ``fully_shard`` (that is ``harness.run.rank.parallelize``) or records anything
-(that is ``harness.run.rank.instruments``).
-
-- :func:`build_model`: the setup's body (``decoder_layers`` or ``causal_lm``) in the given
-  dtype on the given device; weights from ``torch.Generator().manual_seed(setup.seed)``,
-  identical on every rank (same full weights), or left uninitialized (meta device, fake mode).
-- :func:`make_inputs`: the seeded global batch (``manual_seed(setup.seed + 1)``) and this
-  rank's samples ``r*B .. r*B+B-1``, as the document's table of each rank's inputs
-  (section "每个 rank 上的激活值（输入）": rank 0 holds samples 0 and 1 of 8, ...). With HSDP the
-  data-parallel rank is the global rank: every rank of the mesh holds distinct samples.
-- :func:`make_loss`: the step's loss (float32 scalar) for a body.
-- :func:`make_optimizer`: SGD or AdamW over the given parameters.
-- :func:`replica_reference`: the plain replica's step on this rank's chunk, its gradients
-  averaged over ranks (``harness.run.rank.recorders.numerics``).
+No ``fully_shard`` here and no recording. Rank r's inputs are samples ``r*B .. r*B+B-1`` of the
+seeded global batch, as the document's section "每个 rank 上的激活值（输入）".
 """
 
 from __future__ import annotations
@@ -52,21 +40,9 @@ def torch_dtype(name: str | None) -> torch.dtype | None:
 
 
 def build_model(setup: RunSetup, config: Any, dtype: torch.dtype, device: torch.device, *, init: bool) -> nn.Module:
-    """The setup's model, not yet sharded.
-
-    Args:
-        setup: ``setup.model.body`` picks the class (:func:`model_classes`): "decoder_layers" ->
-            ``model.Qwen3DecoderStack`` (input hidden states [B, L, d]), "causal_lm" ->
-            ``model.Qwen3ForCausalLM`` (input token ids [B, L]), or their MoE subclasses for a
-            ``model.Qwen3MoeConfig``; ``setup.seed`` seeds the weights.
-        config: the ``model.Qwen3Config`` (or ``Qwen3MoeConfig``).
-        dtype: parameter dtype at construction.
-        device: where to build (``meta`` for FSDP2's meta-device init).
-        init: fill the weights with ``model.init_weights`` (False on meta and under fake mode).
-
-    Raises:
-        ValueError: an unknown ``setup.model.body``.
-    """
+    """The setup's model, not sharded: ``setup.model.body`` "decoder_layers" (input [B, L, d]) or
+    "causal_lm" (token ids [B, L]) of the config's class (:func:`model_classes`), in ``dtype`` on
+    ``device``; ``init``: ``model.init_weights`` seeded ``setup.seed``. ValueError for another body."""
     cls = model_classes(config).get(setup.model.body)
     if cls is None:
         raise ValueError(f"setup.model.body {setup.model.body!r}: expected 'decoder_layers' or 'causal_lm'")
@@ -77,12 +53,8 @@ def build_model(setup: RunSetup, config: Any, dtype: torch.dtype, device: torch.
 
 
 def model_classes(config: Any) -> dict[str, type[nn.Module]]:
-    """The module class of each body for ``config``: the MoE ones for a ``model.Qwen3MoeConfig``.
-
-    Dispatches on the config's type, checked MoE first: ``Qwen3MoeConfig`` subclasses
-    ``Qwen3Config`` (and ``Qwen3MoeForCausalLM`` subclasses ``Qwen3ForCausalLM``), so a dense
-    check would accept a MoE config and build it dense.
-    """
+    """The module class of each body: the MoE ones for a ``model.Qwen3MoeConfig``, checked first as it
+    subclasses ``Qwen3Config``."""
     if isinstance(config, qwen3.Qwen3MoeConfig):
         return {"decoder_layers": qwen3.Qwen3MoeDecoderStack, "causal_lm": qwen3.Qwen3MoeForCausalLM}
     return {"decoder_layers": qwen3.Qwen3DecoderStack, "causal_lm": qwen3.Qwen3ForCausalLM}
@@ -90,15 +62,9 @@ def model_classes(config: Any) -> dict[str, type[nn.Module]]:
 
 @dataclass(frozen=True)
 class RankInputs:
-    """This rank's inputs.
-
-    Attributes:
-        tensor: hidden states [B, L, d] in the parameter dtype (drawn from N(0, 1) in float32,
-            then cast) for ``decoder_layers``; token ids [B, L] (int64, uniform in [0, V))
-            for ``causal_lm``.
-        name: "hidden_states" or "input_ids".
-        samples: for each local row, its index in the global batch (-1 if none matches).
-    """
+    """This rank's inputs: ``tensor`` hidden states [B, L, d] (N(0, 1) in float32, cast to the parameter
+    dtype) or token ids [B, L] (int64 in [0, V)); ``name`` "hidden_states" or "input_ids";
+    ``samples``: each local row's index in the global batch (-1: none)."""
 
     tensor: torch.Tensor
     name: str
@@ -124,12 +90,8 @@ def make_inputs(
     *,
     local_only: bool,
 ) -> RankInputs:
-    """Samples ``r*B .. r*B+B-1`` of the seeded global batch of ``world_size * B``, on ``device``.
-
-    ``samples`` is observed, not assumed: the global batch's rows that the local tensor's rows
-    equal, in local order. ``local_only`` (simulated runs): make just a tensor of the local
-    shape (values unused, no global batch), and ``samples`` is the assignment above.
-    """
+    """Samples ``r*B .. r*B+B-1`` of the seeded global batch of ``world_size * B``, on ``device``;
+    ``samples`` is observed, not assumed. ``local_only`` (simulated runs): the local shape only."""
     B, L = setup.batch_per_rank, setup.seq_len
     n = B if local_only else world_size * B
     generator = torch.Generator().manual_seed(setup.seed + 1)
@@ -156,11 +118,8 @@ def _rows_of(local: torch.Tensor, batch: torch.Tensor) -> list[int]:
 
 
 def make_loss(body: str) -> LossFn:
-    """``loss(output, inputs)`` -> float32 scalar.
-
-    ``decoder_layers``: ``output.float().pow(2).mean()``; ``causal_lm``: cross-entropy of the
-    logits at positions 0..L-2 against the tokens at 1..L-1.
-    """
+    """``loss(output, inputs)`` -> float32 scalar: the mean square (``decoder_layers``), or cross-entropy of
+    logits 0..L-2 against tokens 1..L-1 (``causal_lm``)."""
     if body == "decoder_layers":
         return lambda out, inputs: out.float().pow(2).mean()
 
@@ -172,11 +131,7 @@ def make_loss(body: str) -> LossFn:
 
 
 def make_optimizer(setup: RunSetup, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
-    """``torch.optim.SGD`` or ``torch.optim.AdamW`` with ``setup.optimizer.lr``.
-
-    Raises:
-        ValueError: an unknown ``setup.optimizer.name``.
-    """
+    """``torch.optim.SGD`` or ``AdamW`` with ``setup.optimizer.lr``; ValueError for another name."""
     name = setup.optimizer.name.lower()
     if name == "sgd":
         return torch.optim.SGD(params, lr=setup.optimizer.lr)
@@ -196,15 +151,10 @@ def replica_reference(
     divisors: dict[str, float] | None = None,
     shard_dims: dict[str, int] | None = None,
 ) -> Reference:
-    """The plain replica's step on this rank's inputs, before ``fully_shard`` (collective).
-
-    The replica computes in the mixed-precision policy's ``param_dtype`` if the setup has
-    one, else in ``dtype``; its gradients are averaged over all ranks with a plain
-    all-reduce, and the rows of this rank's shard kept (shard mesh dim: the last).
-    ``divisors``: parameter FQN -> the divisor of its summed gradient (a unit's gradient divide
-    factor); by default the world size (the mean). ``shard_dims``: parameter FQN -> the dim
-    its shard is cut along (``shard_placement``), by default 0.
-    """
+    """The plain replica's step on this rank's inputs, before ``fully_shard`` (collective): in the
+    policy's ``param_dtype`` if any, else ``dtype``; gradients summed by a plain all-reduce and divided
+    by ``divisors`` (FQN -> a unit's divide factor; default the world size); this rank's shard rows
+    kept (along ``shard_dims``, default 0)."""
     mp = setup.fsdp.mixed_precision
     replica_dtype = torch_dtype(mp.param_dtype) if mp is not None and mp.param_dtype else dtype
     return compute_reference(
@@ -233,15 +183,9 @@ def reference_from_rank_0(
     divisors: dict[str, float] | None = None,
     shard_dims: dict[str, int] | None = None,
 ) -> Reference:
-    """This rank's :class:`Reference` when ``setup.numerics_reference`` is "rank_0" (collective).
-
-    Rank 0 builds the full replica (``build_replica()``), runs every rank's inputs
-    (:func:`make_inputs` of each rank: the seeded global batch) through it
-    (``harness.run.rank.recorders.numerics.compute_references_on_one_rank``) and writes each rank's
-    reference to ``folder/reference_rank<r>.pt``; after a barrier every rank loads its own. The
-    other ranks hold no replica: one full model on the host instead of one per rank. ``folder``
-    must be shared by every rank (``harness.run.rank.checkpoint.shared_folder``).
-    """
+    """This rank's :class:`Reference` for ``setup.numerics_reference: rank_0`` (collective): rank 0 alone
+    builds the replica, runs every rank's inputs and writes each rank's reference into ``folder`` (shared
+    by every rank), which each rank then loads."""
     from harness.run.rank.recorders.numerics import compute_references_on_one_rank
 
     mp = setup.fsdp.mixed_precision

@@ -1,46 +1,9 @@
 """The state-dict round trip: save the sharded model and optimizer, load them into a fresh one.
 
-After the optimizer step, when ``setup.state_dict.round_trip`` is on (``RunSetup.state_dict``),
-every rank of the run:
-
-1. takes the sharded state dicts, ``get_state_dict(model, optimizer)``
-   (``torch.distributed.checkpoint.state_dict``: model entries are the FSDP2 ``DTensor``
-   parameters, ``Shard(0)`` on the mesh's shard dim; the optimizer's per-parameter state,
-   e.g. AdamW's ``exp_avg``/``exp_avg_sq`` as ``DTensor`` and ``step`` as a plain scalar, keyed by
-   the parameter's FQN), and keeps a copy of its local shards;
-2. saves them with ``torch.distributed.checkpoint.save`` (``{"model": ..., "optim": ...}``) into
-   the folder the launcher handed over (:data:`DCP_FOLDER` inside it). With ``reload_world_sizes``
-   it also writes the full tensors (``DTensor.full_tensor()``), from rank 0, to
-   :data:`REFERENCE_FILE`: what a world of another size must load;
-3. builds a fresh model and optimizer (``fresh()``: built on the meta device, sharded with the
-   same FSDP units, shards drawn from another seed), takes their state dicts (which creates
-   the optimizer's state), loads the checkpoint into them with ``torch.distributed.checkpoint.
-   load`` and hands them over with ``set_state_dict``;
-4. reads the fresh model's and optimizer's state dicts back and compares each local shard with
-   what was saved (bitwise: same dtype and ``torch.equal``), and records where each shard sits in
-   the full tensor: the global offset torch computes for the ``DTensor``
-   (``torch.distributed.tensor._utils.compute_local_shape_and_global_offset``, the function
-   ``torch.distributed.checkpoint`` itself uses to place shards) and the chunks the checkpoint's
-   metadata holds (``FileSystemReader.read_metadata()``).
-
-:func:`reload_step` is the rank body of a second launch on another world size: it builds the
-fresh model on that world's mesh, loads the same checkpoint and compares each shard with the
-rows of the saved full tensor at the shard's global offset.
-
-The record (observation schema ``$defs/state_dict``)::
-
-    {"saved_world_size": 3, "world_size": 3, "entries": [
-        {"fqn": "layers.0.self_attn.q_norm.weight", "full_shape": [16], "dtype": "float32",
-         "placements": ["Shard(dim=0)"], "local_shape": [4], "global_offset": [12],
-         "local_length": 4, "local_numel": 4, "equal_before_load": false,
-         "round_trip_equal": true, "max_abs_diff": 0.0,
-         "checkpoint_offsets": [0, 6, 12], "checkpoint_lengths": [6, 6, 4],
-         "optimizer": [{"name": "exp_avg", "equal": true, "equal_before_load": false,
-                        "max_abs_diff": 0.0}, ...]}, ...]}
-
-Lengths and offsets are in elements along the sharded dim (the ``Shard`` placement's dim; dim
-0 for FSDP2), ``local_numel`` in elements. Source: torch 2.13's ``torch.distributed.checkpoint``
-(DCP) and its ``state_dict`` helpers, as the DCP tutorial pairs them with FSDP2.
+After the optimizer step every rank saves ``get_state_dict(model, optimizer)`` with
+``torch.distributed.checkpoint.save``, loads it into a fresh model sharded the same way (another
+seed) and compares each local shard bitwise with what was saved (docs/specs.md, "State-dict round
+trip"). Source: torch 2.13's ``torch.distributed.checkpoint`` and its ``state_dict`` helpers.
 """
 
 from __future__ import annotations
@@ -108,9 +71,8 @@ def _where(t: torch.Tensor) -> tuple[list[int], list[int], int]:
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, float | None]:
-    """(bitwise equal: same dtype, shape and values; largest |a - b|, None if not comparable).
-    Compared on the CPU (:func:`on_one_device`): a CPU-offloaded shard, or AdamW's CPU step
-    counter, against a reference on the GPU, or the reverse."""
+    """(bitwise equal: dtype, shape, values; largest |a - b|, None if not comparable), compared on the
+    CPU: either side may be offloaded or on the GPU."""
     if a.shape != b.shape:
         return False, None
     if a.numel() == 0:
@@ -140,10 +102,8 @@ def _snapshot(state: Mapping[str, Any], optim_state: Mapping[str, Any]) -> tuple
 
 @contextlib.contextmanager
 def shared_folder(folder: str | None) -> Iterator[str]:
-    """The folder every rank saves into: ``folder`` (the launcher's, removed by the launcher), or
-    one rank 0 creates in the system's temporary folder, tells the others
-    (``broadcast_object_list``) and removes after the last rank is done with it (joined runs:
-    one node, or a filesystem every rank shares)."""
+    """The folder every rank saves into: ``folder`` (the launcher's), or one rank 0 makes, broadcasts and
+    removes after the last rank is done (joined runs)."""
     if folder is not None:
         yield folder
         return
@@ -160,22 +120,9 @@ def shared_folder(folder: str | None) -> Iterator[str]:
 def round_trip(
     root: nn.Module, optimizer: torch.optim.Optimizer, fresh: Fresh, folder: str, *, write_reference: bool
 ) -> dict[str, Any]:
-    """Save ``root``'s and ``optimizer``'s sharded state into ``folder``, load it into ``fresh()``.
-
-    Collective: every rank of the world calls it, after the optimizer step.
-
-    Args:
-        root: the trained FSDP2 model (parameters are ``DTensor``).
-        optimizer: its optimizer, after ``step()``.
-        fresh: builds another model and optimizer sharded the same way (not yet stepped).
-        folder: a folder every rank can read and write; the checkpoint goes to
-            ``folder/DCP_FOLDER``.
-        write_reference: also write the full tensors to ``folder/REFERENCE_FILE`` (rank 0), for
-            :func:`reload_step`.
-
-    Returns:
-        This rank's record (module docstring), ``world_size`` and ``saved_world_size`` this world's.
-    """
+    """Save ``root``'s and ``optimizer``'s sharded state into ``folder/DCP_FOLDER``; load it into ``fresh()``.
+    Collective, after the optimizer step. ``write_reference``: rank 0 also writes the full tensors to
+    ``folder/REFERENCE_FILE`` for :func:`reload_step`. Returns this rank's record."""
     path = os.path.join(folder, DCP_FOLDER)
     model_state, optim_state = get_state_dict(root, optimizer)
     saved_model, saved_optim = _snapshot(model_state, optim_state)
@@ -255,11 +202,8 @@ def _load_and_compare(fresh: Fresh, path: str, expected: Expected, *, saved_worl
 
 
 def sharded_model(setup: RunSetup, mesh: Any, device: torch.device, rank: int, *, materialize: bool) -> nn.Module:
-    """The setup's model built on the meta device and ``fully_shard``-ed on ``mesh`` with the
-    setup's units (``harness.run.rank.parallelize.apply_fsdp``); with ``materialize`` each rank's
-    shards are allocated on ``device`` and drawn with ``setup.seed + FRESH_SEED_OFFSET``
-    (``init_local_shards``), else every parameter and buffer stays on meta (FSDP2's meta-device
-    init before ``to_empty``)."""
+    """The setup's model built on meta and ``fully_shard``-ed on ``mesh``; with ``materialize`` each rank's
+    shards drawn on ``device`` from ``setup.seed + FRESH_SEED_OFFSET``, else left on meta."""
     config = qwen3.get_config(setup.model.config, **dict(setup.model.overrides))
     root = build_model(setup, config, torch_dtype(setup.model.dtype), torch.device("meta"), init=False)
     fill = None
@@ -278,8 +222,7 @@ def sharded_model(setup: RunSetup, mesh: Any, device: torch.device, rank: int, *
 def fresh_sharded(
     setup: RunSetup, mesh: Any, device: torch.device, rank: int
 ) -> tuple[nn.Module, torch.optim.Optimizer]:
-    """A model and optimizer as the run builds them, sharded on ``mesh``, values from another seed
-    (:func:`sharded_model` with ``materialize``); the optimizer is the setup's."""
+    """A model and the setup's optimizer, sharded as the run's, values from another seed."""
     root = sharded_model(setup, mesh, device, rank, materialize=True)
     return root, make_optimizer(setup, root.parameters())
 
@@ -295,18 +238,9 @@ def reload_step(
     on_phase: Callable[[str], None] | None = None,
     collective_log: Any = None,
 ) -> dict[str, Any]:
-    """A rank of a second launch: load the run's checkpoint on this world; compare with the saved.
-
-    ``collective_log`` (the launcher's hang-diagnosis board, given to every rank body) is not
-    used: a reload issues only the checkpoint's own collectives, and its run is not diagnosed.
-
-    ``setup`` is the run's on a 1-D mesh of this world (``harness.run.runner``); ``checkpoint_dir`` holds
-    :data:`DCP_FOLDER` and :data:`REFERENCE_FILE` written by :func:`round_trip`. Each loaded
-    shard is compared with the saved full tensor's elements at its global offset.
-
-    Returns:
-        ``{"rank", "state_dict": <record>, "timings_s": {"setup", "state_dict", "total"}}``.
-    """
+    """A rank of a second launch: load the run's checkpoint on this world (``setup``: the run's on a 1-D
+    mesh) and compare each shard with the saved full tensor at its global offset; ``collective_log`` is
+    unused. Returns ``{"rank", "state_dict": <record>, "timings_s": {"setup", "state_dict", "total"}}``."""
     t_start = time.perf_counter()
     phases = Phases(sync=torch.cuda.synchronize if device_type == "cuda" else None, on_enter=on_phase)
     device = torch.device("cuda", torch.cuda.current_device()) if device_type == "cuda" else torch.device("cpu")

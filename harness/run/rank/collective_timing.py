@@ -1,30 +1,6 @@
-"""Timing collectives in nccl-tests' terms, after the step: ``setup.bandwidth``'s sweep and the
-step's own collectives replayed.
-
-Each row is one collective at one size S, counted as nccl-tests counts it (``doc/PERFORMANCE.md``
-of NVIDIA/nccl-tests): S is the all-gather's output buffer, the reduce-scatter's input buffer,
-the all-reduce's buffer, in bytes. For each row, on every rank of the row's process group:
-
-1. ``warmup`` untimed operations (out of place, as FSDP2 issues them:
-   ``dist.all_gather_into_tensor``, ``dist.reduce_scatter_tensor`` with sum, ``dist.all_reduce``);
-2. the timed loop of ``iterations`` operations, each waited on:
-   - CUDA (NCCL): a ``dist.barrier``, then ``torch.cuda.Event``s recorded around the loop on the
-     current stream (``Event.elapsed_time``); timer ``cuda_events``;
-   - CPU (gloo): a ``dist.barrier``, then wall time (``time.perf_counter``) from after the
-     barrier to the last operation's completion; timer ``wall_barrier``;
-   the row's ``time_s`` on this rank is the loop's time over ``iterations``;
-3. ``wrong``: the elements of the last result that differ from the expected gathered or
-   reduced values (nccl-tests' ``#wrong``). Inputs are small integers (exact in every float
-   dtype, and so are their sums over up to 256 ranks in bfloat16, 2048 in float16): the
-   expected values are exact, and a difference is an error, not rounding. Beyond those world
-   sizes the comparison allows the dtype's rounding of the sum.
-
-algbw, busbw and the nccl-tests table are computed from these rows by the judge
-(``harness/language/algbw_busbw.py``), not here: the observation holds what was measured.
-
-The step's rows (source ``step``): each distinct (op, dtype, elements, process group) among the
-collectives the step issued, replayed standalone with the same sizes and group. They time the
-step's collectives on their own, not inside the step, where FSDP2 overlaps them with compute.
+"""Timing collectives in nccl-tests' terms after the step: ``setup.bandwidth``'s sweep and the step's
+own collectives replayed. Each row is one collective at one size S, in bytes, as nccl-tests counts it
+(``doc/PERFORMANCE.md`` of NVIDIA/nccl-tests); docs/cluster-validation.md, "How each row is timed".
 """
 
 from __future__ import annotations
@@ -57,11 +33,8 @@ class PlannedRow:
 
 
 def unit_numel(config_name: str, group_size: int) -> int:
-    """Elements FSDP2 all-gathers for one decoder layer of ``config_name`` on ``group_size`` ranks.
-
-    Built on the meta device from ``model.Qwen3DecoderLayer`` (its MoE layer for a MoE config; no
-    memory); each parameter's dim 0 is padded to a multiple of ``group_size``, as FSDP2 pads its shards.
-    """
+    """Elements FSDP2 all-gathers for one decoder layer of ``config_name`` on ``group_size`` ranks (built
+    on meta; each parameter's dim 0 padded to a multiple of ``group_size``, as FSDP2 pads its shards)."""
     import model as qwen3
 
     config = qwen3.get_config(config_name)
@@ -91,15 +64,9 @@ def plan_rows(
     default_dtype: torch.dtype,
     device_type: str,
 ) -> list[PlannedRow]:
-    """The rows a rank times, in order: the sweep (each size, each op), then the step's collectives.
-
-    Args:
-        bandwidth: a :class:`harness.load.setup.BandwidthSetup`.
-        step_collectives: the rank's recorded collectives (observation ``collectives``).
-        world_size: ranks in the world (the sweep runs on the world group).
-        default_dtype: the sweep's dtype when ``bandwidth.dtype`` is None.
-        device_type: "cpu" applies ``bandwidth.cpu_max_bytes``.
-    """
+    """The rows a rank times, in order: the sweep (each size, each op, on the world), then the step's
+    recorded collectives. ``default_dtype``: where ``bandwidth.dtype`` is None; ``device_type`` "cpu"
+    applies ``bandwidth.cpu_max_bytes``."""
     from harness.run.rank.build import torch_dtype
 
     dtype = torch_dtype(bandwidth.dtype) if bandwidth.dtype else default_dtype
@@ -148,15 +115,13 @@ under 3 x 8 x CHECK_CHUNK bytes (75 MB) whatever the row's size (a multiple of 3
 def _periodic(
     values: Sequence[float], offset: int, numel: int, dtype: torch.dtype, device: torch.device
 ) -> torch.Tensor:
-    """``numel`` elements whose element i is ``values[(offset + i) % 3]``, built in ``dtype``
-    (``numel`` + at most 2 elements of storage; no wider intermediate)."""
+    """``numel`` elements, element i ``values[(offset + i) % 3]``, built in ``dtype`` (nothing wider)."""
     base = torch.tensor([values[(offset + k) % 3] for k in range(3)], dtype=dtype, device=device)
     return base.repeat(-(-numel // 3))[:numel]
 
 
 def _pattern(numel: int, seed: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Small integers -1, 0, 1 in a rank-dependent order (element i is ``(i + seed) % 3 - 1``):
-    exact in every float dtype; built in ``dtype`` at ``numel`` elements, nothing wider."""
+    """Element i is ``(i + seed) % 3 - 1``: small integers, exact in every float dtype."""
     return _periodic((-1, 0, 1), seed, numel, dtype, device)
 
 
@@ -166,9 +131,8 @@ def _exact_sum_ranks(dtype: torch.dtype) -> int:
 
 
 def _count_wrong(out: torch.Tensor, values: Sequence[float], offset: int, n: int) -> int:
-    """Elements of ``out`` that differ from the periodic expectation ``values[(offset + i) % 3]``
-    (exactly, for sums over n ranks that the dtype holds exactly; else beyond the dtype's rounding
-    of the sum). NaN counts as wrong. Compared :data:`CHECK_CHUNK` elements at a time."""
+    """Elements of ``out`` off ``values[(offset + i) % 3]``: exactly, or beyond the dtype's rounding of a
+    sum over n ranks it cannot hold exactly; NaN is wrong."""
     tolerance = 0.0 if n <= _exact_sum_ranks(out.dtype) else torch.finfo(out.dtype).eps * n
     wrong = torch.zeros((), dtype=torch.int64, device=out.device)
     for lo in range(0, out.numel(), CHECK_CHUNK):
@@ -250,10 +214,8 @@ def run_bandwidth(
     group_of: Callable[[str | None], Any],
 ) -> list[dict[str, Any]]:
     """Time every row on this rank; the rank entry's ``bandwidth`` records (schema ``bandwidth_row``).
-
-    ``group_of(mesh_dim)``: the process group of a mesh dim (None: the world, ``dist.group.WORLD``).
-    Every rank must call this with the same rows in the same order (collectives inside).
-    """
+    Collective: every rank calls it with the same rows in the same order. ``group_of(mesh_dim)``: that
+    dim's process group (None: the world)."""
     from harness.run.rank.recorders.collectives import dtype_name
 
     out = []

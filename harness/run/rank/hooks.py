@@ -1,10 +1,7 @@
 """The spec's own hook functions (``setup.hooks``, :mod:`harness.load.hooks`), imported and called on a rank.
 
-The file is imported by path (``importlib.util.spec_from_file_location``) once per rank, under a
-module name derived from the path's digest, so two specs' ``hooks.py`` never clash in
-``sys.modules``. Each call passes keyword arguments only (docs/hooks.md). A hook
-that raises fails the run with :class:`HookError`, naming the hook point, the function, the
-file and the rank (the launcher reports a rank's exception in one line).
+The file is imported by path once per rank, under a name from its digest (two specs' ``hooks.py``
+never clash), and called with keyword arguments only (docs/hooks.md).
 """
 
 from __future__ import annotations
@@ -57,12 +54,8 @@ class RunHooks:
         return point in self._functions
 
     def call(self, point: str, **kwargs: Any) -> Any:
-        """Call the function of hook point ``point`` (one of :data:`HOOK_POINTS`) with ``kwargs``
-        plus ``rank`` and ``world_size``; None where the setup names none.
-
-        Raises:
-            HookError: the function raised (its type and message kept, chained).
-        """
+        """Call hook point ``point``'s function with ``kwargs``, ``rank`` and ``world_size`` (None if unset);
+        :class:`HookError`, chained, if it raises."""
         assert point in HOOK_POINTS, point
         function = self._functions.get(point)
         if function is None:
@@ -76,12 +69,8 @@ class RunHooks:
             ) from exc
 
     def call_named(self, name: str, **kwargs: Any) -> Any:
-        """Call the file's function ``name`` (a schedule step's ``call``) with ``kwargs``, ``rank``
-        and ``world_size``.
-
-        Raises:
-            HookError: no hooks file, or the function raised.
-        """
+        """Call the file's function ``name`` (a schedule step's ``call``) likewise; :class:`HookError` also
+        without a hooks file."""
         if self._module is None:
             raise HookError(f"rank {self.rank}: schedule step calls {name!r} but the setup has no setup.hooks.file")
         try:
@@ -109,12 +98,8 @@ class RunHooks:
         return loss
 
     def observe(self, model: Any, step_index: int) -> dict[str, Any] | None:
-        """The ``observe`` hook's mapping after step ``step_index``, checked to be JSON and kept in
-        :attr:`records` (None without the hook).
-
-        Raises:
-            HookError: it raised, or returned something other than a mapping of JSON values.
-        """
+        """The ``observe`` hook's mapping after step ``step_index``, kept in :attr:`records` (None without the
+        hook); :class:`HookError` if it raises or returns anything but a mapping of JSON values."""
         values = self.call("observe", model=model, step_index=step_index)
         if values is None and not self.has("observe"):
             return None

@@ -1,46 +1,9 @@
 """The rank's recorders, owned by one object and entered in the one order that works.
 
-:class:`Instruments` holds
-
-- the :class:`~harness.run.rank.recorders.collectives.CollectiveRecorder` (a ``TorchDispatchMode``:
-  every c10d op with its tensors and group), from before ``fully_shard`` to the end;
-- ``torch.autograd.profiler.profile`` (FSDP's ``record_function`` labels, to attribute each
-  collective to a unit and hook), around the training steps only, started and stopped with
-  file descriptor 2 muted;
-- the :class:`~harness.run.rank.recorders.memory.MemoryRecorder` (``FSDPMemTracker``), around the
-  training steps;
-- the :class:`~harness.run.rank.recorders.param_states.FullyShardCalls` (every parameter before the
-  first ``fully_shard`` call and after each one), told of each call by the rank;
-- the :class:`~harness.run.rank.recorders.param_states.ParamStateHooks` (what each unit holds right
-  after FSDP's forward and backward hooks, and after backward, the optimizer step and
-  ``zero_grad``), installed for the training steps;
-- the walkthrough's step observer (``model.observe_steps``), around each forward;
-- the :class:`~harness.run.rank.recorders.events.ShardStateProbe` (a unit's reshard/unshard as a
-  profiler marker beside FSDP's own labels: the ``events`` list), installed for the steps;
-- optionally a :class:`~harness.run.rank.recorders.updates.ParamUpdates` (which rows of each shard
-  each step changed), passed to :meth:`Instruments.observing`;
-- the gradient dtypes of every parameter after each step and the units' resolved
-  mixed-precision dtypes after each forward (:mod:`harness.run.rank.recorders.grads`).
-
-Each recorder belongs to one named instrument (:data:`INSTRUMENTS`, from
-``harness.contract.instrument_names``: name -> the entry fields it fills); ``instruments=`` (the
-setup's ``instruments``, via the rank's plan) runs only the ones named, every one by default. The
-profiler runs where ``collectives`` or ``events`` does; the others' fields stay empty.
-
-The loop enters every phase through :meth:`Instruments.phase`, which tells the recorders the
-step index and microbatch: collectives, memory snapshots, step tensors and events carry them.
-
-Use::
-
-    with Instruments(phases, group_dims) as instruments:      # the collective recorder
-        units = apply_fsdp(...); optimizer = ...               # setup collectives recorded
-        with instruments.observing(root, optimizer, units, inputs=(x,)):
-            ...                                                # the step loop
-    pieces = instruments.pieces()                              # the rank's observation parts
-
-:meth:`pieces` returns the rank entry's ``params``, ``param_states``, ``fully_shard_calls``, ``steps``,
-``collectives``, ``memory``, ``events``, ``grad_norms``, ``grads``, ``unit_dtypes`` and (if tracked)
-``param_updates``
+:class:`Instruments` holds the collective recorder (from before ``fully_shard`` on), the profiler
+(FSDP's labels attribute each collective; around the steps only), the memory tracker and the other
+recorders of ``harness.run.rank.recorders``, each under one named instrument (:data:`INSTRUMENTS`):
+only those the setup names run. :meth:`Instruments.pieces` gives the rank entry's parts
 (``harness/contract/observation.schema.json``, ``$defs/rank``).
 """
 
@@ -89,11 +52,8 @@ def _muted_stderr_fd() -> Iterator[None]:
 
 
 def profiler_options(device_activity: str | None) -> dict[str, Any]:
-    """Keyword arguments of ``torch.autograd.profiler.profile`` for the step's profiler: the CPU
-    activity always (FSDP's ``record_function`` labels and the c10d ops are CPU events), and
-    with ``device_activity`` ("cuda": a ``--trace`` of a CUDA rank) the device's as well
-    (``use_device="cuda"``: kineto's ``ProfilerActivity.CUDA``, the kernels and NCCL's work on
-    the GPU's streams). Without a trace nothing reads device events, and collecting them costs."""
+    """``torch.autograd.profiler.profile`` keyword arguments: the CPU activity (FSDP's labels, c10d ops)
+    always, the device's (kernels, NCCL) only for ``device_activity``, as collecting it costs."""
     options: dict[str, Any] = {"use_cpu": True, "use_kineto": True}
     if device_activity is not None:
         options["use_device"] = device_activity
@@ -101,16 +61,13 @@ def profiler_options(device_activity: str | None) -> dict[str, Any]:
 
 
 def trace_device_activity(tracing: bool, device_type: str) -> str | None:
-    """The device whose activity the profiler records: "cuda" for a ``--trace`` of a CUDA
-    rank, else None (CPU ranks' work is all CPU events; without a trace none is kept)."""
+    """The device whose activity the profiler keeps: "cuda" for a ``--trace`` of a CUDA rank, else None."""
     return device_type if tracing and device_type == "cuda" else None
 
 
 @contextlib.contextmanager
 def _quiet(profiler: Any) -> Iterator[Any]:
-    """Enter and exit the profiler with fd 2 muted: kineto prints "USDT: ... profiler_start" and
-    "profiler_stop" lines from every rank, with no setting to turn them off. Errors raised in
-    between still reach stderr."""
+    """Enter and exit the profiler with fd 2 muted: kineto's "USDT" start/stop lines have no switch."""
     with _muted_stderr_fd():
         profiler.__enter__()
     exc_info: tuple = (None, None, None)
@@ -131,19 +88,9 @@ def _in_backward() -> bool:
 class Instruments:
     """Every recorder of one rank's run.
 
-    Args:
-        phases: the run's phases; collectives are stamped with ``phases.current``.
-        group_dims: process group name -> mesh dim name, or a tuple of the names of every mesh
-            dim sharing that group (a collective's ``mesh_dim``, see ``resolve_mesh_dims``).
-        collective_log: where each collective is reported as entered and completed, for hang
-            diagnosis (a ``harness.run.launch.hang.RankProgress``); None for nowhere.
-        track_memory: run the memory recorder (``FSDPMemTracker``) over the steps (where the
-            ``memory`` instrument is on).
-        instruments: the names of the instruments to run (:data:`INSTRUMENTS`); None: all.
-
-    Raises:
-        ValueError: ``instruments`` names an unknown instrument.
-    """
+    ``group_dims``: process group name -> mesh dim name, or a tuple of the dims sharing that group.
+    ``collective_log``: a ``harness.run.launch.hang.RankProgress`` (hang diagnosis) or None.
+    ``instruments``: the names to run, None: all; ValueError for an unknown one."""
 
     def __init__(
         self,
@@ -186,9 +133,7 @@ class Instruments:
         self._experts: ExpertRecorder | None = None  # a MoE model's experts (recorders/experts.py)
 
     def __enter__(self) -> "Instruments":
-        """Start recording collectives (those of ``fully_shard`` and meta init included). Where the
-        run reports hang progress the recorder runs even with the ``collectives`` instrument off:
-        a hang is diagnosed from what it saw (its records are then left out of the observation)."""
+        """Start recording collectives; also with ``collectives`` off where the run reports hang progress."""
         if self._recording_collectives:
             self.collectives.__enter__()
         return self
@@ -202,13 +147,12 @@ class Instruments:
         return "collectives" in self.on or self.collectives.progress is not None
 
     def before_fully_shard(self, root: nn.Module, *, device: str | None = None) -> None:
-        """The built model's parameters, before the first ``fully_shard`` call (``fully_shard_calls``;
-        ``device``: see :meth:`FullyShardCalls.before`)."""
+        """The parameters before the first ``fully_shard`` (``device``: :meth:`FullyShardCalls.before`)."""
         if "fully_shard_calls" in self.on:
             self.fully_shard_calls.before(root, device=device)
 
     def after_fully_shard(self, unit: str, root: nn.Module) -> None:
-        """The parameters that ``fully_shard`` of ``unit`` changed (``fully_shard_calls``)."""
+        """The parameters that ``fully_shard`` of ``unit`` changed."""
         if "fully_shard_calls" in self.on:
             self.fully_shard_calls.after(unit, root)
 
@@ -222,13 +166,9 @@ class Instruments:
         inputs: tuple[torch.Tensor, ...] = (),
         updates: Any = None,
     ) -> Iterator["Instruments"]:
-        """Observe the training steps: enter after ``fully_shard`` and the optimizer exist.
-
-        Takes the parameter and buffer tables (sharded, before any step), then starts the profiler, the
-        memory tracker, the parameter-state hooks and the shard-state probe, in that order.
-        ``updates``: a :class:`~harness.run.rank.recorders.updates.ParamUpdates` to call at each
-        step's start and end (None: parameter updates are not tracked).
-        """
+        """Observe the steps; enter after ``fully_shard`` and the optimizer exist. Takes the parameter
+        tables, then starts the profiler, memory tracker, parameter-state hooks and shard-state probe, in
+        that order. ``updates``: a ``ParamUpdates``, or None."""
         self._updates = updates
         self._root, self._units = root, list(units)
         # fully_shard has no FSDP:: labels to attribute to, and under the fake backend at
@@ -264,9 +204,8 @@ class Instruments:
 
     @contextlib.contextmanager
     def phase(self, name: str, step_index: int, microbatch: int | None = None) -> Iterator[None]:
-        """Run the block as phase ``name`` of step ``step_index`` (and ``microbatch``, None for the
-        step's own phases: zero_grad, clip_grad_norm, optimizer); the shard-state probe looks at
-        the units at its end."""
+        """Run the block as phase ``name`` of step ``step_index`` and ``microbatch`` (None for the step's
+        own phases), which every record made in it carries; the shard-state probe looks at its end."""
         self._position = (step_index, microbatch)
         self._marks.append((len(self.collectives.records), step_index, microbatch))
         self.collectives.settle()  # the last phase's collectives were waited on: let go of their works
@@ -298,30 +237,23 @@ class Instruments:
             self._experts.after_backward(*self._position)
 
     def after_zero_grad(self, step_index: int) -> None:
-        """Take the whole-rank memory snapshot that follows ``optimizer.zero_grad()`` and each unit's
-        ``after_zero_grad`` parameter state."""
+        """The memory snapshot and each unit's parameter state after ``optimizer.zero_grad()``."""
         if self._memory is not None:
             self._memory.mark_state("After Zero Grad", step_index)
         if self._hooks is not None:
             self._hooks.snapshot_all("after_zero_grad")
 
     def after_backward(self) -> None:
-        """``loss.backward()`` returned (the root's post-backward callback ran): each unit's
-        ``after_backward`` parameter state."""
+        """Each unit's ``after_backward`` parameter state, once ``loss.backward()`` returned."""
         if self._hooks is not None:
             self._hooks.snapshot_all("after_backward")
 
     def record_grad_norm(
         self, step_index: int, norm: torch.Tensor, clip: Any, *, clip_coef: float | None = None
     ) -> None:
-        """Record what ``clip_grad_norm_`` returned: a DTensor (its placements) or a tensor;
-        ``clip_coef``: the factor it scaled this rank's gradients by (``harness.run.rank.loop``).
-
-        Read from the local value only: ``full_tensor()`` of a ``Partial(max)`` norm (``norm_type:
-        inf``) would issue an all-reduce of the harness's own, recorded as the run's. ``value`` is
-        the local value when no placement is ``Partial``; otherwise None here, and the document's
-        assembly combines the ranks' ``local_value`` (``harness.contract.partial_values``).
-        """
+        """Record what ``clip_grad_norm_`` returned (``clip_coef``: the factor it scaled this rank's grads
+        by), read locally: ``full_tensor()`` would issue an all-reduce recorded as the run's. A ``Partial``
+        norm's ``value`` stays None; the document's assembly combines ``local_value``."""
         if "grads" not in self.on:
             return
         is_dtensor = hasattr(norm, "to_local")
@@ -349,21 +281,19 @@ class Instruments:
         )
 
     def end_step(self, step_index: int) -> None:
-        """A step ended: the parameter-update tracker compares the shards with their start; every
-        parameter's gradient dtype is recorded (``grads``)."""
+        """A step ended: parameter updates compared with the step's start; gradient dtypes recorded."""
         if self._updates is not None:
             self._updates.after_step(step_index)
         if self._root is not None and "grads" in self.on:
             self.grads += grad_records(self._root, step_index)
 
     def after_forward(self, step_index: int, microbatch: int | None) -> None:
-        """A forward phase ended (FSDP's lazy init has run): each unit's resolved dtypes (``unit_dtypes``)."""
+        """Each unit's resolved dtypes after a forward (FSDP's lazy init has run)."""
         if "grads" in self.on:
             self.unit_dtypes += unit_dtype_records(self._units, step_index, microbatch)
 
     def forward_steps(self, root: nn.Module) -> ContextManager[Any]:
-        """Around a forward: record the walkthrough's Steps 1-10 (name, layer, shape, dtype); nothing
-        where neither ``steps`` nor ``experts`` (which reads the routing from them) is on."""
+        """Records the walkthrough's Steps 1-10 around a forward, where ``steps`` or ``experts`` is on."""
         if "steps" not in self.on and (self._experts is None or not self._experts.active):
             return contextlib.nullcontext()
         return qwen3.observe_steps(root, self._on_step)
@@ -394,17 +324,8 @@ class Instruments:
             self._hooks.snapshot_all("after_optimizer_step")
 
     def pieces(self) -> dict[str, Any]:
-        """The rank entry's ``params``, ``param_states``, ``steps``, ``collectives``, ``memory``.
-
-        Call after leaving :meth:`observing` (the profiler's events exist once it stopped).
-        Setup's collectives come first, with no unit, label or hook; the others are
-        attributed from the profiler's ``FSDP::`` labels.
-
-        Raises:
-            RuntimeError: :meth:`observing` was never entered.
-            harness.run.rank.recorders.collectives.AttributionError: the dispatched collectives and
-                the profiler's c10d events disagree.
-        """
+        """The rank entry's recorded parts; call after leaving :meth:`observing` (the profiler has stopped).
+        RuntimeError if it was never entered; ``AttributionError`` where collectives and profiler disagree."""
         if self._n_setup is None:
             raise RuntimeError("Instruments.pieces before Instruments.observing")
         records = self.collectives.records

@@ -1,11 +1,5 @@
-"""Where a rank sits on its node, as the launcher that started it says: its local rank (which GPU
-it drives) and how many ranks share the node.
-
-torchrun sets LOCAL_RANK / LOCAL_WORLD_SIZE; ``srun`` sets SLURM_LOCALID / SLURM_NTASKS_PER_NODE
-(the latter only with ``--ntasks-per-node``); Open MPI's ``mpirun`` sets OMPI_COMM_WORLD_LOCAL_RANK /
-OMPI_COMM_WORLD_LOCAL_SIZE. Without any of them the world is taken as one node (local rank = rank).
-Pure functions of the environment: no torch.
-"""
+"""Where a rank sits on its node, as its launcher says: its local rank (which GPU it drives) and how
+many ranks share the node, from torchrun's, Slurm's or Open MPI's variables; else one node. No torch."""
 
 from __future__ import annotations
 
@@ -21,23 +15,17 @@ LOCAL_SIZE_VARIABLES: tuple[str, ...] = ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_N
 
 
 def local_placement(env: Mapping[str, str], rank: int, world_size: int) -> dict[str, int | str]:
-    """``{"local_rank", "local_world_size", "local_rank_variable"}`` from the first variable of
-    :data:`LOCAL_RANK_VARIABLES` / :data:`LOCAL_SIZE_VARIABLES` that is set; ``rank`` and
-    ``world_size`` (``local_rank_variable`` "RANK") when none is.
-
-    Raises:
-        ValueError: a variable set to something other than a whole number (naming it).
-    """
+    """``{"local_rank", "local_world_size", "local_rank_variable"}`` from the first variable set, else
+    ``rank``, ``world_size`` and "RANK"; ValueError naming a variable that is not a whole number."""
     local_rank, rank_variable = _first(env, LOCAL_RANK_VARIABLES, rank, "RANK")
     local_world_size, _ = _first(env, LOCAL_SIZE_VARIABLES, world_size, "WORLD_SIZE")
     return {"local_rank": local_rank, "local_world_size": local_world_size, "local_rank_variable": rank_variable}
 
 
 def device_ordinal_problem(local_rank: int, visible: int, variable: str) -> str | None:
-    """Why GPU ``local_rank`` cannot be this rank's (``visible`` GPUs seen; ``variable`` the
-    variable that gave the index), or None when it can. One visible GPU per rank: an ordinal at
-    or beyond the visible count is a mislaunch (more ranks per node than GPUs, or
-    CUDA_VISIBLE_DEVICES narrowed to one GPU per process while the index counts the node's)."""
+    """Why GPU ``local_rank`` of ``visible`` cannot be this rank's (``variable`` gave it), or None. An
+    ordinal at or beyond the visible count is a mislaunch: more ranks per node than GPUs, or
+    CUDA_VISIBLE_DEVICES narrowed to one GPU per process while the index counts the node's."""
     if 0 <= local_rank < visible:
         return None
     return (

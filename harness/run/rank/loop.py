@@ -1,27 +1,7 @@
 """The training loop: a step plan run phase by phase, every phase marked with its step and microbatch.
 
-:func:`run_steps` runs the plan of ``harness.run.rank.step_plan.step_plan``. For each step, in order
-(``harness.load.schedule`` says what each key does):
-
-- ``freeze`` / ``unfreeze``: ``requires_grad_`` on the matching parameters, then the spec's
-  ``before_step`` hook and the step's ``call``;
-- ``zero_grad`` (not before the first step): ``optimizer.zero_grad(set_to_none=...)``, then a
-  whole-rank memory snapshot "After Zero Grad";
-- per microbatch: ``set_requires_gradient_sync``, then ``set_requires_all_reduce``, on the root
-  if the plan says so; the manual
-  ``unshard()`` calls (phase ``unshard``); the forwards and their losses (phase ``forward``,
-  under ``torch.no_grad()`` for ``no_grad``); the manual ``reshard()`` calls (phase
-  ``reshard``); one ``backward()`` of the mean loss divided by the microbatch count (phase
-  ``backward``) unless the step is forward-only;
-- ``clip_grad_norm_`` (phase ``clip_grad_norm``), its returned total norm recorded, and the factor
-  it scaled the gradients by (the largest local gradient element after over before);
-- ``optimizer.step()`` (phase ``optimizer``) unless the step is forward-only or says
-  ``optimizer_step: false``, then the "After Optimizer Step" snapshot.
-
-Each phase is entered through :meth:`Instruments.phase`, which also tells the recorders the
-step index and microbatch (collectives, memory snapshots, step tensors and FSDP events carry
-them). Without a schedule the plan is the walkthrough's one step and this loop does exactly
-forward, loss, backward, ``optimizer.step()``.
+Each step in the order docs/schedules.md gives; without a schedule, the walkthrough's one forward,
+loss, backward and ``optimizer.step()``.
 """
 
 from __future__ import annotations
@@ -66,14 +46,8 @@ def run_steps(
     hooks: RunHooks | None = None,
 ) -> StepOutcome:
     """Run every planned step inside ``instruments.observing(...)``; the last forward's outcome.
-
-    ``hooks``: the spec's ``setup.hooks`` (before/after each step and microbatch; ``observe``
-    after each step, with no grad and outside the recorders' dispatch modes: its work is not the run's).
-
-    Raises:
-        ValueError: an empty plan, or ``loss_on`` names a step tensor the forward never emitted
-            (the layer was skipped in that microbatch).
-    """
+    ``hooks``: the spec's ``setup.hooks`` (``observe`` with no grad, outside the recorders' dispatch
+    modes). ValueError: an empty plan, or ``loss_on`` names a tensor the forward never emitted."""
     if not plan:
         raise ValueError("step plan is empty: expected at least one step")
     outcome = None

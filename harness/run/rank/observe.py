@@ -25,10 +25,8 @@ __all__ = ["environment", "group_dims", "where_after_step", "compile_counts", "e
 
 
 def environment(device_type: str, device: torch.device) -> dict[str, Any]:
-    """``{torch_version, cuda_version, python_version, backend, device_type, device_name}``
-    (``cuda_version``: ``torch.version.cuda``, None on a CPU-only build; the GPU's name, or the
-    CPU model from /proc/cpuinfo, no subprocess); ``backend`` is the one serving ``device_type``
-    ("nccl" for an offloading run's ``"cuda:nccl,cpu:gloo"`` group)."""
+    """``{torch_version, cuda_version, python_version, backend, device_type, device_name}``; ``backend``
+    serves ``device_type`` ("nccl" for ``"cuda:nccl,cpu:gloo"``); a CPU's name from /proc/cpuinfo."""
     return {
         "torch_version": str(torch.__version__),
         "cuda_version": torch.version.cuda,
@@ -57,9 +55,7 @@ def where_after_step(
     rows: list[dict[str, Any]], sharded: list[tuple[str, torch.Tensor]], optimizer: torch.optim.Optimizer
 ) -> None:
     """Add to each ``params`` row where its gradient and optimizer state live after the step
-    (``grad_device``: None without a gradient; ``optstate_device``: None without state), beside
-    the shard's ``device``: what ``CPUOffloadPolicy`` moves; and whether the gradient's local
-    storage is pinned host memory (``grad_pinned``: ``Tensor.is_pinned()``, None without one)."""
+    (``grad_device``, ``optstate_device``; None without) and ``grad_pinned`` (``Tensor.is_pinned()``)."""
     by_fqn = dict(sharded)
     for row in rows:
         p = by_fqn.get(row["fqn"])

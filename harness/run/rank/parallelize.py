@@ -1,18 +1,8 @@
 """Applying FSDP2 to a built model: the mesh, the FSDP units, ``fully_shard``, meta-device init.
 
-Each unit option (:class:`harness.load.units.UnitOptions`, declared once there) is applied here in
-one place: a ``fully_shard`` argument in :meth:`ShardUnit.options`, an ``FSDPModule`` setter in
-:data:`UNIT_SETTERS`, activation checkpointing before the call and ``module.compile()`` after.
-:func:`apply_fsdp` is the only place in the harness that calls
-``torch.distributed.fsdp.fully_shard``. :func:`units_from_setup` derives the units from a
-:class:`~harness.load.setup.RunSetup` (``setup.fsdp.units``, :mod:`harness.load.units`).
-
-Source: the walkthrough document ("FSDP2 Qwen3 Decoder Layer Walkthrough", section "FSDP2
-设置"): over a 1-D ``dp`` mesh of 4 ranks, every decoder layer becomes its own FSDP unit
-(``fully_shard`` per layer), and then the whole model is wrapped as the root unit; each
-parameter turns into a ``DTensor`` split evenly along dim 0 (``Shard(0)``) across the 4 ranks,
-and FSDP's pre-/post-forward hooks sit on every unit. API: ``fully_shard(module, *, mesh,
-reshard_after_forward, mp_policy, ...)`` (torch 2.13).
+:func:`apply_fsdp` is the harness's only ``torch.distributed.fsdp.fully_shard`` call and applies each
+unit option (:class:`harness.load.units.UnitOptions`). Source: the walkthrough document, section
+"FSDP2 设置" (``fully_shard`` per decoder layer, then the root).
 """
 
 from __future__ import annotations
@@ -64,25 +54,11 @@ COMPILE_ON_CPU = (
 
 @dataclass(frozen=True)
 class ShardUnit:
-    """One ``fully_shard`` call: which modules, as which unit, with which options.
+    """One ``fully_shard`` call: which modules (``paths``; () means ``(path,)``), as which unit, how.
 
-    Attributes:
-        path: the unit's name: its module's FQN relative to the root (``"layers.0"``,
-            ``"model.layers.3"``; ``""`` is the root), or for a unit of several modules torch's
-            name for it, their FQNs joined by ``", "``.
-        role: "layer", "root" or "module" (the observation's ``fsdp_units[].role``).
-        layer: the decoder layer index of a layer unit, else None.
-        reshard_after_forward: True, False or an int (reshard to groups of that size after
-            forward); None passes nothing, so torch's default applies (for the root: not
-            resharded after forward).
-        mp_policy: the unit's ``MixedPrecisionPolicy``; None passes nothing (torch's default,
-            no casting).
-        paths: the module FQNs of the call (a list call when more than one); () means ``(path,)``.
-        offload_policy: ``CPUOffloadPolicy`` or None (nothing passed).
-        shard_placement: ((parameter FQN pattern, dim), ...) for ``shard_placement_fn``.
-        after: every option of the unit (the setters of :data:`UNIT_SETTERS`, checkpointing,
-            compile); None: none.
-    """
+    ``path`` names the unit (FQN relative to the root, ``""`` the root; several modules' FQNs joined by
+    ``", "``); ``role``: "layer", "root" or "module"; None passes nothing to ``fully_shard``;
+    ``after``: the unit's other options (:data:`UNIT_SETTERS`, checkpointing, compile)."""
 
     path: str
     role: str
@@ -99,8 +75,7 @@ class ShardUnit:
         return self.paths or (self.path,)
 
     def options(self) -> dict[str, Any]:
-        """The keyword arguments of this unit's ``fully_shard`` call, besides ``mesh`` and
-        ``shard_placement_fn`` (which needs the model's parameter names: see :func:`apply_fsdp`)."""
+        """This unit's ``fully_shard`` keyword arguments besides ``mesh`` and ``shard_placement_fn``."""
         kwargs: dict[str, Any] = {}
         if self.reshard_after_forward is not None:
             kwargs["reshard_after_forward"] = self.reshard_after_forward
@@ -112,11 +87,7 @@ class ShardUnit:
 
 
 def build_mesh(setup: RunSetup, device_type: str) -> DeviceMesh:
-    """``init_device_mesh(device_type, setup.mesh_shape, mesh_dim_names=setup.mesh_dim_names)``.
-
-    A 2-D mesh is HSDP to ``fully_shard``: dim 0 replicates, dim 1 shards. Build it outside
-    ``FakeTensorMode`` (the mesh reads its rank map as real values).
-    """
+    """The setup's ``init_device_mesh`` (2-D: HSDP); not under ``FakeTensorMode``: it reads ranks as values."""
     return init_device_mesh(device_type, tuple(setup.mesh_shape), mesh_dim_names=tuple(setup.mesh_dim_names))
 
 
@@ -137,18 +108,8 @@ def mixed_precision_policy(setup: RunSetup) -> MixedPrecisionPolicy:
 
 
 def units_from_setup(setup: RunSetup, root: nn.Module) -> list[ShardUnit]:
-    """The setup's units in ``fully_shard`` order, the root last (``RunSetup.unit_plan``).
-
-    By default each decoder layer of ``root`` in order, then the root (as the document): layers
-    take ``setup.fsdp.reshard_after_forward``; the root takes
-    ``setup.fsdp.root_reshard_after_forward`` (None: nothing passed, as the document's
-    ``fully_shard(model, mesh=mesh)``, so torch does not reshard the root after forward).
-    Every unit takes the setup's mixed-precision policy unless it sets its own ``mp_policy``.
-
-    Raises:
-        harness.load.setup.SetupError: a unit names no module of ``root`` (the loader reports
-            the same at load time).
-    """
+    """The setup's units in ``fully_shard`` order, the root last (``RunSetup.unit_plan``);
+    ``harness.load.setup.SetupError`` where a unit names no module of ``root``."""
     num_layers = len(root.get_submodule(setup.layer_prefix))
     units = []
     for plan in setup.unit_plan(num_layers):  # the loader validated selectors against the same plan
@@ -172,14 +133,8 @@ def units_from_setup(setup: RunSetup, root: nn.Module) -> list[ShardUnit]:
 def freeze_params(
     root: nn.Module, patterns: Sequence[str], *, requires_grad: bool = False, where: str = "setup.freeze.params"
 ) -> list[str]:
-    """``requires_grad_(requires_grad)`` on every parameter whose FQN matches one of ``patterns``
-    (``requires_grad=True``: a schedule step's ``unfreeze``).
-
-    Returns the FQNs changed (``named_parameters()`` order).
-
-    Raises:
-        ValueError: a pattern matches no parameter (the message starts with ``where``).
-    """
+    """``requires_grad_(requires_grad)`` on the parameters matching ``patterns``; their FQNs, in order.
+    ValueError where a pattern matches none (the message starts with ``where``)."""
     named = dict(root.named_parameters())
     frozen: list[str] = []
     for pattern in patterns:
@@ -193,12 +148,7 @@ def freeze_params(
 
 
 def step_requires_grad(root: nn.Module, step: Any) -> None:
-    """A schedule step's ``freeze`` then ``unfreeze`` patterns (``harness.load.schedule.ScheduleStep``)
-    applied to ``root``'s parameters, at the start of the step.
-
-    Raises:
-        ValueError: a pattern matches no parameter (the loader refuses such a spec first).
-    """
+    """A schedule step's ``freeze`` then ``unfreeze`` on ``root``; ValueError if a pattern matches nothing."""
     if step.freeze:
         freeze_params(root, step.freeze, where="setup.schedule.steps[].freeze")
     if step.unfreeze:
@@ -206,15 +156,9 @@ def step_requires_grad(root: nn.Module, step: Any) -> None:
 
 
 def set_grad_dtypes(root: nn.Module, rules: Sequence[tuple[str, str]]) -> dict[str, str]:
-    """``Parameter.grad_dtype = dtype`` for each parameter matching a rule (``setup.grad_dtype``;
-    the first matching pattern wins), on the built model before ``fully_shard``.
-
-    Returns FQN -> the dtype name set. ``grad_dtype`` (torch >= 2.9) asks autograd to accumulate a
-    leaf's gradient in that dtype whatever the dtype of the parameter.
-
-    Raises:
-        ValueError: a pattern matches no parameter; or this torch has no ``Parameter.grad_dtype``.
-    """
+    """``Parameter.grad_dtype`` (torch >= 2.9: the dtype autograd accumulates a gradient in) per
+    ``setup.grad_dtype`` rule, the first match winning; FQN -> dtype name. ValueError where a pattern
+    matches no parameter or this torch has no ``Parameter.grad_dtype``."""
     named = dict(root.named_parameters())
     chosen: dict[str, str] = {}
     for pattern, dtype in rules:
@@ -244,7 +188,6 @@ def _placement_fn(rules: Sequence[tuple[str, int]], names: Mapping[int, str]) ->
 
 
 def _fsdp_params(module: nn.Module) -> list[nn.Parameter]:
-    """The parameters FSDP manages for the unit whose first module is ``module`` (its state)."""
     state = fully_shard.state(module)
     groups = getattr(state, "_fsdp_param_groups", None)
     if groups is None:  # torch before per-mesh parameter groups
@@ -265,38 +208,16 @@ def apply_fsdp(
     grad_dtypes: Sequence[tuple[str, str]] = (),
     after_each: Callable[[ShardUnit, nn.Module], None] | None = None,
 ) -> list[Unit]:
-    """Call ``fully_shard(modules, mesh=mesh, **unit.options())`` for each unit, in order.
+    """``fully_shard(modules, mesh=mesh, **unit.options())`` per unit, in order, children first (a later
+    unit containing an earlier one manages only the parameters left); per unit, a
+    :class:`~harness.run.rank.recorders.params.Unit` (its modules, the FQNs FSDP's state manages).
 
-    Order matters: a module sharded earlier keeps its parameters, and a later unit that
-    contains it (its parent, the root last) manages only the parameters no earlier unit took.
-    Per unit, before its call: activation checkpointing of its modules (``checkpoint``);
-    after every call: ``materialize``, then each unit's :data:`UNIT_SETTERS`, the prefetch
-    lists, freezing (``freeze_after``) and ``module.compile()``.
-
-    Args:
-        root: the built model (on its device, or on ``meta`` for meta-device init).
-        mesh: 1-D (FSDP, ``Shard(0)`` on it) or 2-D (HSDP: replicate on dim 0, shard on dim 1).
-        units: the units, children before their parents.
-        materialize: for a model built on ``meta``: called with ``root`` after every
-            ``fully_shard``, to allocate and fill only this rank's shards.
-        forward_prefetch, backward_prefetch: (unit name, unit names) pairs ("" is the root).
-        freeze: parameter FQN patterns to make ``requires_grad=False``.
-        freeze_after: freeze after every ``fully_shard`` (the DTensor parameters) instead of before.
-        grad_dtypes: (FQN pattern, dtype name) pairs: ``Parameter.grad_dtype`` set before the first
-            ``fully_shard`` (:func:`set_grad_dtypes`).
-        after_each: called with (the unit, its first module) right after each ``fully_shard`` call
-            (the spec's ``setup.hooks.after_fully_shard``); a meta-built model is not yet materialized.
-
-    Returns:
-        The recorders' :class:`~harness.run.rank.recorders.params.Unit` per unit, same order: its
-        modules and the FQNs (relative to the root, ``named_parameters()`` order) of the
-        parameters torch's FSDP state for it manages.
-
-    Raises:
-        AttributeError: a unit's path names no submodule of ``root``.
-        ValueError: a freeze pattern matches no parameter.
-        Whatever torch raises for a unit it refuses (a module already managed, a bad placement).
-    """
+    Activation checkpointing before each call; after all of them ``materialize`` (a ``meta``-built
+    ``root``: allocate and fill this rank's shards), :data:`UNIT_SETTERS`, the prefetch lists ((unit
+    name, unit names), "" the root), ``freeze`` (before instead, unless ``freeze_after``) and
+    ``compile()``. ``grad_dtypes`` are set first; ``after_each(unit, first module)`` runs after each
+    call. Raises AttributeError (a path names no submodule), ValueError (a freeze pattern matches
+    nothing) and whatever torch raises for a unit."""
     if freeze and not freeze_after:
         freeze_params(root, freeze)
     if grad_dtypes:
@@ -329,8 +250,7 @@ def _fully_shard_units(
     groups: list[list[nn.Module]],
     after_each: Callable[[ShardUnit, nn.Module], None] | None = None,
 ) -> None:
-    """Activation checkpointing (where asked), then ``fully_shard`` of each unit's modules, in order
-    (``after_each`` after each call)."""
+    """Checkpointing where asked, then ``fully_shard`` of each unit's modules (``after_each`` after each)."""
     names = {id(p): fqn for fqn, p in root.named_parameters()}
     for unit, modules in zip(units, groups):
         if unit.after is not None and unit.after.checkpoint:
@@ -350,19 +270,12 @@ def _fully_shard_units(
 
 
 def apply_checkpoint(module: nn.Module, style: str, use_reentrant: bool) -> None:
-    """Activation checkpointing of ``module``, before its ``fully_shard`` (``setup.fsdp.units[].checkpoint``).
+    """Activation checkpointing of ``module`` before its ``fully_shard`` (``setup.fsdp.units[].checkpoint``).
 
-    ``style``: "composable" applies ``torch.distributed._composable.checkpoint(module)`` (its
-    hooks register before FSDP's); "call" makes ``module(...)`` run as
-    ``torch.utils.checkpoint.checkpoint(nn.Module.__call__, ...)``, FSDP's hooks inside the
-    checkpoint, as transformers 4's ``GradientCheckpointingLayer.__call__``; "forward" wraps
-    ``module.forward`` alone, inside FSDP's hooks, as transformers 5's. The functional forms
-    checkpoint only in training with grad enabled (transformers' condition) and pass keyword
-    arguments bound (``use_reentrant=True`` takes positional tensors only).
-
-    Raises:
-        ValueError: an unknown style.
-    """
+    ``style`` "composable": ``torch.distributed._composable.checkpoint`` (hooks before FSDP's); "call":
+    ``module(...)`` checkpointed, FSDP's hooks inside (transformers 4's ``GradientCheckpointingLayer``);
+    "forward": ``module.forward`` alone (transformers 5's); these two only in training with grad, keyword
+    arguments bound (``use_reentrant=True`` takes positional tensors only). Else ValueError."""
     if style == "composable":
         from torch.distributed._composable import checkpoint
 
@@ -413,7 +326,6 @@ means "not called")."""
 
 
 def _set_unit_options(units: Sequence[ShardUnit], groups: list[list[nn.Module]]) -> None:
-    """Each unit's :data:`UNIT_SETTERS` whose option it sets, on its first module."""
     defaults = UnitOptions()
     for unit, modules in zip(units, groups):
         if unit.after is None:
@@ -436,8 +348,7 @@ def _managed(root: nn.Module, units: Sequence[ShardUnit], groups: list[list[nn.M
 
 
 def offloaded_params(root: nn.Module) -> set[int]:
-    """``id`` of every parameter an FSDP unit of ``root`` manages under a ``CPUOffloadPolicy``
-    (the unit's ``FSDPParamGroup``, as :func:`unit_state` reads it)."""
+    """``id`` of every parameter a unit of ``root`` manages under a ``CPUOffloadPolicy``."""
     ids: set[int] = set()
     for module in root.modules():
         if not isinstance(module, FSDPModule):
@@ -449,11 +360,8 @@ def offloaded_params(root: nn.Module) -> set[int]:
 
 
 def materialization_devices(root: nn.Module, device: torch.device) -> dict[str, torch.device]:
-    """Module FQN (``""``: the root) -> the device :func:`materialize_empty` allocates that
-    module's own parameters on: the CPU for a module whose parameters a unit offloads
-    (FSDP2 refuses, at its lazy init, offloaded parameters materialized anywhere else), else
-    ``device``. Buffers are not FSDP's to offload: they always go to ``device``, where the
-    forward runs (torchtitan materializes offloaded models the same way)."""
+    """Module FQN -> where :func:`materialize_empty` puts its own parameters: the CPU where a unit
+    offloads them (FSDP2's lazy init refuses them elsewhere), else ``device``; buffers: ``device``."""
     offloaded = offloaded_params(root)
     cpu = torch.device("cpu")
     return {
@@ -463,14 +371,10 @@ def materialization_devices(root: nn.Module, device: torch.device) -> dict[str, 
 
 
 def materialize_empty(root: nn.Module, device: torch.device) -> None:
-    """``root.to_empty(device=device)`` for a model sharded on ``meta``, except that the
-    parameters of offloaded units are allocated on the CPU (:func:`materialization_devices`).
-    Module by module (``to_empty(recurse=False)``: the same per-module ``_apply`` a recursive
-    call makes, so tied parameters stay tied), children before their parent as in a recursive
-    call: an FSDP module's ``_apply`` re-pads its shards (``FSDPParam.reset_sharded_param``) only
-    when they are no longer on ``meta``. Parent first, the re-padding of an uneven shard waited
-    for the lazy init of the first forward, under the memory tracker, which then counted the
-    padded shards of the last rank as activations and no sharded parameter at all."""
+    """``root.to_empty(device=device)``, offloaded units' parameters on the CPU; module by module,
+    children first (tied parameters stay tied): FSDP's ``_apply`` re-pads a shard only once it is off
+    ``meta``, and parent first left an uneven shard's re-padding to the first forward, where the memory
+    tracker counted it as activations."""
     devices = materialization_devices(root, device)
     for fqn, module in reversed(list(root.named_modules())):
         module.to_empty(device=devices[fqn], recurse=False)
@@ -480,17 +384,9 @@ def materialize_empty(root: nn.Module, device: torch.device) -> None:
 
 
 def init_local_shards(root: nn.Module, device: torch.device, *, std: float, seed: int, rank: int) -> None:
-    """Materialize a model sharded on ``meta``: allocate on ``device``, fill this rank's shards.
-
-    ``root.to_empty(device)`` keeps FSDP's ``DTensor`` parameters (and tied weights). Matrices
-    (embedding, projections, lm_head) ~ N(0, std^2), vectors (RMSNorm weights) = 1, as
-    ``model.init_weights``; but each rank draws its own shard from its own generator
-    (``seed``, ``rank``), so the full weights are not those of ``init_weights``: used only
-    when numerics are off and ``setup.init`` is not set, where no value is observed. RoPE's
-    ``inv_freq`` buffer (not sharded) is recomputed. See :func:`init_shards_like_full` for
-    values identical to a full init. Offloaded units' parameters on the CPU
-    (:func:`materialize_empty`).
-    """
+    """Materialize a ``meta``-sharded model on ``device``, each rank drawing its own shards: matrices ~
+    N(0, std^2), vectors 1, RoPE's ``inv_freq`` recomputed. Drawn per (``seed``, ``rank``), not a full
+    init's values (:func:`init_shards_like_full`): for runs that observe no value."""
     materialize_empty(root, device)
     generator = torch.Generator().manual_seed(seed * 1_000_003 + rank)
     with torch.no_grad():
@@ -507,7 +403,7 @@ def init_local_shards(root: nn.Module, device: torch.device, *, std: float, seed
 
 
 def _local_slices(p: torch.Tensor) -> tuple[slice, ...] | None:
-    """This rank's slice of each dim of ``p``'s full tensor (None: ``p`` is not a DTensor)."""
+    """This rank's slice of each dim of ``p``'s full tensor (None: not a DTensor)."""
     if not isinstance(p, DTensor):
         return None
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
@@ -518,14 +414,9 @@ def _local_slices(p: torch.Tensor) -> tuple[slice, ...] | None:
 
 @contextlib.contextmanager
 def uninitialized_memory_as_nan() -> Iterator[None]:
-    """Inside the block, memory torch allocates without initializing (``torch.empty``,
-    ``empty_like``: what ``to_empty()`` uses) is filled with NaN (integers: their maximum), so a
-    value read before anything wrote it shows as NaN instead of whatever the allocator left.
-
-    torch's own switch for it: ``torch.utils.deterministic.fill_uninitialized_memory`` under
-    ``torch.use_deterministic_algorithms(True)`` (torch docs, "torch.utils.deterministic"); both
-    are restored on exit.
-    """
+    """Inside the block, memory torch allocates uninitialized (``torch.empty``, ``to_empty()``) is NaN
+    (integers: their maximum), so a read before any write shows: torch's
+    ``torch.utils.deterministic.fill_uninitialized_memory``, both switches restored on exit."""
     import torch.utils.deterministic as deterministic
 
     enabled, warn_only = (
@@ -544,21 +435,12 @@ def uninitialized_memory_as_nan() -> Iterator[None]:
 
 @torch.no_grad()
 def init_shards_like_full(root: nn.Module, device: torch.device, *, seed: int, repair: bool = True) -> None:
-    """Materialize a model sharded on ``meta`` with the values a full init gives (``setup.init: meta``).
+    """Materialize a ``meta``-sharded model with a full init's values (``setup.init: meta``).
 
-    ``root.to_empty(device)`` allocates every (local) tensor; then ``model.init_weights`` runs
-    with ``torch.Generator().manual_seed(seed)`` exactly as :func:`harness.run.rank.build.build_model`
-    does for a full model, except that each weight is drawn whole (float32, one weight at a
-    time) and only this rank's slice (DTensor local shape and global offset: ``Shard(0)``,
-    ``Shard(1)``, padding, HSDP) is kept. Same draws in the same order: the same numbers as a
-    full init. RMSNorm weights are filled with 1 and RoPE's ``inv_freq`` recomputed (a buffer
-    ``to_empty`` leaves uninitialized). Offloaded units' parameters on the CPU
-    (:func:`materialize_empty`).
-
-    ``repair`` False (``setup.init: {device: meta, repair: false}``): only the Linear and
-    Embedding weights are filled, as an init that forgets the rest; the RMSNorm weights and
-    ``inv_freq`` keep what ``to_empty`` left, which :func:`uninitialized_memory_as_nan` makes NaN.
-    """
+    ``model.init_weights`` with ``manual_seed(seed)``, as :func:`harness.run.rank.build.build_model`, each
+    weight drawn whole (float32) and only this rank's slice kept: the same numbers. RMSNorm weights are
+    set to 1 and RoPE's ``inv_freq`` recomputed, unless ``repair`` is False: they then keep what
+    ``to_empty`` left, NaN (:func:`uninitialized_memory_as_nan`)."""
     if repair:
         materialize_empty(root, device)
     else:
@@ -574,15 +456,9 @@ def init_shards_like_full(root: nn.Module, device: torch.device, *, seed: int, r
 
 
 def unit_state(unit: Unit) -> dict[str, Any]:
-    """What torch's FSDP state holds for a unit (read after the step, when the root's lazy init
-    has settled its defaults): the observation's ``fsdp_units[].state``.
-
-    ``reshard_after_forward``: False when no post-forward mesh, True when it is the shard
-    mesh, else the size of the post-forward shard group; the others as ``FSDPParamGroup`` holds
-    them (``gradient_divide_factor`` None: FSDP's default division; ``offload``: a
-    ``CPUOffloadPolicy``; ``param_dtype``/``reduce_dtype``/``output_dtype``: the
-    ``MixedPrecisionPolicy``'s, None to keep).
-    """
+    """What torch's FSDP state holds for a unit after the step (``fsdp_units[].state``):
+    ``reshard_after_forward`` False (no post-forward mesh), True (the shard mesh) or the post-forward
+    group size; ``gradient_divide_factor`` None: FSDP's default; dtypes None: kept."""
     from harness.run.rank.recorders.collectives import dtype_name
 
     state = fully_shard.state(unit.module)

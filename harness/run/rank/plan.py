@@ -1,8 +1,6 @@
 """What a rank will do, decided up front from the setup and the world: :func:`plan_rank`.
 
-A pure function of (setup, rank, world size, simulated) with no torch objects, so every
-combination of mode, init and numerics is tested without running a rank
-(``tests/unit/run/test_rank_plan.py``).
+Pure, no torch objects: every combination is tested without a rank (``tests/unit/run/test_rank_plan.py``).
 """
 
 from __future__ import annotations
@@ -29,20 +27,10 @@ each rank (one step); each rank's single-process reference of the whole schedule
 
 @dataclass(frozen=True)
 class RankPlan:
-    """One rank's decisions (see :func:`plan_rank`).
-
-    Attributes:
-        mode: one of :data:`MODES`.
-        init: one of :data:`INITS` (a simulated rank has no data: its init is the real rank's, which
-            it records as where ``fully_shard`` found the parameters).
-        numerics: one of :data:`NUMERICS` ("off" when simulated).
-        meta_init: a real rank builds its model on the meta device (init not "full").
-        rows: (first, stop) of this rank's samples in the global batch (a simulated rank makes
-            only its own ``B`` rows: (0, B)).
-        param_updates: record each step's parameter updates (a real rank with a schedule, the
-            ``updates`` instrument on, or the schedule's numerics, which compare them).
-        instruments: the instruments the rank runs (``RunSetup.instruments``; all by default).
-    """
+    """One rank's decisions: ``mode``, ``init`` and ``numerics`` (of :data:`MODES`, :data:`INITS`,
+    :data:`NUMERICS`; simulated: the real rank's init, numerics "off"); ``meta_init``: a real rank
+    builds on meta; ``rows``: (first, stop) of its samples in the global batch ((0, B) simulated);
+    ``param_updates``: record each step's updates; ``instruments``: those the rank runs."""
 
     mode: str
     init: str
@@ -60,18 +48,10 @@ class RankPlan:
 def plan_rank(setup: Any, rank: int, world_size: int, *, simulated: bool = False) -> RankPlan:
     """The plan of rank ``rank`` of ``world_size`` running ``setup`` (a ``harness.load.setup.RunSetup``).
 
-    ``init`` defaults (``setup.init`` None) to "meta" where one replica on rank 0 checks the
-    numerics (no full model elsewhere), "full" where every rank checks them, else "local" (a full
-    model on every rank at once would not fit here for Qwen3-0.6B on 8 ranks).
-
-    Without the ``numerics`` instrument (``setup.instruments``) numerics are "off" (``init`` is still
-    decided by ``setup.numerics``: the weights do not change); without ``updates`` no update is
-    recorded unless the schedule's numerics compare them.
-
-    Raises:
-        ValueError: ``world_size`` is not the setup's, or ``setup.instruments`` names an unknown
-            instrument.
-    """
+    ``init`` defaults to "meta" where one replica on rank 0 checks the numerics, "full" where every rank
+    does, else "local" (a full model on every rank at once would not fit here for Qwen3-0.6B on 8
+    ranks). Without the ``numerics`` instrument numerics are "off", ``init`` unchanged. ValueError where
+    ``world_size`` is not the setup's or ``setup.instruments`` names an unknown instrument."""
     if world_size != setup.world_size:
         raise ValueError(
             f"world size {world_size} but setup.mesh.shape {list(setup.mesh_shape)} needs {setup.world_size}"

@@ -1,12 +1,6 @@
-"""The numerics references a real rank compares its sharded step with (``RankPlan.numerics``).
-
-- ``rank_0``: rank 0 holds the only replica (``harness.run.rank.build.reference_from_rank_0``);
-- ``each_rank``: every rank runs its own replica on its chunk, gradients averaged over ranks
-  with a plain all-reduce (``harness.run.rank.build.replica_reference``);
-- ``schedule``: every rank runs the single-process reference of the whole schedule
-  (``harness.run.rank.recorders.updates.schedule_reference``).
-
-Each runs in phase ``replica``, after the model is built and before ``fully_shard``.
+"""The numerics references a real rank compares its sharded step with (``RankPlan.numerics``): ``rank_0``,
+``each_rank`` or ``schedule``, made in phase ``replica``, after the model is built and before
+``fully_shard``.
 """
 
 from __future__ import annotations

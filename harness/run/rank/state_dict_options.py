@@ -1,49 +1,9 @@
 """``torch.distributed.checkpoint.state_dict``'s options on the trained FSDP2 model, after the step.
 
-When ``setup.state_dict`` lists ``get_model`` or ``set_model`` calls, every rank of the run, in
-phase ``state_dict`` (the recorders stopped: none of this is recorded as the step's):
-
-1. takes the trained model's values: each state-dict entry's local shard (``DTensor.to_local()``)
-   and its full tensor (``DTensor.full_tensor()``, DTensor's own all-gather, independent of the
-   state-dict helpers under test);
-2. per ``get_model`` item, calls ``get_model_state_dict(model, options=StateDictOptions(
-   full_state_dict=..., cpu_offload=...))`` and records, per returned key, the tensor's type
-   (DTensor or plain), device, shape, local shape, placements, dtype and whether it holds the
-   trained values (a full tensor bitwise the full tensor, a DTensor's local shard bitwise this
-   rank's shard); a rank handed an empty dict records no entries (``keys: 0``);
-3. per ``set_model`` item, builds a fresh model (``into: sharded``: on meta, ``fully_shard``-ed
-   with the run's units, shards filled from another seed; ``into: meta``: the same left on the
-   meta device), hands it the trained model's state dict (full tensors with
-   ``full_state_dict``, on rank 0 only with ``broadcast_from_rank0``, the other ranks ``{}``;
-   else the sharded DTensors), less the ``drop`` keys and plus the ``add`` keys, through
-   ``set_model_state_dict(fresh, state_dict, options=StateDictOptions(...))``; records what it
-   raised or the missing and unexpected keys it returned, then what the fresh model holds per
-   key (read from ``fresh.state_dict()``): type, device, local shape, placements, whether its
-   local shard is bitwise the trained one (and was before the call), and which parameters and
-   buffers are still on the meta device; then, where on every rank the call returned and no
-   parameter is left on meta, what FSDP's own all-gather makes of the loaded shards
-   (``FSDPModule.unshard()`` on every unit: each full parameter bitwise the trained one, cast
-   to the dtype its unit gathers in, the ``MixedPrecisionPolicy``'s ``param_dtype``?).
-
-The record (observation schema ``$defs/state_dict_options``)::
-
-    {"get_model": [{"id": "full_on_cpu", "keys": 11, "entries": [
-        {"fqn": "layers.0.self_attn.q_proj.weight", "is_dtensor": false, "device": "cpu",
-         "shape": [64, 64], "local_shape": [64, 64], "placements": [], "dtype": "float32",
-         "equal": true}, ...]}],
-     "set_model": [{"id": "into_meta", "given_keys": 11, "error": null,
-        "missing_keys": [], "unexpected_keys": [], "meta_params": [],
-        "meta_buffers": ["rotary_emb.inv_freq"], "gathered": true, "entries": [
-        {"fqn": ..., "is_dtensor": true, "device": "cpu", "local_shape": [22, 64],
-         "placements": ["Shard(dim=0)"], "equal": true, "equal_before_load": false,
-         "gathered_equal": true, "gathered_dtype": "float32"}, ...]}]}
-
-``error`` is ``{"type": "RuntimeError", "message": ...}`` when the call raised; then
-``missing_keys`` and ``unexpected_keys`` are null. ``gathered_equal`` and ``gathered_dtype`` are
-null where nothing was gathered (``gathered`` false). Shapes are in elements. Source: torch 2.13's
-``torch.distributed.checkpoint.state_dict`` (``StateDictOptions``: full_state_dict,
-cpu_offload, strict, broadcast_from_rank0) and FSDP2's rank-0 broadcast meta-device flow
-(pytorch/pytorch#124651).
+For ``setup.state_dict.get_model`` and ``set_model`` (docs/specs.md, "State-dict round trip"), every
+rank records what each call returns or leaves, compared bitwise with the trained values as
+``DTensor.full_tensor()`` gives them, independent of the helpers under test. Source: torch 2.13's
+``StateDictOptions`` and FSDP2's rank-0 broadcast meta-device flow (pytorch/pytorch#124651).
 """
 
 from __future__ import annotations
@@ -105,7 +65,7 @@ def _get(root: nn.Module, call: GetModelStateDict, local: dict, full: dict) -> d
 
 
 def _given(call: SetModelStateDict, rank: int, sharded: dict, full: dict) -> dict[str, Any]:
-    """The state dict this rank hands over (module docstring, step 3)."""
+    """The state dict this rank hands over: full or sharded, ``{}`` off rank 0 with ``broadcast_from_rank0``."""
     if call.broadcast_from_rank0 and rank != 0:
         return {}
     source = full if call.full_state_dict else sharded
@@ -150,11 +110,8 @@ def _set(call: SetModelStateDict, rank: int, fresh: Fresh, sharded: dict, local:
 
 
 def _gather_dtypes(model: nn.Module) -> dict[str, torch.dtype]:
-    """Parameter FQN -> the dtype its unit's all-gather casts it to, read from FSDP's own state
-    of each unit (its ``MixedPrecisionPolicy``): ``param_dtype`` for a floating parameter when
-    the policy sets one, else the parameter's own dtype (the rule of torch 2.13's
-    ``FSDPParam.init_dtype_attrs``). Taken while sharded: the registered parameters are FSDP's
-    sharded ones then."""
+    """Parameter FQN -> the dtype its unit's all-gather casts it to: a set ``param_dtype`` for a floating
+    parameter, else its own (torch 2.13's ``FSDPParam.init_dtype_attrs``); read while sharded."""
     names = {id(p): n for n, p in model.named_parameters()}
     out: dict[str, torch.dtype] = {}
     for unit in model.modules():
@@ -169,13 +126,9 @@ def _gather_dtypes(model: nn.Module) -> dict[str, torch.dtype]:
 
 
 def _gathered_equal(model: nn.Module, full: dict, *, ready: bool) -> "dict[str, tuple[bool, str]] | None":
-    """What FSDP's own all-gather makes of the loaded shards: ``FSDPModule.unshard()`` on every
-    unit, each unsharded parameter compared bitwise with the trained full tensor cast to the
-    dtype that unit gathers in (:func:`_gather_dtypes`: bf16 under a bf16 ``param_dtype``, as the
-    all-gather casts each shard), then ``reshard()``. Only where every rank is ``ready`` (the call
-    returned, nothing left on meta): the ranks agree on that first (a one-element MIN all-reduce),
-    as the gathers are collective. Per parameter (equal, the unsharded parameter's dtype name);
-    None: not gathered. Compared on the CPU (the two sides may sit on different devices)."""
+    """FSDP's own all-gather of the loaded shards (``unshard()`` every unit) against the trained full
+    tensors cast to the gather dtype, per FQN (equal, dtype name); None: not gathered, as some rank
+    was not ``ready`` (agreed by a MIN all-reduce: the gathers are collective)."""
     device = next(iter(full.values())).device if full else torch.device("cpu")
     flag = torch.tensor([1 if ready else 0], device=device)
     dist.all_reduce(flag, op=dist.ReduceOp.MIN)
@@ -196,20 +149,8 @@ def _gathered_equal(model: nn.Module, full: dict, *, ready: bool) -> "dict[str, 
 
 
 def state_dict_options(root: nn.Module, setup: StateDictSetup, fresh: Fresh, rank: int) -> dict[str, Any]:
-    """Run ``setup.get_model`` and ``setup.set_model`` on the trained ``root``; this rank's record.
-
-    Collective: every rank of the world calls it, after the optimizer step, with the same setup
-    (each torch call inside is collective).
-
-    Args:
-        root: the trained FSDP2 model (parameters are ``DTensor``).
-        setup: ``setup.state_dict``.
-        fresh: builds another model sharded like ``root`` (see :data:`Fresh`).
-        rank: this rank's global rank (rank 0 alone hands over a state dict to broadcast).
-
-    Returns:
-        ``{"get_model": [...], "set_model": [...]}`` (module docstring).
-    """
+    """Run ``setup.get_model`` and ``setup.set_model`` on the trained ``root``; this rank's record,
+    ``{"get_model": [...], "set_model": [...]}``. Collective, after the optimizer step."""
     with torch.no_grad():
         sharded = {k: v.detach() for k, v in root.state_dict().items() if isinstance(v, torch.Tensor)}
         local = {k: _local(v).clone() for k, v in sharded.items()}

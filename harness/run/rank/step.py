@@ -1,29 +1,8 @@
 """One rank's FSDP2 training step, as a :class:`~harness.load.setup.RunSetup` describes it, observed.
 
-Given an initialized default process group (gloo, NCCL or the fake one), :func:`run_step`
-decides the rank's plan (``harness.run.rank.plan.plan_rank``: real or simulated, the init, the
-numerics) and then goes through the stages, each in its own module:
-
-1. build (``harness.run.rank.build``): the model with the setup's seed, identically on every rank
-   (same full weights), in ``setup.model.dtype`` at construction (with ``setup.numerics`` off:
-   on the meta device, materialized after ``fully_shard`` with only this rank's shards); the
-   global batch (seeded) and this rank's samples ``r*B .. r*B+B-1``; the loss; the optimizer;
-2. the numerics reference, if the plan has one (``harness.run.rank.references``, phase replica);
-3. shard (``harness.run.rank.parallelize``): the device mesh and ``fully_shard`` on each decoder
-   layer, then on the root (the walkthrough's section "FSDP2 设置"); a 2-D mesh is HSDP;
-4. instruments (``harness.run.rank.instruments``): the recorders, entered in their one working order,
-   those of the instruments ``setup.instruments`` names (every one by default);
-5. steps (``harness.run.rank.loop``): the steps of ``harness.run.rank.step_plan.step_plan``, phases marked;
-   with a schedule and numerics each step's parameter updates are compared with the
-   schedule's single-process reference;
-6. observation (``harness.run.rank.observe``): the rank's entry; a real rank then adds, after
-   the recorders have stopped, the state-dict round trip (phase ``state_dict``), the bandwidth
-   rows (phase ``bandwidth``) and its host and device.
-
-A real and a simulated rank differ only where ``harness.run.rank.strategies`` says: a simulated
-rank (the fake backend) shards a model without data, then runs inside ``FakeTensorMode`` (no
-data, no numerics, only this rank's inputs); the mesh is built before entering the fake mode
-(``DeviceMesh`` reads its rank map as real values).
+:func:`run_step` plans the rank, then builds, makes the numerics reference, shards, enters the
+instruments, runs the steps and makes the rank's entry, each stage in its own module
+(docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -71,33 +50,13 @@ def run_step(
 ) -> dict[str, Any]:
     """Run and record one rank's step; the default process group must be initialized.
 
-    Args:
-        setup: what to run.
-        rank: this rank (``dist.get_rank()``).
-        world_size: ``setup.world_size`` (``dist.get_world_size()``).
-        device_type: "cpu" or "cuda" (for CUDA, the current device is this rank's GPU).
-        simulated: the fake process group is active: run under ``FakeTensorMode``, no numerics.
-        on_phase: called with each phase name (``harness.contract.names.RANK_PHASES``) as it
-            starts (the launcher reports a hung rank's last phase).
-        collective_log: receives each collective as entered and completed
-            (``harness.run.launch.hang``: the launcher says which rank is stuck in which
-            collective); None for nowhere.
-        trace_dir: if given, an existing folder: the profiler's Chrome trace of the step
-            (forward, backward, optimizer; FSDP:: labels and c10d ops) is written there as
-            ``rank<rank>.json`` (``torch.autograd.profiler.profile.export_chrome_trace``).
-        checkpoint_dir: for ``setup.state_dict.round_trip``: a folder every rank shares, made
-            and removed by the launcher; None: rank 0 makes one and removes it
-            (``harness.run.rank.checkpoint.shared_folder``).
-
-    Returns:
-        ``{"entry": <the rank's entry of the document>, "fsdp_units": [...],
-        "environment": {torch_version, python_version, backend, device_type, device_name}}``;
-        the entry has ``state_dict`` when the setup asks for the round trip (not simulated).
-
-    Raises:
-        ValueError: ``world_size`` is not the setup's, or the setup names an unknown body or
-            optimizer.
-    """
+    ``device_type``: "cpu" or "cuda" (the current device is this rank's GPU). ``simulated``: the fake
+    process group is active (``FakeTensorMode``, no numerics). ``on_phase``: called with each phase
+    name as it starts. ``collective_log``: told of each collective entered and completed
+    (``harness.run.launch.hang``), or None. ``trace_dir``: a folder for the profiler's Chrome trace,
+    ``rank<rank>.json``. ``checkpoint_dir``: a folder every rank shares for the state-dict round trip;
+    None: rank 0 makes one. Returns ``{"entry", "fsdp_units", "environment"}``. ValueError where
+    ``world_size`` is not the setup's, or for an unknown body or optimizer."""
     # MKL's conditional numerical reproducibility: without it a CPU matmul's last bit depends on
     # its operands' memory alignment, so the same chunk through the same replica could differ
     # by one float32 ulp from run to run (numerics fields would vary). Read at MKL's first call;

@@ -1,15 +1,7 @@
 """The step plan: a setup's schedule as concrete steps, microbatches and forwards with their inputs.
 
-:func:`step_plan` turns ``setup.schedule`` (``harness.load.schedule``) into
-:class:`PlannedStep` objects, each holding its microbatches and each microbatch its forwards
-with this rank's inputs; ``harness.run.rank.loop`` runs them and the schedule reference
-(``harness.run.rank.recorders.updates``) replays the same plan on the global batches.
-
-Inputs: the k-th forward of the plan (counting every forward of every microbatch of every step,
-from 0) takes the k-th global batch drawn from one generator seeded ``setup.seed + 1``; forward
-0's batch is the one ``harness.run.rank.build.make_inputs`` draws, so a one-step schedule sees the
-inputs of the default run. Rank r takes rows ``r*B .. r*B+B-1`` of each global batch (the
-document's assignment, section "每个 rank 上的激活值（输入）").
+Forward k takes global batch k of one generator seeded ``setup.seed + 1``, rank r its rows
+``r*B .. r*B+B-1`` (the document's section "每个 rank 上的激活值（输入）").
 """
 
 from __future__ import annotations
@@ -39,14 +31,9 @@ LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def loss_function(name: str) -> LossFn:
-    """``loss(tensor, inputs)`` -> float32 scalar, for a :data:`harness.load.schedule.LOSSES` name.
-
-    ``mean_square``: ``t.float().pow(2).mean()``; ``sum``: ``t.float().sum()``;
-    ``cross_entropy``: logits [B, L, V] at positions 0..L-2 against token ids [B, L] at 1..L-1.
-
-    Raises:
-        ValueError: an unknown name.
-    """
+    """``loss(tensor, inputs)`` -> float32 scalar for a :data:`harness.load.schedule.LOSSES` name:
+    mean_square, sum, or cross_entropy (logits [B, L, V] at 0..L-2 against token ids at 1..L-1).
+    ValueError for another name."""
     if name == "mean_square":
         return lambda t, inputs: t.float().pow(2).mean()
     if name == "sum":
@@ -62,9 +49,8 @@ def loss_function(name: str) -> LossFn:
 
 
 class StepCapture:
-    """A step observer (``model.observe_steps`` callback) that keeps the tensor ``loss_on`` names:
-    the first emission of ``name`` by decoder layer ``layer`` (a recomputation in backward, under
-    activation checkpointing, emits it again)."""
+    """A ``model.observe_steps`` callback keeping the first emission of ``loss_on``'s tensor by its layer
+    (activation checkpointing's recomputation emits it again)."""
 
     def __init__(self, loss_on: tuple[str, str]) -> None:
         path, self.name = loss_on
@@ -86,17 +72,9 @@ class PlannedForward:
 
 @dataclass(frozen=True)
 class PlannedMicrobatch:
-    """One backward's worth of forwards.
-
-    Attributes:
-        index: position in its step.
-        forwards: the forwards before its backward.
-        skip_layers: decoder layers (indices) or their blocks ((index, "mlp" | "self_attn")) not run
-            in it (``used_only_in``); the model's ``skip_layers`` argument.
-        sync: the value for ``set_requires_gradient_sync`` before it; None: not called.
-        all_reduce: the value for ``set_requires_all_reduce`` before it (after ``sync``); None:
-            not called.
-    """
+    """One backward's worth of ``forwards``; ``skip_layers``: layers (index, or (index, "mlp" |
+    "self_attn")) not run in it; ``sync``, ``all_reduce``: the values for ``set_requires_gradient_sync``
+    / ``set_requires_all_reduce`` before it (None: not called)."""
 
     index: int
     forwards: tuple[PlannedForward, ...]
@@ -107,14 +85,7 @@ class PlannedMicrobatch:
 
 @dataclass(frozen=True)
 class PlannedStep:
-    """One optimizer step of the plan.
-
-    Attributes:
-        index: ``step_index``, 0-based over the repeated steps.
-        inputs: the first forward's inputs.
-        microbatches: in order.
-        step: what the schedule says of it (runtime calls, loss target, clipping...).
-    """
+    """One optimizer step: ``index`` (0-based over the repeated steps), the first forward's ``inputs``."""
 
     index: int
     inputs: torch.Tensor
@@ -143,12 +114,8 @@ def forward_count(schedule: Schedule | None) -> int:
 def global_batches(
     setup: RunSetup, config: Any, dtype: torch.dtype, count: int, *, rows: int | None = None
 ) -> list[torch.Tensor]:
-    """``count`` global batches of ``world_size * B`` samples, drawn in order from one generator
-    seeded ``setup.seed + 1`` (batch 0 is ``make_inputs``'s): hidden states [W*B, L, d] drawn in
-    float32 then cast to ``dtype`` (``decoder_layers``), or token ids [W*B, L] in [0, V) (int64).
-
-    ``rows``: draw batches of this many rows instead (simulated runs: the local shape only).
-    """
+    """``count`` global batches of ``world_size * B`` (or ``rows``) samples from a generator seeded
+    ``setup.seed + 1``: hidden states [W*B, L, d] (float32 cast to ``dtype``) or token ids (int64)."""
     n = setup.world_size * setup.batch_per_rank if rows is None else rows
     generator = torch.Generator().manual_seed(setup.seed + 1)
     out = []
@@ -163,15 +130,8 @@ def global_batches(
 def step_plan(
     setup: RunSetup, inputs: torch.Tensor, more_inputs: Callable[[int], list[torch.Tensor]] | None = None
 ) -> list[PlannedStep]:
-    """The steps ``setup`` asks for, with this rank's inputs.
-
-    Args:
-        inputs: this rank's inputs of forward 0 (``make_inputs``).
-        more_inputs: ``more_inputs(count)`` -> this rank's inputs of forwards 0..count-1 (called
-            only when the schedule runs more than one forward).
-
-    Without a schedule: one step, one microbatch, one forward on ``inputs``.
-    """
+    """The steps ``setup`` asks for, with this rank's inputs: ``inputs`` for forward 0,
+    ``more_inputs(count)`` for forwards 0..count-1 (only if more than one). No schedule: one forward."""
     schedule = setup.schedule
     if schedule is None:
         return [PlannedStep(0, inputs)]

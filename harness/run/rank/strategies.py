@@ -1,10 +1,5 @@
-"""The two ways a rank runs: :class:`RealRank` (a process of a gloo/NCCL world) and
-:class:`SimulatedRank` (the fake process group under ``FakeTensorMode``, ``harness.run.rank.fake``).
-
-``harness.run.rank.step`` calls the same four hooks on either: ``build`` the model (phase
-setup), ``before_sharding`` and ``after_sharding`` around ``fully_shard``, and ``after_step``
-for the entry's parts made once the recorders have stopped.
-"""
+"""The two ways a rank runs: :class:`RealRank` (a gloo/NCCL world) and :class:`SimulatedRank` (the fake
+process group under ``FakeTensorMode``), behind the four hooks ``harness.run.rank.step`` calls."""
 
 from __future__ import annotations
 
