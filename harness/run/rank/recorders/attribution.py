@@ -1,15 +1,8 @@
 """Attribution: each recorded collective's FSDP unit, label and hook, from the profiler.
 
-``torch.profiler`` records FSDP's ``record_function`` labels
-(``torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py``, ``_fsdp_state.py``, torch 2.13):
-``FSDP::pre_forward (layers.0)``, ``FSDP::all_gather (layers.0)``,
-``FSDP::backward_prefetch for layers.0``, ``FSDP::post_backward_reduce (layers.1)``,
-``FSDP::root_post_backward_callback``, ... and an event per c10d op (``c10d::_allgather_base_``,
-nested under itself once per active dispatch mode). :func:`attribute` matches the i-th
-dispatched op to the i-th outermost profiler c10d event of the same name (it raises
-:class:`AttributionError` if the two lists disagree) and takes the FSDP unit and label from the
-profiler event's enclosing ``FSDP::`` events. Pure functions of the records and the profiler's
-events, read after the run.
+The i-th dispatched op is the i-th outermost profiler c10d event of the same name; its unit and
+label come from the FSDP ``record_function`` labels around it (torch 2.13 ``_fsdp_param_group.py``,
+``_fsdp_state.py``).
 """
 
 from __future__ import annotations
@@ -53,13 +46,9 @@ _NOT_HOOKS = {"FSDP::all_gather", "FSDP::all_gather_copy_out"}
 
 
 def parse_fsdp_label(name: str) -> tuple[str, str | None]:
-    """Split an FSDP profiler label into (label, unit).
-
-    ``"FSDP::all_gather (layers.0)"`` -> ``("FSDP::all_gather", "layers.0")``;
-    ``"FSDP::pre_forward"`` -> ``("FSDP::pre_forward", "")`` (the root unit);
-    ``"FSDP::backward_prefetch for layers.0"`` -> ``("FSDP::backward_prefetch", "layers.0")``;
-    ``"FSDP::root_pre_forward"`` -> ``("FSDP::root_pre_forward", None)`` (no unit).
-    """
+    """Split an FSDP profiler label into (label, unit): ``"FSDP::all_gather (layers.0)"`` ->
+    ``("FSDP::all_gather", "layers.0")``; the unit is "" for the root, None for a label that names
+    none."""
     m = _PREFETCH.match(name)
     if m:
         return m["label"], m["fqn"]
@@ -99,22 +88,15 @@ _COLLECTIVE_EVENT_NAMES = {f"{ns}::{op}" for ns in NAMESPACES for op in OP_KIND}
 
 
 def host_events(prof: Any) -> Iterator[Any]:
-    """The raw Kineto events of a finished ``torch.autograd.profiler.profile`` that ran on the
-    CPU (``device_type() == DeviceType.CPU``). With the device's activity on (``--trace`` of a
-    CUDA rank) Kineto adds GPU-side events, among them a ``gpu_user_annotation`` copy of each
-    ``record_function`` range on the stream its kernels ran on (named ``FSDP::all_gather`` as
-    well); attribution and phases read the CPU ranges only."""
+    """The raw Kineto events of a finished profile that ran on the CPU (not a CUDA trace's GPU copies)."""
     from torch.autograd import DeviceType
 
     return (ev for ev in prof.kineto_results.events() if ev.device_type() == DeviceType.CPU)
 
 
 def profiler_spans(prof: Any) -> list[Span]:
-    """The FSDP label and collective events of a finished ``torch.autograd.profiler.profile``.
-
-    Reads the raw Kineto events (``prof.kineto_results.events()``): building the profiler's
-    ``FunctionEvent`` tree costs ~50x more (about 1.5 s for 30k events on this machine).
-    """
+    """The FSDP label and collective events of a finished profile (raw Kineto events: ~50x cheaper
+    than ``FunctionEvent``)."""
     spans = []
     for ev in host_events(prof):
         name = ev.name()
@@ -125,23 +107,11 @@ def profiler_spans(prof: Any) -> list[Span]:
 
 
 def attribute(records: list[dict[str, Any]], spans: Iterable[Span]) -> list[dict[str, Any]]:
-    """Add ``unit``, ``fsdp_label``, ``fsdp_labels`` and ``hook`` to each collective record.
+    """Add ``unit``, ``fsdp_label``, ``fsdp_labels`` and ``hook`` to each record (in place; returns them).
 
-    Args:
-        records: :attr:`CollectiveRecorder.records`, in issue order.
-        spans: :func:`profiler_spans` of a profiler that was active over the same ops.
-
-    The unit is the one named by the innermost enclosing label that names a unit;
-    ``fsdp_label`` is the innermost enclosing label without its unit suffix; ``hook`` is the
-    innermost enclosing label that is not a data movement (``all_gather``,
-    ``all_gather_copy_out``), without the ``FSDP::`` prefix: ``pre_forward``,
-    ``pre_backward``, ``backward_prefetch``, ``post_backward_reduce``, ...
-
-    Returns:
-        ``records``, each updated in place.
-
-    Raises:
-        AttributionError: the profiler saw a different number or sequence of collectives.
+    Each comes from the innermost enclosing label: ``hook`` from one that is not a data movement
+    (``all_gather``, ``all_gather_copy_out``). Raises AttributionError where the profiler saw other
+    collectives.
     """
     spans = sorted(spans, key=lambda sp: (sp.start, -sp.end))
     labels_all = [sp for sp in spans if sp.name.startswith("FSDP::")]
@@ -186,15 +156,8 @@ def attribute(records: list[dict[str, Any]], spans: Iterable[Span]) -> list[dict
 
 
 def resolve_mesh_dims(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Give each record whose group serves several mesh dims the one FSDP issued it on.
-
-    A ``[1, 1]`` HSDP mesh (or any mesh whose dims share a process group) leaves the group name
-    ambiguous. FSDP2 issues all-gathers and reduce-scatters on the shard group (the last mesh
-    dim) and the gradient all-reduce on the replicate group (dim 0) (``foreach_reduce``,
-    ``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``): an ambiguous all-reduce is
-    attributed to the first candidate dim, any other op to the last. Records with one mesh dim
-    are left as they are. Updates ``records`` in place and returns it.
-    """
+    """Where a record's group serves several mesh dims (``[1, 1]``), pick the one FSDP2 issues it on
+    (``foreach_reduce``): all-reduce on dim 0, other ops on the last."""
     for record in records:
         dims = record.get("mesh_dim")
         if isinstance(dims, (tuple, list)):

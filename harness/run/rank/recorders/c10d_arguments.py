@@ -1,9 +1,5 @@
 """A dispatched c10d op's arguments resolved: by schema name, its tensors, group and ReduceOp.
-
-Pure reads of what the dispatcher passes (the op's boxed ``ProcessGroup`` and ``ReduceOp``
-ScriptObjects, a functional op's ``group_name`` and ``reduce_op`` string); nothing here is
-kept past the call that asks.
-"""
+Nothing is kept."""
 
 from __future__ import annotations
 
@@ -59,9 +55,7 @@ def resolve_group(named: Mapping[str, Any]) -> Any:
 
 
 def group_span(named: Mapping[str, Any]) -> list[int] | None:
-    """The op's group as ``[first global rank, stride, size]`` (DeviceMesh groups are arithmetic
-    progressions), or None when unknown or irregular: compact enough for a progress slot at any
-    world size, and what hang diagnosis needs to tell who can complete a collective."""
+    """The op's group as ``[first global rank, stride, size]``; None when unknown or irregular."""
     try:
         group = resolve_group(named)
         ranks = dist.get_process_group_ranks(group) if group is not None else None
@@ -76,12 +70,8 @@ def group_span(named: Mapping[str, Any]) -> list[int] | None:
 
 
 def reduce_op(named: Mapping[str, Any]) -> str | None:
-    """The ReduceOp an op was called with, by name (``"SUM"``, ``"MAX"``, ...; None if it takes none).
-
-    A c10d op passes a ``torch.ScriptObject`` of class ``c10d.ReduceOp`` whose ``op()`` returns
-    the ``RedOpType`` value (a PREMUL_SUM's factor is not exposed by that object); a
-    ``_c10d_functional`` op passes its ``reduce_op`` as a lower-case string.
-    """
+    """The ReduceOp's name (``"SUM"``, ...; None if none): a c10d ``ReduceOp``'s ``op()``, or a
+    functional op's string."""
     functional = named.get("reduce_op")
     if isinstance(functional, str):
         return FUNCTIONAL_REDUCE_OPS.get(functional.lower(), functional.upper())

@@ -1,9 +1,6 @@
 """The table of c10d ops: which dispatched op is which collective, and c10d's ReduceOp codes.
 
-One definition each, read by the dispatch recorder (:mod:`.collectives`), hang progress
-(:mod:`.hang_progress`) and attribution (:mod:`.attribution`). Sources: the ``c10d`` and
-``_c10d_functional`` op schemas of torch 2.13 (``torch/csrc/distributed/c10d/Ops.cpp``,
-``Functional.cpp``) and ``torch/csrc/distributed/c10d/Types.hpp``.
+Source: torch 2.13 ``torch/csrc/distributed/c10d/Ops.cpp``, ``Functional.cpp``, ``Types.hpp``.
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
 """Collectives in issue order, from the dispatcher: :class:`CollectiveRecorder`.
 
-A ``TorchDispatchMode`` that sees every c10d op FSDP issues (``c10d._allgather_base_.default``,
-``c10d._reduce_scatter_base_.default``, ``c10d.allreduce_.default`` for HSDP, DTensor's
-``_c10d_functional.all_reduce``, ...) with its tensors and process group, hence dtype, element
-counts, group and ReduceOp. This works unchanged with the fake process group under
-``FakeTensorMode`` (the tensors are fake, the sizes real). It records plain values only: no
-tensor, storage or ``Work`` is kept past the op's call, and it issues nothing of its own.
-
-The other parts of the collective record live in their own modules: the op table
-(:mod:`.c10d_ops`), argument resolution (:mod:`.c10d_arguments`), hang progress
-(:mod:`.hang_progress`) and attribution to FSDP units and hooks from the profiler
-(:mod:`.attribution`, re-exported here).
+A ``TorchDispatchMode`` sees every c10d op FSDP issues with its tensors and process group (under the
+fake process group too). It keeps plain values only and issues nothing.
 """
 
 from __future__ import annotations
@@ -47,14 +38,8 @@ _LOOKED_AT = frozenset(NAMESPACES) | {"profiler"}
 def record_of(
     func, op_name: str, named: Mapping[str, Any], out: Any, index: int, phase: str, group_dims: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The observation's collective record of one dispatched op (without the profiler's fields).
-
-    Args:
-        func: the op (``OpOverload``); named: its arguments by schema name; out: what a
-            functional op returned (its output; None for the in-place c10d ops).
-        index: its position in issue order; phase: the current phase name.
-        group_dims: ProcessGroup ``group_name`` -> mesh dim name (or a tuple of names).
-    """
+    """The observation's collective record of one dispatched op (``named``: its arguments), without
+    the profiler's fields."""
     ins: list[torch.Tensor] = []
     outs: list[torch.Tensor] = []
     for name, value in named.items():
@@ -100,19 +85,12 @@ def record_of(
 
 
 class CollectiveRecorder(TorchDispatchMode):
-    """Records every c10d op dispatched while active, in issue order.
+    """Records every c10d op dispatched while active in :attr:`records`, in issue order
+    (:func:`attribute` adds the profiler's fields).
 
-    Args:
-        phase: returns the current phase name (``Phases.current``).
-        group_dims: ProcessGroup ``group_name`` -> mesh dim name, or a tuple of the names of
-            every mesh dim whose group it is (on a ``[1, 1]`` mesh both dims are the default
-            group): :func:`resolve_mesh_dims` then chooses by how FSDP issued the collective.
-        collective_log: a sink for hang progress (:class:`~.hang_progress.HangProgress`); None
-            for none.
-
-    After the run, :attr:`records` holds one dict per op with the schema's collective fields
-    except the profiler-derived ones (``unit``, ``fsdp_label``, ``fsdp_labels``, ``hook``),
-    which :func:`attribute` adds.
+    ``group_dims``: ``group_name`` -> mesh dim name, or the names of every dim sharing that group
+    (:func:`resolve_mesh_dims` picks); ``collective_log``: a sink for
+    :class:`~.hang_progress.HangProgress`, or None.
     """
 
     def __init__(self, phase: Callable[[], str], group_dims: Mapping[str, Any], collective_log: Any = None) -> None:
@@ -170,7 +148,6 @@ class CollectiveRecorder(TorchDispatchMode):
         return super().__exit__(*exc)
 
     def settle(self) -> None:
-        """A new phase began: every collective issued so far was waited on; hang progress
-        reports those it had nothing to watch for (marked ``"sync"``) completed; it holds no work."""
+        """A new phase began: hang progress completes the ``"sync"`` collectives."""
         if self.progress is not None:
             self.progress.settle()

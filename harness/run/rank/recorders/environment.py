@@ -1,21 +1,7 @@
 """Where a rank runs: host, node, local rank, device, library versions, communication variables.
 
-What a cluster validator's diagnostics script prints per rank (nccl-tests prints "Rank r Pid p
-on host device d [bus id] name"), recorded in each rank's entry of the observation
-(``ranks[i].environment``, ``harness/contract/observation.schema.json``) so that the
-``environment`` check kind can hold the ranks against each other.
-
-Sources, all torch's or the OS's own:
-
-- host: ``socket.gethostname()``; node: torchrun's ``GROUP_RANK`` (the agent's rank in the
-  rendezvous; 0 when the harness starts the ranks itself); local rank and local world size:
-  ``LOCAL_RANK`` / ``LOCAL_WORLD_SIZE`` (torchrun), else the global rank and the world size
-  (the local launcher starts every rank on this host);
-- device: ``torch.cuda.get_device_properties`` (name, UUID, PCI domain:bus:device) on CUDA;
-  the CPU model from /proc/cpuinfo on CPU;
-- versions: ``torch.__version__``, ``torch.version.cuda``, ``torch.cuda.nccl.version()``;
-- variables: every ``NCCL_*``, ``TORCH_NCCL_*`` and ``GLOO_*`` variable set, and
-  ``CUDA_VISIBLE_DEVICES``.
+Recorded in ``ranks[i].environment`` so that the ``environment`` check can hold the ranks against
+each other.
 """
 
 from __future__ import annotations
@@ -53,7 +39,7 @@ def cpu_name() -> str:
 
 
 def _nccl_version() -> str | None:
-    """``torch.cuda.nccl.version()`` as "2.21.5"; None on a build without NCCL."""
+    """``torch.cuda.nccl.version()`` as "2.21.5"; None without NCCL."""
     if not torch.cuda.is_available():
         return None
     try:
@@ -64,7 +50,7 @@ def _nccl_version() -> str | None:
 
 
 def _cuda_device(index: int) -> dict[str, Any]:
-    """Name, UUID and PCI address of CUDA device ``index`` (fields torch does not expose: None)."""
+    """Name, UUID and PCI address of CUDA device ``index`` (None where torch does not expose one)."""
     props = torch.cuda.get_device_properties(index)
     uuid = getattr(props, "uuid", None)
     bus = getattr(props, "pci_bus_id", None)
@@ -81,20 +67,8 @@ def _cuda_device(index: int) -> dict[str, Any]:
 def rank_environment(
     rank: int, world_size: int, device: torch.device, backend: str, environ: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
-    """This rank's environment entry (schema ``$defs/rank_environment``).
-
-    Args:
-        rank: the global rank; world_size: ranks in the world.
-        device: the rank's device (``cuda:<i>`` or ``cpu``).
-        backend: the process group's backend ("gloo", "nccl").
-        environ: the variables to read (default ``os.environ``).
-
-    Returns:
-        ``{host, node_rank, local_rank, local_world_size, pid, torch_version, python_version,
-        backend, device_type, device_index, device_name, device_uuid, device_pci_bus_id,
-        cuda_version, nccl_version, cuda_visible_devices, variables}``; the CUDA fields are
-        None on CPU.
-    """
+    """This rank's entry (schema ``$defs/rank_environment``) from torch, the OS and ``environ``
+    (default ``os.environ``); CUDA fields are None on CPU."""
     env = os.environ if environ is None else environ
     placement = local_placement(env, rank, world_size)  # torchrun's, Slurm's or Open MPI's variables
     out: dict[str, Any] = {

@@ -1,34 +1,9 @@
 """FSDP's own event order: its profiler labels, the units' shard-state changes, per step and microbatch.
 
-Three kinds of profiler events, on one clock (the profiler's), read after the run:
-
-1. FSDP's ``record_function`` labels (torch 2.13 ``_fsdp_param_group.py``, ``_fsdp_state.py``):
-   ``FSDP::pre_forward (layers.0)``, ``FSDP::all_gather (layers.0)``, ``FSDP::post_forward``,
-   ``FSDP::pre_backward``, ``FSDP::backward_prefetch for layers.0``,
-   ``FSDP::post_backward_reshard``, ``FSDP::post_backward_reduce``,
-   ``FSDP::root_post_backward_callback``, ... Each becomes an event named by the label without
-   ``FSDP::`` and its unit: ``all_gather layers.0``. Its ``training_state`` is the one torch sets
-   for the unit's parameter group inside that hook (:data:`TRAINING_STATES`); a data label
-   (``all_gather``, ``all_gather_copy_out``) takes the state of the hook around it (``IDLE``
-   when none: a manual ``unshard()``).
-2. ``reshard U`` / ``unshard U``: the harness's :class:`ShardStateProbe` looks at which
-   parameters the unit's module holds (FSDP registers the sharded ``DTensor`` parameters when
-   sharded, plain tensors when unsharded) right after FSDP's forward pre- and post-hooks, right
-   after FSDP's pre-backward hook (a gradient hook on the unit's outputs, registered after
-   FSDP's), right after the autograd node that runs the unit's post-backward
-   (``RegisterPostBackwardFunction``), and at the end of each of the loop's phases; when the state
-   differs from the last look it emits an instant profiler marker ``HARNESS::reshard layers.0``. The event's
-   position is thus the first
-   look after the change (FSDP reshards inside ``post_forward``, ``post_backward_reshard`` or the
-   root's post-backward callback; the marker follows that label).
-3. ``HARNESS::phase <phase> <step_index> <microbatch>`` spans the loop opens around each phase:
-   every event takes the phase, step index and microbatch of the innermost span open while it
-   ran, whatever thread recorded it (on CUDA, backward's hooks run on the autograd engine's
-   device thread, the spans on the loop's).
-
-FSDP's post-backward of a unit whose forward inputs need no gradient (the first decoder layer
-on hidden states) runs in the root's post-backward callback, whose end the probe sees at the
-end of ``backward``.
+Read after the run from three kinds of profiler events: FSDP's ``record_function`` labels (torch
+2.13), the ``HARNESS::reshard``/``unshard`` markers of :class:`ShardStateProbe`, and the loop's
+``HARNESS::phase`` spans, which give every event its phase, whatever thread recorded it
+(docs/schedules.md).
 """
 
 from __future__ import annotations
@@ -94,11 +69,8 @@ def _unit_label(unit: str) -> str:
 
 
 class ShardStateProbe:
-    """Emits ``HARNESS::reshard U`` / ``HARNESS::unshard U`` markers when a unit's state changes.
-
-    Args:
-        units: the FSDP units (a unit without parameters has no state and emits nothing).
-    """
+    """Emits ``HARNESS::reshard U`` / ``unshard U`` when a unit's parameters change between
+    ``DTensor`` and plain, looked at right after FSDP's hooks."""
 
     def __init__(self, units: Sequence[Unit]) -> None:
         self.units = [u for u in units if u.params]
@@ -155,13 +127,11 @@ class _Span:
 
 
 def events_from_profiler(prof: Any) -> list[dict[str, Any]]:
-    """The schema's ``events`` list from a finished ``torch.autograd.profiler.profile``.
+    """The schema's ``events`` list from a finished profile, in start order.
 
-    Each event: ``event`` (the label without ``FSDP::``, or ``reshard``/``unshard``), ``unit``
-    (FQN, "" for the root, None for labels that name none), ``source`` ("fsdp" or "harness"),
-    ``training_state`` (see :data:`TRAINING_STATES`; None for harness markers), and the
-    ``phase``, ``step_index``, ``microbatch`` of the innermost ``HARNESS::phase`` span open over
-    its start and end, on any thread ("other", None, None outside every span). In start order.
+    ``training_state``: :data:`TRAINING_STATES` (a data label takes its hook's, IDLE without one;
+    None for markers); ``phase``, ``step_index``, ``microbatch``: of the innermost
+    ``HARNESS::phase`` span open over it ("other", None, None outside all).
     """
     spans = []
     for ev in host_events(prof):  # a trace of a CUDA rank also holds GPU copies of the ranges

@@ -1,21 +1,8 @@
-"""What a rank's sparse (MoE) layers did: which experts its shards hold, how many of its tokens
-the router sent to each expert, and which experts' gradient rows are zero after backward.
+"""What a rank's sparse (MoE) layers did: the experts its shards hold, its tokens per expert, and
+the experts whose gradient rows are zero after backward.
 
-transformers 5 fuses a layer's E experts into ``mlp.experts.gate_up_proj [E, 2*d_moe, d]`` and
-``mlp.experts.down_proj [E, d, d_moe]``: dim 0 is the expert. Under ``Shard(0)`` a rank's shard
-holds the whole experts ``[offset, offset + local rows)`` (none when the shard is empty); under
-``Shard(d > 0)`` (``shard_placement_fn``) a slice of every expert. The offset is DTensor's own
-(``Shard.local_shard_size_and_offset`` at the rank's mesh index). An expert no token picked gets
-a zero gradient slice of the fused tensors (its rows), not None; after the reduce-scatter a row
-is zero on the rank holding it when no rank routed a token to that expert.
-
-Observation (``rank.experts``, harness/contract/observation.schema.json): ``shards`` (one row per
-sparse layer and fused parameter: placements, the experts held), ``tokens`` (per sparse layer
-and forward: the rank's ``step9.tokens_per_expert`` counts, E ints summing to B*L*k) and
-``zero_grad_rows`` (per sparse layer, fused parameter and microbatch that ran backward: the held
-experts whose rows of the sharded gradient are all zero). Counts and rows are None in simulated
-runs (fake tensors hold no data). Every value is copied out as Python ints at the call that
-sees it; no tensor is kept.
+Dim 0 of transformers 5's fused ``gate_up_proj [E, 2*d_moe, d]`` and ``down_proj [E, d, d_moe]`` is
+the expert. Counts and rows are None in simulated runs; no tensor is kept.
 """
 
 from __future__ import annotations
@@ -38,13 +25,9 @@ def _has_data(t: torch.Tensor) -> bool:
 
 
 def _held(param: Any, num_experts: int) -> tuple[list[int], int, int]:
-    """(experts the local shard holds rows of, first expert of the local rows, shard dim).
-
-    DTensor's own chunking (``Shard.local_shard_size_and_offset``) at this rank's index on each
-    mesh dim (``DeviceMesh.get_local_rank``), the rule ``compute_local_shape_and_global_offset``
-    applies; not that function itself: it reads ``get_coordinate()``, which in a simulated run
-    (one process, one fake process group per simulated rank) is the first rank's.
-    """
+    """(experts held, first expert of the local rows, shard dim), by
+    ``Shard.local_shard_size_and_offset`` at each mesh dim's local rank: ``get_coordinate()`` is the
+    first rank's in a simulated run."""
     from torch.distributed.tensor import DTensor, Shard
 
     if not isinstance(param, DTensor):  # not sharded: every expert
@@ -65,12 +48,8 @@ def _held(param: Any, num_experts: int) -> tuple[list[int], int, int]:
 
 
 class ExpertRecorder:
-    """The ``experts`` observation of one rank (see the module docstring).
-
-    Args:
-        root: the model after ``fully_shard``; its ``model.Qwen3MoeExperts`` modules are found by
-            their fused parameters (a dense model has none: :attr:`active` is False).
-    """
+    """The ``experts`` observation of one rank (``model.Qwen3MoeExperts`` modules found by their
+    fused parameters)."""
 
     def __init__(self, root: nn.Module) -> None:
         self._experts: list[tuple[int, str, nn.Module]] = []  # (layer, module FQN, experts module)
@@ -102,15 +81,14 @@ class ExpertRecorder:
         return bool(self._experts)
 
     def on_step(self, layer: int, name: str, t: torch.Tensor, step_index: int | None, microbatch: int | None) -> None:
-        """A step observer's report: keep ``step9.tokens_per_expert``'s counts as ints."""
+        """Keep ``step9.tokens_per_expert``'s counts as ints."""
         if name != "step9.tokens_per_expert":
             return
         counts = [int(c) for c in t.detach().tolist()] if _has_data(t) else None
         self.tokens.append({"layer": int(layer), "step_index": step_index, "microbatch": microbatch, "counts": counts})
 
     def after_backward(self, step_index: int | None, microbatch: int | None) -> None:
-        """After a microbatch's backward: for each fused parameter with a sharded gradient, the
-        held experts whose gradient rows (or slices, under Shard(d > 0)) are all zero."""
+        """Per fused parameter with a sharded gradient, the held experts whose gradient rows are all zero."""
         for layer, _name, module in self._experts:
             for p in FUSED_EXPERT_PARAMS:
                 grad = getattr(module, p).grad

@@ -1,20 +1,8 @@
 """Gradient dtypes per parameter and each FSDP unit's resolved mixed-precision dtypes, per step.
 
-:func:`grad_records` (after each step's optimizer step, before the next ``zero_grad``): for every
-parameter of the root (``named_parameters()``: the sharded ``DTensor`` parameters), whether it
-requires a gradient, the dtype and local shape of its gradient (None: it has none) and its
-``Parameter.grad_dtype`` (the dtype autograd is asked to accumulate its gradient in; torch >= 2.9).
-
-:func:`unit_dtype_records` (after each forward phase, once FSDP's lazy init has run): for every
-unit with parameters, the dtypes its ``FSDPParamGroup`` resolved from its *trainable* parameters
-at lazy init (``_init_mp_dtypes``, torch 2.13 ``_fsdp_param_group.py``): ``_orig_dtype`` (what
-reduced gradients are cast back to) and ``_reduce_dtype`` (the reduce-scatter's dtype; None:
-the gradients' own). A unit whose parameters were all frozen at its first forward resolves both
-to None, and lazy init does not run again (pytorch/pytorch#186998).
-
-Both read torch's state as it is (no patching, no collective) and keep no torch object: each
-call returns plain records (``harness/contract/observation.schema.json``: rank ``grads``,
-``unit_dtypes``).
+A unit resolves its dtypes from its trainable parameters at lazy init (torch 2.13
+``_init_mp_dtypes``): one whose parameters were all frozen at its first forward keeps both None
+(pytorch/pytorch#186998).
 """
 
 from __future__ import annotations
@@ -41,12 +29,8 @@ def _local_shape(t: torch.Tensor) -> list[int]:
 
 
 def grad_records(root: nn.Module, step_index: int) -> list[dict[str, Any]]:
-    """One record per parameter of ``root``: ``step_index``, ``fqn``, ``requires_grad``,
-    ``grad_dtype`` and ``grad_local_shape`` (None without a gradient), ``param_grad_dtype``
-    (``Parameter.grad_dtype``; None where torch has none).
-
-    Read under ``no_grad`` with the dispatch modes off: a DTensor gradient's ``to_local()`` is
-    neither a graph node nor anything FSDPMemTracker or the collective recorder sees."""
+    """One record per parameter of ``root``, read with the dispatch modes off (``param_grad_dtype``:
+    torch >= 2.9)."""
     with torch.no_grad(), _disable_current_modes():
         return _grad_records(root, step_index)
 
@@ -69,9 +53,8 @@ def _grad_records(root: nn.Module, step_index: int) -> list[dict[str, Any]]:
 
 
 def unit_dtype_records(units: Sequence[Unit], step_index: int, microbatch: int | None) -> list[dict[str, Any]]:
-    """One record per unit that manages parameters: ``step_index``, ``microbatch``, ``unit``,
-    ``orig_dtype`` and ``reduce_dtype`` as its ``FSDPParamGroup`` resolved them (None: unresolved or
-    no casting), ``trainable`` (its sharded parameters requiring a gradient now) and ``params``."""
+    """One record per unit with parameters: ``orig_dtype`` and ``reduce_dtype`` (None: unresolved or
+    no casting)."""
     out = []
     for unit in units:
         group = getattr(fully_shard.state(unit.module), "_fsdp_param_group", None)

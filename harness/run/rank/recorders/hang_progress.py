@@ -1,28 +1,7 @@
 """Hang progress: each collective as its rank enters it and as it completes, holding no ``Work``.
 
-For hang diagnosis (``harness.run.launch.hang``) each collective is reported twice to a sink (a
-``RankProgress`` or ``StoreProgress``): when it is entered (sequence number, op, FSDP unit of
-the ``FSDP::`` labels open at that moment, phase, group span) and when it completes; and the
-sink is told the oldest collective entered and not yet completed whenever that changes (on NCCL
-the rank's thread issues collectives ahead of the one its stream waits in).
-
-Completion is counted without keeping the ``Work`` (a ``Work`` keeps the collective's buffers
-alive, so FSDPMemTracker would count them): a callback is attached to the work's future
-(``Work.get_future().add_done_callback``), which torch keeps with the work and drops with it;
-the callback holds only the record, a dict. Nothing here assumes an op hands back a ``Work``,
-that a work has a future, or that a collective is done when its op returns. Three kinds give no
-completion to watch, and their records are marked ``"sync": true`` and reported completed when
-the rank's thread enters the next phase (FSDP has waited on every collective of a phase by its
-end): a synchronous c10d op on NCCL (at dispatch level its boxed ``Work`` unboxes to ``None``:
-the backend waits in C++), a work with no future (gloo's ``reduce_scatter_tensor``: ``Work::getFuture
-not implemented``, torch 2.13), and a functional collective (``_c10d_functional``: a tensor,
-completed by a later ``wait_tensor``). On NCCL the flight recorder says which of them the device
-completed (``harness.run.launch.flight_recorder.device_view``). A future that ends in an error (a
-timeout) is not reported completed: it stays the rank's open collective.
-
-The unit comes from FSDP's ``record_function`` calls, which dispatch
-``profiler._record_function_enter_new`` / ``_exit``: the recorder passes them here whether or
-not a profiler runs.
+How completion is counted: docs/reproducible-observations.md, "How hang progress counts a collective
+completed".
 """
 
 from __future__ import annotations
@@ -39,13 +18,8 @@ __all__ = ["HangProgress"]
 
 
 class HangProgress:
-    """Reports entered and completed collectives to ``sink`` (``entered(record)``, ``completed(record)``,
-    ``oldest_open(record or None)``).
-
-    A record is ``{"seq", "op", "unit", "phase"}`` plus ``"group"`` (``[first, stride, size]``)
-    when known. The ``completed`` reports only move forward: a collective that completes after
-    a later one does not replace it.
-    """
+    """Reports ``entered``, ``completed`` (only forward) and ``oldest_open`` records
+    ``{"seq", "op", "unit", "phase"[, "group"]}`` to ``sink``."""
 
     def __init__(self, sink: Any) -> None:
         self.sink = sink
@@ -88,8 +62,7 @@ class HangProgress:
                 self.sink.oldest_open(self._current)
 
     def issued(self, out: Any) -> None:
-        """The op returned ``out``: watch its works' futures; with none to watch, the record is
-        marked ``"sync"`` and completed at the next phase (:meth:`settle`)."""
+        """The op returned ``out``: watch its works' futures, or mark the record ``"sync"``."""
         record, self._current = self._current, None
         if record is None:
             return
@@ -119,15 +92,14 @@ class HangProgress:
             future.add_done_callback(done)
 
     def raised(self) -> None:
-        """The op raised instead of returning (gloo refusing PREMUL_SUM): nothing waits in it, so
-        it is no longer open (it stays the last entered)."""
+        """The op raised (gloo refusing PREMUL_SUM): it is no longer open, and stays the last entered."""
         record, self._current = self._current, None
         if record is not None:
             with self._lock:
                 self._close(record["seq"])
 
     def _close(self, seq: int) -> None:
-        """``seq`` is no longer open; report the new oldest open one if it was the oldest (under the lock)."""
+        """``seq`` is no longer open; report the new oldest open one (under the lock)."""
         oldest = min(self._open, default=None)
         self._open.pop(seq, None)
         if seq == oldest:
@@ -142,23 +114,18 @@ class HangProgress:
             self.sink.completed(record)
 
     def settle(self) -> None:
-        """The rank's thread entered a new phase: every collective issued before it was waited
-        on (FSDP waits for its all-gathers in forward and for its reduce-scatters by the end of
-        backward), so the ``"sync"`` ones (no future to watch) are reported completed."""
+        """A new phase began: every earlier collective was waited on, so the ``"sync"`` ones are completed."""
         with self._lock:
             records, self._unwatched = self._unwatched, []
         for record in sorted(records, key=lambda r: r["seq"]):
             self._completed(record)
 
     def stop(self) -> None:
-        """Recording ended (nothing to stop: no thread, no work held)."""
+        pass
 
 
 def _futures(out: Any) -> list[Any] | None:
-    """The futures of the ``Work`` objects a c10d op handed back (boxed as ScriptObjects), or
-    None when there is nothing to watch: no ``Work`` at all (a functional collective's tensor), a
-    boxed ``Work`` that unboxes to ``None`` (NCCL's synchronous ops) or a ``Work`` without a
-    future (gloo's ``reduce_scatter_tensor``). The works themselves are not kept."""
+    """The futures of the ``Work`` objects a c10d op handed back; None when there is nothing to watch."""
     found = []
     for value in out if isinstance(out, (tuple, list)) else [out]:
         if not isinstance(value, torch.ScriptObject):

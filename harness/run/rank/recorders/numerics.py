@@ -1,34 +1,10 @@
 """The FSDP step against a plain replica: same full weights, same inputs, no FSDP.
 
-The reference is computed on the rank's own full model BEFORE ``fully_shard`` (the same
-tensors FSDP then shards, so no copy is held; a cast copy only when a
-``MixedPrecisionPolicy`` computes in another dtype):
-
-- the replica runs this rank's chunk of the global batch (forward, the step's loss,
-  backward): its output and loss are kept, and its full local gradients;
-- the mean over ranks of those full local gradients is taken with a plain all-reduce (sum in
-  float32, in flat buckets of whole parameters, then / W) over the default group, before FSDP exists;
-  only the rows of this rank's shard are kept (``torch.chunk`` along dim 0 over the shard
-  mesh dim's size, at this rank's coordinate on that dim: FSDP2's ``Shard(0)``).
-
-Each rank thus does one extra forward and backward, not W (running the whole global batch on
-every rank would cost W^2 chunk passes over the world on a 2-core machine); the all-reduce of
-unflattened, unpadded float32 gradients shares nothing with FSDP's reduce-scatter path
-(flatten, pad, copy-in, reduce-scatter in the reduce dtype, divide, copy-out to shards).
-
-After FSDP's backward, :func:`compare` puts this rank's reduce-scattered gradient shard (the
-``DTensor``'s local tensor) and its forward output and loss against those:
-``max_abs_diff`` and ``max_abs_ref`` per item. The tolerance lives in specs.
-
-``setup.numerics_reference: rank_0`` (:func:`compute_references_on_one_rank`): rank 0 alone
-holds the replica and runs every rank's chunk in turn, adding each chunk's gradients into
-float32 sums (the same sum the all-reduce forms, in rank order); each rank's output, loss and
-gradient rows are then handed over as files. One full model in memory instead of one per rank.
-
-What differs on purpose: the reference averages in float32 the gradients the replica computed
-in the parameter dtype; FSDP sums them in the reduce dtype (fp16 for an fp16 model without a
-``MixedPrecisionPolicy``) with its pre/post division by the world size. The forward runs the
-same kernels on the same chunk, so outputs agree bit for bit on CPU.
+The replica is the rank's full model before ``fully_shard`` (cast only for a
+``MixedPrecisionPolicy``): one extra forward and backward on this rank's chunk, its gradients
+averaged by a plain float32 all-reduce that shares nothing with FSDP's reduce-scatter path, cut to
+the rank's ``Shard(0)`` rows. What differs on purpose: FSDP sums in the reduce dtype; the forward
+runs the same kernels, so outputs agree bit for bit on CPU.
 """
 
 from __future__ import annotations
@@ -102,19 +78,10 @@ def compute_reference(
 ) -> Reference:
     """Run the replica on this rank's inputs and average the gradients over ranks.
 
-    Args:
-        model: the full, not yet sharded model (left with ``grad=None`` everywhere).
-        inputs: this rank's chunk of the global batch.
-        world_size: number of data-parallel ranks (the mean's divisor).
-        shard_count, shard_index: size of the shard mesh dim and this rank's coordinate on it.
-        loss_fn: ``loss_fn(output, inputs)`` -> scalar, the one the FSDP step uses.
-        replica_dtype: the dtype the replica computes in; a cast copy is made if it differs
-            from the model's.
-        all_reduce_sum: in-place sum of a float32 tensor over all ranks (every rank calls it
-            with the same parameter sequence).
-        divisors: parameter FQN -> what the summed gradient is divided by (FSDP's gradient
-            divide factor); None or a missing FQN: ``world_size``. Parameters without a
-            gradient (frozen) get no reference.
+    ``model``: the full, unsharded model, left with ``grad=None``; ``loss_fn(output, inputs)`` ->
+    scalar; ``all_reduce_sum``: in-place float32 sum over ranks (same call sequence on each);
+    ``divisors``: FQN -> FSDP's gradient divide factor (default ``world_size``). Frozen parameters
+    get no rows.
     """
     replica = _replica(model, replica_dtype)
     if replica is not model and inputs.is_floating_point():
@@ -157,8 +124,7 @@ def compute_reference(
 
 
 def nonfinite(t: torch.Tensor) -> int:
-    """Elements of ``t`` that are NaN or infinite (what a read of uninitialized memory made NaN
-    spreads to): the ``nonfinite`` of a ``numerics`` comparison's sharded side."""
+    """Elements of ``t`` that are NaN or infinite: a ``numerics`` comparison's ``nonfinite``."""
     return int((~torch.isfinite(t.detach())).sum()) if t.is_floating_point() else 0
 
 
@@ -173,20 +139,11 @@ def compute_references_on_one_rank(
     divisors: dict[str, float] | None = None,
     shard_dims: dict[str, int] | None = None,
 ) -> Iterator[tuple[int, Reference]]:
-    """Every rank's :class:`Reference`, computed in this one process (``numerics_reference: rank_0``).
+    """Every rank's :class:`Reference`, computed in this process (``numerics_reference: rank_0``).
 
-    Args:
-        model: the full, not yet sharded model (left with ``grad=None`` everywhere).
-        inputs_of: rank -> that rank's chunk of the global batch.
-        world_size, shard_count: ranks, and the size of the shard mesh dim (the last; rank r's
-            coordinate on it is ``r % shard_count``, ``init_device_mesh``'s row-major layout).
-        loss_fn, replica_dtype, divisors, shard_dims: as :func:`compute_reference`.
-
-    Yields:
-        ``(rank, reference)`` in rank order, after every rank's chunk ran: the gradients of rank
-        r's chunk are added into float32 sums per parameter (what the all-reduce of
-        :func:`compute_reference` sums; a float32 replica's own ``.grad`` accumulates them, with
-        no second copy), each rank's rows cut from the sums.
+    As :func:`compute_reference`, with ``inputs_of``: rank -> its chunk; rank r's shard coordinate
+    is ``r % shard_count`` (``init_device_mesh``'s row-major layout). Yields ``(rank, reference)``
+    in rank order, once every chunk ran.
     """
     replica = _replica(model, replica_dtype)
     for p in replica.parameters():
@@ -238,12 +195,9 @@ def compare(
     loss: torch.Tensor,
     params: list[tuple[str, torch.Tensor]] | None = None,
 ) -> dict[str, Any]:
-    """The schema's ``numerics`` object for this rank, after backward, before the optimizer.
-
-    Raises:
-        ValueError: a gradient is not a ``Shard(0)`` DTensor on the shard dim, or its local
-            shape is not the rows the replica kept (the comparison would be meaningless).
-    """
+    """The schema's ``numerics`` object for this rank, after backward, before the optimizer;
+    ValueError where a gradient is not a ``Shard(0)`` DTensor on the shard dim or not the replica's
+    rows' shape."""
     grads = []
     # ``params``: the sharded parameters as fully_shard left them (with reshard_after_backward
     # off the module holds unsharded tensors after backward; the gradients are on the shards).

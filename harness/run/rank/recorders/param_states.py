@@ -1,37 +1,7 @@
 """What each unit's module holds at each point of the run, and every parameter between ``fully_shard`` calls.
 
-:class:`ParamStateHooks` records the observation's ``param_states``: for one unit at one point,
-every parameter the unit manages as its module holds it then (:func:`~.params.tensor_state`:
-plain tensor or ``DTensor``, local shape, placements, device, gradient attached or not). The
-points (:data:`harness.contract.names.PARAM_STATE_POINTS`), each taken with torch's public
-hooks only:
-
-- ``pre_forward``: a forward pre-hook registered after ``fully_shard`` (and after entering
-  ``FSDPMemTracker``, which re-registers FSDP's hooks): FSDP's own pre-forward hook is
-  registered with ``prepend=True``, so this one runs right after it (the document's Step 0:
-  the unit holds unsharded plain tensors);
-- ``post_forward``: a forward hook, appended after FSDP's post-forward (Step 11: resharded
-  unless ``reshard_after_forward`` is False);
-- ``pre_backward``: a gradient hook on the unit's first output that requires grad, registered
-  in that forward hook, after the one FSDP registers there: right after FSDP's pre-backward
-  unshard (``harness.run.rank.recorders.backward_points``);
-- ``post_backward``: a hook on the ``RegisterPostBackwardFunction`` node FSDP wraps the unit's
-  forward inputs in, whose backward runs FSDP's post-backward (reduce-scatter, reshard). A
-  unit whose inputs need no gradient (the first decoder layer on hidden states) has no such
-  node: FSDP runs its post-backward in the root's post-backward callback, and only
-  ``after_backward`` sees it;
-- ``after_backward``, ``after_optimizer_step``, ``after_zero_grad``: every unit, taken by the
-  training loop when ``loss.backward()``, ``optimizer.step()`` and ``optimizer.zero_grad()``
-  have returned.
-
-Forward points are not taken while autograd runs backward (a recomputation under activation
-checkpointing). A unit of several modules has no one module to hook: it has only the loop's
-points. Each entry carries the step index and microbatch it was taken in.
-
-:class:`FullyShardCalls` records ``fully_shard_calls``: every parameter of the root before the
-first ``fully_shard`` call, then after each call the parameters whose state that call changed.
-
-Both keep no tensor: each entry holds names, shapes and flags; the hooks hold the units.
+Points (:data:`harness.contract.names.PARAM_STATE_POINTS`) are taken by torch's public hooks right
+after FSDP's own, or by the loop; docs/schedules.md describes them. No tensor is kept.
 """
 
 from __future__ import annotations
@@ -51,17 +21,11 @@ _LOOP_POINTS = ("after_backward", "after_optimizer_step", "after_zero_grad")
 
 
 class ParamStateHooks:
-    """Module and autograd hooks on every unit recording what the unit's module holds.
+    """Hooks on every unit recording ``param_states`` in :attr:`states`; :meth:`install` after
+    ``fully_shard`` and after entering ``FSDPMemTracker`` (which re-registers FSDP's hooks).
 
-    Register with :meth:`install` after ``fully_shard`` (and after entering
-    ``FSDPMemTracker``); remove with :meth:`remove`. :attr:`states` collects the schema's
-    ``param_states`` entries in the order they were taken; the loop calls :meth:`snapshot_all`
-    for the points it takes itself.
-
-    Args:
-        units: the FSDP units.
-        is_backward: returns True while autograd runs backward.
-        position: returns the (step index, microbatch) the run is in (None, None: outside steps).
+    ``is_backward``: True while autograd runs backward (a recomputation takes no forward point);
+    ``position``: the (step index, microbatch), (None, None) outside steps.
     """
 
     def __init__(
@@ -101,8 +65,7 @@ class ParamStateHooks:
         self.states.append(state)
 
     def snapshot_all(self, point: str) -> None:
-        """Take ``point`` (one of the loop's: after_backward, after_optimizer_step, after_zero_grad)
-        for every unit that manages parameters."""
+        """Take one of the loop's points for every unit that manages parameters (ValueError for another)."""
         if point not in _LOOP_POINTS:
             raise ValueError(f"{point!r} is not a point the loop takes; expected one of {list(_LOOP_POINTS)}")
         for unit in self.units:
@@ -143,15 +106,8 @@ class ParamStateHooks:
 
 
 class FullyShardCalls:
-    """Every parameter of the root before the first ``fully_shard`` call and after each one.
-
-    :meth:`before` takes every parameter (``named_parameters()`` order); :meth:`after` takes
-    them again after a call and keeps those whose state (:func:`~.params.tensor_state`) differs
-    from the last one seen: ``record`` is the schema's ``fully_shard_calls`` object,
-    ``{"before": [state, ...], "calls": [{"unit": name, "changed": [state, ...]}, ...]}``, calls
-    in the order the harness makes them (a unit's name is "" for the root). What a parameter is
-    after call k is its last state at or before k.
-    """
+    """Every parameter of the root before the first ``fully_shard`` call, then those each call
+    changed: ``record``, the schema's ``fully_shard_calls``."""
 
     def __init__(self) -> None:
         self.record: dict[str, Any] = {"before": [], "calls": []}
@@ -169,11 +125,7 @@ class FullyShardCalls:
         return rows
 
     def before(self, root: nn.Module, *, device: str | None = None) -> None:
-        """Take every parameter of the built model, before any ``fully_shard`` call.
-
-        ``device``: the device type to record instead of the tensors' own, where the storage is
-        the harness's choice and not the run's (a simulated rank shards a data-less model on
-        ``meta`` or the CPU, whichever is cheaper, for a run on ``device``)."""
+        """Take every parameter; ``device``: the device type to record instead (a simulated rank's storage)."""
         self._device = device
         rows = self._states(root)
         self.record = {"before": rows, "calls": []}

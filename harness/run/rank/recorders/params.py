@@ -1,11 +1,4 @@
-"""Parameters as FSDP leaves them: the units, the table after ``fully_shard``, one parameter's state.
-
-``fully_shard`` replaces every managed parameter by a ``DTensor`` (``Shard(0)`` on the
-shard mesh dim). :func:`param_table` is the observation's ``params`` list (taken before the
-first step); :func:`tensor_state` is what one parameter is at a moment (plain tensor or
-``DTensor``, local shape, placements, device), the row of ``param_states`` and
-``fully_shard_calls`` (``harness.run.rank.recorders.param_states``).
-"""
+"""Parameters as FSDP leaves them: the units, the table after ``fully_shard``, one parameter's state."""
 
 from __future__ import annotations
 
@@ -24,18 +17,11 @@ __all__ = ["Unit", "param_owner", "param_table", "buffer_table", "pinned", "fini
 
 @dataclass(frozen=True)
 class Unit:
-    """One FSDP unit: the module ``fully_shard`` was applied to.
+    """One FSDP unit: the module(s) ``fully_shard`` was applied to.
 
-    Attributes:
-        name: module FQN relative to the root ('' for the root); for a unit of several
-            modules, torch's name for it: their FQNs joined by ", ".
-        role: "layer", "root" or "module".
-        layer: decoder layer index for a layer unit, else None.
-        module: the module itself (the first of a unit of several modules).
-        params: FQNs (relative to the root) of the parameters it manages, registration order.
-        modules: every module of the unit (() means ``(module,)``).
-        paths: each module's FQN relative to the root, in the order of ``modules`` (() means
-            ``(name,)``).
+    ``name``: FQN relative to the root ('' for the root; several modules: torch's name, FQNs joined
+    by ", "); ``role``: "layer", "root" or "module"; ``layer``: the decoder layer index or None;
+    ``params``: FQNs it manages; ``modules``/``paths``: () means ``(module,)``/``(name,)``.
     """
 
     name: str
@@ -51,8 +37,7 @@ class Unit:
         return {"name": self.name, "role": self.role, "layer": self.layer, "params": list(self.params)}
 
     def holder(self, fqn: str) -> tuple[nn.Module, str]:
-        """The unit's module that holds parameter ``fqn`` and the name relative to it, for
-        ``get_parameter`` (FSDP swaps the parameter objects, so they are looked up by name)."""
+        """The unit's module holding parameter ``fqn`` and its name there (FSDP swaps parameter objects)."""
         pairs = zip(self.paths or (self.name,), self.modules or (self.module,))
         path, module = max(
             ((p, m) for p, m in pairs if not p or fqn == p or fqn.startswith(p + ".")), key=lambda pm: len(pm[0])
@@ -60,8 +45,7 @@ class Unit:
         return module, fqn[len(path) + 1 :] if path else fqn
 
     def get_parameter(self, fqn: str) -> torch.Tensor:
-        """The tensor the unit's module holds now for parameter ``fqn`` (a DTensor shard or the
-        unsharded tensor)."""
+        """The tensor the unit's module holds now for ``fqn`` (a DTensor shard or unsharded)."""
         module, relative = self.holder(fqn)
         return module.get_parameter(relative)
 
@@ -91,9 +75,8 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 
 
 def pinned(t: torch.Tensor) -> bool | None:
-    """Whether ``t``'s local storage is page-locked host memory (``Tensor.is_pinned()``: what
-    ``CPUOffloadPolicy(pin_memory=True)`` asks for); False for device memory; None on ``meta``
-    or under ``FakeTensorMode``, where no storage exists to ask about."""
+    """Whether ``t``'s local storage is pinned host memory; False on a device; None on ``meta`` or
+    fake tensors."""
     local = _local(t)
     if local.device.type == "meta" or is_fake(local):
         return None
@@ -101,8 +84,7 @@ def pinned(t: torch.Tensor) -> bool | None:
 
 
 def finite(t: torch.Tensor) -> bool | None:
-    """Whether every element of ``t``'s local storage is finite (no NaN, no inf); None on ``meta``
-    or under ``FakeTensorMode``, where no values exist."""
+    """Whether every element of ``t``'s local storage is finite; None on ``meta`` or fake tensors."""
     local = _local(t)
     if local.device.type == "meta" or is_fake(local):
         return None
@@ -110,8 +92,7 @@ def finite(t: torch.Tensor) -> bool | None:
 
 
 def buffer_table(root: nn.Module) -> list[dict[str, Any]]:
-    """The schema's ``buffers`` list: every buffer of ``root`` (``named_buffers()`` order, RoPE's
-    ``inv_freq``): ``fqn``, ``shape``, ``dtype``, ``device`` (type), ``finite`` (:func:`finite`)."""
+    """The schema's ``buffers`` list, one row per buffer of ``root``."""
     return [
         {
             "fqn": fqn,
@@ -125,12 +106,8 @@ def buffer_table(root: nn.Module) -> list[dict[str, Any]]:
 
 
 def param_table(root: nn.Module, unit_names: list[str] | dict[str, str]) -> list[dict[str, Any]]:
-    """The schema's ``params`` list: every parameter of ``root``, ``named_parameters()`` order.
-
-    ``unit_names``: parameter FQN -> the unit managing it (as FSDP's state says; a parameter it
-    leaves out, as ``ignored_params``, has unit None), or a list of unit names (the owner is then
-    the longest unit name that is a module prefix of the FQN).
-    """
+    """The schema's ``params`` list; ``unit_names``: FQN -> unit (None: no unit manages it, as
+    ``ignored_params``), or unit names (:func:`param_owner`)."""
     owners = unit_names if isinstance(unit_names, dict) else None
     rows = []
     for fqn, p in root.named_parameters():
@@ -159,10 +136,7 @@ def param_table(root: nn.Module, unit_names: list[str] | dict[str, str]) -> list
 
 
 def tensor_state(fqn: str, t: torch.Tensor) -> dict[str, Any]:
-    """What parameter ``fqn`` is now, as ``t`` (the tensor a module holds under that name):
-    ``is_dtensor``, ``shape`` (a DTensor's local shape, else its shape), ``full_shape``,
-    ``placements`` (``repr`` of each; [] for a plain tensor), ``device`` (type), ``dtype``,
-    ``grad`` (a gradient is attached: ``t.grad is not None``)."""
+    """What parameter ``fqn`` is now as ``t`` (``shape``: a DTensor's local one; ``grad``: one is attached)."""
     is_dtensor = isinstance(t, DTensor)
     local = _local(t)
     return {

@@ -1,13 +1,4 @@
-"""The step's phases and their wall times.
-
-The rank step moves through ``setup`` (model + ``fully_shard``), ``forward``, ``backward``
-and ``optimizer``; recorders that attribute events to a phase read :attr:`Phases.current`.
-Other named intervals (``replica`` for the numerics reference) are timed the same way but are
-not phases of the FSDP step: nothing is recorded while they run.
-
-:data:`PHASE_HOOKS` is for tests only: callables run at the start of every phase (see
-``tests.support.faults``, which makes a rank raise, hang or exit there).
-"""
+"""The step's phases and their wall times; :data:`PHASE_HOOKS` is for tests only (``tests.support.faults``)."""
 
 from __future__ import annotations
 
@@ -26,14 +17,8 @@ PHASE_HOOKS: list[Callable[[str], None]] = []
 
 
 class Phases:
-    """Current phase and seconds spent per named interval.
-
-    Args:
-        sync: called before each clock read (``torch.cuda.synchronize`` on CUDA, so a phase's
-            time includes its kernels); None on CPU.
-        on_enter: called with the phase name on entry (the launcher shows a hung rank's last
-            phase with it); None for nothing.
-    """
+    """Current phase and seconds per named interval; ``sync`` before each clock read (CUDA),
+    ``on_enter(phase)`` on entry."""
 
     def __init__(
         self,
@@ -53,11 +38,8 @@ class Phases:
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Run the block as phase ``name``; its wall time is added to ``timings_s[name]``.
-
-        Raises:
-            ValueError: ``name`` is not in ``harness.contract.names.BODY_PHASES``.
-        """
+        """Run the block as phase ``name``, adding its wall time to ``timings_s``; ValueError unless
+        ``name`` is in ``harness.contract.names.BODY_PHASES``."""
         if name not in BODY_PHASES:
             raise ValueError(f"phase {name!r}: expected one of harness.contract.names.BODY_PHASES {BODY_PHASES}")
         previous = self.current

@@ -1,20 +1,7 @@
 """Wait until the rank's other threads are quiescent: the settle point before a memory snapshot.
 
-Why: a collective's buffers belong to its ``Work``, and the backend's worker thread holds a
-reference to the work while it runs it. gloo's worker (``ProcessGroupGloo::runLoop``, torch
-2.13) marks the work completed, which lets the rank's thread return from ``wait()`` and go on,
-and only then drops its own reference. The last reference to an all-gather or reduce-scatter
-buffer can thus go away on the worker thread, whose storage finalizer (FSDPMemTracker counts a
-storage until its weakref callback runs) needs the GIL. A snapshot taken before that thread ran
-counts a buffer the step has already let go of; one taken after does not: the same step
-observes two values.
-
-The settle point: every other thread of the process has reached a blocking point of its own,
-i.e. during a window in which this thread held no GIL, no other thread ran and none is
-runnable. A worker that still had references to drop (or a finalizer to run) would have run in
-that window. Read from Linux's ``/proc/self/task/<tid>/schedstat`` (time on CPU in ns) and
-``stat`` (state ``R``); bounded by ``max_wait_s``, so a busy thread (a polling watchdog) costs
-at most that. Elsewhere it only yields once.
+Why: docs/reproducible-observations.md. Read from Linux's ``/proc/self/task``; elsewhere it only
+yields once.
 """
 
 from __future__ import annotations
@@ -50,13 +37,8 @@ def _activity(me: int) -> tuple[tuple[int, str, str], ...] | None:
 
 
 def settle_threads(max_wait_s: float = 0.05, window_s: float = 0.001) -> bool:
-    """Block until no other thread of this process ran during a ``window_s`` window in which
-    this one released the GIL (``time.sleep``), and none is runnable; at most ``max_wait_s``.
-
-    Returns:
-        True when the process settled, False when ``max_wait_s`` passed first (or /proc is
-        missing: then it only slept one window).
-    """
+    """Block until no other thread ran during a ``window_s`` sleep and none is runnable; False after
+    ``max_wait_s`` or without /proc."""
     me = threading.get_native_id()
     deadline = time.perf_counter() + max_wait_s
     before = _activity(me)

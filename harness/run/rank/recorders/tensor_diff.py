@@ -1,10 +1,5 @@
-"""How far a rank's tensor is from its reference's: the one comparison of the numerics and update recorders.
-
-The two sides may live on different devices: a gradient shard offloaded to the CPU
-(``CPUOffloadPolicy``) against reference rows computed on the GPU, or the reverse. Both are
-brought to the CPU in float64 before they are subtracted, so the comparison never mixes
-devices (CUDA refuses ``cuda - cpu`` for tensors that are not 0-dim) and its float64 copies never
-take GPU memory.
+"""How far a rank's tensor is from its reference's, in float64 on the CPU: the two may be on
+different devices (a CPU-offloaded shard against GPU rows).
 """
 
 from __future__ import annotations
@@ -20,15 +15,8 @@ def on_one_device(actual: torch.Tensor, expected: torch.Tensor) -> tuple[torch.T
 
 
 def max_abs_diff(actual: torch.Tensor, expected: torch.Tensor, against: str = "the reference's") -> dict[str, float]:
-    """``{"max_abs_diff": max |actual - expected|, "max_abs_ref": max |expected|}`` (0.0 each when empty).
-
-    Args:
-        actual, expected: tensors of one shape, any dtypes, any devices.
-        against: how an error names ``expected`` ("the replica's").
-
-    Raises:
-        ValueError: the shapes differ ("shape [2, 3] is compared with the replica's [4, 3]").
-    """
+    """``max_abs_diff`` and ``max_abs_ref`` of ``actual`` against ``expected`` (0.0 when empty);
+    ValueError on other shapes."""
     if actual.shape != expected.shape:
         raise ValueError(f"shape {list(actual.shape)} is compared with {against} {list(expected.shape)}")
     if actual.numel() == 0:

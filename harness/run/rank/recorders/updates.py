@@ -1,27 +1,9 @@
 """Parameter updates per step against a single-process reference run of the same schedule.
 
-:class:`ParamUpdates` keeps a copy of this rank's local shard of every parameter at the start
-of each step and compares it with the shard at the step's end: which rows (indices along dim
-0, FSDP2's ``Shard(0)`` dim; a 1-D parameter's elements are its rows) changed. After the run,
-:meth:`ParamUpdates.against` puts each step's shard against the reference's rows of the same
-shard after the same step.
-
-:func:`schedule_reference` is that reference: the full model (the same tensors FSDP then shards,
-copied before ``fully_shard``), one process, the plan's global batches, the same schedule (each
-step's ``freeze`` / ``unfreeze`` applied to the full model first). For each microbatch it runs
-every rank's chunk of the global batch (rows ``c*B .. c*B+B-1``) on a copy of the weights cast
-to the compute dtype (the mixed-precision policy's ``param_dtype``, else the parameters' dtype),
-as the ranks do; each chunk's gradient is cast to the reduce dtype (the policy's
-``reduce_dtype``, else the compute dtype) and kept per chunk across microbatches while gradient
-sync is off (FSDP2 keeps the unsharded gradient in the reduce dtype then); at a synced
-microbatch the chunks' gradients are summed in the reduce dtype and divided by the world size,
-cast to the parameters' dtype and added to their ``.grad``. Then ``clip_grad_norm_`` (its total
-norm recorded) and the optimizer step (same class and learning rate) as the schedule says. So
-every rank's FSDP step has the reference it should equal, within the rounding of the reduce
-dtype and of summation order.
-
-Every rank computes the same reference (deterministic, no communication): W chunk passes per
-microbatch per rank; meant for small models (the ``overrides`` of a spec), not Qwen3-8B.
+:class:`ParamUpdates` records which rows (dim 0: ``Shard(0)``) of this rank's shard each step
+changed; :func:`schedule_reference` runs the plan on one full copy of the model in the ranks'
+compute and reduce dtypes, so each rank's step has the reference it should equal within rounding.
+Every rank computes it (W chunk passes per microbatch): for small models (docs/schedules.md).
 """
 
 from __future__ import annotations
@@ -66,19 +48,13 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 
 @contextlib.contextmanager
 def _unobserved() -> Iterator[None]:
-    """No grad, and no dispatch mode: the copies and comparisons of :class:`ParamUpdates` run
-    where FSDPMemTracker and the collective recorder cannot see them. Made under the tracker,
-    each step's two shard copies were counted as the run's activation memory (148,096 B more
-    per step in ``adamw_three_steps``, before the first forward as well)."""
+    """No grad, no dispatch mode: FSDPMemTracker and the collective recorder do not see the copies."""
     with torch.no_grad(), _disable_current_modes():
         yield
 
 
 def _changed_rows(after: torch.Tensor, before: torch.Tensor) -> torch.Tensor:
-    """Bool [rows] on the CPU: the rows where any element differs. ``after`` and ``before`` are
-    one side's (the rank's, or the reference's: one device each); the result is compared with
-    the other side's, which may have been on another device (a CPU-offloaded shard against a
-    reference on the GPU)."""
+    """Bool [rows] on the CPU (the other side may be on another device): rows where any element differs."""
     if after.numel() == 0:
         return torch.zeros(after.shape[0] if after.dim() else 0, dtype=torch.bool)
     return (after != before).reshape(after.shape[0], -1).any(dim=1).cpu()
@@ -86,20 +62,10 @@ def _changed_rows(after: torch.Tensor, before: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class ScheduleReference:
-    """What the single-process reference computed, kept for this rank's shard.
-
-    Attributes:
-        rows_before: fqn -> this shard's rows before the first step.
-        rows_after: step_index -> fqn -> this shard's rows after that step.
-        grad_norms: step_index -> the total norm ``clip_grad_norm_`` returned (float).
-        clip_coefs: step_index -> the factor it scaled the gradients by (largest |element| after
-            over before; None when every gradient element is 0).
-        shard_norms: step_index -> the norm of this rank's shard rows alone, before clipping.
-        output: this rank's chunk of the last forward's output (or ``loss_on`` tensor).
-        loss: that forward's loss (float32 scalar).
-        grad_rows: fqn -> this shard's rows of the gradient after the last step (None: no gradient).
-        compute_dtype, reduce_dtype: the dtypes it computed and reduced in.
-    """
+    """What the single-process reference computed, for this rank's shard: its rows before and after
+    each step, per step the total norm ``clip_grad_norm_`` returned, the clip factor (None: all
+    gradients 0) and this shard's norm before clipping, the last forward's output and loss, and the
+    last gradient rows."""
 
     rows_before: dict[str, torch.Tensor] = field(default_factory=dict)
     rows_after: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
@@ -115,9 +81,7 @@ class ScheduleReference:
     def numerics(
         self, params: Sequence[tuple[str, nn.Parameter]], output: torch.Tensor, loss: torch.Tensor
     ) -> dict[str, Any]:
-        """The schema's ``numerics`` object: this rank's last output, loss and gradient shards
-        (``params``: the sharded parameters by FQN) against the reference's (a gradient that is
-        None on both sides is left out; None on one side counts as zeros)."""
+        """The schema's ``numerics`` object against the reference (None on one side counts as zeros)."""
         grads = []
         for fqn, p in params:
             expected = self.grad_rows.get(fqn)
@@ -143,9 +107,7 @@ def _grad_peak(params: Any) -> float:
 
 
 def _shard_norm(params: Any, norm_type: float, shard_count: int, shard_index: int) -> float:
-    """The ``norm_type``-norm of shard ``shard_index``'s rows of every gradient, combined as
-    ``clip_grad_norm_`` combines per-tensor norms (the norm of the norms), in the gradients' dtype;
-    an empty shard counts as norm 0 (``vector_norm`` refuses the inf norm of an empty tensor)."""
+    """The ``norm_type``-norm of this shard's rows of every gradient, combined as ``clip_grad_norm_`` does."""
     rows = [shard_rows(p.grad.detach(), shard_count, shard_index) for p in params if p.grad is not None]
     norms = [torch.linalg.vector_norm(r, norm_type) for r in rows if r.numel()]
     return float(torch.linalg.vector_norm(torch.stack(norms), norm_type)) if norms else 0.0
@@ -166,19 +128,11 @@ def schedule_reference(
     reduce_dtype: torch.dtype,
     on_step: Callable[..., None] | None = None,
 ) -> ScheduleReference:
-    """Run the plan on one full copy of ``model`` (see the module docstring); ``model`` is left as is.
+    """Run the plan (``harness.run.rank.step_plan.step_plan``'s steps) on one full copy of ``model``.
 
-    Args:
-        plan: ``harness.run.rank.step_plan.step_plan``'s steps (their microbatches, forwards, skipped
-            layers and schedule step).
-        batches: the global batches, by forward index ([W*B, ...] each).
-        rank: this rank (whose chunk's output and loss are kept).
-        shard_count, shard_index: size of the shard mesh dim and this rank's coordinate on it.
-        on_step: called as (hook point, the reference's model, step index[, microbatch]) with
-            "before_step" before each step, "before_microbatch" / "after_microbatch" around each
-            microbatch (on the master copy: the microbatch's replica is copied after) and
-            "after_step" after its optimizer step: the spec's hooks (``setup.hooks``) act on the
-            reference as on the sharded model.
+    ``batches``: the global batches by forward index, [W*B, ...] each;
+    ``on_step(point, model, step[, microbatch])``: the spec's hooks at "before_step",
+    "before_microbatch", "after_microbatch", "after_step".
     """
     master = copy.deepcopy(model)
     params = dict(master.named_parameters())
@@ -269,18 +223,8 @@ def schedule_reference(
 
 
 class ParamUpdates:
-    """Which rows of this rank's shard of each parameter each step changed.
-
-    Args:
-        root: the sharded model.
-        shard_count, shard_index: size of the shard mesh dim and this rank's coordinate on it
-            (for the global index of a shard's rows).
-
-    :attr:`records`: one per step and parameter: ``step_index``, ``fqn``, ``rows`` (local rows),
-    ``rows_changed``, ``unchanged_rows`` (global row indices, at most 64), ``max_abs_update``;
-    after :meth:`against`, also ``max_abs_diff`` / ``max_abs_ref`` (the shard against the
-    reference's rows after the same step), ``ref_rows_changed`` and ``same_rows_as_reference``.
-    """
+    """Which rows of this rank's shard of each parameter each step changed: :attr:`records`
+    (``unchanged_rows``: global indices, at most 64), completed by :meth:`against`."""
 
     _SHOWN = 64
 
