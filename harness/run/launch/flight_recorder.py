@@ -70,7 +70,7 @@ def make_folder() -> str:
 
 
 def enable(folder: str) -> None:
-    """In a NCCL rank, before init_process_group: keep :data:`BUFFER_ENTRIES`, dump to
+    """In a NCCL rank, before init_process_group: keep :data:`BUFFER_ENTRIES` entries, dump to
     ``folder/nccl_trace_rank_<r>`` on request through ``folder/pipe_<r>.pipe``; the user's variables kept."""
     prefix = os.path.join(folder, FLIGHT_RECORDER_PREFIX)
     for name, value in (

@@ -26,6 +26,7 @@ EXIT_STATUS = 2  # a run that failed (the CLI's status for a run error)
 
 
 def process_group_timeout_s(timeout_s: float) -> float:
+    """The joined process group's timeout (s): longer than ``timeout_s``, so :class:`JoinedDeadline` fires first."""
     return timeout_s + JOINED_GRACE_S
 
 
