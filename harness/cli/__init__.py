@@ -1,6 +1,5 @@
-"""The command line, ``python -m harness``: :func:`main`; the parser and the dispatch to one
-module per command (run, render, validate, draft) in dispatch.py, the signal plumbing in
-signals.py, the console in console.py."""
+"""The command line, ``python -m harness``: :func:`main`; the parser and dispatch in dispatch.py,
+signal handling in signals.py, the console in console.py."""
 
 from __future__ import annotations
 
@@ -10,9 +9,8 @@ __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse ``argv`` (default ``sys.argv[1:]``) and run the command; its exit status (the table of
-    docs/command-line.md: 0, 1, 2, 130 interrupted, 143 terminated). Raises SystemExit (2) for a bad option, as
-    argparse does; KeyboardInterrupt for a Ctrl-C while the command line is being imported."""
+    """Run the command ``argv`` (default ``sys.argv[1:]``) names; its exit status (docs/command-line.md).
+    SystemExit (2) for a bad option; KeyboardInterrupt for a Ctrl-C during the imports."""
     with signals_held():  # the imports: rich, the commands (a Ctrl-C meanwhile is raised after them)
         from harness.cli.dispatch import main as dispatch
     return dispatch(argv)

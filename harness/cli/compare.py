@@ -1,13 +1,9 @@
 """``compare A.json B.json``: did FSDP2 behave differently between two ``run --json`` files?
 
-Prints a summary per spec, then every behaviour difference (``harness.report.compare``) grouped by
-spec, check kind and selector; environment, timings, tracebacks and values declared to vary run
-to run are set apart and counted (``--all`` lists them too). ``--include`` / ``--exclude`` keep
-or drop fields by declared path (globs: ``'memory.*'``); ``--json OUT`` writes the comparison.
-
-Exit 0 when no behaviour difference, 1 when there is one (with ``--all``: any difference), 2 when
-a file cannot be read or written.
-"""
+Every behaviour difference (``harness.report.compare``), grouped by spec, check kind and selector;
+environment, timings and values declared to vary are counted apart (``--all`` lists them).
+``--include`` / ``--exclude`` filter by declared path (globs); ``--json OUT`` writes the comparison.
+Exit 0 the same, 1 a behaviour difference (``--all``: any), 2 a file unreadable or unwritable."""
 
 from __future__ import annotations
 

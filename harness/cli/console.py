@@ -17,9 +17,8 @@ FALLBACK_WIDTH = 80
 
 
 def terminal_width() -> int:
-    """Columns to lay output out in: ``COLUMNS`` when set, else the width of the terminal on
-    stdout, or on stderr or stdin when stdout is piped (``harness run ... | less`` is read in that
-    terminal), else :data:`FALLBACK_WIDTH`."""
+    """Columns to lay output out in: ``COLUMNS``, else the terminal's width on stdout (or stderr or stdin
+    when stdout is piped), else :data:`FALLBACK_WIDTH`."""
     columns = shutil.get_terminal_size((0, 0)).columns  # COLUMNS, else stdout's terminal; 0: neither
     if columns > 0:
         return columns
@@ -32,8 +31,7 @@ def terminal_width() -> int:
 
 
 def stdout_console() -> Console:
-    """rich's Console for stdout, colour only on a terminal, laid out in :func:`terminal_width`
-    columns (tables wrap or go entry by entry to fit); a one-line message stays one line (soft wrap)."""
+    """rich's Console for stdout: colour only on a terminal, :func:`terminal_width` columns, soft wrap."""
     return Console(highlight=False, soft_wrap=True, width=terminal_width())
 
 

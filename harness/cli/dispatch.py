@@ -7,13 +7,10 @@
   render SPEC       write the document's tables, regenerated from a run (or a run's --json), as Markdown.
   compare A B       list every observed value that differs between two run --json files.
 
-Exit status: 0 when every entry holds (run) or every spec is valid (validate); 1 when an
-entry fails (run) or a spec is invalid (validate); 2 when run cannot check a spec at all
-(the spec is invalid, the pre-flight check refuses it, its run failed, or an output path is
-unusable); run --repeat: 3 when an entry is unstable and none fails; compare: 0 the same, 1 they
-differ, 2 a file unreadable; draft: 0 written, 1 a bad config file, output path or world size; 130 when
-interrupted (Ctrl-C), 143 when terminated (SIGTERM): ranks stopped, finished results kept.
-"""
+Exit status: 0 every entry holds (run), every spec is valid (validate), written (draft), the same
+(compare); 1 an entry fails, a spec is invalid, a bad draft input, they differ; 2 a spec or file
+cannot be checked or read, or a bad option; run --repeat: 3 an entry is unstable and none fails;
+130 interrupted (Ctrl-C), 143 terminated (SIGTERM): ranks stopped, finished results kept."""
 
 from __future__ import annotations
 
@@ -31,9 +28,8 @@ COMMANDS = {"run": run, "render": render, "validate": validate, "draft": draft, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse ``argv`` (default ``sys.argv[1:]``) and run the command; its exit status (see above).
-    Raises SystemExit (status 2) for a bad option, as argparse does. Callers use
-    :func:`harness.cli.main`, which imports this module with signals held."""
+    """Run the command ``argv`` (default ``sys.argv[1:]``) names; its exit status. SystemExit (2) for a bad
+    option. Callers use :func:`harness.cli.main`, which imports this with signals held."""
     parser = argparse.ArgumentParser(
         prog="python -m harness", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

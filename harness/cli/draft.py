@@ -1,6 +1,6 @@
-"""``draft``: write a spec for a config and world size from the closed-form calculator, to stdout
-or -o PATH. Exit 0 written; 1 a bad config file, output path or world size, or a spec this
-machine's pre-flight check would refuse (unless --no-preflight)."""
+"""``draft``: write a spec for a config and world size from the closed-form calculator, to stdout or
+-o PATH. Exit 0 written; 1 a bad config file, output path or world size, or a spec the pre-flight
+check would refuse (unless --no-preflight)."""
 
 from __future__ import annotations
 
@@ -95,8 +95,7 @@ def argument_problem(args: argparse.Namespace) -> str | None:
 
 
 def _config_problem(config: str) -> str | None:
-    """Why ``--config`` names no usable file (one line naming it), None when it is a known
-    name or a readable YAML/JSON mapping. Reading is bounded as for specs."""
+    """Why ``--config`` names no known config nor readable YAML/JSON mapping (bounded as specs); else None."""
     from model import KNOWN_CONFIGS
 
     if config in KNOWN_CONFIGS:
@@ -192,9 +191,8 @@ def _input_problem(args: argparse.Namespace) -> str | None:
 
 
 def _simulation_problem(args: argparse.Namespace) -> str | None:
-    """Why ``run`` would refuse to simulate the drafted spec (its estimate against the spec's default
-    timeout and this machine's memory), None when it would not or the config cannot be read (the
-    draft says why)."""
+    """Why ``run`` would refuse to simulate the draft (its estimate against the default timeout and this
+    machine's memory); None otherwise."""
     from harness.run.preflight import PreflightError, refuse_simulation, simulated_run_estimate
     from model.config import get_config, known_config_name, read_config_file
 
@@ -218,9 +216,9 @@ def _simulation_problem(args: argparse.Namespace) -> str | None:
 
 
 def _drafted_for_this_machine(args: argparse.Namespace, err: Console) -> str | None:
-    """The drafted spec's YAML text, for the fake backend when this machine would refuse the real
-    ranks of an ``auto`` draft (with a note); None when even that would be refused (said on ``err``).
-    Raises DraftError, SetupError, ValueError, TypeError, KeyError for a config that cannot be drafted."""
+    """The draft's YAML, for the fake backend (with a note) when this machine would refuse an ``auto``
+    draft's real ranks; None when that too is refused (said on ``err``). Raises DraftError,
+    SetupError, ValueError, TypeError, KeyError for a config that cannot be drafted."""
     from harness.author.draft import draft_spec
     from harness.load.setup import RunSetup
     from harness.run.preflight import PreflightError, check

@@ -15,9 +15,8 @@ __all__ = ["refuse_unusable_outputs"]
 def refuse_unusable_outputs(
     console: Console, args: argparse.Namespace, files: tuple[str, ...] = (), folders: tuple[str, ...] = ()
 ) -> bool:
-    """Check the flags ``files`` (file paths) and ``folders`` (folder paths, made if missing) of
-    ``args``, e.g. ``("json",)``; print one line for the first unusable one (``--json PATH: why``)
-    and return True, else False."""
+    """Check ``args``' flags ``files`` (file paths) and ``folders`` (made if missing); True, after one
+    line ``--json PATH: why``, for the first unusable one."""
     for name in files + folders:
         target = getattr(args, name, None)
         if not target:

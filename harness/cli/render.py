@@ -54,8 +54,7 @@ def add_arguments(sub: argparse._SubParsersAction) -> None:
 
 
 def argument_problem(args: argparse.Namespace) -> str | None:
-    """What argparse cannot check (flags that exclude each other, the timeout's range), as its
-    error text; None when all are fine."""
+    """What argparse cannot check (exclusive flags, the timeout's range), as its error text; else None."""
     if args.from_json and args.trace:
         return "--trace needs a run: drop --from-json (a --json file holds no profiler traces)"
     return force_backend_problem(args) or timeout_problem(args)

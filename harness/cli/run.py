@@ -1,12 +1,8 @@
 """``run SPEC...``: run each spec's setup on real ranks (or simulated ones) and check every entry.
 
-Exit 0 only when every entry holds or is skipped (a spec gated out whole by the running torch's
-build or version, or needing GPUs not here, is skipped before anything runs), 1 when an entry
-fails, 2 when a spec cannot be checked at all (invalid, refused by the pre-flight check, its run
-failed, an output unusable). Output files
-(--json, --report, --junitxml) are written after the last spec, also when a Ctrl-C, SIGTERM or a
-harness error cut the run short: what finished before it is kept.
-"""
+Exit 0 when every entry holds or is skipped (a spec gated out whole is skipped before anything
+runs), 1 when one fails, 2 when a spec cannot be checked. --json, --report and --junitxml are
+written after the last spec, also when a signal or a harness error cut the run short."""
 
 from __future__ import annotations
 
@@ -92,8 +88,7 @@ def add_arguments(sub: argparse._SubParsersAction) -> None:
 
 
 def argument_problem(args: argparse.Namespace) -> str | None:
-    """What argparse cannot check (the timeout's range, --repeat and the files it cannot write), as
-    its error text; None when all are fine."""
+    """What argparse cannot check (the timeout's range, --repeat's unwritable files), as its error text; else None."""
     if args.repeat is not None:
         if args.repeat < 2:
             return f"--repeat must be at least 2, got {args.repeat}"
@@ -242,10 +237,9 @@ def _skip_whole(spec: Any, reason: str, console: Console, done: _Runs, nodeid_pa
 def _write_outputs(
     args: argparse.Namespace, console: Console, done: _Runs, cut_short: BaseException | None, seconds: float
 ) -> None:
-    """--json, --report and --junitxml, from what finished (also after a Ctrl-C, SIGTERM or a
-    harness error: ``cut_short``); under torchrun only rank 0 writes files. The imports too are
-    inside ``files_written_whole``: a signal held through them alone, and raised after them,
-    ended the command before any file was written."""
+    """--json, --report and --junitxml from what finished (``cut_short`` too); under torchrun only
+    rank 0 writes. The imports are inside ``files_written_whole`` too, so that a signal cannot end
+    the command before any file is written."""
     with files_written_whole(bool(args.json or args.report or args.junitxml)):
         with signals_held():
             from harness.report import junit
@@ -278,9 +272,8 @@ def _write_file(console: Console, flag: str, target: str, text: str, done: _Runs
 
 
 def _command_repeated(args: argparse.Namespace, console: Console) -> int:
-    """``run --repeat N``: each spec N times; every observed field that differed, and each entry
-    reading one as ``unstable`` (``harness.report.repeat``). 0 / 1 (an entry fails in every run) /
-    2 (a spec cannot be checked) / 3 (an entry is unstable, none fails)."""
+    """``run --repeat N``: each spec N times, every field that differed, and each entry reading one as
+    ``unstable`` (``harness.report.repeat``). Status 0, 1 (fails in every run), 2, or 3 (unstable)."""
     with signals_held():
         from harness.judge.evaluate import FAILING, evaluate_spec
         from harness.load.spec import SpecError, load_spec
@@ -333,8 +326,8 @@ def _print_bandwidth(observation: dict, console: Console) -> None:
 
 
 def _write_payload(console: Console, args: argparse.Namespace, done: _Runs, interrupted: BaseException | None) -> int:
-    """Write --json: the running torch, every entry's result, each spec's observation and the specs
-    whose run failed (``failed_specs``: path -> error); the run's status, 2 if it cannot be written."""
+    """Write --json: the running torch, every result, each spec's observation and ``failed_specs``
+    (path -> error); the run's status, 2 if it cannot be written."""
     from harness.report.terminal import result_to_json
 
     version = None
@@ -355,8 +348,7 @@ def _write_payload(console: Console, args: argparse.Namespace, done: _Runs, inte
 
 
 def save_results(console: Console, target: str, payload: dict[str, Any]) -> bool:
-    """Write the --json payload to ``target``; if that fails now, keep it in a temporary file and
-    say where. True when written where asked."""
+    """Write the --json payload to ``target``, else to a temporary file it names; True when written where asked."""
     from harness.contract import strict_json  # RFC 8259: norm_type .inf is written "Infinity", read back as inf
 
     text = strict_json.dumps(payload, indent=1, ensure_ascii=False)

@@ -1,16 +1,10 @@
 """Ctrl-C and SIGTERM on the command line: both raised as KeyboardInterrupt where the command
 is, so the launcher's clean-up stops the ranks and the results already computed are kept.
 
-Exit status 130 for Ctrl-C (one line ``interrupted`` on stderr), 143 for SIGTERM (``terminated``).
-Under ``python -m harness`` (:func:`install`, first thing) the first signal also arms a watchdog:
-the process ends within :data:`EXIT_BOUND_S` of it whatever the clean-up is waiting for, and a
-second Ctrl-C or SIGTERM ends it at once (``harness.run.launch.teardown.exit_now``: ranks killed,
-temporary folders removed, the first signal's status).
-Signal handlers can be set in the main thread only; elsewhere (a test calling ``main`` from a
-thread) the process's own handling stays. Imports only small standard modules (signal,
-os, threading, time, contextlib; not typing) and ``harness.run.launch.held_signals`` and
-``teardown`` (the same), so that ``python -m harness`` reaches its handling soon.
-"""
+Status 130 (``interrupted``) or 143 (``terminated``). Under ``python -m harness`` (:func:`install`)
+the first signal arms a watchdog that ends the process within :data:`EXIT_BOUND_S`, and a second
+ends it at once (``harness.run.launch.teardown.exit_now``). Handlers are set in the main thread
+only. Only small standard imports, so that ``python -m harness`` reaches its handling soon."""
 
 from __future__ import annotations
 
@@ -73,9 +67,8 @@ def _announce(status: int) -> None:
 
 
 def install() -> None:
-    """At program entry: Ctrl-C and SIGTERM raise (KeyboardInterrupt, :class:`Terminated`), and
-    the first also arms the exit bound (:data:`EXIT_BOUND_S`) and makes a second end the process
-    at once. Main thread only (as every ``signal.signal``)."""
+    """At program entry, main thread only: Ctrl-C and SIGTERM raise (KeyboardInterrupt,
+    :class:`Terminated`), the first arms the exit bound, a second ends the process."""
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _on_first_signal)
     teardown.announce_exit(_announce)  # a second signal while one is held ends it there too
@@ -106,10 +99,8 @@ _ARMED: list[int] = []
 
 
 def _arm_watchdog(signum: int) -> None:
-    """A daemon thread that ends the process :data:`EXIT_BOUND_S` after the signal (once: the
-    first call arms it). Started with both signals blocked, so that the kernel never hands one
-    to it (a process's signal goes to a thread not blocking it; in this one the main thread
-    would not see it)."""
+    """Once: a daemon thread that ends the process :data:`EXIT_BOUND_S` after the signal, started with
+    both signals blocked so that the kernel never hands it one."""
     if _ARMED:
         return
     _ARMED.append(signum)
@@ -132,10 +123,8 @@ def _in_main_thread() -> bool:
 
 @contextmanager
 def interrupts_raised() -> Iterator[None]:
-    """Within: SIGTERM raises :class:`Terminated`, and an interrupt that Python would "ignore"
-    (raised in a weakref callback or ``__del__``: a printed traceback, and the run goes on) is
-    delivered again, to be raised where it can. Both restored on the way out. Handlers that
-    :func:`install` set are kept."""
+    """Within: SIGTERM raises :class:`Terminated`, and an interrupt Python would "ignore" (in a weakref
+    callback or ``__del__``) is delivered again where it can raise. :func:`install`'s handlers are kept."""
     main_thread = _in_main_thread() and not _installed()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     previous_hook = sys.unraisablehook
@@ -156,8 +145,7 @@ def interrupts_raised() -> Iterator[None]:
 
 
 def status_of_interrupt(exc: KeyboardInterrupt) -> int:
-    """Print ``terminated`` or ``interrupted`` on stderr (once: the exit bound's watchdog may have);
-    the exit status (143 or 130)."""
+    """Print ``terminated`` or ``interrupted`` on stderr (once); the status, 143 or 130."""
     signum = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
     _show_line(signum)
     return _status(signum)
@@ -165,10 +153,8 @@ def status_of_interrupt(exc: KeyboardInterrupt) -> int:
 
 @contextmanager
 def files_written_whole(writing: bool) -> Iterator[None]:
-    """Within, when ``writing``: Ctrl-C is ignored and SIGTERM held (raised after), so that neither
-    cuts a file being written; with nothing to write, both stay live, and so does a second signal
-    after a first under :func:`install` (it ends the process at once: files are written through a
-    temporary file and a rename, the file asked for is never half written)."""
+    """Within, when ``writing``: Ctrl-C is ignored and SIGTERM held until after; otherwise both stay live,
+    and a second signal under :func:`install` still ends the process (files go through a rename)."""
     if not (writing and _in_main_thread() and not _FIRST):
         yield
         return
@@ -181,15 +167,8 @@ def files_written_whole(writing: bool) -> Iterator[None]:
 
 
 def as_program(main: Callable[[], int]) -> int:
-    """``main()``'s exit status, for ``python -m harness``.
-
-    Once the work is done and reported, a Ctrl-C must not kill the interpreter while it tears
-    torch down (up to a second or more after the report; it died of SIGINT, silently, and its
-    status was lost): SIGINT is ignored from then on (an ignored SIGINT stays ignored through
-    finalization; SIGTERM still ends it). A Ctrl-C before ``main``'s own handling is in place
-    or just after it gives 130, as does one that CPython noted in passing
-    (:func:`_forget_caught_interrupts`). Call :func:`install` first.
-    """
+    """``main()``'s exit status, for ``python -m harness``; call :func:`install` first. SIGINT is ignored
+    after the work (docs/command-line.md, "Ctrl-C as the command ends")."""
     try:
         status = main()
         _ignore_late_ctrl_c()
@@ -201,9 +180,8 @@ def as_program(main: Callable[[], int]) -> int:
 
 
 def _ignore_late_ctrl_c() -> None:
-    """SIGINT ignored from here to the exit, unless a first signal came: then a second one must
-    still end the process at once (its handler exits; it never raises). A SIGTERM handled by
-    :func:`install` now ends the process at once (143) instead of raising during the exit."""
+    """SIGINT ignored to the exit, unless a first signal came (a second must still end the process);
+    a SIGTERM now ends it at once (143)."""
     if not _FIRST:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         if signal.getsignal(signal.SIGTERM) is _on_first_signal:
@@ -211,15 +189,5 @@ def _ignore_late_ctrl_c() -> None:
 
 
 def _forget_caught_interrupts() -> None:
-    """Keep a handled Ctrl-C from ending the process by SIGINT at exit.
-
-    CPython up to 3.13 marks an interrupt "unhandled" whenever one leaves code run by ``exec``
-    or ``eval`` of a string, caught or not (``run_eval_code_obj`` in Python/pythonrun.c; 3.14
-    marks it only at the top level). ``dataclass`` and ``namedtuple`` build their methods that
-    way, so a Ctrl-C landing in one made during the run (a lazy import) left the mark, and after
-    its ``interrupted`` line and status 130 the interpreter killed itself with SIGINT (status
-    -2; seen about 1 run in 12 of the forkserver Ctrl-C test). Each such ``exec`` first clears
-    the mark, so an empty one clears what a caught interrupt left; where 3.14 no longer sets it,
-    this does nothing.
-    """
+    """Clear the mark a caught Ctrl-C leaves in CPython up to 3.13 (docs/command-line.md)."""
     exec("")  # noqa: S102 - an empty string: nothing runs

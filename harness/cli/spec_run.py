@@ -65,8 +65,7 @@ def backend_of(spec: Any, args: argparse.Namespace) -> str:
 
 
 def gate_reason(spec: Any, args: argparse.Namespace) -> str | None:
-    """Why ``spec`` is skipped whole here before anything runs (``harness.run.gates.spec_gate``:
-    the running torch's build or version, the GPUs nccl needs); None: run it."""
+    """Why ``spec`` is skipped whole here (``harness.run.gates.spec_gate``); None: run it."""
     from harness.run.gates import spec_gate
 
     return spec_gate(spec, backend_of(spec, args))
@@ -82,8 +81,7 @@ def note_kept_backend(console: Console, spec: Any, args: argparse.Namespace) -> 
 
 
 def progress(console: Console, spec: Any, args: argparse.Namespace) -> Any:
-    """A progress line for one spec's run (drawn only on a terminal, never under pytest); a
-    context manager whose ``ranks`` is the runner's ``on_progress``."""
+    """A progress line for one spec's run (on a terminal only); its ``ranks`` is the runner's ``on_progress``."""
     from harness.report.progress import RunProgress
 
     backend = backend_of(spec, args)
@@ -91,11 +89,9 @@ def progress(console: Console, spec: Any, args: argparse.Namespace) -> Any:
 
 
 def run_spec(spec: Any, args: argparse.Namespace, on_progress: Any) -> dict | None:
-    """The observation document of ``spec``'s setup run as the flags say (None on a non-zero
-    rank under torchrun), with the instruments its entries read: every one with
-    --all-instruments or --trace (the profiler's whole view), the memory tracker too with --plot.
-    --trace DIR: each rank's profiler trace in DIR/<spec>/ (an earlier run's removed first).
-    Raises PreflightError, RunError, ObservationError (harness.run)."""
+    """The observation of ``spec``'s setup run as the flags say (None on a non-zero torchrun rank), with
+    the instruments its entries read (every one with --all-instruments or --trace; the memory tracker
+    with --plot). --trace DIR: traces in DIR/<spec>/. Raises PreflightError, RunError, ObservationError."""
     from harness.load.instrument_choice import chosen_setup
     from harness.run.runner import run_setup
 

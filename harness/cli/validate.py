@@ -1,6 +1,5 @@
-"""``validate SPEC...``: load and check specs without running anything (and without importing
-torch), one after another, for an editor or a pre-commit hook. Exit 0 when every spec is valid,
-1 when one is not (every error of every spec printed, in argument order)."""
+"""``validate SPEC...``: load and check specs without running anything or importing torch. Exit 0
+when every spec is valid, 1 when one is not (every error printed, in argument order)."""
 
 from __future__ import annotations
 

@@ -32,11 +32,8 @@ def add_view_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def plot_available(console: Console) -> bool:
-    """--plot needs matplotlib (an optional dependency): say so in one line, before running.
-
-    matplotlib is imported here, not only looked up: an installed copy that fails to import
-    must stop the command now, not after the run with a traceback.
-    """
+    """--plot needs matplotlib (optional): say so in one line, before running. Imported, not looked up,
+    so that a broken copy stops the command now."""
     from harness.report.plot import PlotUnavailable, _pyplot
 
     try:
@@ -49,8 +46,7 @@ def plot_available(console: Console) -> bool:
 
 
 def write_views(args: argparse.Namespace, spec: Any, observation: dict, console: Console) -> bool:
-    """--trace: merge the ranks' traces; --plot: draw each rank's memory timeline. False (and
-    one line) when a file cannot be written now (its folder was checked before the run)."""
+    """--trace merges the ranks' traces, --plot draws their memory; False (one line) if a file cannot be written."""
     try:
         _write_views_unchecked(args, spec, observation, console)
     except OSError as exc:

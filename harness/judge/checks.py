@@ -1,11 +1,7 @@
-"""Checks: pure functions of (spec entry, observation document) -> result; their text is
-:mod:`harness.judge.explain`'s.
-
-An entry (:class:`harness.language.entry.Entry`) names a check kind (:mod:`harness.language.kinds`),
-selectors that choose what to measure, and the fields it expects; every selected rank must meet
-every expectation. Nothing here launches ranks or touches torch:
-checks are testable on a hand-written observation.
-"""
+"""Checks: pure functions of (spec entry, observation document) -> result, worded by
+:mod:`harness.judge.explain`. Every selected rank must meet every expected field of the entry's
+check kind (:mod:`harness.language.kinds`); no ranks, no torch, so a hand-written observation
+tests them."""
 
 from __future__ import annotations
 
@@ -58,11 +54,8 @@ class CheckResult:
 
 
 def check(entry: Entry, observation: Mapping[str, Any]) -> CheckResult:
-    """Measure ``entry`` on ``observation`` and compare every expected field on every selected rank.
-
-    Returns a CheckResult with status 'pass', 'fail', or 'error' (CheckError: the entry could
-    not be measured, e.g. a parameter that does not exist). Never raises CheckError.
-    """
+    """Measure ``entry`` on ``observation`` and compare every expected field on every selected rank:
+    status 'pass', 'fail', or 'error' (the entry could not be measured). Never raises CheckError."""
     try:
         measured = REGISTRY[entry.check].measure(entry.selectors, observation)
     except CheckError as exc:

@@ -1,10 +1,6 @@
-"""Evaluate spec items against an observation: the checks plus the spec's gating.
-
-Statuses beyond a check's pass/fail/error:
-  skip  - the item's torch range excludes the running torch (reason names the range);
-  xfail - a declared deviation (reality known to differ from the document) is still observed;
-  xpass - a declared deviation is no longer observed: the spec needs updating (a failure).
-"""
+"""Evaluate spec items against an observation: the checks plus the spec's gating. Beyond pass, fail
+and error: skip (the torch range excludes the running torch), xfail (a declared deviation is still
+observed), xpass (it is not: the spec needs updating, a failure)."""
 
 from __future__ import annotations
 
@@ -57,12 +53,9 @@ def evaluate_item(item: "SpecItem", observation: Mapping[str, Any]) -> CheckResu
 
 
 def simulation_unobserved(entry: Any) -> str | None:
-    """Why a simulated run cannot answer ``entry`` (a phrase after "a simulated run"), or None.
-
-    Read from the fields the kind reads (:func:`harness.language.kinds.read_by`): the kind's whole source
-    unobserved in the fake world (numerics, checkpoints, state-dict calls, parameter updates),
-    one of the expected fields unobserved there (values of fake tensors, ``temp``), or a record
-    the selectors choose that is (a memory peak)."""
+    """Why a simulated run cannot answer ``entry`` (a phrase after "a simulated run"), or None: the
+    kind's source, an expected field or a selected record is unobserved in the fake world
+    (:func:`harness.language.kinds.read_by`)."""
     for condition in fields.RECORD_CONDITIONS:
         if entry.selectors.get(condition.key) in condition.values and "fake" in condition.unobserved:
             if any(f.path.split(".", 1)[0] == condition.part for f in read_by(entry.check).values()):
@@ -88,8 +81,7 @@ def evaluate_spec(spec: "Spec", observation: Mapping[str, Any]) -> list[CheckRes
 
 
 def skipped_spec(spec: "Spec", reason: str) -> list[CheckResult]:
-    """Every item of ``spec`` skipped for ``reason``, with no run: a spec gated out whole
-    (:meth:`harness.load.spec.Spec.skip_reason`, or a backend that needs GPUs not here)."""
+    """Every item of ``spec`` skipped for ``reason`` (a spec gated out whole), with no run."""
     return [CheckResult(item.entry, "skip", message=reason) for item in spec.items]
 
 

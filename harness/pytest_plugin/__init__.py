@@ -1,22 +1,9 @@
 """pytest plugin (entry point ``pytest11``): every entry of a spec is one test item.
 
-Installed with this package, it collects the YAML files that are specs (the rule, shared with
-``run DIR``: harness/load/spec_files.py): a file named on the command line or to
-``--fsdp2-specs``; every YAML file below a folder given to ``--fsdp2-specs`` or named ``specs``
-(an empty or broken one there is one failing item, never silently skipped); and, wherever pytest
-looks, a YAML file whose top level has two of a spec's keys (spec, title, document, setup,
-tables). ``pytest -n auto`` runs them all; each distinct
-setup runs once per session (harness/pytest_plugin/cache.py), shared by the xdist workers: a worker that
-needs a run another is doing runs, meanwhile, another setup of the session's items, the larger
-worlds first; the larger worlds' spec items are also started first. A failing item shows where
-in the spec it is, the document's claim and section, expected and observed per field, and the
-failing ranks. A spec that fails to load is one failing item with the load error. A spec whose
-run the pre-flight check refuses is said once: its first item to run fails with the refusal
-(advice naming this plugin's options), the others skip with one line that points at it.
-
-Every option is prefixed ``--fsdp2-`` (``--fsdp2-backend``, ...), so that it cannot clash with
-another plugin's in a user's repository.
-"""
+It collects the YAML files that are specs (harness/load/spec_files.py's rule, shared with ``run DIR``)
+and runs each distinct setup once per session across the xdist workers
+(harness/pytest_plugin/cache.py). Collection and scheduling: docs/testing.md, "The spec plugin".
+Every option is prefixed ``--fsdp2-`` so that it cannot clash with another plugin's."""
 
 from __future__ import annotations
 
@@ -97,9 +84,8 @@ def _larger_worlds_first(spec: Spec) -> int:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The spec items of the larger worlds first, each spec's items still together and in file
-    order; every other item keeps its place. A spec's first item runs its setup, and the larger
-    worlds' setups are the long ones: one started last runs alone while the other workers idle."""
+    """The spec items of the larger worlds first (their setups are the long ones), each spec's items
+    together and in file order; other items keep their place."""
     places = [i for i, item in enumerate(items) if isinstance(item, SpecEntryItem)]
     ordered = sorted((items[i] for i in places), key=lambda item: _larger_worlds_first(item.spec))  # stable
     for i, item in zip(places, ordered):
@@ -108,8 +94,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection: the items this process may run
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Note the specs of the session's items, the larger worlds first: what a worker runs while
-    another runs the setup it waits for (:func:`observation_of`)."""
+    """Note the session's specs, larger worlds first, for :func:`observation_of` to run meanwhile."""
     specs = {id(item.spec): item.spec for item in session.items if isinstance(item, SpecEntryItem)}
     session.config.stash[_SESSION_SPECS] = sorted(specs.values(), key=_larger_worlds_first)
 
@@ -125,8 +110,8 @@ _GIVEN = pytest.StashKey[tuple]()
 
 
 def _given(config: pytest.Config) -> tuple[frozenset, tuple]:
-    """(the files named on the command line or to --fsdp2-specs, the folders given to
-    --fsdp2-specs: spec folders), resolved; a file named is collected even if it is broken."""
+    """(files named on the command line or to --fsdp2-specs, folders given to --fsdp2-specs), resolved;
+    a file named is collected even if broken."""
     if _GIVEN not in config.stash:
         paths = [Path(a.split("::")[0]).resolve() for a in config.args]
         folders = [Path(p).resolve() for p in config.getoption("--fsdp2-specs")]
@@ -246,8 +231,7 @@ _REFUSED = f"{PreflightError.__name__}:"
 
 
 def _first_to_say(config: pytest.Config, spec: Spec, nodeid: str) -> bool:
-    """Whether this item is the first of ``spec``'s, in any xdist worker, to report its refusal (a
-    file made with O_EXCL in the session's shared folder claims it)."""
+    """Whether this item is the first of ``spec``'s, in any worker, to report its refusal (an O_EXCL file)."""
     folder = _shared_cache_dir(config)
     folder.mkdir(parents=True, exist_ok=True)
     claim = folder / f"refused-{hashlib.sha256(str(spec.path).encode()).hexdigest()[:20]}.said"
@@ -282,17 +266,9 @@ def _gpu_count() -> int:
 def observation_of(
     config: pytest.Config, spec: Spec, setup=None, backend: str | None = None, *, every: bool = False
 ) -> dict:
-    """The observation document of ``spec``'s setup with the instruments its entries read
-    (``harness.load.instrument_choice``; ``every``: all of them), or of ``setup`` as given, on
-    ``backend``; run once per pytest session across the xdist workers
-    (harness/pytest_plugin/cache.py) with the plugin's options, and served by a run of the same
-    setup with every instrument where one was recorded first; what every spec item of that
-    setup is checked against. While another worker runs it, this
-    one runs the other spec setups of the session's items that no worker has started. Runs on
-    NCCL one at a time per set of GPUs (``harness.pytest_plugin.cache.one_at_a_time``). Skips (pytest.skip),
-    before anything runs, a spec gated out whole by the running torch (its ``torch_build`` or
-    ``torch`` ranges) and an nccl run with fewer GPUs than ranks (``harness.run.gates``); raises
-    CachedRunError when the run failed."""
+    """The observation of ``spec``'s setup (or ``setup``) on ``backend`` with the instruments its entries
+    read (``every``: all), run once per session across workers (harness/pytest_plugin/cache.py).
+    Skips a spec gated out whole (``harness.run.gates``); raises CachedRunError when the run failed."""
     planned = _planned_run(config, spec, setup, backend, every=every)
     return cached_run(
         planned.cache_dir,
@@ -326,8 +302,7 @@ class _Planned(NamedTuple):
 def _planned_run(
     config: pytest.Config, spec: Spec, setup=None, backend: str | None = None, *, every: bool = False
 ) -> _Planned:
-    """The cached run of ``spec``'s setup with the instruments its entries read (every one with
-    ``every``), or of ``setup`` as given, on ``backend``."""
+    """The cached run of ``spec``'s setup (or ``setup``) on ``backend``, with the instruments it reads."""
     import torch
 
     from harness.run.runner import run_setup

@@ -1,18 +1,9 @@
 """Run each distinct setup once per test session, shared by pytest-xdist workers.
 
-The first worker to need a setup takes a file lock, runs it, and writes the observation (or
-the run's error) next to the lock; the others read the file. A worker that needs a setup another
-one is running does not wait idle on the lock: it runs, meanwhile, a setup of the session's that
-no worker has run or started (``meanwhile``), so the two do different runs at once instead of one
-run each in turn. The key covers what changes the observation: the resolved setup (its hooks
-file's digest and the instruments it runs included), the backend and torch's version. A run
-with a subset of the instruments is served by the same run with every instrument where that one
-was recorded first (it holds every field the subset records).
-
-Runs on NCCL also take :func:`one_at_a_time`'s lock for their set of GPUs: every local NCCL run
-puts rank r on GPU r, so two xdist workers running different setups at once would share GPUs
-(their memory, their NCCL channels) and each would see the other's traffic in its figures.
-"""
+The first worker to need a setup takes a file lock, runs it and writes the observation (or error)
+beside the lock; the others read it, running another setup meanwhile rather than waiting. The key
+is the resolved setup (hooks digest and instruments included), the backend and torch's version.
+NCCL runs also take :func:`one_at_a_time`'s lock per set of GPUs (docs/testing.md, "The spec plugin")."""
 
 from __future__ import annotations
 
@@ -47,19 +38,11 @@ def cached_run(
     meanwhile: Iterable[tuple[str, Callable[[], Mapping[str, Any]]]] = (),
     served_by: Iterable[str] = (),
 ) -> Mapping[str, Any]:
-    """Return the observation for ``key``, calling ``run()`` only if no worker has yet and no
-    key of ``served_by`` (runs whose observation holds everything ``key``'s would) has an
-    observation recorded.
-
-    While another process holds ``key``'s lock (it is running that setup), this one takes the
-    next ``(key, run)`` of ``meanwhile`` that no process has run or started, runs it and caches
-    its observation or error as its own call would; then it looks at ``key`` again. When
-    ``meanwhile`` has none left, it waits on the lock.
-
-    Raises:
-        CachedRunError: the run failed, now or earlier in this session (same message each time).
-        filelock.Timeout: another worker held the lock longer than ``lock_timeout_s``.
-    """
+    """The observation for ``key``, calling ``run()`` only if no worker has and no key of ``served_by``
+    (runs holding everything ``key``'s would) has one recorded. While another process holds ``key``'s
+    lock, runs the next free ``(key, run)`` of ``meanwhile``, then looks again; none left, it waits.
+    Raises CachedRunError (the run failed, now or earlier: the same message) or filelock.Timeout
+    (held longer than ``lock_timeout_s``)."""
     cache_dir.mkdir(parents=True, exist_ok=True)
     served_by = tuple(served_by)
     served = _served(cache_dir, served_by)
@@ -142,12 +125,7 @@ def gpu_lock_path(cache_dir: Path, visible_devices: str | None) -> Path:
 
 
 def one_at_a_time(lock_path: Path, run: Callable[[], Mapping[str, Any]], *, lock_timeout_s: float) -> Mapping[str, Any]:
-    """``run()`` while holding the file lock ``lock_path``: one run at a time among every process
-    that uses the same path (the xdist workers of a session, for one set of GPUs).
-
-    Raises:
-        filelock.Timeout: another process held the lock longer than ``lock_timeout_s``.
-    """
+    """``run()`` holding the file lock ``lock_path`` (filelock.Timeout after ``lock_timeout_s``)."""
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(lock_path), timeout=lock_timeout_s):
         return run()

@@ -1,12 +1,6 @@
-"""The bandwidth table in nccl-tests' column layout (out-of-place columns only).
-
-nccl-tests prints, per size: ``size (B)``, ``count (elements)``, ``type``, ``redop``, ``root``,
-then ``time (us)``, ``algbw (GB/s)``, ``busbw (GB/s)``, ``#wrong``. One nccl-tests binary times
-one op; this table mixes ops and sizes, so two columns follow: the op and the row's name (a
-size of ``setup.bandwidth.sizes`` or ``step``), with "capped from S" when a CPU cap applied.
-FSDP2's collectives are out of place (``all_gather_into_tensor``, ``reduce_scatter_tensor``):
-there are no in-place columns.
-"""
+"""The bandwidth table in nccl-tests' column layout (out-of-place columns only: FSDP2's collectives
+are out of place). Mixing ops and sizes, it adds the op and the row's name (a size of
+``setup.bandwidth.sizes`` or ``step``; "capped from S" where a CPU cap applied)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,10 @@
 """Two runs' observations compared field by field: did FSDP2 behave differently?
 
-``python -m harness compare A.json B.json`` reads two ``run --json`` files (another torch
-release, another cluster, another commit). Every observed value is flattened
-(:func:`flatten_observation`) into ``{Key: value}``; a :class:`Key` names the document part, the
-rank, the record inside it (named as the check kinds declare, :func:`harness.language.kinds.record_key`:
-a memory snapshot by module, state, step, microbatch and occurrence; else by position), the field and its declared
-path (:mod:`harness.contract.fields`). A difference is a *behaviour* difference unless the
-declarations set it apart (:func:`set_apart`): where the run ran (environment), how long it took
-(timings), how it failed (tracebacks, process ids), or a value declared to vary run to run in the
-run's world (``temp`` bytes, memory peaks on gloo). Messages and tracebacks are compared with
-paths, line numbers, ports and addresses masked (:func:`mask`). Everything here is a pure
-function of the documents; :func:`read_run_file` is the only reader of files.
-"""
+Every observed value is flattened (:func:`flatten_observation`) by a :class:`Key`: part, rank,
+record (named as the check kinds declare, :func:`harness.language.kinds.record_key`), field and
+declared path (:mod:`harness.contract.fields`). A difference is a behaviour difference unless the
+declarations set it apart (:func:`set_apart`: environment, timings, failures, values declared to
+vary run to run). Messages are compared masked (:func:`mask`). Pure, but for :func:`read_run_file`."""
 
 from __future__ import annotations
 
@@ -59,8 +52,7 @@ only the fields both recorded are compared)."""
 
 
 class Key(NamedTuple):
-    """Where a value sits: document part, rank (None for the document's own parts), selector,
-    field (dotted, positions included) and the declared field path (positions left out)."""
+    """Where a value sits: part, rank (None: the document's own), selector, field, and declared path."""
 
     part: str
     rank: int | None
@@ -71,9 +63,8 @@ class Key(NamedTuple):
 
 @dataclass(frozen=True)
 class Difference:
-    """One value that differs: in ``spec``, at ``key``; ``a`` / ``b`` the two values (None when
-    absent: ``present`` says which side has the key); ``apart``: a key of :data:`APART` when it is
-    no behaviour difference, else None."""
+    """One value that differs in ``spec`` at ``key``: ``a`` / ``b`` (None when absent; ``present`` says
+    which side has it); ``apart``: an :data:`APART` key when it is no behaviour difference."""
 
     spec: str
     key: Key
@@ -85,9 +76,8 @@ class Difference:
 
 @dataclass(frozen=True)
 class RunFile:
-    """What a ``run --json`` file holds: ``documents`` (spec path -> observation), ``failed``
-    (spec path -> why its run failed), the torch version it ran on, and ``skipped`` (spec path ->
-    why it was skipped whole, from its entries' results: a torch range or build, missing GPUs)."""
+    """A ``run --json`` file: ``documents`` and ``failed`` (spec path -> observation, why it failed), the
+    torch version, ``skipped`` (spec path -> why it was skipped whole)."""
 
     documents: Mapping[str, Mapping[str, Any]]
     failed: Mapping[str, str] = field(default_factory=dict)
@@ -150,8 +140,8 @@ def _part(part: str, rank: int | None, value: Any) -> Iterable[tuple[Key, Any]]:
 
 
 def flatten_observation(doc: Mapping[str, Any], *, every: bool = False) -> dict[Key, Any]:
-    """Every observed value of an observation document (``fsdp2-observation/1``) by its :class:`Key`;
-    timings and what is declared to differ in every run (process ids, tracebacks) only with ``every``."""
+    """Every observed value of an ``fsdp2-observation/1`` document by :class:`Key`; timings and what
+    differs in every run only with ``every``."""
     out: dict[Key, Any] = {}
     for part, value in doc.items():
         if part == "format":
@@ -187,8 +177,7 @@ def _worlds(*docs: Mapping[str, Any] | None) -> set[str]:
 
 
 def set_apart(key: Key, worlds: Iterable[str] = fields.WORLDS) -> str | None:
-    """Why a difference at ``key`` answers nothing about FSDP2's behaviour (a key of :data:`APART`),
-    or None when it does. ``worlds``: the backends of the two runs."""
+    """Why a difference at ``key`` says nothing of FSDP2's behaviour (an :data:`APART` key), or None."""
     declared = fields.lookup(key.path)
     if declared.aspect != "behaviour":
         return declared.aspect
@@ -217,9 +206,8 @@ def _sorted_set(match: re.Match) -> str:
 
 
 def mask(value: Any) -> Any:
-    """``value`` with file paths, line numbers, ports, addresses and process ids masked, and a
-    printed set's items sorted (its order follows hashes: it varies run to run); a string, anything
-    else as given."""
+    """``value`` (a string) with paths, line numbers, ports, addresses and pids masked and a printed set
+    sorted (its order varies run to run); anything else as given."""
     if not isinstance(value, str):
         return value
     for pattern, replacement in _MASKS:
@@ -263,8 +251,7 @@ def _compare_spec(spec: str, a: Mapping[str, Any], b: Mapping[str, Any]) -> list
 
 
 def compare_documents(a: Mapping[str, Mapping[str, Any]], b: Mapping[str, Mapping[str, Any]]) -> list[Difference]:
-    """Every difference between two ``{spec path: observation document}`` mappings, in spec order
-    then document order; a spec present on one side only is one difference (key part ``spec``)."""
+    """Every difference between two ``{spec path: observation}`` mappings (a missing spec: one)."""
     return compare_runs(RunFile(a), RunFile(b))
 
 
@@ -273,9 +260,8 @@ def _run_key(state: str) -> Key:
 
 
 def compare_runs(a: RunFile, b: RunFile) -> list[Difference]:
-    """Every difference between two run files; a spec observed on one side only is one
-    difference: ``run`` (``"observed"``, ``"failed: <why>"`` or ``"skipped: <why>"`` per side, None
-    where it was not run at all)."""
+    """Every difference between two run files; a spec observed on one side only is one difference
+    ``run``: "observed", "failed: <why>" or "skipped: <why>" per side (None: not run)."""
     da, db = _paired(a.documents, b.documents)
     fa, fb = _paired(a.failed, b.failed)
     sa, sb = _paired(a.skipped, b.skipped)
@@ -299,8 +285,7 @@ def _outcome(spec: str, documents: Mapping, failed: Mapping, skipped: Mapping) -
 
 
 def _skipped(results: Any) -> dict[str, str]:
-    """Spec path -> why, for the specs all of whose entries were skipped with one reason (a spec
-    gated out whole is never run); a spec with an observation is dropped by the caller."""
+    """Spec path -> why, for the specs whose entries were all skipped with one reason."""
     reasons: dict[str, set] = {}
     for r in results if isinstance(results, list) else []:
         if isinstance(r, Mapping) and isinstance(r.get("spec"), str):
@@ -309,8 +294,8 @@ def _skipped(results: Any) -> dict[str, str]:
 
 
 def select(differences: list[Difference], include: Iterable[str] = (), exclude: Iterable[str] = ()) -> list[Difference]:
-    """The differences whose declared path matches one of ``include`` (fnmatch globs; none given:
-    all) and none of ``exclude``; a spec observed or failed on one side only is always kept."""
+    """The differences whose declared path matches an ``include`` glob (none: all) and no ``exclude``;
+    a spec on one side only is always kept."""
     include, exclude = list(include), list(exclude)
 
     def kept(d: Difference) -> bool:
@@ -324,8 +309,7 @@ def select(differences: list[Difference], include: Iterable[str] = (), exclude: 
 
 
 def _paired(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
-    """Key both sides by file name where the paths differ (``specs/x.yaml`` vs ``/abs/specs/x.yaml``)
-    and every name is unique on each side; else as given."""
+    """Key both sides by file name where paths differ and every name is unique on each side."""
     names_a, names_b = [Path(k).name for k in a], [Path(k).name for k in b]
     if set(a) == set(b) or len(set(names_a)) != len(a) or len(set(names_b)) != len(b):
         return a, b
@@ -334,10 +318,7 @@ def _paired(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[Mapping[str, An
 
 def read_run_file(path: str | Path) -> RunFile:
     """The observations, failed specs and torch version of a ``run --json`` file (or one bare document).
-
-    Raises:
-        CompareError: unreadable, not JSON, or holding no observation and no failed spec.
-    """
+    Raises CompareError: unreadable, not JSON, or with no observation and no failed spec."""
     path = Path(path)
     try:
         doc = strict_json.loads(path.read_text(encoding="utf-8"))

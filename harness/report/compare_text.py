@@ -52,8 +52,7 @@ def _value_lines(d: Difference, names: tuple[str, str]) -> list[str]:
 
 
 def _error_lines(error: str) -> list[str]:
-    """A failed run's error: its first lines and, after a traceback, the exception it ended in,
-    each wrapped to :data:`WIDTH`; the frames are counted, not shown."""
+    """A failed run's error: its first lines and the exception a traceback ended in, wrapped; frames counted."""
     lines = [line for line in error.strip().splitlines() if line.strip()] or [""]
     shown, frames = [lines[0]], lines[1:]
     if frames and frames[0].startswith("Traceback"):
@@ -153,8 +152,8 @@ def _per_spec(differences: list[Difference]) -> list[str]:
 
 
 def format_report(differences: list[Difference], every: bool = False, names: tuple[str, str] = ("A", "B")) -> list[str]:
-    """The summary per spec, then the behaviour differences (with ``every``: all of them, the set
-    apart ones included) grouped by spec, check kind and selector, then what was set apart."""
+    """The summary per spec, the behaviour differences (``every``: all) by spec, check kind and
+    selector, then what was set apart."""
     if not differences:
         return []
     shown = differences if every else [d for d in differences if d.apart is None]
@@ -175,8 +174,7 @@ def format_report(differences: list[Difference], every: bool = False, names: tup
 
 
 def summary_line(differences: list[Difference], specs: int, every: bool = False) -> str:
-    """``compare: 3 behaviour differences in 1 of 48 specs; 120 set apart`` (the line before it
-    counts what was set apart by kind)."""
+    """``compare: 3 behaviour differences in 1 of 48 specs; 120 set apart``, after the set-apart counts."""
     behaviour = [d for d in differences if every or d.apart is None]
     apart = [d for d in differences if d.apart is not None]
     what = "difference" if every else "behaviour difference"

@@ -1,13 +1,9 @@
 """Figures in the walkthrough document's units and rounding, with the exact figure beside.
 
-The document (*FSDP2 Qwen3 Decoder Layer Walkthrough*) prints rounded figures to three
-significant digits: element counts with K / M ("≈590K", "≈2.36M"), bytes in MB with
-MB = 10^6 bytes ("1.18 MB", "4.72 MB", "10.6 MB"). The spec loader
-(``harness/language/expect.py``) reads such a figure as holding within half a unit of its last
-printed digit, so a figure printed here holds as an expectation for the value it came from.
-
-Pure functions of numbers; nothing here imports torch.
-"""
+*FSDP2 Qwen3 Decoder Layer Walkthrough* prints three significant digits: counts with K / M
+("≈2.36M"), bytes in MB = 10^6 bytes ("4.72 MB"). The spec loader (``harness/language/expect.py``)
+reads such a figure as holding within half its last digit, so a figure printed here holds as an
+expectation for its value. Pure; no torch."""
 
 from __future__ import annotations
 
@@ -31,8 +27,7 @@ def sig3(x: float) -> str:
 
 
 def thousands(n: int | float) -> str:
-    """An exact integer with thousands separators, as the document prints them: "2,360,448".
-    A non-integer float keeps up to two decimals ("3,540,672.5")."""
+    """An exact integer with thousands separators, "2,360,448"; a non-integer float keeps two decimals."""
     if isinstance(n, float) and not n.is_integer():
         return f"{n:,.2f}".rstrip("0").rstrip(".")
     return f"{int(n):,}"
@@ -49,8 +44,7 @@ def approx_count(n: int) -> str:
 
 
 def mb(n_bytes: int | float) -> str:
-    """Bytes in the document's MB (10^6 bytes), three significant digits: "4.72 MB".
-    From 10^9 bytes on, GB (10^9 bytes)."""
+    """Bytes in the document's MB (10^6 bytes), three significant digits: "4.72 MB"; from 10^9 on, GB."""
     if abs(n_bytes) >= GB:
         return f"{sig3(n_bytes / GB)} GB"
     return f"{sig3(n_bytes / MB)} MB"

@@ -1,25 +1,11 @@
 """JUnit XML of checked entries, as ``pytest --junitxml`` writes it for the same spec items.
 
-CI systems read JUnit XML. ``harness run --junitxml PATH`` writes one ``<testcase>`` per spec
-entry, named as pytest names the entry's item (the spec plugin in ``harness/pytest_plugin/``: item id
-``specs/qwen3_walkthrough.yaml::shard_per_rank::self_attn.q_proj.weight``), so a CI history
-keeps one test per entry whether the specs ran under pytest or the CLI:
-
-- ``classname``: the node id without its last part, ``/`` and ``::`` read as ``.``
-  (``specs.qwen3_walkthrough.yaml.shard_per_rank``); ``name``: the entry id;
-- pass: an empty testcase; fail, error (not measurable) and xpass (a declared deviation
-  gone): ``<failure message=...>`` holding the terminal's explanation
-  (``CheckResult.explain``), the message shortened as pytest 9 shortens it (whole lines up
-  to 500 characters); skip: ``<skipped type="pytest.skip">``; a known deviation:
-  ``<skipped type="pytest.xfail">``;
-- a spec that does not load: one testcase ``load`` (as pytest's collector reports it); a run
-  that failed: every entry fails with the run's error.
-
-The ``<testsuite>`` counts tests, failures, errors (always 0: an entry that cannot be
-measured is a failure, as under pytest) and skips. Elements are built with
-``xml.etree.ElementTree`` (escaping handled there; characters XML forbids are shown as
-``#xNN`` as pytest does).
-"""
+``run --junitxml PATH`` writes one ``<testcase>`` per entry, named as the pytest plugin names the
+entry's item, so a CI history keeps one test per entry under pytest or the CLI: ``classname`` is
+the node id without its last part, ``/`` and ``::`` read as ``.``; ``name`` the entry id. A fail,
+error or xpass is a ``<failure>`` holding ``CheckResult.explain`` (its message shortened as pytest
+9 does); a skip ``<skipped type="pytest.skip">``, a known deviation ``type="pytest.xfail"``; a
+spec that does not load, one testcase ``load``. Errors are always 0, as under pytest."""
 
 from __future__ import annotations
 
@@ -52,8 +38,8 @@ _ILLEGAL_XML = re.compile("[^\u0009\u000a\u000d\u0020-\u007e\u0080-\ud7ff\ue000-
 
 @dataclass(frozen=True)
 class Case:
-    """One testcase: its pytest node id, outcome ('pass', 'failure', 'skip', 'xfail'),
-    message (failure / skip reason), text (failure body, skip location), time in seconds."""
+    """One testcase: pytest node id, outcome ('pass', 'failure', 'skip', 'xfail'), message, text,
+    time in seconds."""
 
     nodeid: str
     outcome: str
@@ -68,8 +54,7 @@ def table_slug(title: str) -> str:
 
 
 def spec_nodeid_path(spec_path: str | Path, rootdir: str | Path | None = None) -> str:
-    """The spec's path as a pytest node id holds it: relative to ``rootdir`` (default the
-    current directory) when inside it, with '/' separators."""
+    """The spec's path as a pytest node id holds it: relative to ``rootdir`` (default cwd) when inside it."""
     path = Path(spec_path)
     root = Path(rootdir) if rootdir is not None else Path.cwd()
     try:
@@ -112,8 +97,8 @@ def run_error_case(spec_path: str, entry: Entry, error: Exception) -> Case:
 
 
 def shorten_message(msg: str, budget: int = MESSAGE_BUDGET) -> str:
-    """A ``message`` attribute as pytest 9 shortens it: whole lines while they fit in
-    ``budget`` characters, then a note that the element text holds the full report."""
+    """A ``message`` attribute as pytest 9 shortens it: whole lines within ``budget`` characters, then a
+    note that the element text holds the full report."""
     lines = msg.splitlines() or [""]
     kept: list[str] = []
     size = 0

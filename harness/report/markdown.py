@@ -1,11 +1,6 @@
-"""The cluster report as Markdown (``python -m harness run SPEC... --report cluster.md``).
-
-For each spec run: the hosts and their ranks, the per-rank environment with every value that
-differs from the one most ranks have marked, the bandwidth table in nccl-tests' columns, and
-the spec's results (counts, then each failing entry explained). A run that failed is reported
-with its error (for a hang: the verdict and each rank's last collective). Pure: built from
-observations and results, nothing is run here.
-"""
+"""The cluster report as Markdown (``run SPEC... --report cluster.md``): per spec, the hosts and
+their ranks, the per-rank environment with values that differ from most ranks' marked, the
+nccl-tests bandwidth table and the results; a failed run with its error. Pure."""
 
 from __future__ import annotations
 

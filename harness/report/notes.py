@@ -9,10 +9,9 @@ __all__ = ["compile_ran_eager_note"]
 
 
 def compile_ran_eager_note(observation: Mapping[str, Any]) -> str | None:
-    """One line when a unit asked for ``torch.compile`` and a rank's dynamo captured no graph
-    (the rank's ``compile.ran_eager``): under the harness's collective recorder, a
-    ``TorchDispatchMode`` active for the whole step, dynamo compiles nothing, so the units ran
-    eagerly and the observation is eager FSDP2's. None otherwise."""
+    """One line when a unit asked for ``torch.compile`` and dynamo captured no graph on a rank
+    (``compile.ran_eager``: under the collective recorder's ``TorchDispatchMode`` it compiles
+    nothing, so the observation is eager FSDP2's); else None."""
     eager = [r["rank"] for r in observation.get("ranks", []) if (r.get("compile") or {}).get("ran_eager")]
     if not eager:
         return None

@@ -1,8 +1,5 @@
-"""Read an observation document back from a file ``harness run --json`` wrote.
-
-``run --json PATH`` writes ``{"torch_version", "results", "observations": {spec path: document}}``;
-a bare observation document (``"format": "fsdp2-observation/1"``) is accepted too.
-"""
+"""Read an observation document back from a ``run --json`` file (``{"torch_version", "results",
+"observations": {spec path: document}}``) or a bare ``fsdp2-observation/1`` document."""
 
 from __future__ import annotations
 
@@ -28,17 +25,9 @@ def _same_file(a: str, b: Path) -> bool:
 
 
 def read_observation(path: str | Path, spec_path: str | Path, setup: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The validated observation of ``spec_path`` in the JSON file ``path``.
-
-    Args:
-        path: a ``run --json`` file, or one observation document.
-        spec_path: the spec whose observation is wanted: the entry recorded under the same
-            file, else the one entry whose setup equals ``setup`` (the spec's ``setup.to_dict()``).
-
-    Raises:
-        ObservationFileError: unreadable or not JSON, no observation for this spec (lists the
-            specs it holds), or the document does not match the observation schema.
-    """
+    """The validated observation of ``spec_path`` in ``path``: the entry recorded under the same file,
+    else the one whose setup equals the spec's ``setup.to_dict()``. Raises ObservationFileError:
+    unreadable, not JSON, no observation for this spec (lists those held), or not the schema's."""
     path, spec_path = Path(path), Path(spec_path)
     try:
         doc = strict_json.loads(path.read_text(encoding="utf-8"))

@@ -1,10 +1,6 @@
-"""Where the report writers' files go: output paths checked before any work, files written whole.
-
-The command line checks every output flag (``--json``, ``--report``, ``--junitxml``: files;
-``--trace``, ``--plot``, ``render --out``: folders, made if missing) with :func:`file_problem` and
-:func:`folder_problem` before it runs anything, so no result is computed that cannot be written,
-then writes each file with :func:`write_atomically` (never half a file).
-"""
+"""Where the report writers' files go: output paths checked before any work (:func:`file_problem`,
+:func:`folder_problem`), so no result is computed that cannot be written; files written whole
+(:func:`write_atomically`)."""
 
 from __future__ import annotations
 
@@ -16,8 +12,8 @@ __all__ = ["file_problem", "folder_problem", "write_atomically", "write_temporar
 
 
 def file_problem(path: str | Path) -> str | None:
-    """Why a file cannot be written at ``path`` (a few words, without the path), None when it can:
-    not a folder, in an existing writable folder, and writable itself if it exists."""
+    """Why a file cannot be written at ``path`` (a few words), None when it can: not a folder, in a
+    writable folder, writable itself if it exists."""
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
@@ -32,8 +28,8 @@ def file_problem(path: str | Path) -> str | None:
 
 
 def folder_problem(path: str | Path) -> str | None:
-    """Why ``path`` cannot be (made into) a folder to write in, None when it can: an existing
-    writable folder, or a new one whose nearest existing ancestor is a writable folder."""
+    """Why ``path`` cannot be (made) a folder to write in, None when it is a writable folder or its
+    nearest existing ancestor is."""
     path = Path(path)
     if path.exists():
         if not path.is_dir():
@@ -50,13 +46,9 @@ def folder_problem(path: str | Path) -> str | None:
 
 
 def write_atomically(path: str | Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` through a temporary file beside it (never half a file).
-
-    A symbolic link is followed (the file it names is replaced, not the link); a path that is
-    not a regular file (``/dev/stdout``, ``/dev/full``, a FIFO) is written in place: replacing it
-    would put a regular file where a device was. A replaced file keeps its mode; a new one gets
-    the umask's. Raises OSError (e.g. ENOSPC from ``/dev/full``); no temporary file is left.
-    """
+    """Write ``text`` (UTF-8) to ``path`` through a temporary file beside it. A link is followed; a
+    non-regular file (``/dev/stdout``, a FIFO) is written in place. A replaced file keeps its mode.
+    Raises OSError (e.g. ENOSPC); no temporary file is left."""
     path = Path(path)
     if path.exists() and not path.is_file():  # follows links: /dev/stdout -> /proc/self/fd/1 -> a pipe
         with open(path, "w", encoding="utf-8") as f:
@@ -82,8 +74,7 @@ def write_atomically(path: str | Path, text: str) -> None:
 
 
 def write_temporary(text: str, prefix: str, suffix: str) -> str:
-    """Write ``text`` to a new file in the temporary folder (``prefix*suffix``); its path. Where
-    results go when the file asked for cannot be written after the run. Raises OSError."""
+    """Write ``text`` to a new ``prefix*suffix`` file in the temporary folder; its path. Raises OSError."""
     fd, path = tempfile.mkstemp(prefix=prefix, suffix=suffix)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)

@@ -1,30 +1,13 @@
 """Memory timeline per rank: ``FSDPMemTracker``'s categories across the step, as PNG and SVG.
 
-:func:`memory_timeline` (pure) orders a rank's ``memory`` snapshots (observation schema:
-``ranks[].memory``, whole-rank bytes by category at each FSDP unit's hook) along the step:
+:func:`memory_timeline` (pure) orders a rank's ``ranks[].memory`` snapshots as FSDP2 runs the hooks
+for a stack of layers: the root's pre-forward, each layer's pre- and post-forward in ``fully_shard``
+order, the root's post-forward; backward likewise in reverse; then after ``optimizer.step()``.
+``Peak Forward`` / ``Peak Backward`` are maxima, not moments, and are left out.
 
-- forward: the root unit's pre-forward, then each layer unit in ``fully_shard`` order
-  (Before / After Pre-Forward, Before / After Post-Forward), then the root's post-forward;
-- backward: the root's pre-backward, the layer units in reverse (Before / After Pre-Backward,
-  Before / After Post-Backward), then the root's post-backward;
-- the whole-rank snapshot after ``optimizer.step()``.
-
-This is the order FSDP2 runs those hooks for a stack of layers (each layer's forward and
-backward run one after another; the root wraps them). ``Peak Forward`` / ``Peak Backward``
-are maxima, not moments, and are left out.
-
-Lines (bytes, drawn in the document's MB = 10^6 bytes): the categories the tracker measures
-(``sharded_param``, ``unsharded_param``, ``sharded_grad``, ``unsharded_grad``, ``optstate``,
-``activation``; whole rank), and one line per unit for that unit's own parameter shards on
-the rank (the observation's ``params``: local elements x element size; they sum to the
-tracker's ``sharded_param``). Each layer unit's compute (from its After Pre- to its Before
-Post- snapshot) is shaded. For the walkthrough this shows the document's account: 1.18 MB of
-shards per layer at every moment, 4.72 MB of unsharded parameters while a layer computes,
-back to 0 after it.
-
-:func:`plot_memory` draws the timelines with matplotlib, an optional dependency
-(``pip install .[plot]``); without it :class:`PlotUnavailable` says so in one line.
-"""
+Lines (bytes, drawn in MB = 10^6 bytes): the tracker's whole-rank categories, and each unit's own
+parameter shards (local elements x element size); each layer's compute is shaded.
+:func:`plot_memory` needs matplotlib (``pip install .[plot]``), else :class:`PlotUnavailable`."""
 
 from __future__ import annotations
 
@@ -61,15 +44,9 @@ class PlotUnavailable(RuntimeError):
 
 @dataclass
 class Timeline:
-    """One rank's memory along the step.
-
-    Attributes:
-        rank: the rank.
-        points: (unit, state) of each snapshot, in step order (unit '' is the root / whole rank).
-        series: category -> bytes at each point (whole rank, as the tracker measures).
-        unit_shards: unit -> that unit's parameter shard bytes on this rank (constant).
-        spans: (unit, phase, first point index, last point index) of each layer unit's compute.
-    """
+    """One rank's memory along the step: ``points`` (unit, state) in step order (unit '' is the root),
+    ``series`` category -> bytes at each point, ``unit_shards`` unit -> its shard bytes, ``spans``
+    (unit, phase, first, last point index) of each layer's compute."""
 
     rank: int
     points: list[tuple[str, str]] = field(default_factory=list)
@@ -91,11 +68,7 @@ class Timeline:
 
 
 def memory_timeline(observation: Mapping[str, Any], rank: int) -> Timeline:
-    """The :class:`Timeline` of ``rank`` (module docstring for the order).
-
-    Raises:
-        KeyError: ``rank`` was not observed.
-    """
+    """The :class:`Timeline` of ``rank`` (KeyError if it was not observed)."""
     docs = {d["rank"]: d for d in observation["ranks"]}
     if rank not in docs:
         raise KeyError(f"rank {rank} not observed; observed ranks {sorted(docs)}")
@@ -148,12 +121,8 @@ def memory_timeline(observation: Mapping[str, Any], rank: int) -> Timeline:
 
 
 def _pyplot() -> Any:
-    """matplotlib's pyplot on the Agg backend (files only, no display).
-
-    Raises:
-        PlotUnavailable: matplotlib is not installed (:data:`INSTALL_HINT`), or it is installed
-            but importing it fails (e.g. built against another numpy): one line naming the error.
-    """
+    """matplotlib's pyplot on the Agg backend. Raises PlotUnavailable: not installed
+    (:data:`INSTALL_HINT`), or its import fails (one line naming the error)."""
     try:
         import matplotlib
 
@@ -173,20 +142,8 @@ def _pyplot() -> Any:
 def plot_memory(
     observation: Mapping[str, Any], out_dir: str | Path, stem: str, ranks: Sequence[int] | None = None
 ) -> list[Path]:
-    """Draw each rank's :class:`Timeline` to ``out_dir/<stem>_memory_rank<r>.png`` and ``.svg``.
-
-    Args:
-        observation: an observation document.
-        out_dir: an existing folder.
-        stem: file name prefix (the spec's name).
-        ranks: which ranks (default every observed rank).
-
-    Returns:
-        The written files.
-
-    Raises:
-        PlotUnavailable: matplotlib is not installed or cannot be imported.
-    """
+    """Draw each of ``ranks`` (default all observed) to ``out_dir/<stem>_memory_rank<r>.png`` and
+    ``.svg`` (``out_dir`` exists); the written files. Raises PlotUnavailable."""
     plt = _pyplot()
     out_dir = Path(out_dir)
     env = observation["environment"]

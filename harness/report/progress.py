@@ -1,12 +1,8 @@
 """Progress of a run on a terminal: launching ranks, forward, backward, optimizer, checking.
 
-The launcher reports each rank's phase (``harness.run.launch.phase_trail``: the ranks' shared phase codes,
-polled by the parent; the simulated backend calls back as each simulated rank moves on).
-:class:`RunProgress` turns those reports into one ``rich`` progress line per spec: the phase
-the slowest rank is in, a bar over all ranks' phases, elapsed time. It draws only where
-``console.is_terminal`` and not under pytest (``PYTEST_CURRENT_TEST``): piped output, CI logs
-and test runs get nothing extra. The line is transient: the report replaces it.
-"""
+:class:`RunProgress` turns each rank's phase reports (``harness.run.launch.phase_trail``, or the
+simulated backend's calls) into one transient ``rich`` line per spec: the slowest rank's phase, a
+bar over all ranks, elapsed time. Only on a terminal and not under pytest."""
 
 from __future__ import annotations
 
@@ -35,11 +31,7 @@ STAGES = tuple(dict.fromkeys(_READ_AS.get(p, p) for p in RANK_PHASES))
 
 
 def stage_of(phase: str) -> int:
-    """The index in :data:`STAGES` of a rank phase.
-
-    Raises:
-        ValueError: ``phase`` is not in ``RANK_PHASES``.
-    """
+    """The index in :data:`STAGES` of a rank phase (ValueError if not in ``RANK_PHASES``)."""
     rank_phase_code(phase)
     return STAGES.index(_READ_AS.get(phase, phase))
 
@@ -50,15 +42,9 @@ def progress_enabled(console: Console) -> bool:
 
 
 class RunProgress:
-    """One spec's progress line. Use as a context manager; feed :meth:`ranks` (the
-    launcher's ``on_progress`` callback) and :meth:`checking`.
-
-    Args:
-        console: where to draw.
-        label: the spec's name.
-        world_size: ranks to follow (simulated runs: the observed ranks).
-        enabled: draw at all (default :func:`progress_enabled`).
-    """
+    """One spec's progress line, a context manager: feed :meth:`ranks` (the ``on_progress`` callback)
+    and :meth:`checking`. ``world_size``: ranks followed (simulated: the observed ones); ``enabled``:
+    default :func:`progress_enabled`."""
 
     def __init__(self, console: Console, label: str, world_size: int, *, enabled: bool | None = None) -> None:
         self.label, self.world_size = label, max(1, world_size)

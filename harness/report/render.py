@@ -1,37 +1,15 @@
 """The walkthrough document's tables, regenerated from a run: (spec, observation) -> Markdown.
 
-:func:`render_markdown` lays out an observation document (``harness/contract/
-observation.schema.json``) as the tables of *FSDP2 Qwen3 Decoder Layer Walkthrough*, for
-every FSDP unit of the run, under English headings:
+:func:`render_markdown` lays out an observation document (``harness/contract/observation.schema.json``)
+as the tables of *FSDP2 Qwen3 Decoder Layer Walkthrough* for every FSDP unit: configuration,
+parameters, shards and inputs on each rank, forward Steps 0-11, between layers, backward, mixed
+precision, memory, and communication per unit per step (the sum of what each layer really sends).
 
-- "Configuration": d, h_q, h_kv, d_h, d_ffn, N, B, L;
-- "Parameters": each unit's parameters (name, shape, elements) and its total;
-- "Shards on each rank": each parameter's shard per rank, and the per-rank total;
-- "Inputs on each rank": the input each rank holds and which samples of the batch;
-- "Forward, step by step": Steps 0-11 of each layer: tensors and their shapes, and the
-  collectives each step issues (Step 0's all-gather, Step 11's reshard);
-- "Between layers": collectives issued between layers in forward;
-- "Backward": each layer's Step 0 (all-gather), 1-10 and 11 (reduce-scatter);
-- "Mixed precision": each unit's MixedPrecisionPolicy and the dtypes its collectives and
-  output were observed in;
-- "Memory": FSDPMemTracker's bytes by category at each snapshot of the first step;
-- "Communication per unit per step": bytes each rank sends per unit, and the step's total as
-  the sum of what each layer really sends (a layer kept unsharded after forward sends less).
-
-Units built the same way and observed the same share one table ("each of `layers.0`,
-`layers.1`"); a unit that differs gets its own. A heading names the document section it
-regenerates ("Document section: ...") only where the spec's own tables cite that section: the
-walkthrough's names belong to the specs written from it.
-
-Figures are printed the document's way (three significant digits, "≈2.36M", "4.72 MB" with
-MB = 10^6 bytes; ``harness.report.figures``) with the exact figure beside. Bytes a collective
-"sends per rank" follow the ring model used by the checks (``harness.language.observed.ring_bytes``):
-S x (N-1)/N for all-gather and reduce-scatter, S the full buffer. Per-rank tables show the
-first observed rank and say which ranks agree (ranks that differ get their own table).
-
-Pure: reads only its arguments (and ``model.config`` / ``model.steps`` for the configuration's
-field values and the step numbers of observed tensors); no torch, no files.
-"""
+Units built and observed the same share a table; a heading names the document section it
+regenerates only where the spec's own tables cite it. Figures are printed the document's way
+(``harness.report.figures``; MB = 10^6 bytes) with the exact figure beside; bytes sent per rank
+follow the checks' ring model (``harness.language.observed.ring_bytes``). Per-rank tables show the
+first observed rank and say which ranks agree. Pure: no torch, no files."""
 
 from __future__ import annotations
 
@@ -89,8 +67,7 @@ _TIMING_CATEGORIES = tuple(
 
 @dataclass
 class _Block:
-    """One ``##`` section of the page: its heading, the document section it regenerates (a key
-    of :data:`SECTIONS`, None for none) and its lines."""
+    """One ``##`` section: heading, the :data:`SECTIONS` key it regenerates (or None), lines."""
 
     title: str
     section: str | None
@@ -111,8 +88,7 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
 
 
 def _per_rank(obs: Mapping[str, Any], build: Callable[[Mapping[str, Any]], list[str]]) -> list[str]:
-    """``build(rank_doc)`` for every observed rank; one block per distinct result, with the
-    ranks it holds for."""
+    """``build(rank_doc)`` for every observed rank; one block per distinct result, with its ranks."""
     variants: list[tuple[list[str], list[int]]] = []
     for rank_doc in obs["ranks"]:
         lines = build(rank_doc)
@@ -140,8 +116,8 @@ def _per_unit(
     section: str,
     build: Callable[[Mapping[str, Any], str], list[str]],
 ) -> list[_Block]:
-    """One block per group of units whose per-rank tables read the same (``build(rank_doc,
-    unit name)``), titled ``what(first unit)`` and the units: "(each of `layers.0`, `layers.1`)"."""
+    """One block per group of units whose per-rank tables read the same (``build(rank_doc, unit name)``),
+    titled "``what(first unit)`` (each of `layers.0`, `layers.1`)"."""
     groups: list[tuple[list[str], list[Mapping[str, Any]]]] = []
     for unit in units:
         lines = _per_rank(obs, lambda rank_doc, name=unit["name"]: build(rank_doc, name))
@@ -186,8 +162,7 @@ def _step_collectives(rank_doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def _hook(c: Mapping[str, Any]) -> str | None:
-    """The FSDP hook that issued ``c``: its ``hook`` field, else the innermost of its
-    ``fsdp_labels`` that is not a data movement (the recorder's rule)."""
+    """The FSDP hook that issued ``c``: its ``hook``, else the innermost non-data-movement ``fsdp_labels``."""
     if "hook" in c:
         return c["hook"]
     for label in reversed(c.get("fsdp_labels") or []):
@@ -490,8 +465,8 @@ def _dtypes(values: Iterable[str | None]) -> str:
 
 
 def _section_precision(obs: Mapping[str, Any]) -> list[_Block]:
-    """Each unit's MixedPrecisionPolicy (as torch's FSDP state holds it after the step) beside the
-    dtypes observed on the first rank: its all-gathers, its reduce-scatters, its forward output."""
+    """Each unit's MixedPrecisionPolicy (as torch's FSDP state holds it) beside the first rank's observed
+    dtypes: all-gathers, reduce-scatters, forward output."""
     units = _param_units(obs)
     if not units:
         return []
@@ -537,8 +512,7 @@ def _section_precision(obs: Mapping[str, Any]) -> list[_Block]:
 
 
 def _memory_order(obs: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], tuple]:
-    """Snapshots in the order of a step: the root's 'After fully_shard', each unit's states in
-    forward order, then the root's whole-rank states after the step."""
+    """Snapshots in step order: the root's 'After fully_shard', each unit's in forward order, the root's after."""
     units = {u["name"]: i for i, u in enumerate(obs["fsdp_units"])}
     root_only = ("After fully_shard",)
 
@@ -554,9 +528,8 @@ def _memory_order(obs: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], tuple
 
 
 def _section_memory(obs: Mapping[str, Any]) -> list[_Block]:
-    """FSDPMemTracker's snapshots of the first step (and first microbatch) on each rank, bytes by
-    category (categories that stay 0 left out; temp and total, which depend on thread timing on a
-    real backend, too, and there the peaks)."""
+    """FSDPMemTracker's snapshots of the first step and microbatch per rank, bytes by category (all-zero
+    ones left out; temp, total and peaks too on a real backend, where they depend on thread timing)."""
     if not any(r.get("memory") for r in obs["ranks"]):
         return []
     labels = {name: label for label, name in MEMORY_CATEGORIES.items()}
@@ -637,18 +610,10 @@ def _section_summary(obs: Mapping[str, Any]) -> list[_Block]:
 
 
 def render_markdown(spec: Any, observation: Mapping[str, Any]) -> str:
-    """The document's tables for ``observation``, as Markdown.
-
-    Args:
-        spec: the loaded spec (``harness.load.spec.Spec``): its ``name``, ``title`` and
-            ``document`` head the page; the sections its tables cite (``raw["tables"][i]
-            ["section"]``) are named under the headings that regenerate them.
-        observation: a validated observation document (format ``fsdp2-observation/1``).
-
-    Returns:
-        Markdown text: one ``##`` section per regenerated table (per unit, or per group of units
-        observed the same). Units: elements, bytes; MB = 10^6 bytes.
-    """
+    """The document's tables for ``observation`` (validated, ``fsdp2-observation/1``), as Markdown: one
+    ``##`` section per table, per unit or group of units observed the same. ``spec``'s ``name``,
+    ``title`` and ``document`` head the page; the sections its tables cite name the headings.
+    Units: elements, bytes; MB = 10^6 bytes."""
     raw = getattr(spec, "raw", None) or {}
     tables = raw.get("tables") if isinstance(raw, Mapping) else None
     cited = {t.get("section") for t in tables or () if isinstance(t, Mapping)}

@@ -1,17 +1,9 @@
 """``run --repeat N``: each spec run N times, every observed field that differed, and ``unstable`` entries.
 
-Pure functions of the N observation documents and the N lists of results of one spec:
-
-- :func:`varying_fields`: every value (``harness.report.compare``'s keys) that is not the same
-  in all runs, with its value in each run and, where the field declarations
-  (:mod:`harness.contract.fields`) say it may vary (timings, process ids, ports, ``temp``
-  bytes, memory peaks), why; :func:`format_varying` lists the others and counts these;
-- :func:`repeated_outcomes`: per entry, its outcome over the runs. An entry whose observed
-  values (or status) differ between runs reads a varying field: it is ``unstable``, with each
-  run's values and status; never counted as passed or failed;
-- :func:`exit_status`: 1 when an entry fails in every run alike, else 3 when an entry is
-  unstable, else 0.
-"""
+Pure functions of one spec's N observations and results. :func:`varying_fields`: each value not
+the same in all runs, and why where the field declarations (:mod:`harness.contract.fields`) say it
+may vary. :func:`repeated_outcomes`: an entry whose values or status differ between runs is
+``unstable``, neither passed nor failed. :func:`exit_status`: 1, 3 or 0."""
 
 from __future__ import annotations
 
@@ -41,8 +33,7 @@ UNSTABLE_EXIT = 3
 
 @dataclass(frozen=True)
 class Varying:
-    """One observed value that differed: its key, its value in each run (None: absent) and, when
-    the declarations expect it to vary, why (else None: a surprise)."""
+    """One value that differed: its key, each run's value (None: absent), and why it may vary (None: a surprise)."""
 
     key: Key
     values: tuple
@@ -51,8 +42,7 @@ class Varying:
 
 @dataclass(frozen=True)
 class RepeatedOutcome:
-    """One entry over the runs: ``status`` is its status when every run agrees, else ``unstable``;
-    ``runs`` holds per run ``(status, {field: observed})``."""
+    """One entry over the runs: ``status`` if all agree, else ``unstable``; ``runs``: (status, {field: observed})."""
 
     result: Any  # the first run's CheckResult (entry, fields)
     status: str
@@ -75,8 +65,7 @@ def _expected(key: Key, worlds: set[str]) -> str | None:
 
 
 def varying_fields(documents: Sequence[Mapping[str, Any]]) -> list[Varying]:
-    """Every value not the same in all ``documents`` (one spec's runs), in document order; masked
-    fields (messages, tracebacks) compared with ports, paths and line numbers masked."""
+    """Every value not the same in all ``documents``, in order; messages compared masked."""
     flats = [flatten_observation(doc, every=True) for doc in documents]
     worlds = {doc["environment"].get("backend") for doc in documents}
     keys = list(dict.fromkeys(k for flat in flats for k in flat))
@@ -116,8 +105,8 @@ def _which(values: Sequence[Any]) -> str:
 
 
 def format_varying(varying: Sequence[Varying]) -> list[str]:
-    """One line per value that varied though declared stable: check kind, selector, field, the
-    values and their runs; then one line counting those declared to vary."""
+    """One line per value that varied though declared stable (kind, selector, field, values and runs),
+    then one counting those declared to vary."""
     lines = [
         f"  varies: {part_kind(v.key.path)} {selector_text(v.key)}: {v.key.field}: {_which(v.values)}"
         for v in varying

@@ -1,10 +1,6 @@
-"""Terminal and JSON reports of checked entries, one table per document section.
-
-Every cell is plain text (``rich.text.Text``), never markup: a sequence such as
-``[all_gather layers.0]`` must print as written. Failing entries are then explained one by
-one (``CheckResult.explain``: spec file and line, document section, what the document says,
-expected and observed per rank).
-"""
+"""Terminal and JSON reports of checked entries, one table per document section, then each failing
+entry explained (``CheckResult.explain``). Cells are plain ``rich.text.Text``, never markup:
+``[all_gather layers.0]`` prints as written."""
 
 from __future__ import annotations
 
@@ -66,8 +62,8 @@ def _rows(r: CheckResult) -> Iterable[tuple[Text, ...]]:
 
 
 def _wrapped(text: str, width: int, indent: str, style: str = "") -> list[Text]:
-    """``text`` wrapped at spaces to ``width`` columns after ``indent``, continuation lines two
-    further in; a word wider than a line (a long path) keeps its line rather than being broken."""
+    """``text`` wrapped at spaces to ``width`` after ``indent``, continuation lines two further in;
+    a word wider than a line keeps its line."""
     lines = textwrap.wrap(
         text,
         width=max(width, len(indent) + 20),
@@ -95,8 +91,7 @@ def _entry_lines(r: CheckResult, width: int) -> list[Text]:
 
 
 def _fits_a_table(results: list[CheckResult], width: int) -> tuple[bool, int, int]:
-    """(whether the table fits ``width`` with ids and field names unbroken, the widest id, the
-    widest field name)."""
+    """(whether the table fits ``width`` with ids and names unbroken, the widest id, the widest name)."""
     entry_width = max(len(r.entry.id) for r in results)
     field_width = max([len(f.field) for r in results for f in r.fields] or [1])
     return 1 + entry_width + field_width + 2 * MIN_VALUE_WIDTH + _FRAME <= width, entry_width, field_width
@@ -121,19 +116,10 @@ def _print_group(title: str, results: list[CheckResult], console: Console) -> No
 def print_report(
     results: Iterable[CheckResult], console: Console, *, title: str = "", only_failures: bool = False
 ) -> None:
-    """Print one table per document section (entry, field, expected, observed, mark), then
-    an explanation of each failing entry.
-
-    A table is drawn to the console's width (``console.width``, columns) with ids and field
-    names whole; where it would not fit (at 80 columns, most tables of long parameter names)
-    its entries are printed one by one instead, values wrapped at spaces.
-
-    Args:
-        results: results in spec order.
-        console: where to print.
-        title: heading printed above the tables.
-        only_failures: tabulate only entries whose status is fail, error or xpass.
-    """
+    """Print ``results`` (spec order) under ``title``, one table per document section (entry, field,
+    expected, observed, mark), then an explanation of each failing entry. A table wider than
+    ``console.width`` with ids and names whole is printed entry by entry. ``only_failures``:
+    tabulate only fail, error and xpass."""
     results = list(results)
     if title:
         console.rule(Text(title))
@@ -171,8 +157,7 @@ def summary_line(results: list[CheckResult], drafted: int = 0) -> str:
 
 
 def result_to_json(r: CheckResult) -> dict[str, Any]:
-    """A JSON-ready record of one result (with where it comes from in the spec and document: the
-    entry's line, and each field's)."""
+    """A JSON-ready record of one result, with the spec and document lines of the entry and each field."""
     e = r.entry
     return {
         "spec": e.spec,

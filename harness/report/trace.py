@@ -1,30 +1,10 @@
 """One timeline for every rank: per-rank ``torch.profiler`` Chrome traces merged into one file.
 
-Each rank's profiler (``torch.autograd.profiler.profile(use_kineto=True)``, exported with
-``export_chrome_trace``) writes a Chrome trace event file (the JSON object format:
-``{"traceEvents": [...], "baseTimeNanoseconds": ..., ...}``; event fields ``ph``, ``name``,
-``pid``, ``tid``, ``ts`` and ``dur`` in microseconds). Every rank's events carry its own OS
-process id, so opened side by side they do not line up by rank. :func:`merge_traces` puts
-them in one trace with one process per rank:
-
-- every event of rank r gets ``pid = r`` (its thread ids are kept);
-- the ranks' own process metadata (``process_name``, ``process_labels``,
-  ``process_sort_index``) is replaced by ``process_name`` "rank r" and
-  ``process_sort_index`` r;
-- timestamps are moved onto the earliest rank's ``baseTimeNanoseconds`` (Kineto writes
-  ``ts`` relative to it), so events of all ranks share one clock (on one host, the same
-  clock; across nodes, as good as the nodes' clocks agree);
-- flow-event ids (``ph`` s / t / f, e.g. the forward-backward links) are made unique per
-  rank, so no arrow joins two ranks.
-
-Then Perfetto (ui.perfetto.dev) or chrome://tracing shows FSDP's labels (``FSDP::pre_forward``,
-``FSDP::all_gather``, ``FSDP::post_backward_reduce``, ...) and the c10d collectives
-(``c10d::_allgather_base_``, ``c10d::_reduce_scatter_base_``) of all ranks on one timeline.
-:func:`compact_trace` keeps only those events (and the ranks' metadata): a file of a few
-hundred events instead of tens of thousands.
-
-Pure functions of dicts, plus two small file helpers; nothing here imports torch.
-"""
+Each rank's ``export_chrome_trace`` file (``{"traceEvents": [...], "baseTimeNanoseconds": ...}``,
+``ts`` and ``dur`` in microseconds) carries its own OS pid. :func:`merge_traces` gives every event
+of rank r ``pid = r``, replaces the process metadata with "rank r", moves timestamps onto the
+earliest rank's ``baseTimeNanoseconds`` (one clock) and makes flow-event ids unique per rank.
+:func:`compact_trace` keeps only FSDP's labels and the collectives. Nothing here imports torch."""
 
 from __future__ import annotations
 
@@ -60,8 +40,8 @@ class TraceError(ValueError):
 
 
 def profiler_name(c10d_op: str) -> str:
-    """The profiler's event name of a dispatcher op: ``"c10d._allgather_base_.default"`` ->
-    ``"c10d::_allgather_base_"`` (the observation's ``c10d_op`` field)."""
+    """``"c10d._allgather_base_.default"`` -> ``"c10d::_allgather_base_"``: the profiler's event name of
+    the observation's ``c10d_op``."""
     namespace, name = c10d_op.split(".", 1)
     return f"{namespace}::{name.rsplit('.', 1)[0]}"
 
@@ -74,19 +54,9 @@ def _events(trace: Mapping[str, Any], where: str) -> list[Mapping[str, Any]]:
 
 
 def merge_traces(traces: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
-    """One Chrome trace with one process per rank (module docstring).
-
-    Args:
-        traces: rank -> that rank's Chrome trace (a JSON object with ``traceEvents``).
-
-    Returns:
-        ``{"traceEvents": [...], "displayTimeUnit": "ms", "baseTimeNanoseconds": ...,
-        "otherData": {"ranks": [...]}}``: first each rank's process metadata, then its events
-        in their original order, ranks ascending.
-
-    Raises:
-        TraceError: a trace has no ``traceEvents`` list.
-    """
+    """One Chrome trace of ``traces`` (rank -> trace), one process per rank: ``{"traceEvents",
+    "displayTimeUnit": "ms", "baseTimeNanoseconds", "otherData": {"ranks"}}``, each rank's metadata
+    then its events, ranks ascending. Raises TraceError: a trace has no ``traceEvents`` list."""
     if not traces:
         raise TraceError("no rank traces to merge")
     bases = {r: int(t.get("baseTimeNanoseconds") or 0) for r, t in traces.items()}
@@ -126,11 +96,8 @@ def compact_trace(trace: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def collective_events(trace: Mapping[str, Any], pid: int) -> list[str]:
-    """Names of the outermost ``c10d::`` events of process ``pid``, in time order.
-
-    The profiler shows one dispatched op as nested events of the same name (one level per
-    active dispatch mode): an event inside a same-named event on the same thread is not counted.
-    """
+    """Names of the outermost ``c10d::`` events of process ``pid``, in time order (one dispatched op is
+    nested same-named events, one per active dispatch mode)."""
     spans = sorted(
         (
             (float(ev["ts"]), -float(ev.get("dur", 0)), ev.get("tid"), ev["name"])
@@ -149,11 +116,7 @@ def collective_events(trace: Mapping[str, Any], pid: int) -> list[str]:
 
 
 def read_rank_traces(folder: str | Path) -> dict[int, dict[str, Any]]:
-    """rank -> trace, from the ``rank<r>.json`` files in ``folder``.
-
-    Raises:
-        TraceError: no such file, or a file that is not JSON (names the file).
-    """
+    """rank -> trace from ``folder``'s ``rank<r>.json`` files; TraceError names a missing or non-JSON file."""
     folder = Path(folder)
     traces = {}
     for path in sorted(folder.iterdir()) if folder.is_dir() else []:
@@ -198,9 +161,8 @@ def _iter_collectives(observation: Mapping[str, Any]) -> Iterable[tuple[int, lis
 
 
 def missing_collectives(trace: Mapping[str, Any], observation: Mapping[str, Any]) -> list[str]:
-    """Where a merged trace and an observation disagree: per rank, the profiled ``c10d::``
-    collectives must be the observation's (outside ``setup``, when the profiler is not yet
-    on), in order. Returns one line per rank that differs (empty: they agree)."""
+    """One line per rank whose profiled ``c10d::`` collectives (outside ``setup``) are not the
+    observation's, in order; empty when they agree."""
     problems = []
     for rank, expected in _iter_collectives(observation):
         seen = collective_events(trace, rank)

@@ -1,14 +1,9 @@
 """The GPU memory one rank's CUDA context takes, measured once per GPU model and torch, then cached.
 
-The pre-flight (``harness.run.preflight.gpu_need``) counts it for every NCCL rank. It is measured
-in a child process, never in the caller (the launcher, a pytest-xdist worker), which must hold no
-CUDA context: the child reads the GPU's used memory through NVML (``harness.run.gpus``, no
-context), makes one tensor on ``cuda:0`` (the context, cuBLAS' handle and the caching
-allocator's first segment come with it) and reads it again; the difference is the figure. It is
-kept in ``cuda_context.json`` of :func:`cache_dir` under the GPU's name and memory and the torch
-version, so the next run reads it. Where nothing can be measured (no GPU, no NVML, the child
-failed) the figure is :data:`FALLBACK_BYTES`.
-"""
+``harness.run.preflight.gpu_need`` counts it for every NCCL rank. A child process measures it (the
+caller must hold no CUDA context): NVML's used memory (``harness.run.gpus``) before and after one
+tensor on ``cuda:0``. It is kept in ``cuda_context.json`` of :func:`cache_dir` by GPU and torch
+version; where nothing can be measured the figure is :data:`FALLBACK_BYTES`."""
 
 from __future__ import annotations
 
@@ -52,9 +47,8 @@ def cache_dir() -> Path:
 
 
 def measure(python: str = sys.executable, timeout_s: float = _TIMEOUT_S) -> dict | None:
-    """``{"bytes", "gpu", "total", "torch"}`` from a child process that makes a CUDA context on
-    GPU 0 (bytes: the growth of NVML's used memory); None when it cannot (no GPU, no NVML, the
-    child failed or took longer than ``timeout_s``)."""
+    """``{"bytes", "gpu", "total", "torch"}`` from a child that makes a CUDA context on GPU 0; None when
+    it cannot (no GPU, no NVML, failed, or over ``timeout_s``)."""
     repo = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
     try:
@@ -84,9 +78,8 @@ def _gpu_key() -> str | None:
 
 
 def context_bytes(torch_version: str | None = None, measure=measure) -> int:
-    """Bytes of one rank's CUDA context on this machine's GPU 0: cached, else measured (once) and
-    cached, else :data:`FALLBACK_BYTES`. ``torch_version``: the ranks' torch (default: read from
-    its installed metadata, without importing it)."""
+    """Bytes of one rank's CUDA context on GPU 0: cached, else measured and cached, else
+    :data:`FALLBACK_BYTES`. ``torch_version``: the ranks' torch (default: its installed metadata)."""
     key = _gpu_key()
     if key is None:
         return FALLBACK_BYTES

@@ -1,12 +1,9 @@
 """What keeps a spec from running on this machine, decided before anything runs.
 
-One answer for ``run``, ``render`` and the pytest plugin: a spec whose every entry is gated out
-by the running torch (its ``torch_build``, its ``torch`` ranges: :meth:`harness.load.spec.Spec.skip_reason`),
-or whose backend is ``nccl`` with fewer visible GPUs than ranks on this node, is skipped whole
-with the reason, naming the torch that runs; nothing is started. An entry gated out alone is
-skipped by the judge (``harness.judge.evaluate``) and, under pytest, before its spec's run is
-asked for.
-"""
+One answer for ``run``, ``render`` and the pytest plugin: a spec whose every entry is gated out by
+the running torch (:meth:`harness.load.spec.Spec.skip_reason`), or on ``nccl`` with fewer visible
+GPUs than ranks on this node, is skipped whole with the reason. A single gated entry is skipped by
+the judge (``harness.judge.evaluate``)."""
 
 from __future__ import annotations
 
@@ -18,11 +15,8 @@ __all__ = ["running_torch", "spec_gate", "gpu_gate"]
 
 
 def running_torch() -> tuple[str, str]:
-    """(``torch.__version__``, its build: "cpu" or "cuda") of the torch this process imports.
-
-    Often the command line's first torch import (seconds): made with Ctrl-C and SIGTERM held, since
-    one landing inside it leaves numpy half-imported and the next import fails ("cannot load
-    module more than once per process"), seen in ``benchmarks/soak_signals.py``."""
+    """(``torch.__version__``, "cpu" or "cuda") of the torch this process imports; the import is made
+    with signals held (docs/command-line.md, "Signals and the rank processes")."""
     from harness.run.launch.held_signals import signals_held
 
     with signals_held():
@@ -32,9 +26,8 @@ def running_torch() -> tuple[str, str]:
 
 
 def gpu_gate(backend: str, world_size: int, gpus: int) -> str | None:
-    """Why a run on ``backend`` of ``world_size`` ranks cannot start with ``gpus`` visible GPUs
-    (nccl takes one per rank on this node: under torchrun, the node's local world size); None
-    when it can."""
+    """Why ``world_size`` ranks on ``backend`` cannot start with ``gpus`` visible GPUs (nccl takes one
+    per rank on this node); None when they can."""
     if backend != "nccl":
         return None
     from harness.run.launch.joined import joined_world
@@ -47,9 +40,8 @@ def gpu_gate(backend: str, world_size: int, gpus: int) -> str | None:
 
 
 def spec_gate(spec: Any, backend: str, gpus: int | None = None) -> str | None:
-    """Why ``spec`` (a loaded :class:`harness.load.spec.Spec`) is skipped whole here on
-    ``backend`` (the one it would run on): the running torch's version or build, then the GPUs
-    nccl needs (``gpus``: visible GPUs, counted through NVML when None). None: run it."""
+    """Why ``spec`` is skipped whole on ``backend``: the running torch's version or build, then the GPUs
+    nccl needs (``gpus``: counted through NVML when None). None: run it."""
     reason = spec.skip_reason(*running_torch())
     if reason is not None or backend != "nccl":
         return reason

@@ -1,26 +1,14 @@
 """The GPUs this process would see, and their free memory, read without creating a CUDA context.
 
-Asking torch (``torch.cuda.mem_get_info(i)``) creates a CUDA context on GPU ``i``: about half
-a GB of its memory for as long as the asking process lives. The launcher and every pytest-xdist
-worker would hold one on every GPU while the ranks run. This module asks the driver's
-management library instead, which creates none:
+``torch.cuda.mem_get_info(i)`` would create a context on GPU ``i`` (about half a GB, held by the
+launcher and every pytest-xdist worker), so this asks, in turn: NVML (``libnvidia-ml.so.1``)
+through :mod:`ctypes` (NVML API reference, "Device Queries"); ``nvidia-smi --query-gpu`` (MiB);
+else None, and the caller skips what needs GPU figures. No torch import.
 
-1. NVML (``libnvidia-ml.so.1``, installed with the NVIDIA driver) through :mod:`ctypes`:
-   ``nvmlDeviceGetCount_v2``, ``nvmlDeviceGetHandleByIndex_v2``, ``nvmlDeviceGetUUID``,
-   ``nvmlDeviceGetMemoryInfo`` (NVML API reference, "Device Queries");
-2. else ``nvidia-smi --query-gpu=index,uuid,memory.free,memory.total --format=csv,noheader,nounits``
-   (figures in MiB);
-3. else None: the caller skips what needs GPU figures.
-
-``CUDA_VISIBLE_DEVICES`` is applied as the CUDA runtime applies it (CUDA C Programming Guide,
-"CUDA Environment Variables"): a comma-separated list of indices or ``GPU-`` UUID prefixes, read
-up to the first entry that names no device; empty or ``-1``: none. NVML numbers GPUs in PCI bus
-order; the runtime's default order (``CUDA_DEVICE_ORDER=FASTEST_FIRST``) agrees with it on a node
-of identical GPUs, which is the assumption made here. MIG instances (``MIG-`` entries) are not
-resolved: the figures are None and the caller skips the check.
-
-No torch import: the pytest plugin asks this in every worker, before any rank is started.
-"""
+``CUDA_VISIBLE_DEVICES`` is applied as the CUDA runtime does (CUDA C Programming Guide, "CUDA
+Environment Variables"): indices or ``GPU-`` UUID prefixes up to the first that names no device;
+empty or ``-1``: none. NVML's PCI bus order is assumed to match the runtime's (true on a node of
+identical GPUs). MIG instances are not resolved (None)."""
 
 from __future__ import annotations
 
@@ -124,10 +112,7 @@ def smi_gpus(run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -
 
 
 def parse_visible_devices(value: str | None, gpus: Sequence[Gpu]) -> list[Gpu] | None:
-    """``gpus`` as ``CUDA_VISIBLE_DEVICES=value`` shows them to a CUDA process, in its order.
-
-    None when the value names MIG instances (not resolved here).
-    """
+    """``gpus`` as ``CUDA_VISIBLE_DEVICES=value`` shows them, in its order; None for MIG instances."""
     if value is None:
         return list(gpus)
     visible: list[Gpu] = []
@@ -149,10 +134,7 @@ def visible_gpus(
     environ: Mapping[str, str] | None = None, sources: Sequence[Callable[[], list[Gpu] | None]] | None = None
 ) -> list[Gpu] | None:
     """The GPUs a CUDA process started with ``environ`` (default ``os.environ``) sees, with their free
-    memory now; None where no source answers (no driver, or MIG). Creates no CUDA context.
-
-    ``sources``: asked in turn until one answers (default :func:`nvml_gpus`, then :func:`smi_gpus`).
-    """
+    memory now, from the first of ``sources`` that answers (default NVML, then nvidia-smi); None if none."""
     environ = os.environ if environ is None else environ
     for source in sources if sources is not None else (nvml_gpus, smi_gpus):
         gpus = source()

@@ -1,48 +1,13 @@
 """Pre-flight: refuse a run this machine cannot hold, before any rank process is started.
 
-A spec can ask for more than a machine has: ``mesh: {shape: [100000]}`` on gloo would start
-100,000 processes; ``overrides: {hidden_size: 100000000}`` makes every rank die in the
-allocator after minutes. :func:`check` estimates, in closed form (``harness.calculator``:
-torch.chunk shards, FSDP2's padding; nothing is run or allocated), the bytes one rank holds at
-its peak, and refuses with :class:`PreflightError` when
-
-- a local launch would start more rank processes than :func:`process_limit`;
-- the ranks together would need more than this machine's available memory
-  (``MemAvailable`` of ``/proc/meminfo``), or, on NCCL, one rank more than its GPU's free memory
-  (:func:`gpu_need`: the rank's tensors, its CUDA context, NCCL's buffers, and on GPU 0 the
-  ``numerics_reference: rank_0`` replica). Free GPU memory is read through NVML or ``nvidia-smi``
-  (``harness.run.gpus``), never ``torch.cuda.mem_get_info``: that would create a CUDA context on
-  every GPU in the launcher and in every pytest-xdist worker. Without either, the GPU part of the
-  check is skipped with a note (:data:`GPU_CHECK_SKIPPED`);
-- a simulated (fake backend) run would take longer than the run's timeout or more memory than
-  this machine has available, by its own estimate (:func:`simulation_estimate`: FSDP2 chunks
-  every parameter into one piece per world rank, again for every simulated rank; scaled from
-  measured per-shard costs). There is no fixed cap on the world size.
-
-Refusals never suggest what would do worse: a world over the process limit is pointed at the
-fake backend only where the simulation's estimate fits (else both refusals are said, with the
-estimate), never at ``--no-preflight``, which would start that many processes.
-
-The estimate (:func:`estimate`) is deliberately simple and on the generous side; the caller
-can skip the check (``--no-preflight``, pytest ``--no-preflight``).
-
-Per rank, in bytes (``S`` = a unit's padded shard, ``U`` = a unit's gathered parameters):
-
-- sharded parameters, their gradients (storage dtype), optimizer state (AdamW: 2 x the
-  shards; SGD: none);
-- gathered parameters: two layers at a time (the current one and the prefetched one), every
-  layer from forward to backward with ``reshard_after_forward: false``; the root's when it holds
-  parameters (``causal_lm``: it stays gathered);
-- backward buffers: for two layers in flight, the unsharded gradient and the reduce-scatter
-  input twice (gloo reduces a copy of it);
-- activations saved for backward, per layer ``B*L*(10 d + 4 h_q d_h + 4 h_kv d_h + 5 d_ffn)``
-  elements in the compute dtype plus ``B*h_q*L*L`` float32 attention scores; the causal LM's
-  logits ``B*L*V`` in the compute dtype plus three float32 copies (loss, its gradient);
-- with ``numerics`` on, the replica before ``fully_shard``: the full model, its full gradients
-  and the same activations (a cast copy of model and gradients when a MixedPrecisionPolicy
-  computes in another dtype), plus the float32 gradient rows kept for the comparison;
-- :data:`RANK_BASE_BYTES` per process (interpreter, torch, gloo, profiler).
-"""
+A spec can ask for more than a machine has (``mesh: {shape: [100000]}`` on gloo starts 100,000
+processes). :func:`check` estimates in closed form (``harness.calculator``; nothing is run or
+allocated) the bytes one rank holds at its peak and raises :class:`PreflightError` when a local
+launch would exceed :func:`process_limit`, the host's ``MemAvailable``, or on NCCL a GPU's free
+memory (:func:`gpu_need`; read through ``harness.run.gpus``, never ``torch.cuda.mem_get_info``,
+which would create a CUDA context on every GPU), or when a simulated run would exceed its timeout
+or the memory (:func:`simulation_estimate`). What :func:`estimate` counts, part by part:
+docs/command-line.md, "Pre-flight estimate, part by part"."""
 
 from __future__ import annotations
 
@@ -133,11 +98,10 @@ GPU_CHECK_SKIPPED = (
 
 
 class PreflightError(RunError):
-    """The run would not fit this machine; nothing was started. The message says what it needs,
-    what there is (``reason``), and how to go on (``advice``: simulate, or ``--no-preflight``).
+    """The run would not fit this machine; nothing was started. The message is ``reason``; ``advice``.
 
-    ``advice`` may name options as ``{backend}``, ``{no_preflight}``, ``{timeout}``: the message
-    spells them as :data:`CLI_OPTIONS` does, :meth:`for_options` as another caller's."""
+    ``advice`` may name ``{backend}``, ``{no_preflight}``, ``{timeout}``, spelt as :data:`CLI_OPTIONS`
+    (or another caller's names, :meth:`for_options`)."""
 
     def __init__(self, reason: str, advice: str, options: Mapping[str, str] = CLI_OPTIONS) -> None:
         self.reason, self.template, self.options = reason, advice, dict(options)
@@ -151,16 +115,9 @@ class PreflightError(RunError):
 
 @dataclass(frozen=True)
 class SimulationEstimate:
-    """What a fake-backend run of a setup costs this process (see :func:`simulation_estimate`).
-
-    Attributes:
-        observed: ranks simulated, one after the other.
-        parameters: parameters in FSDP units, each chunked ``world_size`` ways per simulated rank.
-        world_size: ranks of the world.
-        layers: decoder layers each simulated rank runs.
-        seconds: the whole simulation (every observed rank), in s.
-        bytes: this process's peak, in bytes.
-    """
+    """What a fake-backend run of a setup costs this process (:func:`simulation_estimate`):
+    ``observed`` ranks simulated one after the other, ``parameters`` each chunked ``world_size`` ways,
+    ``layers`` of step each; ``seconds`` for the whole simulation, ``bytes`` this process's peak."""
 
     observed: int
     parameters: int
@@ -184,7 +141,7 @@ def _seconds(s: float) -> str:
 
 @dataclass(frozen=True)
 class Estimate:
-    """Peak bytes one rank holds, by part (see the module docstring); ``per_rank`` is their sum."""
+    """Peak bytes one rank holds, by part (docs/command-line.md); ``per_rank`` is their sum."""
 
     params: int
     grads: int
@@ -225,10 +182,7 @@ def _gb(n: float) -> str:
 def estimate(setup: Any) -> Estimate:
     """Peak bytes per rank of ``setup`` (a :class:`harness.load.setup.RunSetup`) on a real backend.
 
-    Raises:
-        ValueError: the setup's model config or sizes cannot be built (the loader reports those
-            first, with their key paths).
-    """
+    Raises ValueError where the model config or sizes cannot be built (the loader reports those first)."""
     from harness import calculator as calc
     from model import get_config
 
@@ -307,8 +261,7 @@ def estimate(setup: Any) -> Estimate:
 
 
 def simulation_estimate(setup: Any) -> SimulationEstimate | None:
-    """Time and memory of ``setup`` simulated with the fake backend (:func:`simulated_run_estimate`);
-    None when the model config cannot be built (the loader reports that)."""
+    """:func:`simulated_run_estimate` of ``setup``; None when its model config cannot be built."""
     from harness.run.launch.simulated import ALL_RANKS_UP_TO
     from model import get_config
 
@@ -331,15 +284,11 @@ def simulation_estimate(setup: Any) -> SimulationEstimate | None:
 def simulated_run_estimate(
     config: Any, *, world_size: int, shard_size: int, body: str, dtype: Any, observed: int
 ) -> SimulationEstimate:
-    """Time and memory of simulating ``observed`` ranks of a ``world_size``-rank world of the model
-    ``config`` (a ``Qwen3Config``), in closed form: per simulated rank :data:`SIMULATED_SHARD_S` for
-    each (parameter, world rank) and :data:`SIMULATED_LAYER_S` per layer; :data:`SIMULATED_BASE_BYTES`
-    plus :data:`SIMULATED_SHARD_BYTES` per (parameter, world rank), plus the rank's shards where they
-    are real CPU storage (``harness.run.rank.fake``).
-
-    Raises:
-        ValueError, TypeError, KeyError: a config the calculator cannot read.
-    """
+    """Seconds and bytes to simulate ``observed`` ranks of a ``world_size``-rank world of ``config`` (a
+    ``Qwen3Config``): per rank :data:`SIMULATED_SHARD_S` per (parameter, world rank) plus
+    :data:`SIMULATED_LAYER_S` per layer; :data:`SIMULATED_BASE_BYTES` plus :data:`SIMULATED_SHARD_BYTES`
+    per (parameter, world rank), plus the shards held in CPU storage (``harness.run.rank.fake``).
+    Raises ValueError, TypeError or KeyError for a config the calculator cannot read."""
     from harness import calculator as calc
     from harness.run.rank.fake import LAZY_SHARD_BYTES
 
@@ -376,8 +325,7 @@ def available_memory() -> int | None:
 
 
 def process_limit() -> int:
-    """Most rank processes a local launch may start: 4 per CPU core, at least 16, and no more
-    than half of what ``RLIMIT_NPROC`` leaves when it is set."""
+    """Most rank processes a local launch may start: 4 per core, at least 16, at most half of ``RLIMIT_NPROC``."""
     limit = max(16, 4 * usable_cpus())
     try:
         import resource
@@ -407,12 +355,8 @@ def _check_simulated(setup: Any, timeout_s: float, memory: int | None) -> Simula
 def refuse_simulation(
     est: SimulationEstimate, timeout_s: float = DEFAULT_TIMEOUT_S, memory: int | None = None
 ) -> SimulationEstimate:
-    """``est``, unless it exceeds ``timeout_s`` (s) or ``memory`` (bytes; default
-    :func:`available_memory`).
-
-    Raises:
-        PreflightError: with the estimate, and what to change.
-    """
+    """``est``, unless it exceeds ``timeout_s`` (s) or ``memory`` (bytes; default :func:`available_memory`):
+    then PreflightError, with the estimate and what to change."""
     if est.seconds > timeout_s:
         more_time = (
             f", or allow it the time ({{timeout}} {math.ceil(est.seconds * 1.5)})" if est.seconds <= MAX_WAIT_S else ""
@@ -441,26 +385,13 @@ def check(
     gpus: list[int] | None = None,
     timeout_s: float | None = None,
 ) -> Estimate | SimulationEstimate | None:
-    """Refuse ``setup`` on ``backend`` if this machine cannot run it; return the estimate.
+    """Refuse ``setup`` on ``backend`` ("auto", "gloo", "nccl", "fake") if this machine cannot run it.
 
-    Args:
-        setup: the run setup.
-        backend: "auto", "gloo", "nccl" or "fake".
-        joined: this process is one rank of a launcher's world (torchrun): its launcher chose
-            the processes; only a simulation is checked.
-        memory: available host bytes (default :func:`available_memory`).
-        gpus: free bytes per visible GPU (default: read through NVML or nvidia-smi when NCCL may be
-            used; never through torch, which would create a CUDA context on each GPU).
-        timeout_s: the run's timeout, in s (default :data:`DEFAULT_TIMEOUT_S`): a simulation
-            estimated to take longer is refused.
-
-    Returns:
-        The real run's :class:`Estimate` (bytes per rank), the simulation's
-        :class:`SimulationEstimate`, or None where nothing could be estimated or checked.
-
-    Raises:
-        PreflightError: with what the run needs, what there is, and what to do instead.
-    """
+    ``joined``: this process is one rank of a launcher's world (torchrun), so only a simulation is
+    checked. ``memory``: available host bytes; ``gpus``: free bytes per visible GPU (defaults: read
+    here, never through torch). ``timeout_s``: the run's timeout in s, which a simulation must fit.
+    Returns the :class:`Estimate` or :class:`SimulationEstimate`, or None where nothing could be
+    estimated. Raises :class:`PreflightError` with what the run needs, what there is, and what to do."""
     world = setup.world_size
     timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
     if backend == "fake":
@@ -514,18 +445,15 @@ def check(
 
 
 def _gpu_device_nodes() -> bool:
-    """Whether this host shows a GPU device node (NVIDIA's ``/dev/nvidia<N>``, ROCm's ``/dev/kfd``).
-    Without one CUDA cannot be available, and "auto" resolves to gloo: no need to run nvidia-smi
-    on the critical path of every CPU run."""
+    """Whether a GPU device node exists; without one "auto" is gloo and nvidia-smi need not run."""
     return bool(glob.glob("/dev/nvidia[0-9]*")) or os.path.exists("/dev/kfd")
 
 
 def gpu_need(est: Estimate, setup: Any, context_bytes: int | None = None) -> tuple[int, int]:
-    """(bytes every rank needs on its GPU, bytes rank 0 needs on GPU 0) under NCCL: the rank's tensors,
-    its CUDA context (``context_bytes``; default: measured once on this machine and cached,
-    :func:`harness.run.cuda_context.context_bytes`), :data:`NCCL_COMMUNICATOR_BYTES` for each communicator (the world's,
-    plus one per mesh dimension of a 2-D mesh), and on GPU 0 the ``numerics_reference: rank_0``
-    replica (``harness.run.rank.build.reference_from_rank_0`` builds it on rank 0's device)."""
+    """(bytes each rank needs on its GPU, bytes rank 0 needs on GPU 0) under NCCL: tensors, CUDA context
+    (default :func:`harness.run.cuda_context.context_bytes`), :data:`NCCL_COMMUNICATOR_BYTES` per
+    communicator (the world's, plus one per dimension of a 2-D mesh), and on GPU 0 the
+    ``numerics_reference: rank_0`` replica."""
     mesh = tuple(setup.mesh_shape)
     communicators = 1 + (len(mesh) if len(mesh) > 1 else 0)
     if context_bytes is None:
@@ -535,9 +463,8 @@ def gpu_need(est: Estimate, setup: Any, context_bytes: int | None = None) -> tup
 
 
 def _free_gpu_memory(backend: str) -> list[int] | None:
-    """Free bytes of each GPU a rank would see (``CUDA_VISIBLE_DEVICES`` order), read without a CUDA
-    context (``harness.run.gpus``); None where there is no GPU or no way to ask (a warning says so
-    when NCCL may run)."""
+    """Free bytes of each visible GPU, in ``CUDA_VISIBLE_DEVICES`` order, read without a CUDA context;
+    None where there is no GPU or no way to ask (a warning says so when NCCL may run)."""
     if backend == "auto" and not _gpu_device_nodes():
         return None
     from harness.run.gpus import visible_gpus

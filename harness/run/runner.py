@@ -1,27 +1,15 @@
 """Running a setup: the one entry point the CLI, the checks' fixtures and tests call.
 
-``run_setup(setup, backend=..., timeout_s=...)`` returns the observation document
-(``harness/contract/observation.schema.json``), validated. Where the ranks come from:
+:func:`run_setup` returns the observation document (``harness/contract/observation.schema.json``),
+validated. Its ranks are simulated here with ``backend="fake"`` (``harness.run.launch.simulated``);
+under torchrun (RANK, WORLD_SIZE, MASTER_ADDR set) this process is one rank of that world, and
+rank 0 gathers the document: that is how a multi-node cluster is validated, the launcher owning
+failures and a hang ending at the process group's timeout with who is stuck where; otherwise
+``setup.world_size`` ranks are started here (``harness.run.launch.local.run_local``).
 
-- ``backend="fake"``: simulated in this process (``harness.run.launch.simulated``), any world size;
-- under ``torchrun`` or any launcher that sets RANK, WORLD_SIZE and MASTER_ADDR: this process
-  is one rank of that world ("joined"): every rank runs the step, rank 0 gathers all ranks'
-  entries (``gather_object``) and returns the document, the other ranks return None. This is
-  how a real multi-node cluster is validated. The launcher owns failure handling there; a
-  hang ends at the process group's timeout (``timeout_s``) with an error that says which rank
-  is stuck where (each rank's collectives are reported to the process group's store);
-- otherwise ``setup.world_size`` ranks are started here (``harness.run.launch.local.run_local``).
-
-With ``setup.state_dict.round_trip`` a local run saves its checkpoint into a temporary folder
-made here and removed here when the run ends, however it ends; each of
-``setup.state_dict.reload_world_sizes`` is then a second launch of that many ranks
-(``harness.run.rank.checkpoint.reload_step``) that loads the same checkpoint. Their records are the
-document's ``reloads``. Joined runs make the folder on rank 0 and skip the reloads (another
-world cannot be launched from inside one).
-
-``backend="auto"``: NCCL with one GPU per rank when at least world-size GPUs are visible
-(per node when joined: LOCAL_WORLD_SIZE), gloo on CPU otherwise.
-"""
+With ``setup.state_dict.round_trip`` the checkpoint goes to a temporary folder removed however the
+run ends, and each of ``reload_world_sizes`` is a second launch that loads it (the document's
+``reloads``; joined runs skip them)."""
 
 from __future__ import annotations
 
@@ -50,29 +38,15 @@ def run_setup(
     on_progress: Callable[[dict[int, str]], None] | None = None,
     preflight: bool = True,
 ) -> dict | None:
-    """Run one FSDP2 training step as ``setup`` says and return its observation document.
+    """Run one FSDP2 training step as ``setup`` says and return its observation document (None on a
+    non-zero rank of a joined world).
 
-    Args:
-        setup: the run setup.
-        backend: "auto", "gloo", "nccl" or "fake".
-        timeout_s: deadline for the whole run (local), or the process group timeout (joined).
-        trace_dir: an existing folder: every rank writes its ``torch.profiler`` Chrome trace of
-            the step there as ``rank<r>.json`` (joined: on its own node's file system).
-        on_progress: called in this process with each rank's phase (rank -> phase name) as
-            ranks move on (local and simulated runs; a joined world reports none).
-        preflight: first check that this machine can hold the run (``harness.run.preflight``):
-            rank processes, memory per rank, a simulation's time (against ``timeout_s``) and
-            memory. False skips it.
-
-    Returns:
-        The validated observation document; None on a non-zero rank of a joined world.
-
-    Raises:
-        RunError: a rank failed; the message names it and carries its traceback.
-        RunTimeout: (a RunError) the run did not finish in ``timeout_s``.
-        ObservationError: the recorded document does not match the schema (a harness bug).
-        PreflightError: (a RunError) the run would not fit this machine; nothing was started.
-    """
+    ``backend``: "auto", "gloo", "nccl" or "fake". ``timeout_s``: the whole run's deadline (joined:
+    the process group timeout). ``trace_dir``: an existing folder for each rank's ``rank<r>.json``
+    profiler trace. ``on_progress``: called with each rank's phase (not in a joined world).
+    ``preflight``: first check this machine can hold the run (``harness.run.preflight``).
+    Raises RunError (a rank failed), RunTimeout, PreflightError (nothing started), or
+    ObservationError (the document does not match the schema: a harness bug)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r}: expected one of {BACKENDS}")
     chosen_instruments(setup.instruments)  # an unknown name is refused before any rank starts
@@ -100,8 +74,7 @@ def _run_local_with_checkpoint(
     trace_dir: str | None,
     on_progress: Callable[[dict[int, str]], None] | None,
 ) -> dict:
-    """The run, then one launch per reload world size, all within ``timeout_s``; the checkpoint
-    folder is removed when this returns or raises (the launches have killed their ranks by then)."""
+    """The run, then one launch per reload world size, all within ``timeout_s``; the folder is removed after."""
     deadline = time.monotonic() + timeout_s
 
     def remaining(what: str) -> float:

@@ -9,15 +9,9 @@ __all__ = ["resolve_backend"]
 
 
 def resolve_backend(backend: str, world_size: int, local_world_size: int | None = None) -> tuple[str, str]:
-    """(process-group backend, device type) for ``backend`` in ``BACKENDS`` minus "fake".
-
-    ``auto``: NCCL on CUDA when at least ``local_world_size`` (default ``world_size``) GPUs
-    are visible, else gloo on CPU. Imports torch (call it in a rank, or where torch is loaded).
-
-    Raises:
-        ValueError: ``backend`` is not auto, gloo or nccl.
-        RunError: ``nccl`` with fewer visible GPUs than ranks on this node.
-    """
+    """(process-group backend, device type) for ``backend``: ``auto`` is NCCL on CUDA when at least
+    ``local_world_size`` (default ``world_size``) GPUs are visible, else gloo. Imports torch.
+    Raises ValueError (not auto, gloo or nccl) or RunError (``nccl`` with too few GPUs on this node)."""
     import torch
 
     if backend not in ("auto", "gloo", "nccl"):

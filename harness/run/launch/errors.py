@@ -9,8 +9,7 @@ __all__ = ["RunError", "RunTimeout", "exception_line"]
 
 
 class RunError(RuntimeError):
-    """A run failed. ``rank`` is the failing rank (None if not one rank's fault); the message
-    names it and carries its traceback text (``traceback``)."""
+    """A run failed; ``rank`` is the failing rank (None if no one rank's), ``traceback`` its text."""
 
     def __init__(self, message: str, *, rank: int | None = None, traceback: str = "") -> None:
         super().__init__(message)
@@ -19,17 +18,14 @@ class RunError(RuntimeError):
 
     @classmethod
     def rank_raised(cls, rank: int, tb: str, *, who: str = "rank", after: str = "") -> "RunError":
-        """A rank's exception: its first line names the rank and the exception (and phase), the
-        traceback ``tb`` follows, then ``after`` (a joined world's diagnosis)."""
+        """A rank's exception: a first line naming rank and exception, ``tb``, then ``after``."""
         return cls(f"{who} {rank} failed: {exception_line(tb)}\n{tb}{after}", rank=rank, traceback=tb)
 
 
 class RunTimeout(RunError):
-    """A run did not finish before the caller's timeout. ``pending`` lists the ranks that
-    had not finished, ``phases`` the phase each was last in (a name of
-    ``harness.contract.names.RANK_PHASES``); ``verdict`` says which rank is stuck where
-    (``harness.run.launch.hang.diagnose``), ``progress`` holds each rank's last collective
-    entered and completed, ``flight_recorder`` the NCCL flight recorder dumps."""
+    """A run did not finish before the caller's timeout: ``pending`` ranks, the ``phases`` they were in,
+    the hang's ``verdict`` (``harness.run.launch.hang.diagnose``), each rank's ``progress``, and the
+    NCCL ``flight_recorder`` dumps."""
 
     def __init__(
         self,
@@ -50,8 +46,7 @@ class RunTimeout(RunError):
 
 
 def exception_line(tb: str) -> str:
-    """The exception a traceback text ends with, and its notes, on one line (cut at 300
-    characters): what the first line of a failed run says; the frames follow it."""
+    """The exception a traceback text ends with, and its notes, on one line (at most 300 characters)."""
     lines = tb.rstrip().splitlines()
     tail: list[str] = []
     for line in reversed(lines):  # the exception and its notes come after the last (indented) frame line

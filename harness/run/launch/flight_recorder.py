@@ -1,10 +1,7 @@
 """PyTorch's NCCL flight recorder in local NCCL ranks: enabled before the process group, dumped on a hang.
 
-Each rank keeps 2,000 entries (``TORCH_FR_BUFFER_SIZE`` from torch 2.11, which warns that
-``TORCH_NCCL_TRACE_BUFFER_SIZE``, the name before, is deprecated); on a timeout the launcher asks every
-rank for its dump through the rank's debug pipe and names the files (read them with
-``torchfrtrace <folder>``). On gloo no rank opens a pipe and nothing is dumped.
-"""
+Each rank keeps 2,000 entries; on a timeout the launcher asks every rank for its dump through its
+debug pipe and names the files (``torchfrtrace <folder>`` reads them). Nothing on gloo."""
 
 from __future__ import annotations
 
@@ -42,9 +39,8 @@ _BUFFER_SIZE_VARIABLES = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"
 
 
 def buffer_size_variable(torch_version: str | None = None) -> str:
-    """The variable that sizes the flight recorder in ``torch_version`` (default: the installed
-    torch, read from its metadata without importing it): ``TORCH_FR_BUFFER_SIZE`` from 2.11,
-    ``TORCH_NCCL_TRACE_BUFFER_SIZE`` before (torch 2.11 warns the old name is deprecated)."""
+    """The variable sizing the flight recorder in ``torch_version`` (default: the installed one, from its
+    metadata): ``TORCH_FR_BUFFER_SIZE`` from 2.11, ``TORCH_NCCL_TRACE_BUFFER_SIZE`` before."""
     if torch_version is None:
         from importlib.metadata import PackageNotFoundError, version
 
@@ -62,8 +58,7 @@ def buffer_size_variable(torch_version: str | None = None) -> str:
 
 
 def buffer_size_environment(torch_version: str | None = None) -> dict[str, str]:
-    """``{variable: "2000"}`` for :func:`buffer_size_variable`, or nothing where the user set
-    either name (theirs is kept)."""
+    """``{variable: "2000"}``, or nothing where the user set either name."""
     if any(name in os.environ for name in _BUFFER_SIZE_VARIABLES):
         return {}
     return {buffer_size_variable(torch_version): str(BUFFER_ENTRIES)}
@@ -75,10 +70,8 @@ def make_folder() -> str:
 
 
 def enable(folder: str) -> None:
-    """In a NCCL rank, before init_process_group: keep PyTorch's flight recorder
-    (:data:`BUFFER_ENTRIES` entries, :func:`buffer_size_environment`), dump it to ``folder/nccl_trace_rank_<r>`` and
-    open the pipe ``folder/pipe_<r>.pipe`` through which the launcher asks for a dump on a hang
-    (``TORCH_NCCL_DEBUG_INFO_PIPE_FILE``). Variables the user set are kept."""
+    """In a NCCL rank, before init_process_group: keep :data:`BUFFER_ENTRIES` entries, dump to
+    ``folder/nccl_trace_rank_<r>`` on request through ``folder/pipe_<r>.pipe``; the user's variables kept."""
     prefix = os.path.join(folder, FLIGHT_RECORDER_PREFIX)
     for name, value in (
         *buffer_size_environment().items(),
@@ -91,9 +84,7 @@ def enable(folder: str) -> None:
 
 
 def dump(folder: str, world_size: int, wait_s: float = 5.0) -> list[str]:
-    """Ask each NCCL rank for its flight recorder dump (write to its pipe), wait for the files.
-
-    Returns the dump files written (none on gloo: no rank opened a pipe)."""
+    """Ask each NCCL rank for its dump through its pipe; the files written (none on gloo)."""
     asked = []
     for rank in range(world_size):
         pipe = os.path.join(folder, f"pipe_{rank}.pipe")
@@ -126,14 +117,11 @@ def clean_up(folder: str) -> None:
 
 
 def _entry_done(entry: Mapping[str, Any]) -> bool:
-    """Whether the device finished a recorded collective: NCCL's watchdog marks it ``completed``
-    when its end event fires, and ``retired`` once it let go of the work (after completion)."""
     return entry.get("state") == "completed" or bool(entry.get("retired"))
 
 
 def oldest_not_completed(dump: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The first entry of one rank's dump (a dict with ``entries``, as torch pickles it) that the
-    device has not finished, or None when every recorded collective finished."""
+    """The first entry of one rank's dump (a dict with ``entries``) the device has not finished, or None."""
     entries = sorted(dump.get("entries") or [], key=lambda e: e.get("record_id", 0))
     return next((e for e in entries if not _entry_done(e)), None)
 
@@ -158,9 +146,8 @@ def _load(path: str) -> Any:
 
 
 def device_view(dumps: list[str]) -> list[str]:
-    """One line per dump file (``nccl_trace_rank_<r>``): the oldest collective the rank's device
-    has not completed, by the flight recorder; what the hang recorder cannot see on NCCL, where a
-    synchronous op hands back no ``Work`` to watch. A file that cannot be read says so."""
+    """One line per dump file: the oldest collective the rank's device has not completed, which the
+    hang recorder cannot see for a synchronous op. A file that cannot be read says so."""
     lines = []
     for path in sorted(dumps, key=lambda p: (len(p), p)):
         rank = os.path.basename(path).removeprefix(FLIGHT_RECORDER_PREFIX)

@@ -1,19 +1,10 @@
 """The forkserver the local ranks are forked from: its preload list, start-up and end.
 
-A rank starts by ``fork()`` of a forkserver interpreter that has already imported torch,
-FSDP and the rank body (:data:`PRELOAD`); a spawn would import torch in every rank: seconds
-each on a 2-core machine. The server is started once per process, reused by later runs, and
-stopped and reaped at exit, so it does not outlive the process that started it.
-
-Plain ``multiprocessing``, not ``torch.multiprocessing``: importing the latter imports torch
-in the launching process (a second or more the CLI does not otherwise pay), and its
-``spawn`` starts each rank by importing torch afresh; nothing passed to a rank is a tensor,
-so torch's sharing reductions are not needed. Three private ``multiprocessing`` names are
-used, each where no public one exists (see each function): the server's pid and ``_stop``
-(no public way to end a forkserver), the resource tracker's pipe and pid
-(``teardown.wait_resource_tracker``), and the preparation
-data a child re-imports ``__main__`` from.
-"""
+A rank is a ``fork()`` of a server that has imported torch, FSDP and the rank body
+(:data:`PRELOAD`); a spawn would import torch in every rank, seconds each. The server is started
+once per process and stopped at exit. Plain ``multiprocessing``: ``torch.multiprocessing`` would
+import torch in the launcher, and nothing passed to a rank is a tensor. Three private
+``multiprocessing`` names are used where no public one exists (see each function)."""
 
 from __future__ import annotations
 
@@ -48,15 +39,10 @@ _START_LOCK = threading.Lock()
 
 @contextlib.contextmanager
 def ranks_skip_main() -> Iterator[None]:
-    """While starting ranks: do not make them re-run the caller's ``__main__``.
-
-    A spawn/forkserver child normally re-imports the parent's main module (as
-    ``__mp_main__``) so that a target defined there can be found. The rank target lives in
-    ``harness.run.launch.rank_process``, so that re-import only costs start-up time (a pytest
-    or CLI entry script, per rank) and forces an ``if __name__ == "__main__":`` guard on every
-    script that calls ``run_setup``. Dropping the two ``init_main_from_*`` keys of the
-    preparation data skips it; ``multiprocessing`` has no public switch for it.
-    """
+    """While starting ranks: do not make them re-import the caller's ``__main__`` (start-up time, and an
+    ``if __name__ == "__main__":`` guard in every script); the rank target is in
+    ``harness.run.launch.rank_process``. Drops the preparation data's ``init_main_from_*`` keys
+    (private: no public switch)."""
     from multiprocessing import spawn
 
     original = spawn.get_preparation_data
@@ -76,10 +62,8 @@ def ranks_skip_main() -> Iterator[None]:
 
 
 def _stop_forkserver() -> None:
-    """At exit: end the forkserver now and reap it (left alone, it shuts down on its own a
-    second or two after this process, with torch loaded, re-parented to init); the same for
-    multiprocessing's resource tracker. Private names: ``multiprocessing`` offers no public
-    way to stop either."""
+    """At exit: end and reap the forkserver and multiprocessing's resource tracker, which would otherwise
+    outlive this process a second or two with torch loaded. Private names: no public way to stop either."""
     from multiprocessing import forkserver
 
     server = forkserver._forkserver
@@ -103,17 +87,9 @@ def _stop_forkserver() -> None:
 
 
 def _start_with_ctrl_c_blocked() -> None:
-    """Start the forkserver with SIGINT blocked, as multiprocessing starts its resource tracker.
-
-    The server is a fresh Python that imports torch (a second or so) before it ignores SIGINT
-    itself; a Ctrl-C to the terminal's group in that time printed its KeyboardInterrupt
-    traceback below the CLI's 'interrupted'. The blocked mask is inherited across exec, and the
-    server's own ``SIG_IGN`` then discards a SIGINT left pending (its ranks, which inherit the
-    mask, ignore SIGINT too). Here a Ctrl-C of those milliseconds waits for the block to be
-    lifted (the mask is the calling thread's, and so is what the server inherits). The resource
-    tracker is started first: its own start unblocks SIGINT on the way out. ``ensure_running``
-    is multiprocessing's own start of each.
-    """
+    """Start the resource tracker, then the forkserver, with SIGINT blocked, as multiprocessing starts
+    its tracker: a Ctrl-C while the server imports torch would print its traceback (docs/command-line.md,
+    "Signals and the rank processes")."""
     from multiprocessing import forkserver, resource_tracker
 
     resource_tracker.ensure_running()
@@ -125,13 +101,8 @@ def _start_with_ctrl_c_blocked() -> None:
 
 
 def forkserver_context() -> Any:
-    """The forkserver context with :data:`PRELOAD` set, its server started.
-
-    On first call also removes what killed harness processes left
-    (``harness.run.launch.session.sweep_stale``), notes multiprocessing's temporary folder in
-    this process's session folder, starts the server (:func:`_start_with_ctrl_c_blocked`) and
-    arranges for it to be stopped at exit.
-    """
+    """The forkserver context with :data:`PRELOAD` set, its server started; the first call also sweeps
+    what killed processes left (``harness.run.launch.session.sweep_stale``) and arranges the stop at exit."""
     global _CONTEXT
     if _CONTEXT is None:
         sweep_stale()

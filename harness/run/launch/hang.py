@@ -1,24 +1,15 @@
 """Which collective each rank last entered and completed, and the verdict on a hang.
 
-Each rank's :class:`~harness.run.rank.recorders.collectives.CollectiveRecorder` reports every
-collective twice: when it is issued ("entered": sequence number, op, FSDP unit, phase) and when
-its ``Work`` completes ("completed"); and the oldest collective it issued that has not completed
-("oldest_open"), which is where it waits: on NCCL the rank's thread runs ahead of the GPU and
-issues collectives past the one its stream is stuck in. The local launcher gives every rank a slot of a shared
-:class:`ProgressBoard`, so that when a run times out it can still read where each rank was, kill
-the ranks, and say which rank is stuck where (:func:`diagnose`); under torchrun each rank
-writes to the process group's store instead (:class:`StoreProgress`) and a rank whose
-collective timed out reads every rank's records back. E.g.
+Each rank's :class:`~harness.run.rank.recorders.collectives.CollectiveRecorder` reports a
+collective when issued ("entered": sequence number, op, FSDP unit, phase), when its ``Work``
+completes ("completed"), and the oldest still open ("oldest_open": on NCCL the rank's thread runs
+ahead of the GPU). Local ranks write to a shared :class:`ProgressBoard`, torchrun's ranks to the
+store (:class:`StoreProgress`); :func:`diagnose` says who is stuck where, e.g.
 
     rank 2 never entered all_gather #2 (layers.1, backward); ranks 0, 1, 3 wait in it
 
-Sequence numbers are the rank's collective index (the observation's ``index``), the same on
-every rank of a symmetric step. On NCCL, PyTorch's flight recorder keeps its own record
-(``TORCH_FR_BUFFER_SIZE``); the launcher asks it to dump (see
-``harness.run.launch.flight_recorder``), names the files and says, from them, the oldest
-collective each rank's device has not completed (a synchronous NCCL op hands back no ``Work``,
-so its record here is marked ``"sync"`` and its completion inferred).
-"""
+Sequence numbers are the observation's collective ``index``. NCCL's own flight recorder:
+``harness.run.launch.flight_recorder``."""
 
 from __future__ import annotations
 
@@ -46,12 +37,8 @@ oldest entered and not completed (None when every one it entered completed)."""
 
 
 class RankProgress:
-    """One rank's writer into the board: ``entered(record)``, ``completed(record)`` and
-    ``oldest_open(record or None)``.
-
-    A record is ``{"seq", "op", "unit", "phase"}``; it is written as JSON into the rank's
-    third of a slot (cut to :data:`SLOT_BYTES`; a unit name longer than that loses its end).
-    """
+    """One rank's writer into the board: ``entered``, ``completed`` and ``oldest_open`` (a record or None).
+    A record ``{"seq", "op", "unit", "phase"}`` is written as JSON, cut to :data:`SLOT_BYTES`."""
 
     def __init__(self, array: Any, rank: int) -> None:
         self._array, self._base = array, rank * len(RECORD_KEYS) * SLOT_BYTES
@@ -73,12 +60,7 @@ class RankProgress:
 
 class ProgressBoard:
     """Shared memory with three JSON records per rank (:data:`RECORD_KEYS`), written by the ranks,
-    read by the launcher.
-
-    Args:
-        ctx: the multiprocessing context the ranks are started from.
-        world_size: ranks.
-    """
+    read by the launcher; ``ctx`` is the multiprocessing context the ranks start from."""
 
     def __init__(self, ctx: Any, world_size: int) -> None:
         self.world_size = world_size
@@ -105,12 +87,8 @@ class ProgressBoard:
 
 
 class StoreProgress:
-    """One rank's writer into a c10d store (a joined world: torchrun's ranks share no memory).
-
-    Keys ``fsdp2-harness/progress/<rank>/entered``, ``.../completed`` and ``.../oldest_open`` hold
-    the JSON records (``null``: none open);
-    :func:`read_store` reads every rank's back.
-    """
+    """One rank's writer into a c10d store (torchrun's ranks share no memory): keys
+    ``fsdp2-harness/progress/<rank>/entered``, ``.../completed``, ``.../oldest_open`` hold the JSON records."""
 
     def __init__(self, store: Any, rank: int) -> None:
         self.store, self.rank = store, rank
@@ -169,18 +147,12 @@ def _members(group: Any) -> set[int] | None:
 
 
 def diagnose(progress: Mapping[int, Mapping[str, Any]], phases: Mapping[int, str] | None = None) -> str:
-    """The verdict on a hang, one sentence, from each rank's last entered and completed collective.
+    """The verdict on a hang, one sentence, from ``progress`` (:meth:`ProgressBoard.read`) and each
+    rank's phase when stopped (``phases``).
 
-    Args:
-        progress: ``{rank: {"entered": record or None, "completed": record or None}}`` for every
-            rank of the world (:meth:`ProgressBoard.read`).
-        phases: each rank's phase when the run was stopped (for ranks outside any collective).
-
-    The collective the world is stuck in is the frontier: the oldest collective a rank entered
-    and did not complete (records with ``oldest_open``: on NCCL a rank has issued collectives
-    past it), else the furthest any rank entered. Ranks that never entered it are named as stuck
-    before it, and the ranks that entered it and did not complete it as waiting in it.
-    """
+    The world is stuck at the oldest collective a rank entered and did not complete, else the
+    furthest any rank entered; ranks that never entered it are named as stuck before it, the
+    others as waiting in it."""
     phases = phases or {}
     entered = {r: (p.get("entered") or {}).get("seq", -1) for r, p in progress.items()}
     completed = {r: (p.get("completed") or {}).get("seq", -1) for r, p in progress.items()}

@@ -1,13 +1,9 @@
 """Ctrl-C and SIGTERM held back until a point where raising is safe.
 
-Two places need it: the command line's imports (an interrupt inside one leaves modules
-half-imported), and a simulated run, whose Python runs under torch's C++ (a KeyboardInterrupt
-raised in a callback C++ called ends in ``terminate called after throwing an instance of
-'python_error'`` or an unrelated AssertionError).
-A second signal while one is held ends the process at once (``teardown.exit_now``, status 128
-plus the first signal's number): the user insists. Imports only small standard modules and
-``harness.run.launch.teardown`` (the same), so that ``python -m harness`` can use it at once.
-"""
+Used around the command line's imports (an interrupt leaves modules half-imported) and a simulated
+run (a KeyboardInterrupt raised in a callback from torch's C++ ends in ``terminate called``). A
+second signal while one is held ends the process at once (``teardown.exit_now``, status 128 plus
+the first signal's number). Only small standard imports."""
 
 from __future__ import annotations
 
@@ -23,12 +19,9 @@ __all__ = ["signals_held"]
 
 @contextmanager
 def signals_held() -> Iterator[Callable[[], None]]:
-    """Within: a Ctrl-C or SIGTERM that Python handles is noted, not raised. Yields ``deliver()``,
-    which hands a noted signal to the process's own handler there (it raises KeyboardInterrupt,
-    or the CLI's ``Terminated``) and ends the hold; on the way out the first one noted, if any, is
-    delivered the same way. Signals left at their default or ignored, and any thread other than
-    the main one, are not touched. A second signal within ends the process at once
-    (:func:`harness.run.launch.teardown.exit_now`)."""
+    """Within: a Ctrl-C or SIGTERM Python handles is noted, not raised. Yields ``deliver()``, which hands
+    a noted signal to the process's handler and ends the hold; on the way out the first noted is
+    delivered. Default or ignored signals and other threads are not touched."""
     if threading.current_thread() is not threading.main_thread():
         yield lambda: None
         return

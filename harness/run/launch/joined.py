@@ -1,13 +1,8 @@
 """The joined world: this process is one rank of a world torchrun (or any launcher) set up.
 
-Under ``torchrun`` (RANK, WORLD_SIZE and MASTER_ADDR set) every rank runs the step, rank 0
-gathers all ranks' entries (``gather_object``) and returns the document, the other ranks
-return None. The launcher owns failure handling there; a hang ends at the run's timeout, when
-each rank prints which rank is stuck where (each rank's collectives are reported to the
-process group's store, ``harness.run.launch.hang.StoreProgress``) and exits
-(``harness.run.launch.joined_deadline``): the process group's own timeout is longer, so NCCL's
-watchdog does not abort the process first.
-"""
+Every rank runs the step; rank 0 gathers all ranks' entries (``gather_object``) and returns the
+document, the others None. The launcher owns failures; a hang ends at the run's timeout, each rank
+printing who is stuck where (``harness.run.launch.joined_deadline``)."""
 
 from __future__ import annotations
 
@@ -28,12 +23,8 @@ __all__ = ["joined_world", "run_joined"]
 
 
 def joined_world(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
-    """The world torchrun (or any launcher) set up, from its environment; None if not joined.
-
-    Returns ``{"rank", "world_size", "local_rank", "local_world_size", "local_rank_variable"}``
-    when RANK, WORLD_SIZE and MASTER_ADDR are all set; the local ones from torchrun's, Slurm's or
-    Open MPI's variables (``harness.run.rank.local_placement``), ``local_rank_variable`` naming the one read.
-    """
+    """``{"rank", "world_size", "local_rank", "local_world_size", "local_rank_variable"}`` when RANK,
+    WORLD_SIZE and MASTER_ADDR are set, else None (``harness.run.rank.local_placement``)."""
     env = os.environ if environ is None else environ
     if not all(k in env for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR")):
         return None
@@ -44,13 +35,8 @@ def joined_world(environ: Mapping[str, str] | None = None) -> dict[str, Any] | N
 def run_joined(
     setup: RunSetup, backend: str, timeout_s: float, world: dict[str, Any], trace_dir: str | None = None
 ) -> dict | None:
-    """Run ``setup`` as this process's rank of ``world`` (:func:`joined_world`); rank 0 returns
-    the validated document, every other rank None.
-
-    Raises:
-        RunError: the world's size is not the setup's, the ranks run different setups, or
-            this rank raised (with every rank's last collectives where any were entered).
-    """
+    """Run ``setup`` as this rank of ``world``; rank 0 returns the validated document, the others None.
+    Raises RunError: the world's size is not the setup's, the ranks' setups differ, or this rank raised."""
     import torch.distributed as dist
 
     from harness.run.rank.step import run_step
@@ -110,13 +96,9 @@ def _check_world_size(setup: RunSetup, world: dict[str, Any]) -> None:
 def _join(
     backend: str, world: dict[str, Any], timeout_s: float, offloads: bool = False
 ) -> tuple[str, bool, str | None]:
-    """(device type, whether this call made the default process group, the flight recorder's
-    folder or None), joining the world if needed.
-
-    The group's timeout is longer than the run's (:func:`process_group_timeout_s`), so that the
-    run's deadline diagnoses a hang first; NCCL ranks keep the flight recorder
-    (:func:`flight_recorder.enable`, the user's variables kept) and, with ``offloads``, get a
-    ``"cuda:nccl,cpu:gloo"`` group (:func:`group_backend`)."""
+    """(device type, whether this call made the default group, the flight recorder's folder or None).
+    The group's timeout outlasts the run's (:func:`process_group_timeout_s`); with ``offloads`` the
+    group is ``"cuda:nccl,cpu:gloo"``."""
     from datetime import timedelta
 
     import torch
@@ -156,12 +138,8 @@ def _joined_diagnosis(store: Any, world_size: int) -> str:
 
 
 def _check_same_setup(setup: RunSetup, rank: int, world_size: int) -> None:
-    """Every rank of a joined world must run the same setup (the same spec, harness and torch):
-    one collective (``all_gather_object``) compares them before the step.
-
-    Raises:
-        RunError: (on every rank, rank None) naming the ranks and hosts whose setup or torch differs.
-    """
+    """One ``all_gather_object`` before the step: every rank must run the same setup, harness and torch,
+    else RunError on every rank naming the ranks and hosts that differ."""
     import socket
 
     import torch

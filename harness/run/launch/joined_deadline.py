@@ -1,14 +1,9 @@
 """The run's deadline in a joined world (torchrun): diagnose a hang before NCCL's watchdog ends it.
 
-Under torchrun the launcher that supervises local ranks is absent: a rank stuck in a collective
-waits until its process group times out. On NCCL that timeout is the watchdog's, which aborts
-the process from a C++ thread, so no Python diagnosis would ever print. So the process group's
-timeout is the run's plus :data:`JOINED_GRACE_S` (:func:`process_group_timeout_s`), and
-:class:`JoinedDeadline`, a timer at the run's own timeout, prints on stderr the rank, the
-verdict (:func:`harness.run.launch.hang.diagnose` over every rank's collectives, read from the
-process group's store) and the flight recorder's dumps it asked for, then ends the process
-with exit status 2 (a failed run; torchrun then stops the other ranks).
-"""
+No launcher supervises torchrun's ranks, and NCCL's watchdog aborts from a C++ thread, so no Python
+diagnosis would print. So the process group's timeout is the run's plus :data:`JOINED_GRACE_S`, and
+:class:`JoinedDeadline` fires at the run's timeout: it prints the verdict
+(:func:`harness.run.launch.hang.diagnose`) and the flight recorder's dumps, and exits with status 2."""
 
 from __future__ import annotations
 
@@ -31,14 +26,12 @@ EXIT_STATUS = 2  # a run that failed (the CLI's status for a run error)
 
 
 def process_group_timeout_s(timeout_s: float) -> float:
-    """The joined process group's timeout (seconds) for a run of ``timeout_s``: longer, so that
-    :class:`JoinedDeadline` fires first."""
+    """The joined process group's timeout (s): longer than ``timeout_s``, so :class:`JoinedDeadline` fires first."""
     return timeout_s + JOINED_GRACE_S
 
 
 def deadline_message(rank: int, timeout_s: float, progress: Mapping[int, Mapping[str, Any]], dumps: list[str]) -> str:
-    """What a rank prints when the run's deadline passes: the rank, the verdict and every
-    rank's collectives (``progress``: :func:`harness.run.launch.hang.read_store`), the dumps."""
+    """The rank, the verdict and every rank's collectives (``progress``), and the dumps."""
     lines = [f"rank {rank}: the run did not finish within its timeout of {timeout_s:g} s (joined world)"]
     if any(p.get("entered") for p in progress.values()):
         lines += [f"Diagnosis: {diagnose(progress)}.", *per_rank_lines(progress)]
@@ -57,18 +50,9 @@ read their verdict from."""
 
 
 class JoinedDeadline:
-    """A daemon timer that fires ``timeout_s`` after :meth:`start` unless :meth:`cancel`\\ ed
-    (also a context manager).
-
-    Args:
-        timeout_s: the run's timeout (seconds).
-        rank: this process's global rank.
-        read_progress: every rank's collectives now (``lambda: read_store(store, world_size)``).
-        dump: asks the flight recorder to dump; returns the files written (None: nothing to ask, gloo).
-        write: where the message goes (stderr).
-        end: how the process ends after it (``os._exit``: the main thread is blocked in a collective).
-        linger: how rank 0 waits :data:`STORE_HOST_LINGER_S` before ending (``time.sleep``).
-    """
+    """A daemon timer firing ``timeout_s`` s after :meth:`start` unless cancelled (a context manager too).
+    ``read_progress``: every rank's collectives; ``dump``: the flight recorder's files (None on gloo);
+    ``end``: ``os._exit`` (the main thread is blocked); ``linger``: rank 0's wait, :data:`STORE_HOST_LINGER_S`."""
 
     def __init__(
         self,

@@ -1,33 +1,13 @@
 """The local world: ``setup.world_size`` rank processes started here and supervised to the end.
 
-Ranks are forked from the harness's forkserver (``harness.run.launch.forkserver``) and meet
-through a file store in a fresh folder of this process's session folder
-(``init_method="file://..."``): no TCP port, so parallel pytest-xdist workers never collide.
-
-Each rank sends one message on its own pipe: its observation, or its traceback. The parent
-waits on all pipes against one deadline (a pipe also reports its rank's death: EOF):
-
-- a rank that raises: its traceback arrives, every other rank is killed, ``RunError``
-  names the rank and carries the traceback;
-- a rank that dies without a message (killed, ``os._exit``, segfault): the same, with its
-  exit code;
-- the deadline passes (a hang, e.g. mismatched collectives): every rank is killed,
-  ``RunTimeout`` lists the ranks that had not finished, the phase each was in, and the
-  diagnosis of ``harness.run.launch.hang``;
-- in every case all rank processes are stopped and joined before returning or raising.
-  Ranks also hold a lifeline pipe to the parent and exit if it disappears, so not even a
-  killed parent leaves ranks behind.
-
-Ctrl-C and SIGTERM are held (``harness.run.launch.held_signals``) while the run's folders are
-made and while each rank starts: a signal landing inside ``Process.start`` used to unwind before
-the new rank's pid was known, and that rank, never stopped, kept multiprocessing's resource
-tracker (and so the exiting CLI) waiting for minutes. Held, it is raised once the rank is in
-``harness.run.launch.teardown``'s registry, and no later rank starts.
-
-Backend ``auto`` is resolved in the ranks (the parent need not import torch): NCCL with one
-GPU per rank (``cuda:<local rank>``) when at least world-size GPUs are visible, gloo on CPU
-otherwise.
-"""
+Ranks are forked from ``harness.run.launch.forkserver`` and meet through a file store in this
+process's session folder (no TCP port, so pytest-xdist workers never collide). Each rank sends one
+message on its own pipe, its observation or its traceback (EOF: it died). A rank that raises or
+dies stops every rank and raises ``RunError``; the deadline, ``RunTimeout`` with where each rank
+was and ``harness.run.launch.hang``'s diagnosis. All ranks are joined before returning or raising,
+and a rank exits if its lifeline pipe to the parent closes. Ctrl-C and SIGTERM are held while
+each rank starts (docs/command-line.md, "Signals and the rank processes"). Backend ``auto`` is
+resolved in the ranks: NCCL with one GPU per rank when enough are visible, else gloo."""
 
 from __future__ import annotations
 
@@ -66,29 +46,15 @@ def run_local(
     step: str | None = None,
     step_kwargs: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run ``setup`` on ``setup.world_size`` ranks spawned here; results in rank order.
+    """Run ``setup`` on ``setup.world_size`` ranks spawned here; ``run_step``'s result per rank, in order.
 
-    Args:
-        setup: a :class:`harness.load.setup.RunSetup`.
-        backend: "auto", "gloo" or "nccl".
-        timeout_s: the whole run's deadline, from the first process start.
-        trace_dir: an existing folder; each rank writes its profiler trace there
-            (``rank<r>.json``, see ``harness.run.rank.step.run_step``).
-        on_progress: called in this process with every rank's phase (rank -> a name of
-            ``harness.contract.names.RANK_PHASES``) when any rank's phase changes (polled
-            about 5 times a second).
-        step: the rank body as "module:function" with ``run_step``'s arguments (default:
-            ``harness.run.rank.step:run_step``), e.g. ``harness.run.rank.checkpoint:reload_step``.
-        step_kwargs: keyword arguments added to the rank body's call (they must pickle).
-
-    Returns:
-        Per rank, ``harness.run.rank.step.run_step``'s result.
-
-    Raises:
-        ValueError: ``backend`` is not auto, gloo or nccl.
-        RunError: a rank raised or died (message names the rank, carries its traceback).
-        RunTimeout: the deadline passed first.
-    """
+    ``backend``: "auto", "gloo" or "nccl" (else ValueError). ``timeout_s``: the whole run's deadline
+    from the first process start. ``trace_dir``: an existing folder for each rank's ``rank<r>.json``
+    profiler trace. ``on_progress``: called here with every rank's phase (rank -> a name of
+    ``harness.contract.names.RANK_PHASES``) when one changes, polled about 5 times a second.
+    ``step``: the rank body as "module:function" (default ``harness.run.rank.step:run_step``), called
+    with ``run_step``'s arguments plus ``step_kwargs`` (they must pickle).
+    Raises RunError (a rank raised or died: names it, carries its traceback) or RunTimeout."""
     if backend not in ("auto", "gloo", "nccl"):
         raise ValueError(f"backend {backend!r}: run_local takes auto, gloo or nccl")
     if backend == "nccl":
@@ -140,8 +106,7 @@ class _LocalWorld:
         self.board = ProgressBoard(self.ctx, self.world_size)  # each rank's last collective, read on a hang
 
     def make_folders(self, keep_flight_recorder: bool) -> None:
-        """The rendezvous folder and, if ``keep_flight_recorder``, the flight recorder's; made with
-        signals held, so that a Ctrl-C cannot fall between a folder's creation and its note here."""
+        """The rendezvous folder and, if ``keep_flight_recorder``, the flight recorder's; signals held."""
         with signals_held():
             self.folder = tempfile.mkdtemp(prefix="run-", dir=session_dir())
             if keep_flight_recorder:
@@ -149,8 +114,7 @@ class _LocalWorld:
                 teardown.at_hard_exit(flight_recorder.clean_up, self.fr_dir)
 
     def start(self, launch: RankLaunch) -> None:
-        """Start every rank, each with signals held until its pid is registered; a signal that
-        arrived meanwhile is raised (KeyboardInterrupt) before the next rank starts."""
+        """Start every rank with signals held until its pid is registered; a held signal is raised before the next."""
         for rank in range(self.world_size):
             with signals_held():
                 reader, writer = self.ctx.Pipe(duplex=False)
@@ -190,10 +154,8 @@ class _LocalWorld:
     def _receive(self, reader: Any, pending: dict[Any, int]) -> tuple[int, float, RunError] | None:
         """Read a ready rank pipe: store a result, or return (cause order, when, the RunError).
 
-        A rank that died without a message sorts first (cause order 0): its peers then fail in
-        their next collective on a closed connection and report their own, earlier-stamped error
-        time, while a death is only seen when its pipe closes, possibly later.
-        """
+        A death sorts first (0): its peers' errors on the closed connection are stamped earlier than
+        the death, which is seen only when its pipe closes."""
         rank = pending.pop(reader)
         try:
             kind, when, payload = reader.recv()
@@ -216,8 +178,7 @@ class _LocalWorld:
         return None
 
     def _blame(self, failures: list[tuple[int, float, RunError]], pending: dict[Any, int]) -> RunError:
-        """Peers of a failing rank fail too, a moment later (a closed connection): give them a
-        moment, then blame a rank that died, else the rank that failed first."""
+        """Give a failing rank's peers a moment to fail too; blame a rank that died, else the first to fail."""
         grace = time.monotonic() + _GRACE_S
         while pending and time.monotonic() < grace:
             more = wait(list(pending), timeout=max(0.0, grace - time.monotonic()))
@@ -265,9 +226,8 @@ class _LocalWorld:
         )
 
     def close(self) -> None:
-        """Stop and join every rank, close the pipes, remove the rendezvous folder (and empty
-        dumps); with signals held (a Ctrl-C landing here, as a run ends, cut it short and left the
-        flight recorder's folder behind), raised after."""
+        """Stop and join every rank, close the pipes, remove the rendezvous folder (and empty dumps);
+        with signals held, raised after."""
         with signals_held():
             teardown.stop(self.procs)
             for conn in list(self.readers) + self.lifelines:

@@ -1,8 +1,5 @@
 """Each local rank's phases, in shared memory, for the launcher's progress and timeout reports.
-
-The codes are indices into ``harness.contract.names.RANK_PHASES``, the one phase table; a
-name that is not in it raises (it is never reported as another phase).
-"""
+Codes index ``harness.contract.names.RANK_PHASES``."""
 
 from __future__ import annotations
 
@@ -14,16 +11,9 @@ __all__ = ["PhaseTrail", "report_trail"]
 
 
 class PhaseTrail:
-    """Each rank's phases in the order it entered them, in shared memory: a count and a ring of
-    the last :attr:`DEPTH` phase codes per rank. The parent polls a few times a second, so a
-    phase that lasts milliseconds (the optimizer step of a small model) would be missed by a
-    plain "current phase" slot; the trail lets the parent report every phase it passed.
-    Each rank writes only its own row (code first, then count), so no lock is needed.
-
-    Args:
-        ctx: the multiprocessing context the ranks are started from.
-        world_size: ranks.
-    """
+    """Per rank, a count and a ring of the last :attr:`DEPTH` phase codes, so that the parent, polling a
+    few times a second, reports every phase passed, even a millisecond one. Each rank writes only its
+    own row (code, then count): no lock."""
 
     DEPTH = 32
 
@@ -32,11 +22,7 @@ class PhaseTrail:
         self.array = ctx.Array("i", world_size * (1 + self.DEPTH), lock=False)
 
     def enter(self, rank: int, name: str) -> None:
-        """Rank ``rank`` enters phase ``name``.
-
-        Raises:
-            ValueError: ``name`` is not in ``RANK_PHASES``.
-        """
+        """Rank ``rank`` enters phase ``name`` (ValueError if not in ``RANK_PHASES``)."""
         code = rank_phase_code(name)
         row = rank * (1 + self.DEPTH)
         count = self.array[row]
@@ -59,8 +45,8 @@ class PhaseTrail:
 
 
 def report_trail(trail: PhaseTrail, reported: list[int], on_progress: Callable[[dict[int, str]], None]) -> None:
-    """Call on_progress once per phase step since the last report, every rank's trail in step:
-    a rank with fewer new phases stays at its latest. ``reported`` (counts) is updated."""
+    """Call on_progress once per phase step since ``reported`` (updated); a rank with fewer new phases
+    stays at its latest."""
     counts = trail.counts()
     trails = {r: trail.since(r, reported[r], counts[r]) or [trail.current(r)] for r in range(trail.world_size)}
     for k in range(max(len(t) for t in trails.values())):

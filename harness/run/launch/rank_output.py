@@ -1,13 +1,9 @@
 """A rank's own output (its file descriptors 1 and 2) kept in the rank's log, shown when the run fails.
 
-torch prints from inside a rank on some paths: FSDP's ``_raise_assert_with_print``
-(``torch/distributed/fsdp/_fully_shard/_fsdp_common.py``, torch 2.13) prints the rank and its
-whole stack before raising, about 80 lines per rank. For a spec that expects that error the
-entry passes, and those lines do not belong on the terminal; for a run that fails they are
-part of why. :func:`captured` sends fd 1 and 2 (Python's and native code's writes alike) to
-``rank<r>.log`` in the run's temporary folder; :func:`shown` gives the text to append to the
-rank's traceback when it fails. The folder, logs included, goes when the run ends.
-"""
+torch prints from inside a rank on some paths (FSDP's ``_raise_assert_with_print``: the rank's
+whole stack, about 80 lines), which belong on the terminal only when the run fails.
+:func:`captured` sends fd 1 and 2 to ``rank<r>.log`` in the run's temporary folder; :func:`shown`
+gives the text to append to a failed rank's traceback."""
 
 from __future__ import annotations
 
@@ -51,8 +47,7 @@ def captured(path: str) -> Iterator[None]:
 
 
 def shown(path: str, rank: int) -> str:
-    """The rank's log, for a failed run's message: ``""`` when it wrote nothing, else a header and
-    its last :data:`SHOWN_LINES` lines."""
+    """A failed run's text of the rank's log: ``""`` if empty, else a header and its last :data:`SHOWN_LINES` lines."""
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             lines = f.read().rstrip().splitlines()

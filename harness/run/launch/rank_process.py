@@ -1,12 +1,8 @@
 """A local rank process's main: join the world, run the rank body, send one message home.
 
-The launcher (``harness.run.launch.local``) starts one such process per rank from its
-forkserver. The process initializes the default process group through a file store, runs the
-rank body (``harness.run.rank.step.run_step`` or the ``module:function`` the launch names),
-marks its phases in the launcher's :class:`~harness.run.launch.phase_trail.PhaseTrail` and its
-collectives on the :class:`~harness.run.launch.hang.ProgressBoard`, and sends its result as
-JSON text (or its traceback) on its pipe.
-"""
+Started by ``harness.run.launch.local`` from its forkserver: initializes the process group through a
+file store, runs the rank body, marks its phases and collectives in the launcher's shared memory,
+and sends its result as JSON text (or its traceback) on its pipe."""
 
 from __future__ import annotations
 
@@ -37,20 +33,10 @@ LIFELINE_EXIT = 70
 
 @dataclass(frozen=True)
 class RankLaunch:
-    """What every rank of one local launch is given (pickled to each rank process).
-
-    Attributes:
-        setup: the ``harness.load.setup.RunSetup``.
-        backend: "auto", "gloo" or "nccl" (resolved in the rank).
-        init_file: the file store's path (``init_method="file://..."``).
-        timeout_s: the run's deadline; the backend's own timeout is 60 s longer, so the
-            launcher's deadline, not the backend's, ends a hang.
-        phase_trail, board: the launcher's shared memory (phases, last collectives).
-        phase_hooks: TESTS ONLY, ``harness.run.rank.recorders.phases.PHASE_HOOKS`` of the launcher.
-        flight_recorder_dir: where NCCL ranks dump their flight recorder; None: not kept.
-        step: the rank body as "module:function" (None: ``harness.run.rank.step:run_step``).
-        step_kwargs: keyword arguments added to the rank body's call.
-    """
+    """What every rank of one local launch is given (pickled). ``backend``: "auto", "gloo" or "nccl",
+    resolved in the rank; ``init_file``: the file store; ``timeout_s``: the run's deadline (the
+    backend's is 60 s longer); ``phase_hooks``: TESTS ONLY; ``flight_recorder_dir``: None, not kept;
+    ``step``: "module:function" (None: ``harness.run.rank.step:run_step``), called with ``step_kwargs``."""
 
     setup: Any
     backend: str
@@ -74,12 +60,8 @@ def _watch_lifeline(lifeline: Any) -> None:
 
 
 def rank_main(rank: int, launch: RankLaunch, conn: Any, lifeline: Any) -> None:
-    """Process target: run rank ``rank``; send ("ok", time, JSON text) or ("error", time, traceback) on ``conn``.
-
-    Ctrl-C at a terminal reaches the whole process group; a rank ignores it and lets the
-    parent stop every rank (an interrupt landing inside torch's weakref callbacks would
-    print an "Exception ignored" traceback from each rank).
-    """
+    """Process target: run rank ``rank``; send ("ok", time, JSON text) or ("error", time, traceback) on
+    ``conn``. Ignores Ctrl-C: the parent stops every rank."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_watch_lifeline, args=(lifeline,), daemon=True).start()
     output = rank_output.log_path(os.path.dirname(launch.init_file), rank)

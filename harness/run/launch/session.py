@@ -1,14 +1,9 @@
 """This process's temporary folder, and the sweep of folders whose harness process is gone.
 
-Temporary files live in one folder per harness process, ``<tmp>/fsdp2-harness-<pid>-<start>-*``
-(pid and the process's start time, so a reused pid is told apart): each run's rendezvous folder,
-the checkpoint folder of a ``state_dict`` round trip, and a note naming multiprocessing's own
-temporary folder (``pymp-*``, where the forkserver's socket lives). Both folders go on every
-exit that runs Python's exit handlers (normal exit, an exception, Ctrl-C, SIGTERM through the
-CLI) and on ``harness.run.launch.teardown.exit_now`` (a second Ctrl-C); after a SIGKILL the
-next harness process to launch ranks removes the folders whose owner is gone
-(:func:`sweep_stale`). Leftovers are harmless meanwhile: every run rendezvouses in a fresh folder.
-"""
+One folder per harness process, ``<tmp>/fsdp2-harness-<pid>-<start>-*`` (the start time tells a
+reused pid apart), holds each run's rendezvous folder, a round trip's checkpoint and a note naming
+multiprocessing's ``pymp-*`` folder. Both go at exit and on ``harness.run.launch.teardown.exit_now``;
+after a SIGKILL the next harness process to launch ranks sweeps them (:func:`sweep_stale`)."""
 
 from __future__ import annotations
 
@@ -49,8 +44,7 @@ def _alive(pid: int, start: str) -> bool:
 
 
 def sweep_stale(tmp: str | None = None) -> list[str]:
-    """Remove session folders (and the folders they note) of harness processes that are gone,
-    e.g. killed with SIGKILL; return what was removed. Never raises."""
+    """Remove the session folders (and what they note) of harness processes gone; what was removed. Never raises."""
     tmp = tmp or tempfile.gettempdir()
     removed: list[str] = []
     try:
@@ -77,7 +71,7 @@ def sweep_stale(tmp: str | None = None) -> list[str]:
 
 
 def session_dir() -> str:
-    """This process's temporary folder (made on first use, removed at exit; see module docstring)."""
+    """This process's temporary folder (made on first use, removed at exit)."""
     global _SESSION
     if _SESSION is None or not os.path.isdir(_SESSION):
         pid = os.getpid()
@@ -88,8 +82,7 @@ def session_dir() -> str:
 
 
 def note_owned(path: str) -> None:
-    """Note another temporary folder this process made, for :func:`sweep_stale` after a SIGKILL
-    (and removed by ``teardown.exit_now``, which skips the exit handlers that remove it)."""
+    """Note another temporary folder this process made, for :func:`sweep_stale` and ``teardown.exit_now``."""
     teardown.at_hard_exit(shutil.rmtree, path, True)
     with open(os.path.join(session_dir(), _OWNED), "a") as f:
         f.write(path + "\n")

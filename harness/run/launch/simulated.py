@@ -1,26 +1,12 @@
 """The simulated backend: the fake process group and ``FakeTensorMode`` in this process.
 
-``torch.testing._internal.distributed.fake_pg`` registers backend "fake": a process group of
-any world size whose collectives complete at once without moving data. Under
-``FakeTensorMode`` tensors carry shapes and dtypes but no storage, so ``fully_shard``, the
-forward, the backward and the optimizer step of a Qwen3-32B layer run at 1024 simulated ranks
-in a second or two, issuing every collective with its real sizes.
-
-For each rank in ``setup.observe_ranks`` (default: every rank of a world of at most
-:data:`ALL_RANKS_UP_TO` ranks, else rank 0) :func:`run_simulated` initializes
-the fake group as that rank, runs the same rank step as a real run
-(``harness.run.rank.step.run_step(..., simulated=True)``) and destroys the group. The document
-has the same form as a real run's: parameters and local shapes, every collective with sizes
-and bytes, memory from ``FSDPMemTracker`` (which works on fake tensors: sizes from their
-metadata); ``numerics: null``; ``environment.simulated: true``, launcher "simulated", backend
-"fake", device "cpu". Timings are the simulation's, not a machine's.
-
-It runs in the calling process (no rank processes), so it needs a process without a default
-process group (not inside torchrun). ``timeout_s`` is checked between simulated ranks: a
-simulation cannot hang on a collective.
-
-How the simulated rank puts its model on fake storage, and why it is fast: ``harness.run.rank.fake``.
-"""
+``torch.testing._internal.distributed.fake_pg``'s backend "fake" is a process group of any size
+whose collectives complete at once; under ``FakeTensorMode`` tensors have no storage. For each of
+``setup.observe_ranks`` (default: every rank up to :data:`ALL_RANKS_UP_TO`, else rank 0)
+:func:`run_simulated` runs the real run's rank step (``run_step(..., simulated=True)``) as that
+rank. The document has a real run's form (``numerics: null``, ``environment.simulated: true``,
+backend "fake"); timings are the simulation's. It needs a process without a default process
+group; ``timeout_s`` is checked between ranks. Details: ``harness.run.rank.fake``."""
 
 from __future__ import annotations
 
@@ -48,17 +34,11 @@ def run_simulated(
     trace_dir: str | None = None,
     on_progress: Callable[[dict[int, str]], None] | None = None,
 ) -> dict[str, Any]:
-    """The observation document of ``setup`` simulated with the fake backend (validated).
+    """The validated observation document of ``setup`` simulated with the fake backend.
 
-    ``trace_dir``: an existing folder; each simulated rank's profiler trace is written there
-    (``rank<r>.json``, see ``harness.run.rank.step.run_step``). ``on_progress``: called with
-    every simulated rank's phase (rank -> phase name) as each one moves on.
-
-    Raises:
-        RunError: a simulated rank raised (message names it, carries the traceback), or this
-            process already has a default process group.
-        RunTimeout: the ranks still to simulate when ``timeout_s`` had passed.
-    """
+    ``trace_dir``: an existing folder for each rank's ``rank<r>.json`` trace; ``on_progress``: called
+    with each simulated rank's phase. Raises RunError (a rank raised, or this process already has a
+    default process group) or RunTimeout (with the ranks still to simulate)."""
     world_size = setup.world_size
     default = range(world_size) if world_size <= ALL_RANKS_UP_TO else (0,)
     ranks = sorted(set(setup.observe_ranks if setup.observe_ranks else default))

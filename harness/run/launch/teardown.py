@@ -1,20 +1,10 @@
 """Every rank process this process started, stopped on the way out, however it goes out.
 
-The launcher registers each rank the moment its pid is known (``harness.run.launch.local``
-starts ranks with signals held, so a Ctrl-C cannot fall between the fork and the
-registration) and forgets it once joined. Three ways out use the registry:
-
-- a normal unwinding (an exception, Ctrl-C raised as KeyboardInterrupt): the launcher's own
-  clean-up calls :func:`stop` on its ranks;
-- :func:`exit_now` (a second Ctrl-C, or the CLI's exit bound passed): stops every registered
-  rank, runs the clean-ups noted with :func:`at_hard_exit` (temporary folders), then
-  ``os._exit``: no exit handler and no wait on anything else;
-- :func:`wait_resource_tracker`: at exit, multiprocessing's resource tracker is waited for a
-  bounded time (it waits for every process holding its pipe: a rank nobody stopped kept it,
-  and the CLI, for minutes).
-
-Imports only small standard modules: ``python -m harness`` uses it from its signal handlers.
-"""
+The launcher registers each rank the moment its pid is known and forgets it once joined. A normal
+unwinding calls :func:`stop`; :func:`exit_now` (a second Ctrl-C, or the CLI's exit bound) kills
+every registered rank, runs the :func:`at_hard_exit` clean-ups and calls ``os._exit``;
+:func:`wait_resource_tracker` bounds the wait for multiprocessing's resource tracker, which a rank
+nobody stopped kept alive for minutes. Only small standard imports: the CLI's signal handlers use it."""
 
 from __future__ import annotations
 
@@ -66,8 +56,7 @@ def registered() -> list[int]:
 
 
 def stop(processes: list[object], grace_s: float = STOP_GRACE_S) -> None:
-    """SIGTERM every live process of ``processes``, SIGKILL those still alive after ``grace_s``
-    seconds, join them all and forget them. Never raises for a process already gone."""
+    """SIGTERM every live process, SIGKILL those alive after ``grace_s`` s, join and forget them all."""
     for p in processes:
         if p.is_alive():
             p.terminate()
@@ -102,8 +91,7 @@ def on_signal_arrival(function: Callable[[int], object]) -> None:
 
 
 def signal_arrived(signum: int) -> None:
-    """A Ctrl-C or SIGTERM arrived and is held (``held_signals``): tell whoever asked, at once,
-    so that a bound on the time to exit runs from the arrival, not from the end of the hold."""
+    """A held Ctrl-C or SIGTERM arrived: tell the CLI now, so its exit bound runs from the arrival."""
     for function in _ARRIVAL:
         function(signum)
 
@@ -114,9 +102,8 @@ def announce_exit(function: Callable[[int], object]) -> None:
 
 
 def exit_now(status: int) -> None:
-    """End the process with ``status`` at once: the :func:`announce_exit` calls, SIGKILL to every
-    registered rank (not joined: the kernel reaps them with this process), the
-    :func:`at_hard_exit` clean-ups (errors ignored), then ``os._exit``. Does not return."""
+    """End the process with ``status`` at once: :func:`announce_exit` calls, SIGKILL to every registered
+    rank, :func:`at_hard_exit` clean-ups (errors ignored), ``os._exit``."""
     try:
         for announce in _ANNOUNCE:
             try:
@@ -138,13 +125,8 @@ def exit_now(status: int) -> None:
 
 
 def wait_resource_tracker(limit_s: float = TRACKER_WAIT_S) -> bool:
-    """Stop multiprocessing's resource tracker as its own ``_stop`` does (close its pipe, reap
-    it), but wait at most ``limit_s`` seconds; True when it ended in time (or was not running).
-
-    The tracker ends when every process holding its pipe has closed it; one that outlives the
-    bound is left to end on its own. Private names (``_resource_tracker``, ``_fd``, ``_pid``):
-    multiprocessing has no public way to stop it.
-    """
+    """Stop multiprocessing's resource tracker as its ``_stop`` does, but wait at most ``limit_s`` s; True
+    when it ended in time or was not running. Private names: no public way to stop it."""
     from multiprocessing import resource_tracker
 
     tracker = resource_tracker._resource_tracker
