@@ -1403,6 +1403,15 @@ RANK_ERROR = Record(
             unobserved={"fake": "a fake tensor's meta kernel raises instead of the device kernel"},
             varies="names paths, line numbers and gloo's ephemeral ports",
         ),
+        "hook": Leaf(
+            {
+                "type": ["string", "null"],
+                "description": "the spec's hook the exception came from (its point, function and file), whose own "
+                "type and message the other fields hold; null: not raised in a hook",
+            },
+            masked=True,
+            varies="names the hooks file's path",
+        ),
     },
     required=("type", "qualname", "message", "phase"),
     nullable=True,

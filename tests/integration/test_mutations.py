@@ -633,6 +633,14 @@ CASES = [
         "frozen_layer0_keeps_a_gradient",
         "expected 0",
     ),
+    # expect_error: a hook's error keeps torch's type; the wrapper's would fail exactly that entry
+    (
+        "hook_error_type",
+        "        type: ValueError\n",
+        "        type: HookError\n",
+        "torchs_value_error",
+        "ValueError",
+    ),
     # grads: a count and a gradient shard after a schedule step's unfreeze
     (
         "unfreeze_between_steps",
@@ -860,6 +868,12 @@ SETUP_CASES = [
         "- {call: unfreeze_layer0}",
         "- {}",  # a schedule step's call: layers.0 stays frozen
         ["step1_layer0_trains", "unfrozen_step_reduces_all", "all_gradients_right"],
+    ),
+    (
+        "hook_error_type",
+        "    after_fully_shard: prefetch_a_plain_module\n",
+        "",  # no hook: nothing raises
+        ["torchs_value_error"],
     ),
     (
         "hooks_freeze_between_microbatches",

@@ -34,6 +34,7 @@ def measure(sel, obs):
             "qualname": e.get("qualname"),
             "message": e.get("message"),
             "phase": e.get("phase"),
+            "hook": e.get("hook"),
         }
     return out
 
@@ -58,6 +59,12 @@ KIND = CheckKind(
             "phase",
             one_of("phase", _PHASES),
             "the innermost phase the error left: setup, replica, forward, backward, optimizer",
+        ),
+        Field(
+            "hook",
+            MESSAGE,
+            "the spec's hook it was raised in ({matches: REGEX}, e.g. after_fully_shard); null: none. The type and "
+            "message are then the hook's own exception's, e.g. torch's ValueError",
         ),
     ),
     measure=measure,

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from harness.run.rank.hooks import HookError
 from harness.run.rank.parallelize import unit_state
 from harness.run.rank.process_group import device_backend
 from harness.run.rank.recorders.collectives import resolve_mesh_dims
@@ -83,6 +84,22 @@ def compile_counts() -> dict[str, Any]:
     }
 
 
+def _error_record(exc: BaseException, phase: str) -> dict[str, Any]:
+    """The schema's ``ranks[].error``. A hook's error is the exception the hook raised (torch's own type,
+    e.g. ValueError), and ``hook`` says which hook; HookError itself only where nothing was chained."""
+    hook = None
+    if isinstance(exc, HookError) and exc.__cause__ is not None:
+        hook, exc = str(exc), exc.__cause__
+    return {
+        "type": type(exc).__name__,
+        "qualname": f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "message": str(exc),
+        "phase": phase,
+        "traceback": "".join(traceback.format_exception(exc)[-3:])[-2000:],
+        "hook": hook,
+    }
+
+
 def error_result(
     exc: BaseException,
     phases: Phases,
@@ -117,13 +134,7 @@ def error_result(
         **pieces,
         "numerics": None,
         "timings_s": timings,
-        "error": {
-            "type": type(exc).__name__,
-            "qualname": f"{type(exc).__module__}.{type(exc).__qualname__}",
-            "message": str(exc),
-            "phase": phases.failed_in or phases.current,
-            "traceback": "".join(traceback.format_exception(exc)[-3:])[-2000:],
-        },
+        "error": _error_record(exc, phases.failed_in or phases.current),
     }
     described = []
     for u in got.get("units") or []:

@@ -78,3 +78,42 @@ def test_the_loss_hook_takes_output_and_inputs(tmp_path):
     import torch
 
     assert float(loss(torch.ones(2, 3), None)) == 6.0
+
+
+def _raised(function, *args):
+    try:
+        function(*args)
+    except Exception as exc:  # noqa: BLE001 - the exception is the value under test
+        return exc
+    raise AssertionError("did not raise")
+
+
+def test_a_hooks_error_is_recorded_with_its_own_type_and_the_hook_named():
+    from harness.run.rank.observe import _error_record
+
+    def hook():
+        raise ValueError("Expects FSDPModule but got <class 'Qwen3MLP'>")
+
+    def call():
+        try:
+            hook()
+        except Exception as exc:
+            raise HookError("rank 0: hook setup.hooks.after_fully_shard (f in h.py) raised ValueError: ...") from exc
+
+    record = _error_record(_raised(call), "setup")
+    assert (record["type"], record["qualname"]) == ("ValueError", "builtins.ValueError")
+    assert record["message"] == "Expects FSDPModule but got <class 'Qwen3MLP'>"
+    assert record["hook"].startswith("rank 0: hook setup.hooks.after_fully_shard")
+
+
+def test_an_error_not_raised_in_a_hook_names_no_hook():
+    plain = _error_record_of(RuntimeError("boom"))
+    assert (plain["type"], plain["hook"]) == ("RuntimeError", None)
+    unchained = _error_record_of(HookError("hook setup.hooks.observe returned list; expected a mapping"))
+    assert (unchained["type"], unchained["hook"]) == ("HookError", None)  # nothing of the hook's own to show
+
+
+def _error_record_of(exc):
+    from harness.run.rank.observe import _error_record
+
+    return _error_record(_raised(lambda: (_ for _ in ()).throw(exc)), "setup")
