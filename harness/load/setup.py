@@ -51,6 +51,11 @@ class SetupError(ValueError):
         super().__init__("\n".join(f"{k}: {m}" for k, m in self.errors))
 
 
+def _pattern_dtypes(value: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """``{pattern: dtype}`` -> ((pattern, dtype), ...), in the order written."""
+    return tuple((str(k), str(v)) for k, v in dict(value).items())
+
+
 @dataclass(frozen=True)
 class ModelSetup:
     """Which model to build."""
@@ -75,6 +80,13 @@ class ModelSetup:
         enum=list(DTYPES),
         doc="dtype the model's parameters are built in, before fully_shard (the document: float16); "
         "not MixedPrecisionPolicy's param_dtype",
+    )
+    param_dtypes: tuple[tuple[str, str], ...] = key(
+        (),
+        parse=_pattern_dtypes,
+        whole=lambda: {"type": "object", "minProperties": 1, "additionalProperties": {"enum": list(DTYPES)}},
+        doc="parameters built in another dtype than model.dtype (the FSDP step and its replica alike): parameter "
+        "FQN pattern (relative to the root; * one component, ** several) -> dtype; the first matching pattern wins",
     )
 
 
@@ -156,11 +168,6 @@ class FSDPSetup:
         return self.offload_policy is not None or any(
             dict(u.given).get("offload_policy") is not None for u in self.units or ()
         )
-
-
-def _grad_dtypes(value: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    """``{pattern: dtype}`` -> ((pattern, dtype), ...), in the order written."""
-    return tuple((str(k), str(v)) for k, v in dict(value).items())
 
 
 @dataclass(frozen=True)
@@ -512,7 +519,7 @@ class RunSetup:
     freeze: FreezeSetup = key(default_factory=FreezeSetup, doc="parameters made requires_grad=False")
     grad_dtype: tuple[tuple[str, str], ...] = key(
         (),
-        parse=_grad_dtypes,
+        parse=_pattern_dtypes,
         whole=lambda: {"type": "object", "minProperties": 1, "additionalProperties": {"enum": list(DTYPES)}},
         doc="Parameter.grad_dtype set on the built model before fully_shard (and on the numerics replica): "
         "parameter FQN pattern (relative to the root; * one component, ** several) -> the dtype autograd is asked "
@@ -692,9 +699,9 @@ def _unit_key(name: str) -> str:
 
 
 def _param_pattern_problems(setup: RunSetup, plans: list[UnitPlan], fqns: tuple[str, ...]) -> list[tuple[str, str]]:
-    """Parameter patterns (``shard_placement``, ``ignored_params``, ``freeze``, ``grad_dtype``, schedule
-    ``freeze``/``unfreeze``) that name no parameter; state-dict keys to drop that are not parameters, keys to
-    add that are; ``ignored_params`` with the numerics replica on."""
+    """Parameter patterns (``shard_placement``, ``ignored_params``, ``freeze``, ``grad_dtype``, ``param_dtypes``,
+    schedule ``freeze``/``unfreeze``) that name no parameter; state-dict keys to drop that are not parameters,
+    keys to add that are; ``ignored_params`` or ``param_dtypes`` with the numerics replica on."""
     from harness.load.units import match_params
 
     def hint(pattern: str) -> str:
@@ -751,6 +758,16 @@ def _param_pattern_problems(setup: RunSetup, plans: list[UnitPlan], fqns: tuple[
     for pattern, _ in setup.grad_dtype:
         if not match_params(pattern, fqns):
             out.append((f"setup.grad_dtype.{pattern}", hint(pattern)))
+    for pattern, _ in setup.model.param_dtypes:
+        if not match_params(pattern, fqns):
+            out.append((f"setup.model.param_dtypes.{pattern}", hint(pattern)))
+    if setup.model.param_dtypes and setup.numerics:
+        out.append(
+            (
+                "setup.model.param_dtypes",
+                "the numerics replica computes and reduces in one dtype, not per parameter: set setup.numerics: false",
+            )
+        )
     for i, step in enumerate(setup.schedule.steps if setup.schedule is not None else ()):
         for change in ("freeze", "unfreeze"):
             for j, pattern in enumerate(getattr(step, change)):

@@ -633,6 +633,21 @@ CASES = [
         "frozen_layer0_keeps_a_gradient",
         "expected 0",
     ),
+    # collectives: a unit of fp32 shards all-gathers in param_dtype (bf16): 128 bytes, not 256
+    (
+        "mixed_param_dtypes",
+        "numel_out: 64, numel_in: 32, buffer_bytes: 128}",
+        "numel_out: 64, numel_in: 32, buffer_bytes: 256}",
+        "norm_gathered_bf16",
+        "256",
+    ),
+    (
+        "mixed_param_dtypes_refused",
+        "        phase: forward\n",
+        "        phase: backward\n",
+        "uniform_dtype_expected",
+        "backward",
+    ),
     # expect_error: a hook's error keeps torch's type; the wrapper's would fail exactly that entry
     (
         "hook_error_type",
@@ -868,6 +883,18 @@ SETUP_CASES = [
         "- {call: unfreeze_layer0}",
         "- {}",  # a schedule step's call: layers.0 stays frozen
         ["step1_layer0_trains", "unfrozen_step_reduces_all", "all_gradients_right"],
+    ),
+    (
+        "mixed_param_dtypes_refused",
+        '    param_dtypes: {"layers.*.input_layernorm.weight": float32}\n',
+        "",  # every parameter bf16: nothing refused
+        ["uniform_dtype_expected"],
+    ),
+    (
+        "mixed_param_dtypes",
+        '    param_dtypes: {"layers.*.input_layernorm.weight": float32}\n',
+        "",  # the norms built bf16 too
+        ["input_layernorm.weight", "norm_gradient_fp32"],
     ),
     (
         "hook_error_type",

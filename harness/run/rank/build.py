@@ -17,6 +17,7 @@ from torch import nn
 
 import model as qwen3
 from harness.load.setup import RunSetup
+from harness.load.units import match_params
 from harness.run.rank.recorders.collectives import dtype_name
 from harness.run.rank.recorders.numerics import Reference, compute_reference
 
@@ -49,7 +50,17 @@ def build_model(setup: RunSetup, config: Any, dtype: torch.dtype, device: torch.
     module = cls(config, device=device, dtype=dtype)
     if init:
         qwen3.init_weights(module, generator=torch.Generator().manual_seed(setup.seed))
+    _cast_params(module, setup.model.param_dtypes)
     return module
+
+
+def _cast_params(module: nn.Module, rules: Sequence[tuple[str, str]]) -> None:
+    """``setup.model.param_dtypes``: each parameter the first matching pattern names, cast in place (its
+    initial values rounded to that dtype from ``model.dtype``)."""
+    for fqn, p in module.named_parameters():
+        dtype = next((d for pattern, d in rules if match_params(pattern, [fqn])), None)
+        if dtype is not None:
+            p.data = p.data.to(torch_dtype(dtype))
 
 
 def model_classes(config: Any) -> dict[str, type[nn.Module]]:

@@ -31,8 +31,9 @@ def storage_for_sharding(root: Any, shard_group_size: int) -> str:
 def materialize_fake(root: Any, device: Any) -> None:
     """Inside ``FakeTensorMode``: give the sharded ``root`` fake storage on ``device`` (``to_empty``).
     Each parameter group's lazy init runs here, not at the first forward, where its re-padding of a
-    fake shard (data pointer 0) counted as an activation in the memory tracker. RoPE's ``inv_freq`` is
-    recomputed (values unused)."""
+    fake shard (data pointer 0) counted as an activation in the memory tracker. A group torch refuses
+    at lazy init is left to its own, so the error is raised in forward, as on a real backend. RoPE's
+    ``inv_freq`` is recomputed (values unused)."""
     from torch.distributed.fsdp import FSDPModule
 
     import model as qwen3
@@ -41,7 +42,10 @@ def materialize_fake(root: Any, device: Any) -> None:
     for m in root.modules():
         if isinstance(m, FSDPModule):
             for group in m._get_fsdp_state()._fsdp_param_groups:
-                group.lazy_init()  # idempotent: FSDP's own lazy init skips it later
+                try:
+                    group.lazy_init()  # idempotent: FSDP's own lazy init skips it later
+                except Exception:  # noqa: BLE001 - torch raises it again at its own lazy init, in forward, as on gloo
+                    pass
     for m in root.modules():
         if isinstance(m, qwen3.Qwen3RotaryEmbedding):
             m.reset_parameters()

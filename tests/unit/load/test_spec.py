@@ -108,6 +108,33 @@ MALFORMED = [
         id="ignored-param-with-numerics",
     ),
     pytest.param(
+        edit(
+            "{num_hidden_layers: 2}}",
+            "{num_hidden_layers: 2}, param_dtypes: {layers.*.norm.weight: float32}}\n  numerics: false",
+        ),
+        "param_dtypes",
+        "setup.model.param_dtypes.layers.*.norm.weight",
+        "'layers.*.norm.weight' matches no parameter",
+        id="param-dtype-pattern-not-in-model",
+    ),
+    pytest.param(
+        edit("{num_hidden_layers: 2}}", "{num_hidden_layers: 2}, param_dtypes: {layers.*.q_norm.weight: fp32}}"),
+        "param_dtypes",
+        "setup.model.param_dtypes.layers.*.q_norm.weight",
+        "expected one of ['float16', 'bfloat16', 'float32'], got 'fp32'",
+        id="param-dtype-unknown",
+    ),
+    pytest.param(
+        edit(
+            "{num_hidden_layers: 2}}",
+            "{num_hidden_layers: 2}, param_dtypes: {layers.*.self_attn.q_norm.weight: float32}}",
+        ),
+        "param_dtypes",
+        "setup.model.param_dtypes",
+        "the numerics replica computes and reduces in one dtype, not per parameter: set setup.numerics: false",
+        id="param-dtypes-with-numerics",
+    ),
+    pytest.param(
         edit("[self_attn.k_proj.weight, [64, 512], 32768]", "[self_attn.k_proj.weight, [64, 512]]"),
         "[self_attn.k_proj.weight",
         "tables[1].rows[1]",
@@ -241,7 +268,7 @@ MALFORMED = [
         edit("  model: {config: walkthrough, overrides: {num_hidden_layers: 2}}", "  model: Qwen3-1.7B"),
         "model: Qwen3-1.7B",
         "setup.model",
-        "expected a mapping with keys config, overrides, body, dtype, got 'Qwen3-1.7B'",
+        "expected a mapping with keys config, overrides, body, dtype, param_dtypes, got 'Qwen3-1.7B'",
         id="model-not-a-mapping",
     ),
     pytest.param(
