@@ -194,6 +194,8 @@ DOC_FSDP_UNITS = Records(
                     "reshard_after_backward": Leaf({"type": "boolean"}),
                     "gradient_divide_factor": Leaf({"type": ["number", "null"]}),
                     "force_sum_reduction_for_comms": Leaf({"type": "boolean"}),
+                    "separate_reduce_scatter_group": Leaf({"type": "boolean"}),
+                    "reduce_scatter_max_input_buffers": Leaf({"type": "integer", "minimum": 1}),
                     "offload": Leaf({"type": "boolean"}),
                     "param_dtype": Leaf({"type": ["string", "null"]}),
                     "reduce_dtype": Leaf({"type": ["string", "null"]}),
@@ -205,7 +207,9 @@ DOC_FSDP_UNITS = Records(
                         "what torch's FSDP state holds for the unit after the step (FSDPParamGroup): "
                         "reshard_after_forward (false, true, or the post-forward group size), "
                         "reshard_after_backward, gradient_divide_factor (null: FSDP's default division), "
-                        "force_sum_reduction_for_comms, offload (a CPUOffloadPolicy), the MixedPrecisionPolicy's "
+                        "force_sum_reduction_for_comms, separate_reduce_scatter_group (the reduce-scatter has a "
+                        "process group of its own), reduce_scatter_max_input_buffers, offload (a CPUOffloadPolicy), "
+                        "the MixedPrecisionPolicy's "
                         "dtypes (null: keep), modules (how many the unit has); managed false for a unit with no "
                         "parameters"
                     )

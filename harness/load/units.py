@@ -155,6 +155,20 @@ class UnitOptions:
         "gradient for a parameter that got none in backward (ranks then agree on the collective's size); null: not "
         "called (torch: false, such a parameter is left out)",
     )
+    separate_reduce_scatter_group: bool | None = key(
+        None,
+        null=True,
+        doc="set_separate_reduce_scatter_group(v, recurse=False) after fully_shard: true gives the unit's "
+        "reduce-scatter a process group of its own over the shard ranks (dist.new_group), to overlap it with "
+        "all-gathers; null: not called (torch: the shard group, shared with the all-gather)",
+    )
+    reduce_scatter_max_input_buffers: int | None = key(
+        None,
+        null=True,
+        minimum=1,
+        doc="set_reduce_scatter_max_input_buffers(k, recurse=False) after fully_shard: how many reduce-scatter "
+        "input (copy-in) buffers the unit keeps in flight; null: not called (torch: 1)",
+    )
     allocate_memory_from_process_group_for_comm: bool | None = key(
         None,
         null=True,

@@ -7,6 +7,13 @@ the setter's effect fail: that shows the key reaches torch."""
 
 SETTER_CASES = [
     (
+        "reduce_scatter_group_and_buffers",
+        "[layer1_own_group_two_buffers, 1, true, 2]",
+        "[layer1_own_group_two_buffers, 1, true, 3]",
+        "layer1_own_group_two_buffers",
+        "expected 3",
+    ),
+    (
         "ignored_params",
         "[ignored_plain_and_whole, self_attn.q_proj.weight, null, false,",
         "[ignored_plain_and_whole, self_attn.q_proj.weight, layers.0, false,",
@@ -58,6 +65,12 @@ SETTER_CASES = [
 ]
 
 SETTER_SETUP_CASES = [
+    (
+        "reduce_scatter_group_and_buffers",
+        "{modules: layers.1, separate_reduce_scatter_group: true, reduce_scatter_max_input_buffers: 2}",
+        "{modules: layers.1}",
+        ["layer1_own_group_two_buffers", "layer1_reduced_off_the_mesh"],
+    ),
     (
         "ignored_params",
         'fsdp: {ignored_params: ["layers.0.self_attn.q_proj.weight"]}',

@@ -19,7 +19,6 @@ from harness.language.vocabulary import (
     DTYPE,
     DTYPE_NAMES,
     OPTIONAL_TEXT,
-    TEXT,
     TEXTS,
     CheckKind,
     Context,
@@ -181,7 +180,12 @@ KIND = CheckKind(
         Field("total_buffer_bytes", BYTES, "sum of S over the selected collectives"),
         Field("total_ring_bytes", BYTES, "sum of ring bytes over the selected collectives"),
         Field("group_size", COUNT, "N: ranks in the collective's process group"),
-        Field("mesh_dim", TEXT, "the DeviceMesh dim whose group ran it", _check_mesh_dim),
+        Field(
+            "mesh_dim",
+            OPTIONAL_TEXT,
+            "the DeviceMesh dim whose group ran it (null: a group outside the mesh)",
+            _check_mesh_dim,
+        ),
         Field("fsdp_label", OPTIONAL_TEXT, "the innermost FSDP:: profiler label around it, without the unit"),
         Field(
             "hook",

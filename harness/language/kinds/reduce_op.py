@@ -54,6 +54,8 @@ def measure(sel, obs):
             "reduce_op": common([c.get("reduce_op") for c in cs]),
             "divide_factor": common([s.get("gradient_divide_factor") for s in states]),
             "force_sum": common([s.get("force_sum_reduction_for_comms") for s in states]),
+            "separate_group": common([s.get("separate_reduce_scatter_group") for s in states]),
+            "max_input_buffers": common([s.get("reduce_scatter_max_input_buffers") for s in states]),
         }
     if not states and any(v["count"] == 0 for v in out.values()):
         raise CheckError(f"no FSDP unit with parameters selected by {dict(sel)}")
@@ -106,6 +108,13 @@ KIND = CheckKind(
             "the units' gradient divide factor in FSDP's state (null: FSDP divides by the data-parallel size)",
         ),
         Field("force_sum", BOOL, "the units' force-sum-reduction switch in FSDP's state"),
+        Field(
+            "separate_group",
+            BOOL,
+            "the units' reduce-scatter runs on a process group of its own (set_separate_reduce_scatter_group); "
+            "its collectives then have mesh_dim null",
+        ),
+        Field("max_input_buffers", COUNT, "reduce-scatter input buffers the units keep in flight (torch: 1)"),
     ),
     measure=measure,
 )

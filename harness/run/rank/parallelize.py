@@ -313,6 +313,8 @@ UNIT_SETTERS: dict[str, Callable[[FSDPModule, Any], None]] = {
     "unshard_in_backward": lambda unit, on: unit.set_unshard_in_backward(on),
     "is_last_backward": lambda unit, on: unit.set_is_last_backward(on),
     "reduce_scatter_unused_params": lambda unit, on: unit.set_reduce_scatter_unused_params(on, recurse=False),
+    "separate_reduce_scatter_group": lambda unit, on: unit.set_separate_reduce_scatter_group(on, recurse=False),
+    "reduce_scatter_max_input_buffers": lambda unit, k: unit.set_reduce_scatter_max_input_buffers(k, recurse=False),
     "allocate_memory_from_process_group_for_comm": lambda unit, on: (
         unit.set_allocate_memory_from_process_group_for_comm(on)
     ),
@@ -484,6 +486,8 @@ def unit_state(unit: Unit) -> dict[str, Any]:
         "reshard_after_backward": bool(group.reshard_after_backward),
         "gradient_divide_factor": group.gradient_divide_factor,
         "force_sum_reduction_for_comms": bool(group.force_sum_reduction_for_comms),
+        "separate_reduce_scatter_group": getattr(group.mesh_info, "reduce_scatter_process_group", None) is not None,
+        "reduce_scatter_max_input_buffers": int(getattr(group, "reduce_scatter_max_input_buffers", 1)),
         "offload": isinstance(group.offload_policy, CPUOffloadPolicy),
         "param_dtype": name(mp.param_dtype),
         "reduce_dtype": name(mp.reduce_dtype),
