@@ -278,6 +278,15 @@ def load_spec(path: str | Path) -> Spec:
             for i, step in enumerate(setup.schedule.steps if setup is not None and setup.schedule is not None else ())
             if step.call is not None
         ]
+        if setup is not None:  # a unit's all_reduce_hook names a function of the hooks file too
+            fsdp = setup.fsdp
+            calls += [
+                (f"setup.fsdp.units[{i}].all_reduce_hook", dict(u.given)["all_reduce_hook"])
+                for i, u in enumerate(fsdp.units or ())
+                if dict(u.given).get("all_reduce_hook")
+            ]
+            if fsdp.unit_defaults().get("all_reduce_hook"):
+                calls.append(("setup.fsdp.all_reduce_hook", fsdp.unit_defaults()["all_reduce_hook"]))
         if setup is not None and setup.hooks is not None:  # the file and its names, nothing imported
             hooks, problems = resolve_hooks(setup.hooks, path, calls)
             setup = dataclasses.replace(setup, hooks=hooks)

@@ -169,6 +169,14 @@ class UnitOptions:
         doc="set_reduce_scatter_max_input_buffers(k, recurse=False) after fully_shard: how many reduce-scatter "
         "input (copy-in) buffers the unit keeps in flight; null: not called (torch: 1)",
     )
+    all_reduce_hook: str | None = key(
+        None,
+        null=True,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        doc="set_all_reduce_hook(f) after fully_shard: f is this function of setup.hooks.file, called as "
+        "f(reduce_output, rank, world_size) with the unit's reduce-scatter output (the all-reduce's under HSDP), "
+        "before FSDP's post-divide; null: not called",
+    )
     allocate_memory_from_process_group_for_comm: bool | None = key(
         None,
         null=True,

@@ -7,6 +7,13 @@ the setter's effect fail: that shows the key reaches torch."""
 
 SETTER_CASES = [
     (
+        "all_reduce_hook",
+        "step_index: 0, hook_calls: 1, numels: [18512]",
+        "step_index: 0, hook_calls: 1, numels: [37024]",
+        "called_once_with_the_flat_shard",
+        "37024",
+    ),
+    (
         "reduce_scatter_group_and_buffers",
         "[layer1_own_group_two_buffers, 1, true, 2]",
         "[layer1_own_group_two_buffers, 1, true, 3]",
@@ -65,6 +72,12 @@ SETTER_CASES = [
 ]
 
 SETTER_SETUP_CASES = [
+    (
+        "all_reduce_hook",
+        "{modules: layers.1, all_reduce_hook: record_reduce_output}",
+        "{modules: layers.1}",  # no hook: nothing recorded
+        ["called_once_with_the_flat_shard"],
+    ),
     (
         "reduce_scatter_group_and_buffers",
         "{modules: layers.1, separate_reduce_scatter_group: true, reduce_scatter_max_input_buffers: 2}",

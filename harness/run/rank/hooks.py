@@ -1,12 +1,14 @@
 """The spec's own hook functions (``setup.hooks``, :mod:`harness.load.hooks`), imported and called on a rank.
 
-The file is imported by path once per rank, under a name from its digest (two specs' ``hooks.py``
-never clash), and called with keyword arguments only (docs/hooks.md).
+The file is imported by path once per rank and run, under a name from its digest, the rank and a count
+(two specs' ``hooks.py`` never clash; simulated ranks sharing a process do not share its state), and
+called with keyword arguments only (docs/hooks.md).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import sys
 from collections.abc import Callable
@@ -22,10 +24,13 @@ class HookError(RuntimeError):
     """A spec's hook function raised, could not be imported, or returned what the harness cannot record."""
 
 
+_IMPORTS = itertools.count()
+
+
 def _import(hooks: HooksSetup, rank: int) -> ModuleType:
-    name = f"fsdp2_spec_hooks_{hooks.digest[:16] or abs(hash(hooks.file))}"
-    if name in sys.modules:
-        return sys.modules[name]
+    """A fresh module per rank and run: a simulated rank shares its process with the others, yet its
+    hooks' module-level state must be its own, as a real rank's process gives it."""
+    name = f"fsdp2_spec_hooks_{hooks.digest[:16] or abs(hash(hooks.file))}_rank{rank}_{next(_IMPORTS)}"
     found = importlib.util.spec_from_file_location(name, hooks.file)
     if found is None or found.loader is None:
         raise HookError(f"rank {rank}: cannot import hooks file {hooks.file!r}")

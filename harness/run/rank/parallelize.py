@@ -207,6 +207,7 @@ def apply_fsdp(
     freeze_after: bool = False,
     grad_dtypes: Sequence[tuple[str, str]] = (),
     after_each: Callable[[ShardUnit, nn.Module], None] | None = None,
+    hook_function: Callable[[str], Callable[[torch.Tensor], None]] | None = None,
 ) -> list[Unit]:
     """``fully_shard(modules, mesh=mesh, **unit.options())`` per unit, in order, children first (a later
     unit containing an earlier one manages only the parameters left); per unit, a
@@ -216,8 +217,9 @@ def apply_fsdp(
     ``root``: allocate and fill this rank's shards), :data:`UNIT_SETTERS`, the prefetch lists ((unit
     name, unit names), "" the root), ``freeze`` (before instead, unless ``freeze_after``) and
     ``compile()``. ``grad_dtypes`` are set first; ``after_each(unit, first module)`` runs after each
-    call. Raises AttributeError (a path names no submodule), ValueError (a freeze pattern matches
-    nothing) and whatever torch raises for a unit."""
+    call; ``hook_function(name)``: the callable a unit's ``all_reduce_hook`` names. Raises AttributeError
+    (a path names no submodule), ValueError (a freeze pattern matches nothing) and whatever torch raises
+    for a unit."""
     if freeze and not freeze_after:
         freeze_params(root, freeze)
     if grad_dtypes:
@@ -227,6 +229,12 @@ def apply_fsdp(
     if materialize is not None:
         materialize(root)
     _set_unit_options(units, groups)
+    for unit, modules in zip(units, groups):
+        name = unit.after.all_reduce_hook if unit.after is not None else None
+        if name is not None:
+            if hook_function is None:
+                raise ValueError(f"unit {unit.path!r}: all_reduce_hook {name!r} without the spec's hooks")
+            modules[0].set_all_reduce_hook(hook_function(name))
     by_name = {u.path: modules[0] for u, modules in zip(units, groups)}
     for unit, targets in forward_prefetch:
         by_name[unit].set_modules_to_forward_prefetch([by_name[t] for t in targets])

@@ -124,3 +124,30 @@ def test_a_schedule_call_without_a_hooks_file_is_refused(tmp_path):
     text = schedule_with_call(None, "freeze")
     with pytest.raises(SpecError, match=r"setup\.schedule\.steps\[1\]\.call: calling 'freeze' needs setup\.hooks"):
         load_spec(write_spec(tmp_path, text))
+
+
+@pytest.mark.parametrize(
+    "text, marker, key, message",
+    [
+        (
+            edit("  seed: 0\n", "  seed: 0\n  hooks: {file: my_hooks.py}\n  fsdp: {all_reduce_hook: on_reduce}\n"),
+            "  fsdp:",
+            "setup.fsdp.all_reduce_hook",
+            "'on_reduce' is not a top-level function of 'my_hooks.py'; defined there: ['freeze', 'observe']",
+        ),
+        (
+            edit("  seed: 0\n", "  seed: 0\n  fsdp: {units: [{modules: 'layers.*', all_reduce_hook: freeze}]}\n"),
+            "  fsdp:",
+            "setup.fsdp.units[0].all_reduce_hook",
+            "calling 'freeze' needs setup.hooks: {file: <your hooks>.py}",
+        ),
+    ],
+)
+def test_an_all_reduce_hook_names_a_function_of_the_hooks_file(tmp_path, text, marker, key, message):
+    (tmp_path / "my_hooks.py").write_text(HOOKS)
+    path = write_spec(tmp_path, text)
+    with pytest.raises(SpecError) as err:
+        load_spec(path)
+    first = str(err.value).splitlines()[0]
+    assert first.startswith(f"{path}:{line_of(text, marker)}: {key}"), first
+    assert message in first, first

@@ -56,6 +56,7 @@ _NOT_SETTERS = {
     "offload_policy",
     "shard_placement",
     "ignored_params",
+    "all_reduce_hook",  # needs the spec's hooks: apply_fsdp's hook_function
     "checkpoint",
     "checkpoint_style",
     "checkpoint_use_reentrant",
