@@ -12,7 +12,7 @@ from tests.support import REPO
 from tests.support.cli import harness_env
 
 _DUMP = """
-import sys, tempfile, torch, torch.distributed as dist
+import sys, tempfile, time, torch, torch.distributed as dist
 from harness.run.launch import flight_recorder
 folder = tempfile.mkdtemp()
 dist.init_process_group("gloo", init_method=f"file://{folder}/rdv", rank=0, world_size=1)
@@ -20,9 +20,15 @@ t = torch.ones(8)
 dist.all_reduce(t)
 dist.all_reduce(t, async_op=True).wait()
 path = f"{folder}/{flight_recorder.FLIGHT_RECORDER_PREFIX}0"
-with open(path, "wb") as f:
-    f.write(torch._C._distributed_c10d._dump_fr_trace())
-entries = flight_recorder._load(path)["entries"]
+# gloo marks an entry completed from its worker thread, which may trail the call's return on a
+# loaded machine: dump again, for at most 10 s, until no entry is still scheduled
+for _ in range(100):
+    with open(path, "wb") as f:
+        f.write(torch._C._distributed_c10d._dump_fr_trace())
+    entries = flight_recorder._load(path)["entries"]
+    if all(e.get("state") != "scheduled" for e in entries):
+        break
+    time.sleep(0.1)
 print(len(entries), sorted({e["profiling_name"] for e in entries}))
 print(flight_recorder.device_view([path])[0])
 dist.destroy_process_group()
