@@ -31,6 +31,7 @@ from harness.load.schedule import schedule_problems
 from harness.load.setup import RunSetup, SetupError, reads_the_mesh
 from harness.load.spec_files import SUFFIXES
 from harness.load.timing import timing_dependent_errors
+from harness.load.units import HOOK_OPTION_KEYS
 from harness.load.yaml_safe import YamlFileError, load_file
 from model.names import param_fqns
 
@@ -278,15 +279,16 @@ def load_spec(path: str | Path) -> Spec:
             for i, step in enumerate(setup.schedule.steps if setup is not None and setup.schedule is not None else ())
             if step.call is not None
         ]
-        if setup is not None:  # a unit's all_reduce_hook names a function of the hooks file too
+        if setup is not None:  # unit options that name a function of the hooks file
             fsdp = setup.fsdp
-            calls += [
-                (f"setup.fsdp.units[{i}].all_reduce_hook", dict(u.given)["all_reduce_hook"])
-                for i, u in enumerate(fsdp.units or ())
-                if dict(u.given).get("all_reduce_hook")
-            ]
-            if fsdp.unit_defaults().get("all_reduce_hook"):
-                calls.append(("setup.fsdp.all_reduce_hook", fsdp.unit_defaults()["all_reduce_hook"]))
+            for option in HOOK_OPTION_KEYS:
+                calls += [
+                    (f"setup.fsdp.units[{i}].{option}", dict(u.given)[option])
+                    for i, u in enumerate(fsdp.units or ())
+                    if dict(u.given).get(option)
+                ]
+                if fsdp.unit_defaults().get(option):
+                    calls.append((f"setup.fsdp.{option}", fsdp.unit_defaults()[option]))
         if setup is not None and setup.hooks is not None:  # the file and its names, nothing imported
             hooks, problems = resolve_hooks(setup.hooks, path, calls)
             setup = dataclasses.replace(setup, hooks=hooks)

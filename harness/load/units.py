@@ -26,6 +26,7 @@ __all__ = [
     "UnitSpec",
     "UnitPlan",
     "UNIT_OPTION_KEYS",
+    "HOOK_OPTION_KEYS",
     "unit_spec_from_yaml",
     "unit_entry_schema",
     "freeze",
@@ -177,6 +178,21 @@ class UnitOptions:
         "f(reduce_output, rank, world_size) with the unit's reduce-scatter output (the all-reduce's under HSDP), "
         "before FSDP's post-divide; null: not called",
     )
+    custom_all_gather: str | None = key(
+        None,
+        null=True,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        doc="set_custom_all_gather(comm) after fully_shard: comm is what this function of setup.hooks.file returns, "
+        "called once per unit as f(unit, rank, world_size): an object with allocate(size, *, dtype, device) and "
+        "__call__(output_tensor, input_tensor, group, async_op) (torch's AllGather); null: not called",
+    )
+    custom_reduce_scatter: str | None = key(
+        None,
+        null=True,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        doc="set_custom_reduce_scatter(comm) after fully_shard: comm as for custom_all_gather, its __call__ taking "
+        "(output_tensor, input_tensor, group, op, async_op) (torch's ReduceScatter); null: not called",
+    )
     allocate_memory_from_process_group_for_comm: bool | None = key(
         None,
         null=True,
@@ -225,6 +241,9 @@ class UnitOptions:
 
 UNIT_OPTION_KEYS: tuple[str, ...] = tuple(f.name for f in fields(UnitOptions))
 """Keys a unit entry (and the ``fsdp`` mapping, as defaults) may set."""
+
+HOOK_OPTION_KEYS: tuple[str, ...] = ("all_reduce_hook", "custom_all_gather", "custom_reduce_scatter")
+"""Unit options that name a function of ``setup.hooks.file``."""
 
 
 def _string_or_list(description: str | None = None) -> dict[str, Any]:

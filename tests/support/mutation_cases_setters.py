@@ -7,6 +7,13 @@ the setter's effect fail: that shows the key reaches torch."""
 
 SETTER_CASES = [
     (
+        "custom_comms",
+        "reduce_scatters: [[37024, 18512]]}",
+        "reduce_scatters: [[37024, 18512], [37024, 18512]]}",
+        "gathered_twice_reduced_once",
+        "[37024, 18512], [37024, 18512]",
+    ),
+    (
         "all_reduce_hook",
         "step_index: 0, hook_calls: 1, numels: [18512]",
         "step_index: 0, hook_calls: 1, numels: [37024]",
@@ -72,6 +79,12 @@ SETTER_CASES = [
 ]
 
 SETTER_SETUP_CASES = [
+    (
+        "custom_comms",
+        "{modules: layers.1, custom_all_gather: all_gather, custom_reduce_scatter: reduce_scatter}",
+        "{modules: layers.1, custom_reduce_scatter: reduce_scatter}",  # torch's own all-gather: none recorded
+        ["gathered_twice_reduced_once"],
+    ),
     (
         "all_reduce_hook",
         "{modules: layers.1, all_reduce_hook: record_reduce_output}",

@@ -20,7 +20,7 @@ from torch.distributed.tensor import DTensor, Shard
 
 import model as qwen3
 from harness.load.setup import RunSetup
-from harness.load.units import MixedPrecision, UnitOptions, match_params
+from harness.load.units import HOOK_OPTION_KEYS, MixedPrecision, UnitOptions, match_params
 from harness.run.rank.build import torch_dtype
 from harness.run.rank.recorders.params import Unit
 
@@ -207,7 +207,7 @@ def apply_fsdp(
     freeze_after: bool = False,
     grad_dtypes: Sequence[tuple[str, str]] = (),
     after_each: Callable[[ShardUnit, nn.Module], None] | None = None,
-    hook_function: Callable[[str], Callable[[torch.Tensor], None]] | None = None,
+    call_hook: Callable[..., Any] | None = None,
 ) -> list[Unit]:
     """``fully_shard(modules, mesh=mesh, **unit.options())`` per unit, in order, children first (a later
     unit containing an earlier one manages only the parameters left); per unit, a
@@ -217,7 +217,7 @@ def apply_fsdp(
     ``root``: allocate and fill this rank's shards), :data:`UNIT_SETTERS`, the prefetch lists ((unit
     name, unit names), "" the root), ``freeze`` (before instead, unless ``freeze_after``) and
     ``compile()``. ``grad_dtypes`` are set first; ``after_each(unit, first module)`` runs after each
-    call; ``hook_function(name)``: the callable a unit's ``all_reduce_hook`` names. Raises AttributeError
+    call; ``call_hook(name, **kwargs)`` calls the hooks-file function a unit option names. Raises AttributeError
     (a path names no submodule), ValueError (a freeze pattern matches nothing) and whatever torch raises
     for a unit."""
     if freeze and not freeze_after:
@@ -229,12 +229,7 @@ def apply_fsdp(
     if materialize is not None:
         materialize(root)
     _set_unit_options(units, groups)
-    for unit, modules in zip(units, groups):
-        name = unit.after.all_reduce_hook if unit.after is not None else None
-        if name is not None:
-            if hook_function is None:
-                raise ValueError(f"unit {unit.path!r}: all_reduce_hook {name!r} without the spec's hooks")
-            modules[0].set_all_reduce_hook(hook_function(name))
+    _set_hook_options(units, groups, call_hook)
     by_name = {u.path: modules[0] for u, modules in zip(units, groups)}
     for unit, targets in forward_prefetch:
         by_name[unit].set_modules_to_forward_prefetch([by_name[t] for t in targets])
@@ -344,6 +339,22 @@ def _set_unit_options(units: Sequence[ShardUnit], groups: list[list[nn.Module]])
             value = getattr(unit.after, name)
             if value != getattr(defaults, name):
                 setter(modules[0], value)
+
+
+def _set_hook_options(units: Sequence[ShardUnit], groups: list[list[nn.Module]], call_hook: Any) -> None:
+    """The unit options that name a function of the spec's hooks file (:data:`HOOK_OPTION_KEYS`)."""
+    for unit, modules in zip(units, groups):
+        o, module = unit.after, modules[0]
+        named = {k: getattr(o, k) for k in HOOK_OPTION_KEYS if o is not None and getattr(o, k) is not None}
+        if named and call_hook is None:
+            raise ValueError(f"unit {unit.path!r}: {named} without the spec's hooks")
+        if "all_reduce_hook" in named:
+            name = named["all_reduce_hook"]
+            module.set_all_reduce_hook(lambda reduce_output, name=name: call_hook(name, reduce_output=reduce_output))
+        if "custom_all_gather" in named:
+            module.set_custom_all_gather(call_hook(named["custom_all_gather"], unit=unit.path or "root"))
+        if "custom_reduce_scatter" in named:
+            module.set_custom_reduce_scatter(call_hook(named["custom_reduce_scatter"], unit=unit.path or "root"))
 
 
 def _managed(root: nn.Module, units: Sequence[ShardUnit], groups: list[list[nn.Module]]) -> list[Unit]:

@@ -121,7 +121,7 @@ class RankStep(RankBody):
                     freeze_after=setup.freeze.after_fully_shard,
                     grad_dtypes=setup.grad_dtype,
                     after_each=after_each,
-                    hook_function=self._all_reduce_hook,
+                    call_hook=self.hooks.call_named,
                 )
             strategy.after_sharding(self, stack, instruments, root)
             with phases.phase("setup"):
@@ -131,10 +131,6 @@ class RankStep(RankBody):
             with instruments.observing(root, optimizer, units, inputs=(self.inputs.tensor,), updates=updates):
                 outcome = run_steps(self.steps, root, self.loss_fn, optimizer, phases, instruments, self.hooks)
         return Trained(root, shard_units, units, optimizer, sharded, instruments, references, updates, outcome)
-
-    def _all_reduce_hook(self, name: str) -> Callable[[torch.Tensor], None]:
-        """``set_all_reduce_hook``'s callable for hooks-file function ``name`` (HookError if it raises)."""
-        return lambda reduce_output: self.hooks.call_named(name, reduce_output=reduce_output)
 
     def observe(self, trained: Trained, trace_dir: str | None) -> tuple[dict[str, Any], Any]:
         """(the recorders' pieces of the entry, the numerics comparison or None)."""

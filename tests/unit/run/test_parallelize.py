@@ -56,7 +56,9 @@ _NOT_SETTERS = {
     "offload_policy",
     "shard_placement",
     "ignored_params",
-    "all_reduce_hook",  # needs the spec's hooks: apply_fsdp's hook_function
+    "all_reduce_hook",  # these three name hooks-file functions: apply_fsdp's call_hook
+    "custom_all_gather",
+    "custom_reduce_scatter",
     "checkpoint",
     "checkpoint_style",
     "checkpoint_use_reentrant",
