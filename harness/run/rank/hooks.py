@@ -74,15 +74,15 @@ class RunHooks:
             ) from exc
 
     def call_named(self, name: str, **kwargs: Any) -> Any:
-        """Call the file's function ``name`` (a schedule step's ``call``) likewise; :class:`HookError` also
-        without a hooks file."""
+        """Call the file's function ``name`` (a schedule step's ``call``, a unit option's function) likewise;
+        :class:`HookError` also without a hooks file."""
         if self._module is None:
-            raise HookError(f"rank {self.rank}: schedule step calls {name!r} but the setup has no setup.hooks.file")
+            raise HookError(f"rank {self.rank}: the setup calls {name!r} but has no setup.hooks.file")
         try:
             return getattr(self._module, name)(**kwargs, rank=self.rank, world_size=self.world_size)
         except Exception as exc:
             raise HookError(
-                f"rank {self.rank}: schedule call {name} (in {self.file}) raised {type(exc).__name__}: {exc}"
+                f"rank {self.rank}: hooks function {name} (in {self.file}) raised {type(exc).__name__}: {exc}"
             ) from exc
 
     def loss(self) -> Callable[[Any, Any], Any] | None:
