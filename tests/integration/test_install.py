@@ -4,6 +4,7 @@ through the pytest11 entry point (no conftest.py, no checkout on the path)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -77,11 +78,14 @@ def test_pip_install_then_pytest_a_spec_elsewhere(tmp_path):
     )
     assert build.returncode == 0, build.stdout + build.stderr
     (wheel,) = wheels.glob("fsdp2_conformance-*.whl")
+    # without PYTHONPATH: a checkout on it shows pip this package's egg-info as installed already
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     install = subprocess.run(
         [str(python), "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "-q", str(wheel)],
         capture_output=True,
         text=True,
         timeout=600,
+        env=clean,
     )
     assert install.returncode == 0, install.stdout + install.stderr
 
