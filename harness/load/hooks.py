@@ -18,7 +18,7 @@ from pathlib import Path
 
 from harness.load.declare import key
 
-__all__ = ["HOOK_POINTS", "HooksSetup", "resolve_hooks"]
+__all__ = ["FUNCTION_NAME", "HOOK_POINTS", "HooksSetup", "resolve_hooks"]
 
 HOOK_POINTS = (
     "after_build",
@@ -32,7 +32,10 @@ HOOK_POINTS = (
 )
 """The hook keys, in the order a rank reaches them (``loss`` and ``observe`` per forward / step)."""
 
-_NAME = {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"}
+FUNCTION_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+"""What a key naming a function of the hooks file matches (hook points, a schedule ``call``, unit options)."""
+
+_NAME = {"type": "string", "pattern": FUNCTION_NAME}
 
 
 def _name(doc: str) -> str | None:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from harness.load.declare import Problems, build, key
+from harness.load.hooks import FUNCTION_NAME
 from model.steps import STEP_NAMES
 
 __all__ = [
@@ -121,7 +122,7 @@ class ScheduleStep:
     repeat: int = key(1, minimum=1, doc="run this step K times; step_index counts the repeats")
     call: str | None = key(
         None,
-        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        pattern=FUNCTION_NAME,
         doc="a function of setup.hooks.file called as f(model, step_index, rank, world_size) at "
         "the start of the step, after setup.hooks.before_step (the reference makes the same "
         "call)",

@@ -710,27 +710,26 @@ def _param_pattern_problems(setup: RunSetup, plans: list[UnitPlan], fqns: tuple[
             "('*' is one component, '**' several)"
         )
 
+    def written_at(plan: UnitPlan, option: str) -> str:
+        """The key path of a unit's option: its own entry's, or the fsdp default it took."""
+        if plan.entry is not None and option in dict(setup.fsdp.units[plan.entry].given):
+            return f"setup.fsdp.units[{plan.entry}].{option}"
+        return f"setup.fsdp.{option}"
+
     out = []
     seen = set()
     for plan in plans:
-        for pattern, _ in plan.options.shard_placement:
-            where = (
-                f"setup.fsdp.units[{plan.entry}].shard_placement"
-                if plan.entry is not None and "shard_placement" in dict(setup.fsdp.units[plan.entry].given)
-                else "setup.fsdp.shard_placement"
-            )
-            if (where, pattern) not in seen and not match_params(pattern, fqns):
-                seen.add((where, pattern))
-                out.append((where, hint(pattern)))
-        for pattern in plan.options.ignored_params:
-            where = (
-                f"setup.fsdp.units[{plan.entry}].ignored_params"
-                if plan.entry is not None and "ignored_params" in dict(setup.fsdp.units[plan.entry].given)
-                else "setup.fsdp.ignored_params"
-            )
-            if (where, pattern) not in seen and not match_params(pattern, fqns):
-                seen.add((where, pattern))
-                out.append((where, hint(pattern)))
+        patterns = {
+            "shard_placement": [pattern for pattern, _ in plan.options.shard_placement],
+            "ignored_params": list(plan.options.ignored_params),
+        }
+        for option, written in patterns.items():
+            where = written_at(plan, option)
+            for pattern in written:
+                if (where, pattern) not in seen and not match_params(pattern, fqns):
+                    seen.add((where, pattern))
+                    out.append((where, hint(pattern)))
+        where = written_at(plan, "ignored_params")
         if plan.options.ignored_params and setup.numerics and (where, "numerics") not in seen:
             seen.add((where, "numerics"))
             out.append(

@@ -280,15 +280,15 @@ def load_spec(path: str | Path) -> Spec:
             if step.call is not None
         ]
         if setup is not None:  # unit options that name a function of the hooks file
-            fsdp = setup.fsdp
+            fsdp, defaults = setup.fsdp, setup.fsdp.unit_defaults()
             for option in HOOK_OPTION_KEYS:
                 calls += [
                     (f"setup.fsdp.units[{i}].{option}", dict(u.given)[option])
                     for i, u in enumerate(fsdp.units or ())
                     if dict(u.given).get(option)
                 ]
-                if fsdp.unit_defaults().get(option):
-                    calls.append((f"setup.fsdp.{option}", fsdp.unit_defaults()[option]))
+                if defaults.get(option):
+                    calls.append((f"setup.fsdp.{option}", defaults[option]))
         if setup is not None and setup.hooks is not None:  # the file and its names, nothing imported
             hooks, problems = resolve_hooks(setup.hooks, path, calls)
             setup = dataclasses.replace(setup, hooks=hooks)

@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 from harness.calculator import DTYPE_BYTES
 from harness.language.suggest import closest, did_you_mean
 from harness.load.declare import convert_key, key, object_schema
+from harness.load.hooks import FUNCTION_NAME
 
 __all__ = [
     "MixedPrecision",
@@ -173,7 +174,7 @@ class UnitOptions:
     all_reduce_hook: str | None = key(
         None,
         null=True,
-        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        pattern=FUNCTION_NAME,
         doc="set_all_reduce_hook(f) after fully_shard: f is this function of setup.hooks.file, called as "
         "f(reduce_output, rank, world_size) with the unit's reduce-scatter output (the all-reduce's under HSDP), "
         "before FSDP's post-divide; null: not called",
@@ -181,7 +182,7 @@ class UnitOptions:
     custom_all_gather: str | None = key(
         None,
         null=True,
-        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        pattern=FUNCTION_NAME,
         doc="set_custom_all_gather(comm) after fully_shard: comm is what this function of setup.hooks.file returns, "
         "called once per unit as f(unit, rank, world_size): an object with allocate(size, *, dtype, device) and "
         "__call__(output_tensor, input_tensor, group, async_op) (torch's AllGather); null: not called",
@@ -189,7 +190,7 @@ class UnitOptions:
     custom_reduce_scatter: str | None = key(
         None,
         null=True,
-        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        pattern=FUNCTION_NAME,
         doc="set_custom_reduce_scatter(comm) after fully_shard: comm as for custom_all_gather, its __call__ taking "
         "(output_tensor, input_tensor, group, op, async_op) (torch's ReduceScatter); null: not called",
     )

@@ -61,13 +61,17 @@ def test_the_digest_follows_the_file_so_a_cached_run_is_not_reused(tmp_path):
     ],
 )
 def test_a_bad_hooks_key_names_file_line_and_key(tmp_path, hooks, key, message):
+    _assert_first_error(tmp_path, with_hooks(hooks), "  hooks:", key, message)
+
+
+def _assert_first_error(tmp_path, text, marker, key, message):
+    """Loading ``text`` beside HOOKS fails, its first line naming the file, ``marker``'s line and ``key``."""
     (tmp_path / "my_hooks.py").write_text(HOOKS)
-    text = with_hooks(hooks)
     path = write_spec(tmp_path, text)
     with pytest.raises(SpecError) as err:
         load_spec(path)
     first = str(err.value).splitlines()[0]
-    assert first.startswith(f"{path}:{line_of(text, '  hooks:')}: {key}"), first
+    assert first.startswith(f"{path}:{line_of(text, marker)}: {key}"), first
     assert message in first, first
 
 
@@ -144,10 +148,4 @@ def test_a_schedule_call_without_a_hooks_file_is_refused(tmp_path):
     ],
 )
 def test_an_all_reduce_hook_names_a_function_of_the_hooks_file(tmp_path, text, marker, key, message):
-    (tmp_path / "my_hooks.py").write_text(HOOKS)
-    path = write_spec(tmp_path, text)
-    with pytest.raises(SpecError) as err:
-        load_spec(path)
-    first = str(err.value).splitlines()[0]
-    assert first.startswith(f"{path}:{line_of(text, marker)}: {key}"), first
-    assert message in first, first
+    _assert_first_error(tmp_path, text, marker, key, message)
