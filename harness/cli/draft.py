@@ -178,14 +178,14 @@ def _input_problem(args: argparse.Namespace) -> str | None:
     # where run would refuse to simulate the drafted spec (the same estimate); a real-backend draft
     # tabulates every rank, and its pre-flight check would refuse more ranks than processes anyway
     too_big = _simulation_problem(args)
-    real = args.backend in ("gloo", "nccl")
-    if real and (too_big is not None or (args.world_size > process_limit() and not args.no_preflight)):
-        return (
-            f"--world-size {args.world_size:,}: would start {args.world_size:,} processes on this machine, "
-            f"over its limit of {process_limit()}; "
-            + (f"simulated, {too_big}" if too_big else "use --backend fake to draft it for simulated ranks")
-        )
-    if too_big is not None:
+    if args.backend in ("gloo", "nccl"):
+        if args.world_size > process_limit() and not args.no_preflight:
+            return (
+                f"--world-size {args.world_size:,}: would start {args.world_size:,} processes on this machine, "
+                f"over its limit of {process_limit()}; "
+                + (f"simulated, {too_big}" if too_big else "use --backend fake to draft it for simulated ranks")
+            )
+    elif too_big is not None:
         return f"--world-size {args.world_size:,}: {too_big}"
     return _config_problem(args.config)
 
