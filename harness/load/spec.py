@@ -534,6 +534,10 @@ def _table_form_errors(data: Any) -> list[tuple[tuple, str]]:
 TABLE_FORMS = "a table holds either 'columns' with 'rows', or 'entries' (one of the two forms, not both)"
 
 
+MAX_ENUM_SHOWN = 12
+"""Allowed values an error lists before '... N more' (the check kinds are over 30)."""
+
+
 def _most_specific(errors: list[jsonschema.ValidationError]) -> jsonschema.ValidationError:
     """The deepest error, descending into oneOf/anyOf contexts to the branch that got furthest."""
     err = max(errors, key=lambda e: len(list(e.absolute_path)))
@@ -550,6 +554,9 @@ def _schema_message(err: jsonschema.ValidationError) -> str:
         values = err.validator_value
         hint = did_you_mean(err.instance, [v for v in values if isinstance(v, str)])
         shown = closest_first(err.instance, values) if hint else values
+        if len(shown) > MAX_ENUM_SHOWN:  # a long list would push the bad value past the line's cut
+            more = len(shown) - MAX_ENUM_SHOWN
+            shown = str(shown[:MAX_ENUM_SHOWN])[:-1] + f", ... {more} more]"
         return f"{hint}expected one of {shown}, got {err.instance!r}"
     if err.validator == "required":
         return err.message
