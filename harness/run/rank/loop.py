@@ -18,6 +18,7 @@ import model as qwen3
 from harness.run.rank.hooks import RunHooks
 from harness.run.rank.instruments import Instruments
 from harness.run.rank.parallelize import step_requires_grad
+from harness.run.rank.recorders.events import call_span
 from harness.run.rank.recorders.phases import Phases
 from harness.run.rank.step_plan import PlannedMicrobatch, PlannedStep, StepCapture
 
@@ -30,6 +31,10 @@ class StepOutcome:
 
     output: torch.Tensor
     loss: torch.Tensor
+
+
+def _unit_key(unit: str) -> str:
+    return "" if unit == "root" else unit
 
 
 def _module(root: nn.Module, unit: str) -> nn.Module:
@@ -130,7 +135,8 @@ def _run_microbatch(
     if spec.unshard:
         with instruments.phase("unshard", step.index, mb.index):
             for unit in spec.unshard:
-                _module(root, unit).unshard()
+                with call_span("unshard", _unit_key(unit)):
+                    _module(root, unit).unshard()
     losses = []
     with instruments.phase("forward", step.index, mb.index):
         with torch.no_grad() if spec.no_grad else contextlib.nullcontext():

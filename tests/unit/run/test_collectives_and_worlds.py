@@ -60,6 +60,21 @@ def test_attribution_takes_the_innermost_labels_and_the_outermost_duplicate():
     ]
 
 
+def test_a_label_without_a_module_name_takes_the_unit_of_the_loops_call():
+    """Before the root's lazy init FSDP's labels carry no module name: a manual unshard() of layers.0
+    then read as the root's all-gather (specs/unshard_async.yaml)."""
+    spans = [
+        Span("HARNESS::call unshard layers.0", 0, 100, 1),
+        Span("FSDP::all_gather", 10, 90, 1),
+        Span("c10d::_allgather_base_", 20, 80, 1),
+        Span("FSDP::all_gather", 200, 290, 1),  # outside every call: the root's
+        Span("c10d::_allgather_base_", 210, 280, 1),
+    ]
+    called, root = attribute([_record(), _record()], spans)
+    assert (called["unit"], called["hook"], root["unit"]) == ("layers.0", None, "")
+    assert called["fsdp_labels"] == ["FSDP::all_gather"]  # the loop's span is not an FSDP label
+
+
 def test_attribution_refuses_lists_that_disagree():
     with pytest.raises(AttributionError, match="dispatcher saw 2 collectives, the profiler 1"):
         attribute([_record(), _record()], [Span("c10d::_allgather_base_", 0, 1, 1)])

@@ -17,6 +17,8 @@ __all__ = [
     "AttributionError",
     "Span",
     "attribute",
+    "call_span_name",
+    "called_unit",
     "host_events",
     "parse_fsdp_label",
     "profiler_spans",
@@ -39,10 +41,28 @@ _UNIT_LABELS = {
     "FSDP::post_backward_reduce",
     "FSDP::post_backward_rs_wait",
 }
+# The loop's own span around a manual FSDPModule call ("HARNESS::call unshard layers.0"): before the
+# root's lazy init FSDP's labels carry no FQN ("FSDP::all_gather"), which would read as the root.
+CALL_MARK = "HARNESS::call "
+_CALL = re.compile(r"^HARNESS::call (?P<method>\S+) (?P<unit>\S+)$")
 _WITH_FQN = re.compile(r"^(?P<label>FSDP::[A-Za-z_]+)(?: \((?P<fqn>[^)]*)\))?(?: \[pg=\d+\])?$")
 _PREFETCH = re.compile(r"^(?P<label>FSDP::(?:forward|backward)_prefetch) for ?(?P<fqn>.*)$")
 # Labels that carry data, not a hook: the hook is the innermost enclosing label of another kind.
 _NOT_HOOKS = {"FSDP::all_gather", "FSDP::all_gather_copy_out"}
+
+
+def call_span_name(method: str, unit: str) -> str:
+    """The profiler span the loop opens around ``unit.<method>()`` (``unit`` "" is the root)."""
+    return f"{CALL_MARK}{method} {unit or 'root'}"
+
+
+def called_unit(span: "Span", calls: Iterable["Span"]) -> str | None:
+    """The unit of the innermost loop call span around ``span`` (by wall time), None outside all."""
+    around = [c for c in calls if c.start <= span.start and span.end <= c.end]
+    if not around:
+        return None
+    unit = _CALL.match(around[-1].name)["unit"]
+    return "" if unit == "root" else unit
 
 
 def parse_fsdp_label(name: str) -> tuple[str, str | None]:
@@ -100,7 +120,7 @@ def profiler_spans(prof: Any) -> list[Span]:
     spans = []
     for ev in host_events(prof):
         name = ev.name()
-        if name.startswith("FSDP::") or name in _COLLECTIVE_EVENT_NAMES:
+        if name.startswith(("FSDP::", CALL_MARK)) or name in _COLLECTIVE_EVENT_NAMES:
             spans.append(Span(name, ev.start_ns(), ev.end_ns(), ev.start_thread_id()))
     spans.sort(key=lambda sp: (sp.start, -sp.end))
     return spans
@@ -115,7 +135,8 @@ def attribute(records: list[dict[str, Any]], spans: Iterable[Span]) -> list[dict
     """
     spans = sorted(spans, key=lambda sp: (sp.start, -sp.end))
     labels_all = [sp for sp in spans if sp.name.startswith("FSDP::")]
-    collectives_all = [sp for sp in spans if not sp.name.startswith("FSDP::")]
+    calls = [sp for sp in spans if sp.name.startswith(CALL_MARK)]
+    collectives_all = [sp for sp in spans if not sp.name.startswith(("FSDP::", CALL_MARK))]
     # The profiler shows one op as nested events of the same name (one level per active
     # dispatch mode, with "PythonDispatchMode" events between them), and a functional
     # collective (``_c10d_functional::all_reduce``, DTensor's) with the c10d op it calls inside
@@ -142,6 +163,8 @@ def attribute(records: list[dict[str, Any]], spans: Iterable[Span]) -> list[dict
             unit = parse_fsdp_label(name)[1]
             if unit is not None:
                 break
+        if unit == "":  # a label with no FQN: the root's, or any unit's before the root's lazy init
+            unit = called_unit(sp, calls) or ""
         hook = None
         for name in reversed(labels):
             label = parse_fsdp_label(name)[0]

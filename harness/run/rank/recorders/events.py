@@ -17,12 +17,12 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from .attribution import host_events
+from .attribution import CALL_MARK, call_span_name, called_unit, host_events
 from .backward_points import after_post_backward, after_pre_backward
 from .collectives import parse_fsdp_label
 from .params import Unit
 
-__all__ = ["MARK", "TRAINING_STATES", "ShardStateProbe", "phase_span", "events_from_profiler"]
+__all__ = ["MARK", "TRAINING_STATES", "ShardStateProbe", "call_span", "phase_span", "events_from_profiler"]
 
 MARK = "HARNESS::"
 
@@ -61,6 +61,14 @@ def phase_span(phase: str, step_index: int | None, microbatch: int | None) -> It
     s = -1 if step_index is None else step_index
     m = -1 if microbatch is None else microbatch
     with torch.autograd.profiler.record_function(f"{MARK}phase {phase} {s} {m}"):
+        yield
+
+
+@contextlib.contextmanager
+def call_span(method: str, unit: str) -> Iterator[None]:
+    """A profiler span around the loop's ``unit.<method>()``: it names the unit of FSDP labels inside it
+    that carry no FQN (before the root's lazy init); not itself an event."""
+    with torch.autograd.profiler.record_function(call_span_name(method, unit)):
         yield
 
 
@@ -140,8 +148,9 @@ def events_from_profiler(prof: Any) -> list[dict[str, Any]]:
             spans.append(_Span(name, ev.start_ns(), ev.end_ns(), ev.start_thread_id()))
     spans.sort(key=lambda sp: (sp.start, -sp.end))
     phases = [sp for sp in spans if _PHASE.match(sp.name)]
+    calls = [sp for sp in spans if sp.name.startswith(CALL_MARK)]
     labels = [sp for sp in spans if sp.name.startswith("FSDP::")]
-    phase_ids = {id(sp) for sp in phases}
+    phase_ids = {id(sp) for sp in phases + calls}
     out = []
     for sp in spans:
         if id(sp) in phase_ids:
@@ -161,6 +170,8 @@ def events_from_profiler(prof: Any) -> list[dict[str, Any]]:
             source, state = "harness", None
         else:
             label, unit = parse_fsdp_label(sp.name)
+            if unit == "":  # no FQN: the root's label, or a called unit's before the root's lazy init
+                unit = called_unit(sp, calls) or ""
             event, source = label.removeprefix("FSDP::"), "fsdp"
             state = TRAINING_STATES.get(label)
             if label in _DATA_LABELS:
