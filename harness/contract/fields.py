@@ -457,8 +457,9 @@ RANK_PARAM_STATES = Records(
             "Step 0 done), 'post_forward' right after its post-forward hook (Step 11 done), 'pre_backward' right "
             "after its pre-backward hook, 'post_backward' right after the RegisterPostBackwardFunction node that "
             "runs its post-backward (units whose inputs need a gradient), 'after_backward', 'after_optimizer_step', "
-            "'after_zero_grad' when the loop's call returned. Taken with module and autograd hooks registered after "
-            "fully_shard; forward points not while backward recomputes."
+            "'after_zero_grad', 'after_reset_iter_state' (an aborted step's recovery) when the loop's call "
+            "returned. Taken with module and autograd hooks registered after fully_shard; forward points not "
+            "while backward recomputes."
         )
     },
     by="harness/run/rank/recorders/param_states.py",

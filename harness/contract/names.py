@@ -28,11 +28,13 @@ PHASES: tuple[str, ...] = (
     "forward",
     "reshard",
     "backward",
+    "reset_iter_state",
     "clip_grad_norm",
     "optimizer",
 )
 """Phases of a rank's step, in order (recorders.phases; the schedule's runtime calls have their own:
-``zero_grad``, ``unshard``, ``reshard``, ``clip_grad_norm``); a collective records the phase it ran in."""
+``zero_grad``, ``unshard``, ``reshard``, ``reset_iter_state`` after an aborted backward,
+``clip_grad_norm``); a collective records the phase it ran in."""
 
 RANK_PHASES: tuple[str, ...] = (
     "starting",
@@ -134,14 +136,16 @@ PARAM_STATE_POINTS: tuple[str, ...] = (
     "after_backward",
     "after_optimizer_step",
     "after_zero_grad",
+    "after_reset_iter_state",
     "after_fully_shard",
 )
 """Where a unit's parameters are looked at (``harness/run/rank/recorders/param_states.py``): after a
 ``fully_shard`` call (the ``fully_shard_calls`` record); right after FSDP's pre-forward hook (the
 document's Step 0), its post-forward hook (Step 11), its pre-backward hook and its post-backward;
-after ``loss.backward()``, ``optimizer.step()`` and ``optimizer.zero_grad()`` return."""
+after ``loss.backward()``, ``optimizer.step()``, ``optimizer.zero_grad()`` and an aborted step's
+``reset_iter_state()`` return."""
 
-PARAM_STATE_STEP_POINTS: tuple[str, ...] = ("after_optimizer_step", "after_zero_grad")
+PARAM_STATE_STEP_POINTS: tuple[str, ...] = ("after_optimizer_step", "after_zero_grad", "after_reset_iter_state")
 """The points a step takes once, outside its microbatches (their ``microbatch`` is null)."""
 
 UNIT_ROLES: tuple[str, ...] = ("layer", "root", "module")

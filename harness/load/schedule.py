@@ -11,6 +11,8 @@ rank's inputs, the body's loss, ``loss.backward()``, ``optimizer.step()``. Each 
    as ``gradient_sync`` / ``all_reduce`` say: ``unshard``, the ``forwards``, ``reshard``, then,
    unless ``forward_only``, one backward of the mean of its losses divided by ``microbatches``
    (the accumulated gradient is the mean over the step's samples), times ``loss_scale``;
+   With ``abort_backward_at`` the backward raises at that unit and the loop calls the root's
+   ``reset_iter_state()``; the step ends there;
 3. ``clip_grad_norm`` over the model's parameters (the returned total norm is observed);
 4. ``optimizer.step()`` unless ``optimizer_step: false`` or ``forward_only``.
 
@@ -18,7 +20,8 @@ rank's inputs, the body's loss, ``loss.backward()``, ``optimizer.step()``. Each 
 indices count within a step.
 
 Source: torch 2.13 ``FSDPModule.set_requires_gradient_sync``, ``set_requires_all_reduce``,
-``unshard``, ``reshard``; ``torch.nn.utils.clip_grad_norm_``; ``torch.optim.Optimizer.zero_grad``.
+``unshard`` (``async_op``), ``reshard``, ``reset_iter_state``; ``torch.nn.utils.clip_grad_norm_``;
+``torch.optim.Optimizer.zero_grad``.
 Imports nothing heavy (no torch): loading a spec stays fast.
 """
 
@@ -40,6 +43,7 @@ __all__ = [
     "ScheduleStep",
     "Schedule",
     "schedule_problems",
+    "aborted_step_problems",
 ]
 
 LOSSES: tuple[str, ...] = ("mean_square", "sum", "cross_entropy")
@@ -119,6 +123,18 @@ class ScheduleStep:
     reshard: tuple[str, ...] = key(
         (), doc="units to FSDPModule.reshard() after each microbatch's forwards ('root' for the root)"
     )
+    unshard_async: bool = key(
+        False,
+        doc="unshard with FSDPModule.unshard(async_op=True): the all-gather is issued at once and its "
+        "UnshardHandle is left to the unit's pre-forward hook, which waits on it",
+    )
+    abort_backward_at: str | None = key(
+        None,
+        doc="FSDP unit ('root' for the root) at whose backward the step's backward raises, once FSDP's "
+        "pre-backward hook has unsharded it; the loop catches the error and calls reset_iter_state() on "
+        "the root (FSDPModule.reset_iter_state); the step then ends: no clip_grad_norm, optimizer step "
+        "or after_microbatch hook, and the reference skips it",
+    )
     repeat: int = key(1, minimum=1, doc="run this step K times; step_index counts the repeats")
     call: str | None = key(
         None,
@@ -190,6 +206,19 @@ class ScheduleStep:
                 )
             if not self.backward:
                 problems.append((f"{where}.all_reduce", "a forward-only step reduces nothing; expected no all_reduce"))
+        if self.unshard_async and not self.unshard:
+            problems.append((f"{where}.unshard_async", "names no unit to unshard; expected unshard: [<unit>, ...]"))
+        if self.abort_backward_at is not None:
+            if not self.backward:
+                problems.append((f"{where}.abort_backward_at", "a forward-only step runs no backward to abort"))
+            if self.microbatches != 1:
+                problems.append(
+                    (f"{where}.abort_backward_at", f"expected a step of 1 microbatch, got {self.microbatches}")
+                )
+            if self.clip_grad_norm is not None:
+                problems.append(
+                    (f"{where}.clip_grad_norm", "an aborted step clips nothing; expected no clip_grad_norm")
+                )
         both = [p for p in self.freeze if p in self.unfreeze]
         if both:
             problems.append(
@@ -304,4 +333,29 @@ def schedule_problems(
             for j, name in enumerate(getattr(step, call)):
                 if name not in shown_units:
                     out.append((f"{where}.{call}[{j}]", f"no FSDP unit {name!r}; units: {shown_units}"))
+        if step.abort_backward_at is not None and step.abort_backward_at not in shown_units:
+            out.append((f"{where}.abort_backward_at", f"no FSDP unit {step.abort_backward_at!r}; units: {shown_units}"))
+    return out
+
+
+def aborted_step_problems(schedule: Schedule) -> list[tuple[str, str]]:
+    """With numerics on: an aborted step's gradients that did reach the shards are not the reference's,
+    so the next step must clear them (zero_grad not false) and an aborted step cannot be the last."""
+    out: list[tuple[str, str]] = []
+    run = schedule.expanded()
+    written = [i for i, s in enumerate(schedule.steps) for _ in range(s.repeat)]
+    for n, step in enumerate(run):
+        if step.abort_backward_at is None:
+            continue
+        where = f"setup.schedule.steps[{written[n]}].abort_backward_at"
+        if n + 1 == len(run):
+            out.append((where, "with numerics on, an aborted step is followed by a step that clears its gradients"))
+        elif run[n + 1].zero_grad is False:
+            out.append(
+                (
+                    f"setup.schedule.steps[{written[n + 1]}].zero_grad",
+                    "the step after an aborted one keeps its partly reduced gradients; with numerics on, expected "
+                    "zero_grad true or zeros",
+                )
+            )
     return out

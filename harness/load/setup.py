@@ -16,7 +16,7 @@ from typing import Any, Mapping
 from harness.contract.names import BANDWIDTH_OPS
 from harness.load.declare import Problems, build, key
 from harness.load.hooks import HooksSetup
-from harness.load.schedule import Schedule
+from harness.load.schedule import Schedule, aborted_step_problems
 from harness.load.units import (
     DTYPES,
     MixedPrecision,
@@ -682,6 +682,10 @@ class RunSetup:
                     "repair: false goes with device: meta",
                 )
             )
+        if self.numerics and self.schedule is not None:
+            problems += [
+                (f"{where}{path[len('setup') :]}", message) for path, message in aborted_step_problems(self.schedule)
+            ]
         if self.numerics_reference != "each_rank" and given.get("schedule"):
             problems.append(
                 (

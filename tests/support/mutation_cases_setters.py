@@ -7,6 +7,20 @@ the setter's effect fail: that shows the key reaches torch."""
 
 SETTER_CASES = [
     (
+        "reset_iter_state",
+        "[layer0_resharded_by_reset, layers.0, after_reset_iter_state, 11, 0, 11, 74048]",
+        "[layer0_resharded_by_reset, layers.0, after_reset_iter_state, 11, 0, 11, 148096]",
+        "layer0_resharded_by_reset",
+        "148,096",
+    ),
+    (
+        "unshard_async",
+        'phase: unshard, source: fsdp,\n         sequence: ["all_gather layers.0"]}',
+        'phase: unshard, source: fsdp,\n         sequence: ["all_gather layers.0", "all_gather_copy_out layers.0"]}',
+        "async_leaves_the_copy_out",
+        "all_gather_copy_out layers.0",
+    ),
+    (
         "custom_comms",
         "reduce_scatters: [[37024, 18512]]}",
         "reduce_scatters: [[37024, 18512], [37024, 18512]]}",
@@ -79,6 +93,18 @@ SETTER_CASES = [
 ]
 
 SETTER_SETUP_CASES = [
+    (
+        "reset_iter_state",
+        "- {abort_backward_at: layers.0}",
+        "- {}",  # no abort: nothing to recover, layers.0 reduced in step 0
+        ["layer0_resharded_by_reset", "layer1_sharded_after_reset", "layer0_never_reduced", "layer0_has_none"],
+    ),
+    (
+        "unshard_async",
+        "{unshard: [layers.0], unshard_async: true}",
+        "{unshard: [layers.0]}",  # waited in the call: its copy-out runs there
+        ["async_leaves_the_copy_out", "pre_forward_waits_on_the_handle"],
+    ),
     (
         "custom_comms",
         "{modules: layers.1, custom_all_gather: all_gather, custom_reduce_scatter: reduce_scatter}",

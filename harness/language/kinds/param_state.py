@@ -134,7 +134,7 @@ KIND = CheckKind(
             "point",
             "after_fully_shard (with 'call'), pre_forward (after Step 0's all-gather), post_forward (after Step "
             "11's reshard), pre_backward, post_backward (right after FSDP's hooks), after_backward, "
-            "after_optimizer_step, after_zero_grad",
+            "after_optimizer_step, after_zero_grad, after_reset_iter_state (an aborted step's recovery)",
             _check_point,
         ),
         Selector(

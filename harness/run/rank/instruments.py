@@ -243,6 +243,11 @@ class Instruments:
         if self._hooks is not None:
             self._hooks.snapshot_all("after_zero_grad")
 
+    def after_reset_iter_state(self) -> None:
+        """Each unit's parameter state once ``reset_iter_state()`` recovered an aborted step."""
+        if self._hooks is not None:
+            self._hooks.snapshot_all("after_reset_iter_state")
+
     def after_backward(self) -> None:
         """Each unit's ``after_backward`` parameter state, once ``loss.backward()`` returned."""
         if self._hooks is not None:

@@ -7,8 +7,9 @@ loss, backward and ``optimizer.step()``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -22,7 +23,7 @@ from harness.run.rank.recorders.events import call_span
 from harness.run.rank.recorders.phases import Phases
 from harness.run.rank.step_plan import PlannedMicrobatch, PlannedStep, StepCapture
 
-__all__ = ["PlannedStep", "StepOutcome", "run_steps", "local_grad_peak"]
+__all__ = ["BackwardAborted", "PlannedStep", "StepOutcome", "run_steps", "local_grad_peak"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class StepOutcome:
 
     output: torch.Tensor
     loss: torch.Tensor
+    aborted: bool = False  # its backward raised BackwardAborted (abort_backward_at)
 
 
 def _unit_key(unit: str) -> str:
@@ -72,27 +74,66 @@ def run_steps(
             if hooks is not None:
                 hooks.call("before_microbatch", model=root, step_index=step.index, microbatch=mb.index)
             outcome = _run_microbatch(step, mb, root, loss_fn, instruments)
+            if outcome.aborted:  # abort_backward_at: FSDP's recovery after an exception mid-backward
+                with instruments.phase("reset_iter_state", step.index):
+                    root.reset_iter_state()
+                instruments.after_reset_iter_state()
+                break
             if hooks is not None:
                 hooks.call("after_microbatch", model=root, step_index=step.index, microbatch=mb.index)
-        if spec.clip_grad_norm is not None:
-            peak_before = local_grad_peak(root)
-            with instruments.phase("clip_grad_norm", step.index):
-                norm = torch.nn.utils.clip_grad_norm_(
-                    root.parameters(), spec.clip_grad_norm.max_norm, norm_type=spec.clip_grad_norm.norm_type
-                )
-            instruments.record_grad_norm(
-                step.index, norm, spec.clip_grad_norm, clip_coef=_ratio(local_grad_peak(root), peak_before)
-            )
-        if spec.steps_optimizer:
-            with instruments.phase("optimizer", step.index):
-                optimizer.step()
-            instruments.after_optimizer_step(step.index)
+        else:
+            _finish_step(step, root, optimizer, instruments)
         if hooks is not None:
             hooks.call("after_step", model=root, step_index=step.index)
             with torch.no_grad(), _disable_current_modes():
                 hooks.observe(root, step.index)
         instruments.end_step(step.index)
     return outcome
+
+
+class BackwardAborted(Exception):
+    """Raised in a step's backward where ``abort_backward_at`` says; the loop recovers with ``reset_iter_state``."""
+
+
+@contextlib.contextmanager
+def _abort_backward_at(module: nn.Module, unit: str) -> Iterator[None]:
+    """While the forward runs: a gradient hook on ``module``'s output that raises :class:`BackwardAborted`.
+    Registered after ``fully_shard``, it runs after FSDP's pre-backward hook on the same output."""
+
+    def arm(_module: nn.Module, _args: Any, output: Any) -> None:
+        for t in output if isinstance(output, (tuple, list)) else (output,):
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                t.register_hook(_raise)
+                return
+
+    def _raise(_grad: torch.Tensor) -> None:
+        raise BackwardAborted(f"the backward was aborted at {unit} (abort_backward_at)")
+
+    handle = module.register_forward_hook(arm)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def _finish_step(
+    step: PlannedStep, root: nn.Module, optimizer: torch.optim.Optimizer, instruments: Instruments
+) -> None:
+    """A step whose microbatches all ran: ``clip_grad_norm``, then the optimizer step."""
+    spec = step.step
+    if spec.clip_grad_norm is not None:
+        peak_before = local_grad_peak(root)
+        with instruments.phase("clip_grad_norm", step.index):
+            norm = torch.nn.utils.clip_grad_norm_(
+                root.parameters(), spec.clip_grad_norm.max_norm, norm_type=spec.clip_grad_norm.norm_type
+            )
+        instruments.record_grad_norm(
+            step.index, norm, spec.clip_grad_norm, clip_coef=_ratio(local_grad_peak(root), peak_before)
+        )
+    if spec.steps_optimizer:
+        with instruments.phase("optimizer", step.index):
+            optimizer.step()
+        instruments.after_optimizer_step(step.index)
 
 
 def local_grad_peak(root: nn.Module) -> float | None:
@@ -136,9 +177,13 @@ def _run_microbatch(
         with instruments.phase("unshard", step.index, mb.index):
             for unit in spec.unshard:
                 with call_span("unshard", _unit_key(unit)):
-                    _module(root, unit).unshard()
+                    _module(root, unit).unshard(async_op=spec.unshard_async)  # a handle: the pre-forward waits
     losses = []
-    with instruments.phase("forward", step.index, mb.index):
+    abort = spec.abort_backward_at
+    with (
+        instruments.phase("forward", step.index, mb.index),
+        _abort_backward_at(_module(root, abort), abort) if abort is not None else contextlib.nullcontext(),
+    ):
         with torch.no_grad() if spec.no_grad else contextlib.nullcontext():
             for fwd in mb.forwards:
                 target = spec.loss_target()
@@ -166,9 +211,14 @@ def _run_microbatch(
         with instruments.phase("reshard", step.index, mb.index):
             for unit in spec.reshard:
                 _module(root, unit).reshard()
+    aborted = False
     if spec.backward:
-        with instruments.phase("backward", step.index, mb.index):
-            loss.backward()
-        instruments.after_backward()
+        try:
+            with instruments.phase("backward", step.index, mb.index):
+                loss.backward()
+        except BackwardAborted:
+            aborted = True
+        else:
+            instruments.after_backward()
     instruments.end_microbatch()
-    return outcome
+    return dataclasses.replace(outcome, aborted=aborted) if aborted else outcome

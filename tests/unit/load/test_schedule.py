@@ -72,6 +72,20 @@ def test_a_schedule_loads_with_every_key(tmp_path):
     assert s.steps[2].unfreeze == ("layers.0.mlp.*.weight",) and s.steps[2].freeze == ("layers.1.**",)
 
 
+def test_abort_and_async_unshard_load(tmp_path):
+    spec = load_spec(write(tmp_path, "steps: [{abort_backward_at: root}, {unshard: [layers.1], unshard_async: true}]"))
+    first, second = spec.setup.schedule.steps
+    assert first.abort_backward_at == "root" and second.unshard_async and not first.unshard_async
+    # numerics off: nothing to compare with a reference, an aborted step may come last
+    text = (
+        write(tmp_path, "steps: [{abort_backward_at: layers.0}]")
+        .read_text()
+        .replace("  mesh:", "  numerics: false\n  mesh:")
+    )
+    (tmp_path / "spec.yaml").write_text(text)
+    assert load_spec(tmp_path / "spec.yaml").setup.schedule.steps[0].abort_backward_at == "layers.0"
+
+
 # (schedule, key path blamed, words of the message)
 BAD = [
     (
@@ -129,6 +143,34 @@ BAD = [
         "'layers.2.**' matches no parameter; parameters look like ['layers.0.self_attn.q_proj.weight'",
     ),
     ("steps: [{freeze: 'layers.0.**'}]", "setup.schedule.steps[0].freeze", "is not of type 'array'"),
+    ("steps: [{unshard_async: true}]", "setup.schedule.steps[0].unshard_async", "names no unit to unshard"),
+    ("steps: [{abort_backward_at: layers.3}, {}]", "setup.schedule.steps[0].abort_backward_at", "no FSDP unit"),
+    (
+        "steps: [{forward_only: true, abort_backward_at: layers.0}, {}]",
+        "setup.schedule.steps[0].abort_backward_at",
+        "a forward-only step runs no backward to abort",
+    ),
+    (
+        "steps: [{microbatches: 2, abort_backward_at: layers.0}, {}]",
+        "setup.schedule.steps[0].abort_backward_at",
+        "expected a step of 1 microbatch, got 2",
+    ),
+    (
+        "steps: [{abort_backward_at: layers.0, clip_grad_norm: {max_norm: 1}}, {}]",
+        "setup.schedule.steps[0].clip_grad_norm",
+        "an aborted step clips nothing",
+    ),
+    # with numerics on, the reference skips an aborted step: what it left must be cleared after it
+    (
+        "steps: [{}, {abort_backward_at: layers.0}]",
+        "setup.schedule.steps[1].abort_backward_at",
+        "followed by a step that clears its gradients",
+    ),
+    (
+        "steps: [{abort_backward_at: root, repeat: 2}, {zero_grad: false}]",
+        "setup.schedule.steps[1].zero_grad",
+        "keeps its partly reduced gradients",
+    ),
 ]
 
 

@@ -17,7 +17,7 @@ from .params import Unit, flat_tensors, tensor_state
 
 __all__ = ["ParamStateHooks", "FullyShardCalls"]
 
-_LOOP_POINTS = ("after_backward", "after_optimizer_step", "after_zero_grad")
+_LOOP_POINTS = ("after_backward", "after_optimizer_step", "after_zero_grad", "after_reset_iter_state")
 
 
 class ParamStateHooks:

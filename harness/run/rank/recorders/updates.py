@@ -147,6 +147,14 @@ def schedule_reference(
             on_step("before_step", master, step.index)
         if step.index > 0 and spec.zero_grad is not False:
             optimizer.zero_grad(set_to_none=spec.zero_grad is True)
+        if spec.abort_backward_at is not None:  # its gradients are lost and the next step clears them
+            if on_step is not None:  # the hooks the sharded run calls: before its one microbatch, after the step
+                on_step("before_microbatch", master, step.index, 0)
+                on_step("after_step", master, step.index)
+            ref.rows_after[step.index] = {
+                fqn: shard_rows(p.detach(), shard_count, shard_index).clone() for fqn, p in params.items()
+            }
+            continue
         pending: list[dict[str, torch.Tensor]] = [{} for _ in range(world_size)]  # per chunk, reduce dtype
         n_mb = len(step.microbatches)
         for mb in step.microbatches:
