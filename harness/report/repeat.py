@@ -78,12 +78,21 @@ def varying_fields(documents: Sequence[Mapping[str, Any]]) -> list[Varying]:
     return out
 
 
+def _masked(value: Any) -> Any:
+    """``value`` with every string in it masked as ``compare`` masks messages (ports, paths, pids)."""
+    if isinstance(value, Mapping):
+        return {k: _masked(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_masked(v) for v in value]
+    return mask(value)
+
+
 def repeated_outcomes(runs: Sequence[Sequence[Any]]) -> list[RepeatedOutcome]:
     """Per entry (the runs' results in the same entry order), its outcome over all runs."""
     out = []
     for per_run in zip(*runs):
         seen = tuple((r.status, {f.field: f.observed for f in r.fields}) for r in per_run)
-        same = len({_text(s) for s in seen}) == 1
+        same = len({_text(_masked(s)) for s in seen}) == 1  # a port or path in a message is no difference
         out.append(RepeatedOutcome(per_run[0], per_run[0].status if same else "unstable", seen))
     return out
 

@@ -58,6 +58,28 @@ def test_a_varying_value_within_an_entrys_tolerance_is_still_unstable(spec):
     ]
 
 
+def test_a_message_that_differs_only_in_a_port_is_not_unstable():
+    """A bystander's gloo error names its ephemeral port (specs/rank_killed_by_signal.yaml under --repeat)."""
+    from harness.judge.checks import check
+    from harness.language.entry import make_entry
+
+    entry = make_entry(
+        "expect_error", {"message": {"matches": "reset by peer"}}, id="e", spec="x.yaml", line=1, section="S"
+    )
+    runs = []
+    for port in (16812, 913):
+        doc = walkthrough_observation()
+        for r in doc["ranks"]:
+            r["error"] = {
+                "type": "RuntimeError",
+                "qualname": "builtins.RuntimeError",
+                "phase": "backward",
+                "message": f"Read error [127.0.0.1]:{port}: Connection reset by peer",
+            }
+        runs.append([check(entry, doc)])
+    assert [o.status for o in repeat.repeated_outcomes(runs)] == ["pass"]
+
+
 def test_the_same_failure_in_every_run_is_a_failure_not_unstable(spec):
     odd = walkthrough_observation()
     _unsharded(odd, 1)["bytes"]["unsharded_param"] = 1
