@@ -1799,6 +1799,35 @@ DOC_RELOADS = Records(
     unobserved=_NO_CHECKPOINT,
 )
 
+DOC_DEATHS = Records(
+    Record(
+        {
+            "rank": Leaf({"type": "integer", "minimum": 0}),
+            "exit_code": Leaf(
+                {"type": ["integer", "null"], "description": "the process's exit code; -N: ended by signal N"}
+            ),
+            "signal": Leaf(
+                {"type": ["string", "null"], "description": "the signal's name (SIGSEGV) where one ended it, else null"}
+            ),
+            "phase": Leaf(
+                {
+                    "type": "string",
+                    "description": "the phase the launcher last saw the rank in (harness.contract.names.RANK_PHASES)",
+                }
+            ),
+        },
+        required=("rank", "exit_code", "signal", "phase"),
+    ),
+    schema={
+        "description": (
+            "only when the spec has an expect_error entry and a rank died without a result (a signal, "
+            "os._exit): what the launcher saw of it; the rank is not in 'ranks'"
+        )
+    },
+    by="harness/run/launch/local.py",
+    unobserved={"fake": "simulates every rank in one process: a rank that dies ends the run"},
+)
+
 RANK_PARTS: dict[str, Any] = {
     "rank": RANK_RANK,
     "coords": RANK_COORDS,
@@ -1854,6 +1883,7 @@ DOCUMENT = Record(
             )
         ),
         "reloads": DOC_RELOADS,
+        "deaths": DOC_DEATHS,
     },
     required=("format", "environment", "setup", "fsdp_units", "ranks"),
     schema={

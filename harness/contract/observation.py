@@ -75,7 +75,8 @@ def build_observation(
 
     Args:
         results: one per observed rank, as ``harness.run.rank.step.run_step`` returns them:
-            ``{"environment", "fsdp_units", "entry"}``; entries are sorted by rank.
+            ``{"environment", "fsdp_units", "entry"}``; entries are sorted by rank. A rank that died
+            is ``{"death": ...}`` (``harness.run.launch.local.death_record``), in ``deaths``.
         launcher: "local", "joined" or "simulated".
         simulated: True for the fake backend.
         environment: replaces the first rank's reported environment (torch_version,
@@ -87,6 +88,8 @@ def build_observation(
     Raises:
         ObservationError: the document does not match the schema (a harness bug).
     """
+    deaths = [r["death"] for r in results if "death" in r]  # ranks that died with nothing observed
+    results = [r for r in results if "death" not in r]
     environment = environment or results[0]["environment"]
     fsdp_units = results[0]["fsdp_units"]
     entries = sorted((r["entry"] for r in results), key=lambda e: e["rank"])
@@ -107,6 +110,8 @@ def build_observation(
         "observed_ranks": [e["rank"] for e in entries],
     }
     doc = {"format": FORMAT, "environment": env, "setup": setup.to_dict(), "fsdp_units": fsdp_units, "ranks": entries}
+    if deaths:
+        doc["deaths"] = sorted(deaths, key=lambda d: d["rank"])
     if reloads is not None:
         doc["reloads"] = [dict(r, ranks=sorted(r["ranks"], key=lambda e: e["rank"])) for r in reloads]
     validate_observation(doc)

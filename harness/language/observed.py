@@ -64,7 +64,13 @@ def ranks_text(ranks: Iterable[int]) -> str:
 
 
 def rank_docs(obs: Mapping[str, Any], ranks: Any) -> list[Mapping[str, Any]]:
-    """The rank entries selected by a ``rank``/``ranks`` selector (None or 'all': every rank)."""
+    """The rank entries selected by a ``rank``/``ranks`` selector (None or 'all': every rank).
+    CheckError for a selected rank that died (the observation's ``deaths``) or was not observed."""
+    wanted = [] if ranks in (None, "all") else [ranks] if isinstance(ranks, int) else list(ranks)
+    for d in obs.get("deaths", ()):
+        if d["rank"] in wanted:
+            how = f"by {d['signal']}" if d["signal"] else f"with exit code {d['exit_code']}"
+            raise CheckError(f"rank {d['rank']} died {how} in phase {d['phase']}: nothing else of it was observed")
     return select_ranks(obs["ranks"], ranks)
 
 

@@ -9,6 +9,7 @@ entry definitions and docs/check-kinds.md's table all come from these definition
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -151,6 +152,12 @@ TEXTS = ValueType(
 )
 JSON = ValueType(
     "json", "any JSON value (compared exactly), a rounded figure or a bound like '<= 1e-3' on a number", lambda e: True
+)
+OPTIONAL_INT = ValueType("int", "an integer or null", _exact(lambda v: v is None or _is_int(v)))
+SIGNAL = ValueType(
+    "signal",
+    "a signal's name like SIGSEGV, or null",
+    _exact(lambda v: v is None or (isinstance(v, str) and v in signal.Signals.__members__)),
 )
 INTS = ValueType("ints", "a list of integers", _exact(lambda v: isinstance(v, list) and all(_is_int(i) for i in v)))
 

@@ -71,6 +71,7 @@ def test_the_exclusions_are_the_ones_named():
         "qwen3_30b_a3b_1024_ranks",
         "qwen3_32b_1024_ranks",
         "qwen3_8b_64_ranks",
+        "rank_killed_by_signal",
         "symm_mem_for_comm_on_gloo",
     ]
     assert "GiB estimated" in excluded["qwen3_0_6b_8_ranks"]

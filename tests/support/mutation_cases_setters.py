@@ -7,6 +7,13 @@ the setter's effect fail: that shows the key reaches torch."""
 
 SETTER_CASES = [
     (
+        "rank_killed_by_signal",
+        "died: true, signal: SIGSEGV, exit_code: -11,",
+        "died: true, signal: SIGABRT, exit_code: -11,",
+        "rank1_killed_by_sigsegv",
+        "SIGABRT",
+    ),
+    (
         "reset_iter_state",
         "[layer0_resharded_by_reset, layers.0, after_reset_iter_state, 11, 0, 11, 74048]",
         "[layer0_resharded_by_reset, layers.0, after_reset_iter_state, 11, 0, 11, 148096]",
@@ -93,6 +100,12 @@ SETTER_CASES = [
 ]
 
 SETTER_SETUP_CASES = [
+    (
+        "rank_killed_by_signal",
+        "- {call: crash_rank_1_after_layer_1}",
+        "- {}",  # nobody dies: rank 1 is observed, rank 0 raises nothing and reduce-scatters
+        ["rank1_killed_by_sigsegv", "rank0_sees_the_closed_connection", "rank0_nothing_reduced"],
+    ),
     (
         "reset_iter_state",
         "- {abort_backward_at: layers.0}",

@@ -7,6 +7,8 @@ run, and the rank's other observations hold what was recorded up to it. A differ
 none, fails the entry and the report shows what was expected and what was observed per rank
 (``null`` for none). Ranks that fail only because a peer's failure broke their collective
 record that error (gloo's closed connection), so ``ranks:`` picks the ones that matter.
+A rank whose process dies (a signal, ``os._exit``) is in the observation's ``deaths``
+(``died``, ``signal``, ``exit_code``, its last phase), not in its ``ranks``.
 """
 
 from __future__ import annotations
@@ -14,14 +16,20 @@ from __future__ import annotations
 from harness.contract.names import PHASES
 from harness.language.kinds.common import RANKS
 from harness.language.observed import CheckError, rank_docs
-from harness.language.vocabulary import BOOL, MESSAGE, CheckKind, Field, Reads, one_of
+from harness.language.vocabulary import BOOL, MESSAGE, OPTIONAL_INT, SIGNAL, CheckKind, Field, Reads, one_of
 
 _PHASES = PHASES + ("replica",)
 
 
 def measure(sel, obs):
+    died = {d["rank"]: d for d in obs.get("deaths", ())}
+    wanted = sel.get("ranks")
+    if wanted in (None, "all"):
+        live = rank_docs(obs, None)
+    else:
+        live = rank_docs(obs, [r for r in ([wanted] if isinstance(wanted, int) else wanted) if r not in died])
     out = {}
-    for r in rank_docs(obs, sel.get("ranks")):
+    for r in live:
         if "error" not in r:
             raise CheckError(
                 f"rank {r['rank']}: errors were not recorded in this observation "
@@ -35,14 +43,30 @@ def measure(sel, obs):
             "message": e.get("message"),
             "phase": e.get("phase"),
             "hook": e.get("hook"),
+            "died": False,
+            "signal": None,
+            "exit_code": None,
         }
-    return out
+    for rank, d in died.items():
+        if wanted in (None, "all") or rank in ([wanted] if isinstance(wanted, int) else wanted):
+            out[rank] = {
+                "raised": False,
+                "type": None,
+                "qualname": None,
+                "message": None,
+                "phase": d["phase"],
+                "hook": None,
+                "died": True,
+                "signal": d["signal"],
+                "exit_code": d["exit_code"],
+            }
+    return dict(sorted(out.items()))
 
 
 KIND = CheckKind(
     name="expect_error",
     order=200,
-    reads=(Reads("error"),),
+    reads=(Reads("error"), Reads("deaths", ("died", "signal", "exit_code"))),
     simulation_differs={
         "message": "raises a kernel's error from the fake tensor's meta kernel, whose message may differ from the "
         "device kernel's (the type, phase and ranks are checked)"
@@ -58,8 +82,16 @@ KIND = CheckKind(
         Field(
             "phase",
             one_of("phase", _PHASES),
-            "the innermost phase the error left: setup, replica, forward, backward, optimizer",
+            "the innermost phase the error left: setup, replica, forward, backward, optimizer (a rank that died: "
+            "the phase it was last seen in)",
         ),
+        Field(
+            "died",
+            BOOL,
+            "the rank's process ended without a result (a signal, os._exit): nothing else of it is observed",
+        ),
+        Field("signal", SIGNAL, "the signal that ended the rank, e.g. SIGSEGV (null: none)"),
+        Field("exit_code", OPTIONAL_INT, "its process's exit code, -N for signal N (null: it did not die)"),
         Field(
             "hook",
             MESSAGE,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -36,6 +37,18 @@ _STARTUP_PHASES = ("starting", "init_process_group")
 _GRACE_S = 0.5  # after a failure: how long the failing rank's peers get to report their own
 
 
+def death_record(rank: int, exit_code: int | None, phase: str) -> dict[str, Any]:
+    """What is known of a rank that died without a result: its exit code, the signal that ended it
+    (a negative exit code -N is signal N), the phase the launcher last saw it in."""
+    name = None
+    if exit_code is not None and exit_code < 0:
+        try:
+            name = signal.Signals(-exit_code).name
+        except ValueError:
+            name = f"signal {-exit_code}"
+    return {"rank": rank, "exit_code": exit_code, "signal": name, "phase": phase}
+
+
 def run_local(
     setup: Any,
     *,
@@ -54,13 +67,14 @@ def run_local(
     ``harness.contract.names.RANK_PHASES``) when one changes, polled about 5 times a second.
     ``step``: the rank body as "module:function" (default ``harness.run.rank.step:run_step``), called
     with ``run_step``'s arguments plus ``step_kwargs`` (they must pickle).
+    With ``setup.record_errors`` a rank that dies gives ``{"death": death_record(...)}`` instead.
     Raises RunError (a rank raised or died: names it, carries its traceback) or RunTimeout."""
     if backend not in ("auto", "gloo", "nccl"):
         raise ValueError(f"backend {backend!r}: run_local takes auto, gloo or nccl")
     if backend == "nccl":
         resolve_backend(backend, setup.world_size)  # too few GPUs: fail here, before any process starts
     ctx = forkserver_context()
-    world = _LocalWorld(ctx, setup.world_size, time.monotonic() + timeout_s, timeout_s)
+    world = _LocalWorld(ctx, setup.world_size, time.monotonic() + timeout_s, timeout_s, keep_deaths=setup.record_errors)
     try:
         # NCCL ranks keep PyTorch's flight recorder; its dumps outlive the run (removed if none).
         world.make_folders(keep_flight_recorder=backend in ("auto", "nccl"))
@@ -100,6 +114,7 @@ class _LocalWorld:
     readers: dict[Any, int] = field(default_factory=dict)  # a rank's result pipe -> the rank
     lifelines: list[Any] = field(default_factory=list)
     results: dict[int, dict[str, Any]] = field(default_factory=dict)
+    keep_deaths: bool = False  # setup.record_errors: a rank that dies is recorded, not a failed run
 
     def __post_init__(self) -> None:
         self.trail = PhaseTrail(self.ctx, self.world_size)
@@ -149,6 +164,9 @@ class _LocalWorld:
                 raise self._blame(failures, pending)
         if on_progress is not None and self.trail.counts() != reported:
             report_trail(self.trail, reported, on_progress)
+        if all("death" in r for r in self.results.values()):
+            first = self.results[0]["death"]
+            raise RunError(f"every rank died without a result (rank 0: exit code {first['exit_code']})", rank=0)
         return [self.results[r] for r in range(self.world_size)]
 
     def _receive(self, reader: Any, pending: dict[Any, int]) -> tuple[int, float, RunError] | None:
@@ -162,6 +180,9 @@ class _LocalWorld:
         except (EOFError, OSError):
             self.procs[rank].join(timeout=5)
             code = self.procs[rank].exitcode
+            if self.keep_deaths:  # its peers' errors on the broken connection are recorded by them
+                self.results[rank] = {"death": death_record(rank, code, self.trail.current(rank))}
+                return None
             hint = " (SIGKILL: often the kernel's out-of-memory killer)" if code == -9 else ""
             return (
                 0,

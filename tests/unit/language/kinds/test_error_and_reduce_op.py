@@ -80,6 +80,49 @@ def test_an_observation_without_recorded_errors_cannot_be_checked():
     assert result.status == "error" and "errors were not recorded" in result.message
 
 
+def with_a_death(rank=1, exit_code=-11, signal="SIGSEGV", phase="forward"):
+    """Errors recorded on every rank but ``rank``, which died: in ``deaths``, not in ``ranks``."""
+    obs = with_errors([REFUSED] * 4)
+    obs["ranks"] = [r for r in obs["ranks"] if r["rank"] != rank]
+    obs["environment"]["observed_ranks"].remove(rank)
+    obs["deaths"] = [{"rank": rank, "exit_code": exit_code, "signal": signal, "phase": phase}]
+    return obs
+
+
+def test_a_rank_that_died_by_a_signal_is_checked():
+    obs = with_a_death()
+    Draft202012Validator(SCHEMA).validate(obs)
+    died = run("expect_error", obs, ranks=[1], died=True, signal="SIGSEGV", exit_code=-11, phase="forward")
+    assert died.status == "pass", died.explain()
+    assert run("expect_error", obs, ranks=[0, 2, 3], died=False, raised=True).status == "pass"
+    every = run("expect_error", obs, died=False)  # every rank: the dead one fails, named
+    assert every.status == "fail" and every.fields[0].failed_ranks == [1]
+
+
+def test_a_wrong_signal_fails_and_other_kinds_name_the_death():
+    wrong = run("expect_error", with_a_death(), ranks=[1], signal="SIGABRT")
+    assert wrong.status == "fail" and "expected SIGABRT; observed SIGSEGV" in wrong.explain()
+    other = run("collectives", with_a_death(), ranks=[1], select={"op": "all_gather"}, count=4)
+    assert other.status == "error"
+    assert "rank 1 died by SIGSEGV in phase forward: nothing else of it was observed" in other.message
+
+
+def test_a_signal_name_is_checked_at_load():
+    from harness.language.vocabulary import SIGNAL
+
+    assert SIGNAL.problem(parse_expectation("SIGKILL")) is None and SIGNAL.problem(parse_expectation(None)) is None
+    assert SIGNAL.problem(parse_expectation("SIGFOO")) == "expected a signal's name like SIGSEGV, or null, got 'SIGFOO'"
+    assert SIGNAL.problem(parse_expectation(11)) is not None
+
+
+def test_the_launcher_names_the_signal_of_a_negative_exit_code():
+    from harness.run.launch.local import death_record
+
+    assert death_record(1, -11, "forward") == {"rank": 1, "exit_code": -11, "signal": "SIGSEGV", "phase": "forward"}
+    assert death_record(2, 3, "backward")["signal"] is None  # os._exit(3): no signal
+    assert death_record(0, None, "setup")["signal"] is None
+
+
 def test_a_pattern_must_be_a_regular_expression():
     assert parse_expectation({"matches": "a+"}).holds("baa")
     assert not parse_expectation({"matches": "^a"}).holds("ba") and not parse_expectation({"matches": "a"}).holds(None)
