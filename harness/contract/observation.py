@@ -81,6 +81,7 @@ def build_observation(
         simulated: True for the fake backend.
         environment: replaces the first rank's reported environment (torch_version,
             python_version, backend, device_type, device_name); world and mesh come from ``setup``.
+            Required where every rank died.
         reloads: the checkpoint loaded by other worlds (``setup.state_dict.reload_world_sizes``),
             each ``{"world_size", "mesh_shape", "mesh_dim_names", "ranks": [{"rank",
             "state_dict", "timings_s"}]}``; None: the key is left out.
@@ -90,8 +91,10 @@ def build_observation(
     """
     deaths = [r["death"] for r in results if "death" in r]  # ranks that died with nothing observed
     results = [r for r in results if "death" not in r]
+    if not results and environment is None:
+        raise ValueError("every rank died: build_observation needs the launcher's environment")
     environment = environment or results[0]["environment"]
-    fsdp_units = results[0]["fsdp_units"]
+    fsdp_units = results[0]["fsdp_units"] if results else []
     entries = sorted((r["entry"] for r in results), key=lambda e: e["rank"])
     fill_partial_norms(entries, setup.mesh_shape)  # a Partial norm's full value, with no collective
     env = {

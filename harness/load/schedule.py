@@ -46,9 +46,12 @@ __all__ = [
     "aborted_step_problems",
 ]
 
-LOSSES: tuple[str, ...] = ("mean_square", "sum", "cross_entropy")
-"""Loss functions: ``out.float().pow(2).mean()``, ``out.float().sum()``, and cross-entropy of the
-causal LM's logits at positions 0..L-2 against the tokens at 1..L-1 (``causal_lm`` only)."""
+LOSSES: tuple[str, ...] = ("mean_square", "sum", "input_grad_penalty", "cross_entropy")
+"""Loss functions: ``out.float().pow(2).mean()``, ``out.float().sum()``, that mean of squares plus the
+squared norm of its gradient with respect to the inputs (``torch.autograd.grad`` with
+``create_graph=True``: the backward differentiates the forward twice; ``decoder_layers`` only), and
+cross-entropy of the causal LM's logits at positions 0..L-2 against the tokens at 1..L-1
+(``causal_lm`` only)."""
 
 GRADIENT_SYNC: tuple[str, ...] = ("last", "every")
 ALL_REDUCE: tuple[str, ...] = ("every", "last")
@@ -266,8 +269,10 @@ class Schedule:
         None,
         enum=list(LOSSES),
         doc="the loss of each forward: mean of squares, sum (of the output or the loss_on tensor, "
-        "in float32), or cross-entropy of next-token logits (causal_lm); default: mean_square "
-        "for decoder_layers, cross_entropy for causal_lm",
+        "in float32), input_grad_penalty (mean of squares plus the squared norm of its gradient with respect to "
+        "the inputs, by torch.autograd.grad(create_graph=True): a double backward; decoder_layers), or "
+        "cross-entropy of next-token logits (causal_lm); default: mean_square for decoder_layers, "
+        "cross_entropy for causal_lm",
     )
 
     def expanded(self) -> list[ScheduleStep]:
@@ -306,8 +311,23 @@ def schedule_problems(
                 "cross_entropy needs the causal LM's logits (model.body: causal_lm); expected mean_square or sum",
             )
         )
+    if loss == "input_grad_penalty" and body != "decoder_layers":
+        out.append(
+            (
+                "setup.schedule.loss",
+                "input_grad_penalty differentiates the hidden states the layers take (model.body: decoder_layers); "
+                "a causal LM takes token ids",
+            )
+        )
     for i, step in enumerate(schedule.steps):
         where = f"setup.schedule.steps[{i}]"
+        if loss == "input_grad_penalty" and not step.backward:
+            out.append(
+                (
+                    f"{where}.forward_only" if step.forward_only else f"{where}.no_grad",
+                    "input_grad_penalty takes a gradient in the forward's loss: expected a step with a backward",
+                )
+            )
         target = step.loss_target()
         if target is not None and ":" in (step.loss_on or ""):
             if target[0] not in layers:

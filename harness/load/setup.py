@@ -56,6 +56,10 @@ def _pattern_dtypes(value: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple((str(k), str(v)) for k, v in dict(value).items())
 
 
+ATTENTION_KERNELS: tuple[str, ...] = ("math", "flash_attention", "efficient_attention", "cudnn_attention")
+"""``torch.nn.attention.SDPBackend`` members by their lower-case name (``SDPBackend.MATH``: math)."""
+
+
 @dataclass(frozen=True)
 class ModelSetup:
     """Which model to build."""
@@ -87,6 +91,13 @@ class ModelSetup:
         whole=lambda: {"type": "object", "minProperties": 1, "additionalProperties": {"enum": list(DTYPES)}},
         doc="parameters built in another dtype than model.dtype (the FSDP step and its replica alike): parameter "
         "FQN pattern (relative to the root; * one component, ** several) -> dtype; the first matching pattern wins",
+    )
+    attention_kernel: str | None = key(
+        None,
+        enum=[None, *ATTENTION_KERNELS],
+        doc="the scaled_dot_product_attention backend the forwards and backwards run under "
+        "(torch.nn.attention.sdpa_kernel with that SDPBackend: math, flash_attention, efficient_attention, "
+        "cudnn_attention); null: torch's choice. The reference runs under it too",
     )
 
 

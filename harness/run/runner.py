@@ -63,7 +63,9 @@ def run_setup(
         return run_joined(setup, backend, timeout_s, world, trace_dir)
     if not setup.state_dict.round_trip:
         results = run_local(setup, backend=backend, timeout_s=timeout_s, trace_dir=trace_dir, on_progress=on_progress)
-        return build_observation(setup, results, launcher="local", simulated=False)
+        return build_observation(
+            setup, results, launcher="local", simulated=False, environment=_when_all_died(results, backend, setup)
+        )
     return _run_local_with_checkpoint(setup, backend, timeout_s, trace_dir, on_progress)
 
 
@@ -111,7 +113,35 @@ def _run_local_with_checkpoint(
                     "ranks": ranks,
                 }
             )
-    return build_observation(setup, results, launcher="local", simulated=False, reloads=reloads)
+    return build_observation(
+        setup,
+        results,
+        launcher="local",
+        simulated=False,
+        reloads=reloads,
+        environment=_when_all_died(results, backend, setup),
+    )
+
+
+def _when_all_died(results: list[dict], backend: str, setup: RunSetup) -> dict | None:
+    """Where every rank died (recorded: ``setup.record_errors``), the environment as this process sees it
+    (no rank reported one); None otherwise. Imports torch."""
+    if any("death" not in r for r in results):
+        return None
+    import platform
+
+    import torch
+
+    from harness.run.launch.backend import resolve_backend
+
+    pg_backend, device_type = resolve_backend(backend, setup.world_size)
+    return {
+        "torch_version": str(torch.__version__),
+        "cuda_version": torch.version.cuda,
+        "python_version": platform.python_version(),
+        "backend": pg_backend,
+        "device_type": device_type,
+    }
 
 
 def _reload_setup(setup: RunSetup, world_size: int) -> RunSetup:

@@ -466,6 +466,35 @@ def inputs() -> list[Case]:
             ),
             ("spec.yaml", "x_norm"),
         ),
+        v(
+            "attention_kernel_unknown",
+            "4",
+            with_setup("{num_hidden_layers: 2}}", "{num_hidden_layers: 2}, attention_kernel: fast}"),
+            ("spec.yaml:5", "setup.model.attention_kernel", "'math'", "got 'fast'"),
+        ),
+        v(
+            "abort_backward_at_no_unit",
+            "4",
+            with_setup("  mesh:", "  schedule: {steps: [{abort_backward_at: layers.7}, {}]}\n  mesh:"),
+            ("spec.yaml:6", "setup.schedule.steps[0].abort_backward_at", "no FSDP unit 'layers.7'"),
+        ),
+        v(
+            "input_grad_penalty_on_a_causal_lm",
+            "4",
+            with_setup(
+                "{num_hidden_layers: 2}}",
+                "{num_hidden_layers: 2}, body: causal_lm}\n  schedule: {loss: input_grad_penalty}",
+            ),
+            ("spec.yaml", "setup.schedule.loss", "input_grad_penalty differentiates the hidden states"),
+        ),
+        v(
+            "expect_error_signal_unknown",
+            "4",
+            TINY.replace("check: step", "check: expect_error").replace(
+                "{id: x_norm, step: step1.x_norm, shape: [2, 8, 512]}", "{id: d, died: true, signal: SIGFOO}"
+            ),
+            ("spec.yaml:12", "signal", "SIGFOO"),
+        ),
         # 5. output paths
         Case(
             "json_missing_folder",

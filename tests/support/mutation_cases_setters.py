@@ -7,6 +7,13 @@ the setter's effect fail: that shows the key reaches torch."""
 
 SETTER_CASES = [
     (
+        "double_backward_segfault",
+        "died: true, signal: SIGSEGV, exit_code: -11, phase: backward",
+        "died: true, signal: SIGBUS, exit_code: -11, phase: backward",
+        "every_rank_dies_by_sigsegv",
+        "SIGBUS",
+    ),
+    (
         "rank_killed_by_signal",
         "died: true, signal: SIGSEGV, exit_code: -11,",
         "died: true, signal: SIGABRT, exit_code: -11,",
@@ -100,6 +107,12 @@ SETTER_CASES = [
 ]
 
 SETTER_SETUP_CASES = [
+    (
+        "double_backward_segfault",
+        "loss: input_grad_penalty",
+        "loss: mean_square",  # a single backward: the step finishes on every rank
+        ["every_rank_dies_by_sigsegv"],
+    ),
     (
         "rank_killed_by_signal",
         "- {call: crash_rank_1_after_layer_1}",

@@ -164,9 +164,6 @@ class _LocalWorld:
                 raise self._blame(failures, pending)
         if on_progress is not None and self.trail.counts() != reported:
             report_trail(self.trail, reported, on_progress)
-        if all("death" in r for r in self.results.values()):
-            first = self.results[0]["death"]
-            raise RunError(f"every rank died without a result (rank 0: exit code {first['exit_code']})", rank=0)
         return [self.results[r] for r in range(self.world_size)]
 
     def _receive(self, reader: Any, pending: dict[Any, int]) -> tuple[int, float, RunError] | None:

@@ -6,6 +6,7 @@ seeded global batch, as the document's section "每个 rank 上的激活值（�
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
@@ -23,6 +24,7 @@ from harness.run.rank.recorders.numerics import Reference, compute_reference
 
 __all__ = [
     "RankInputs",
+    "attention_kernel",
     "build_model",
     "model_classes",
     "make_inputs",
@@ -33,6 +35,15 @@ __all__ = [
 ]
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def attention_kernel(name: str | None) -> contextlib.AbstractContextManager:
+    """``setup.model.attention_kernel`` as a context: ``sdpa_kernel(SDPBackend.<NAME>)``, or nothing for None."""
+    if name is None:
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel(getattr(SDPBackend, name.upper()))  # a pybind enum: not subscriptable
 
 
 def torch_dtype(name: str | None) -> torch.dtype | None:

@@ -21,7 +21,7 @@ from harness.run.rank.instruments import Instruments
 from harness.run.rank.parallelize import step_requires_grad
 from harness.run.rank.recorders.events import call_span
 from harness.run.rank.recorders.phases import Phases
-from harness.run.rank.step_plan import PlannedMicrobatch, PlannedStep, StepCapture
+from harness.run.rank.step_plan import PlannedMicrobatch, PlannedStep, StepCapture, forward_inputs
 
 __all__ = ["BackwardAborted", "PlannedStep", "StepOutcome", "run_steps", "local_grad_peak"]
 
@@ -192,7 +192,8 @@ def _run_microbatch(
                     instruments.forward_steps(root),
                     qwen3.observe_steps(root, capture) if capture else contextlib.nullcontext(),
                 ):
-                    output = root(fwd.inputs, skip_layers=mb.skip_layers) if mb.skip_layers else root(fwd.inputs)
+                    x = forward_inputs(fwd.inputs, loss_fn)
+                    output = root(x, skip_layers=mb.skip_layers) if mb.skip_layers else root(x)
                 if capture is not None:
                     if capture.tensor is None:
                         raise ValueError(
@@ -200,7 +201,7 @@ def _run_microbatch(
                             f"was not computed (is the layer skipped there?)"
                         )
                     output = capture.tensor
-                losses.append(loss_fn(output, fwd.inputs))
+                losses.append(loss_fn(output, x))
                 outcome = StepOutcome(output, losses[-1])
         scale = len(losses) * n_mb
         loss = losses[0] if scale == 1 else torch.stack(losses).sum() / scale

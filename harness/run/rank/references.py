@@ -11,7 +11,14 @@ from typing import Any
 import torch
 
 from harness.run.rank.body import RankBody
-from harness.run.rank.build import build_model, make_optimizer, reference_from_rank_0, replica_reference, torch_dtype
+from harness.run.rank.build import (
+    attention_kernel,
+    build_model,
+    make_optimizer,
+    reference_from_rank_0,
+    replica_reference,
+    torch_dtype,
+)
 from harness.run.rank.parallelize import ShardUnit, freeze_params, set_grad_dtypes
 from harness.run.rank.recorders.updates import schedule_reference
 
@@ -23,7 +30,7 @@ def numerics_references(body: RankBody, root: torch.nn.Module, shard_units: list
     numerics = body.plan.numerics
     if numerics == "off":
         return None, None
-    with body.phases.phase("replica"):
+    with body.phases.phase("replica"), attention_kernel(body.setup.model.attention_kernel):
         if numerics == "rank_0":
             return _reference_from_rank_0(body, root, shard_units), None
         return _replica_references(body, root, shard_units)

@@ -16,7 +16,7 @@ import torch
 
 from harness.load.setup import RunSetup
 from harness.run.rank.body import RankBody, Trained
-from harness.run.rank.build import make_optimizer
+from harness.run.rank.build import attention_kernel, make_optimizer
 from harness.run.rank.instruments import Instruments, trace_device_activity
 from harness.run.rank.loop import run_steps
 from harness.run.rank.observe import compile_counts, environment, error_result, where_after_step
@@ -128,7 +128,10 @@ class RankStep(RankBody):
                 optimizer = make_optimizer(setup, root.parameters())
                 sharded = list(root.named_parameters())
             updates = ParamUpdates(root, setup.mesh_shape[-1], self.coords[-1]) if self.plan.param_updates else None
-            with instruments.observing(root, optimizer, units, inputs=(self.inputs.tensor,), updates=updates):
+            with (
+                instruments.observing(root, optimizer, units, inputs=(self.inputs.tensor,), updates=updates),
+                attention_kernel(setup.model.attention_kernel),
+            ):
                 outcome = run_steps(self.steps, root, self.loss_fn, optimizer, phases, instruments, self.hooks)
         return Trained(root, shard_units, units, optimizer, sharded, instruments, references, updates, outcome)
 

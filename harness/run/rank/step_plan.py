@@ -38,6 +38,8 @@ def loss_function(name: str) -> LossFn:
         return lambda t, inputs: t.float().pow(2).mean()
     if name == "sum":
         return lambda t, inputs: t.float().sum()
+    if name == "input_grad_penalty":
+        return input_grad_penalty
     if name == "cross_entropy":
 
         def cross_entropy(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
@@ -45,7 +47,23 @@ def loss_function(name: str) -> LossFn:
             return F.cross_entropy(logits[:, :-1].float().reshape(-1, vocab), input_ids[:, 1:].reshape(-1))
 
         return cross_entropy
-    raise ValueError(f"schedule.loss {name!r}: expected one of mean_square, sum, cross_entropy")
+    raise ValueError(f"schedule.loss {name!r}: expected one of mean_square, sum, input_grad_penalty, cross_entropy")
+
+
+def input_grad_penalty(t: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
+    """mean(t^2) + sum(g^2), g = d mean(t^2) / d inputs by ``torch.autograd.grad(create_graph=True)``: its
+    backward differentiates the forward twice (a gradient penalty). ``inputs`` must require grad."""
+    value = t.float().pow(2).mean()
+    (grad,) = torch.autograd.grad(value, inputs, create_graph=True)
+    return value + grad.float().pow(2).sum()
+
+
+input_grad_penalty.needs_input_grad = True  # the loop and the reference feed it inputs that require grad
+
+
+def forward_inputs(inputs: torch.Tensor, loss_fn: LossFn) -> torch.Tensor:
+    """``inputs`` as the forward takes them: a leaf that requires grad where ``loss_fn`` differentiates them."""
+    return inputs.detach().requires_grad_() if getattr(loss_fn, "needs_input_grad", False) else inputs
 
 
 class StepCapture:

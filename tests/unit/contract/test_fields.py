@@ -61,6 +61,7 @@ FIELDS_UNOBSERVED = {  # the judge's table before the declarations replaced it
     "memory": {"temp", "total"},
     "experts": {"tokens", "tokens_total", "unrouted_here", "unrouted_anywhere", "zero_grad_rows"}
     | {"zero_grad_rows_are_unrouted"},
+    "expect_error": {"died", "signal", "exit_code"},  # new: a rank's death (the simulation is one process)
 }
 
 

@@ -72,6 +72,12 @@ def test_a_schedule_loads_with_every_key(tmp_path):
     assert s.steps[2].unfreeze == ("layers.0.mlp.*.weight",) and s.steps[2].freeze == ("layers.1.**",)
 
 
+def test_the_gradient_penalty_needs_hidden_states_for_inputs(tmp_path):
+    path = write(tmp_path, "steps: [{}]\n    loss: input_grad_penalty", body="causal_lm")
+    with pytest.raises(SpecError, match=r"setup.schedule.loss: input_grad_penalty differentiates the hidden states"):
+        load_spec(path)
+
+
 def test_abort_and_async_unshard_load(tmp_path):
     spec = load_spec(write(tmp_path, "steps: [{abort_backward_at: root}, {unshard: [layers.1], unshard_async: true}]"))
     first, second = spec.setup.schedule.steps
@@ -144,6 +150,11 @@ BAD = [
     ),
     ("steps: [{freeze: 'layers.0.**'}]", "setup.schedule.steps[0].freeze", "is not of type 'array'"),
     ("steps: [{unshard_async: true}]", "setup.schedule.steps[0].unshard_async", "names no unit to unshard"),
+    (
+        "steps: [{}, {forward_only: true}]\n    loss: input_grad_penalty",
+        "setup.schedule.steps[1].forward_only",
+        "input_grad_penalty takes a gradient in the forward's loss: expected a step with a backward",
+    ),
     ("steps: [{abort_backward_at: layers.3}, {}]", "setup.schedule.steps[0].abort_backward_at", "no FSDP unit"),
     (
         "steps: [{forward_only: true, abort_backward_at: layers.0}, {}]",
@@ -346,8 +357,21 @@ def test_forward_0_sees_the_default_runs_inputs():
 @pytest.mark.parametrize("name, expected", [("mean_square", 14 / 4), ("sum", 6.0)])
 def test_loss_functions(name, expected):
     assert float(loss_function(name)(torch.tensor([[1.0, 2.0], [3.0, 0.0]]), None)) == expected
-    with pytest.raises(ValueError, match="expected one of mean_square, sum, cross_entropy"):
+    with pytest.raises(ValueError, match="expected one of mean_square, sum, input_grad_penalty, cross_entropy"):
         loss_function("l2")
+
+
+def test_the_gradient_penalty_differentiates_the_inputs_twice():
+    """out = 3x: mean(out^2) = 9 mean(x^2); its gradient 18x / n; the penalty adds 324 sum(x^2) / n^2."""
+    from harness.run.rank.step_plan import forward_inputs
+
+    penalty = loss_function("input_grad_penalty")
+    x = forward_inputs(torch.tensor([[1.0, 2.0], [3.0, 0.0]]), penalty)
+    assert x.requires_grad and not forward_inputs(x, loss_function("sum")).grad_fn
+    loss = penalty(3 * x, x)
+    assert float(loss.detach()) == pytest.approx(9 * 14 / 4 + 324 * 14 / 16)
+    loss.backward()  # the second differentiation: d/dx [9 x^2 / 4 + 324 x^2 / 16] summed
+    assert torch.allclose(x.grad, (18 / 4 + 648 / 16) * x.detach())
 
 
 def test_the_reference_is_one_sgd_step_on_the_mean_gradient():

@@ -268,7 +268,7 @@ MALFORMED = [
         edit("  model: {config: walkthrough, overrides: {num_hidden_layers: 2}}", "  model: Qwen3-1.7B"),
         "model: Qwen3-1.7B",
         "setup.model",
-        "expected a mapping with keys config, overrides, body, dtype, param_dtypes, got 'Qwen3-1.7B'",
+        "expected a mapping with keys config, overrides, body, dtype, param_dtypes, attention_kernel, got 'Qwen3-1.7B'",
         id="model-not-a-mapping",
     ),
     pytest.param(

@@ -21,7 +21,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 import model as qwen3
 from harness.load.schedule import ScheduleStep
 from harness.run.rank.parallelize import step_requires_grad
-from harness.run.rank.step_plan import StepCapture
+from harness.run.rank.step_plan import StepCapture, forward_inputs
 
 from .collectives import dtype_name
 from .numerics import nonfinite
@@ -169,7 +169,7 @@ def schedule_reference(
                     for fwd in mb.forwards:
                         x = batches[fwd.index][c * B : (c + 1) * B]
                         if x.is_floating_point():
-                            x = x.to(compute_dtype)
+                            x = forward_inputs(x.to(compute_dtype), loss_fn)
                         target = spec.loss_target()
                         capture = StepCapture(target) if target else None
                         if capture is not None:
