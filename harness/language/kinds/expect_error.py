@@ -21,45 +21,36 @@ from harness.language.vocabulary import BOOL, MESSAGE, OPTIONAL_INT, SIGNAL, Che
 _PHASES = PHASES + ("replica",)
 
 
+def _raised(r) -> dict:
+    if "error" not in r:
+        raise CheckError(
+            f"rank {r['rank']}: errors were not recorded in this observation "
+            "(a run whose spec has no expect_error entry)"
+        )
+    e = r["error"] or {}
+    fields = ("type", "qualname", "message", "phase", "hook")
+    return {"raised": bool(e), **{k: e.get(k) for k in fields}, "died": False, "signal": None, "exit_code": None}
+
+
+def _died(d) -> dict:
+    nothing = dict.fromkeys(("type", "qualname", "message", "hook"))
+    return {
+        "raised": False,
+        **nothing,
+        "phase": d["phase"],
+        "died": True,
+        "signal": d["signal"],
+        "exit_code": d["exit_code"],
+    }
+
+
 def measure(sel, obs):
     died = {d["rank"]: d for d in obs.get("deaths", ())}
     wanted = sel.get("ranks")
-    if wanted in (None, "all"):
-        live = rank_docs(obs, None)
-    else:
-        live = rank_docs(obs, [r for r in ([wanted] if isinstance(wanted, int) else wanted) if r not in died])
-    out = {}
-    for r in live:
-        if "error" not in r:
-            raise CheckError(
-                f"rank {r['rank']}: errors were not recorded in this observation "
-                "(a run whose spec has no expect_error entry)"
-            )
-        e = r["error"] or {}
-        out[r["rank"]] = {
-            "raised": bool(e),
-            "type": e.get("type"),
-            "qualname": e.get("qualname"),
-            "message": e.get("message"),
-            "phase": e.get("phase"),
-            "hook": e.get("hook"),
-            "died": False,
-            "signal": None,
-            "exit_code": None,
-        }
-    for rank, d in died.items():
-        if wanted in (None, "all") or rank in ([wanted] if isinstance(wanted, int) else wanted):
-            out[rank] = {
-                "raised": False,
-                "type": None,
-                "qualname": None,
-                "message": None,
-                "phase": d["phase"],
-                "hook": None,
-                "died": True,
-                "signal": d["signal"],
-                "exit_code": d["exit_code"],
-            }
+    every = wanted in (None, "all")
+    chosen = set(died) if every else {wanted} if isinstance(wanted, int) else set(wanted)
+    out = {r["rank"]: _raised(r) for r in rank_docs(obs, None if every else sorted(chosen - set(died)))}
+    out.update({rank: _died(d) for rank, d in died.items() if rank in chosen})
     return dict(sorted(out.items()))
 
 

@@ -67,14 +67,17 @@ def run_local(
     ``harness.contract.names.RANK_PHASES``) when one changes, polled about 5 times a second.
     ``step``: the rank body as "module:function" (default ``harness.run.rank.step:run_step``), called
     with ``run_step``'s arguments plus ``step_kwargs`` (they must pickle).
-    With ``setup.record_errors`` a rank that dies gives ``{"death": death_record(...)}`` instead.
+    With ``setup.record_errors`` (and the default ``step``) a rank that dies gives
+    ``{"death": death_record(...)}`` instead.
     Raises RunError (a rank raised or died: names it, carries its traceback) or RunTimeout."""
     if backend not in ("auto", "gloo", "nccl"):
         raise ValueError(f"backend {backend!r}: run_local takes auto, gloo or nccl")
     if backend == "nccl":
         resolve_backend(backend, setup.world_size)  # too few GPUs: fail here, before any process starts
     ctx = forkserver_context()
-    world = _LocalWorld(ctx, setup.world_size, time.monotonic() + timeout_s, timeout_s, keep_deaths=setup.record_errors)
+    # a death is kept for the run's own step (its observation's deaths), not for a checkpoint reload
+    keep_deaths = setup.record_errors and step is None
+    world = _LocalWorld(ctx, setup.world_size, time.monotonic() + timeout_s, timeout_s, keep_deaths=keep_deaths)
     try:
         # NCCL ranks keep PyTorch's flight recorder; its dumps outlive the run (removed if none).
         world.make_folders(keep_flight_recorder=backend in ("auto", "nccl"))

@@ -28,6 +28,7 @@ class RouterAuxLoss:
         from model.qwen3_moe import Qwen3MoeTopKRouter
 
         self.base, self.config = base, config
+        self.needs_input_grad = getattr(base, "needs_input_grad", False)  # input_grad_penalty's inputs
         self._logits: list[torch.Tensor] = []
         me = weakref.ref(self)
 
