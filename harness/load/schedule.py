@@ -369,7 +369,13 @@ def aborted_step_problems(schedule: Schedule) -> list[tuple[str, str]]:
             continue
         where = f"setup.schedule.steps[{written[n]}].abort_backward_at"
         if n + 1 == len(run):
-            out.append((where, "with numerics on, an aborted step is followed by a step that clears its gradients"))
+            out.append(
+                (
+                    where,
+                    "with numerics on, an aborted step cannot be the last: expected a step after it that clears "
+                    "the gradients it left (numerics: false to end on it)",
+                )
+            )
         elif run[n + 1].zero_grad is False:
             out.append(
                 (

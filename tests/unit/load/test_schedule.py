@@ -175,7 +175,7 @@ BAD = [
     (
         "steps: [{}, {abort_backward_at: layers.0}]",
         "setup.schedule.steps[1].abort_backward_at",
-        "followed by a step that clears its gradients",
+        "an aborted step cannot be the last: expected a step after it that clears the gradients it left",
     ),
     (
         "steps: [{abort_backward_at: root, repeat: 2}, {zero_grad: false}]",
@@ -403,6 +403,34 @@ def test_the_reference_is_one_sgd_step_on_the_mean_gradient():
         torch.testing.assert_close(ref.rows_after[0][fqn], expected, rtol=1e-5, atol=1e-7)
         torch.testing.assert_close(ref.grad_rows[fqn], shard_rows(p.grad, 2, 1), rtol=1e-5, atol=1e-7)
     assert all(p.grad is None for p in model.parameters())  # the model itself is left as it was
+
+
+def test_without_fully_shard_the_gradient_penalty_step_finishes():
+    """The other half of specs/double_backward_segfault.yaml: the same layers and loss in one process,
+    as the schedule's reference runs them, differentiate twice and give finite gradients."""
+    from harness.run.rank.build import attention_kernel
+
+    setup = tiny_setup({"loss": "input_grad_penalty", "steps": [{}]})
+    config = qwen3.get_config("walkthrough", **TINY_DIMS)
+    model = build_model(setup, config, torch.float32, torch.device("cpu"), init=True)
+    batches = global_batches(setup, config, torch.float32, 1)
+    plan = step_plan(setup, batches[0][:2], lambda n: [b[:2] for b in batches[:n]])
+    with attention_kernel("math"):
+        ref = schedule_reference(
+            model,
+            plan,
+            batches,
+            loss_fn=loss_function("input_grad_penalty"),
+            make_optimizer=lambda ps: torch.optim.SGD(ps, lr=0.5),
+            world_size=2,
+            rank=0,
+            shard_count=2,
+            shard_index=0,
+            compute_dtype=torch.float32,
+            reduce_dtype=torch.float32,
+        )
+    grads = [g for g in ref.grad_rows.values() if g is not None]
+    assert len(grads) == len(list(model.parameters())) and all(torch.isfinite(g).all() for g in grads)
 
 
 def test_the_reference_freezes_and_unfreezes_as_the_steps_say():
