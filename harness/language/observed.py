@@ -63,10 +63,17 @@ def ranks_text(ranks: Iterable[int]) -> str:
     return ", ".join(map(str, ranks))
 
 
+def named_ranks(ranks: Any) -> list[int] | None:
+    """The ranks a ``rank``/``ranks`` selector names, as a list; None for None or 'all' (every rank)."""
+    if ranks in (None, "all"):
+        return None
+    return [ranks] if isinstance(ranks, int) else list(ranks)
+
+
 def rank_docs(obs: Mapping[str, Any], ranks: Any) -> list[Mapping[str, Any]]:
     """The rank entries selected by a ``rank``/``ranks`` selector (None or 'all': every rank).
     CheckError for a selected rank that died (the observation's ``deaths``) or was not observed."""
-    wanted = [] if ranks in (None, "all") else [ranks] if isinstance(ranks, int) else list(ranks)
+    wanted = named_ranks(ranks) or []
     for d in obs.get("deaths", ()):
         if d["rank"] in wanted:
             how = f"by {d['signal']}" if d["signal"] else f"with exit code {d['exit_code']}"
@@ -79,9 +86,9 @@ def select_ranks(docs: Iterable[Mapping[str, Any]], ranks: Any, where: str | Non
     (None or 'all': every one). Raises CheckError naming a selected rank not in ``docs``, and
     ``where`` they are (e.g. "the reload on 3 ranks"; None: the observed ranks)."""
     docs = list(docs)
-    if ranks in (None, "all"):
+    wanted = named_ranks(ranks)
+    if wanted is None:
         return docs
-    wanted = [ranks] if isinstance(ranks, int) else list(ranks)
     by_rank = {d["rank"]: d for d in docs}
     missing = [r for r in wanted if r not in by_rank]
     if missing:

@@ -362,12 +362,11 @@ def aborted_step_problems(schedule: Schedule) -> list[tuple[str, str]]:
     """With numerics on: an aborted step's gradients that did reach the shards are not the reference's,
     so the next step must clear them (zero_grad not false) and an aborted step cannot be the last."""
     out: list[tuple[str, str]] = []
-    run = schedule.expanded()
-    written = [i for i, s in enumerate(schedule.steps) for _ in range(s.repeat)]
-    for n, step in enumerate(run):
+    run = [(i, s) for i, s in enumerate(schedule.steps) for _ in range(s.repeat)]  # (written index, step)
+    for n, (i, step) in enumerate(run):
         if step.abort_backward_at is None:
             continue
-        where = f"setup.schedule.steps[{written[n]}].abort_backward_at"
+        where = f"setup.schedule.steps[{i}].abort_backward_at"
         if n + 1 == len(run):
             out.append(
                 (
@@ -376,10 +375,10 @@ def aborted_step_problems(schedule: Schedule) -> list[tuple[str, str]]:
                     "the gradients it left (numerics: false to end on it)",
                 )
             )
-        elif run[n + 1].zero_grad is False:
+        elif run[n + 1][1].zero_grad is False:
             out.append(
                 (
-                    f"setup.schedule.steps[{written[n + 1]}].zero_grad",
+                    f"setup.schedule.steps[{run[n + 1][0]}].zero_grad",
                     "the step after an aborted one keeps its partly reduced gradients; with numerics on, expected "
                     "zero_grad true or zeros",
                 )

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from harness.contract.names import PHASES
 from harness.language.kinds.common import RANKS
-from harness.language.observed import CheckError, rank_docs
+from harness.language.observed import CheckError, named_ranks, rank_docs
 from harness.language.vocabulary import BOOL, MESSAGE, OPTIONAL_INT, SIGNAL, CheckKind, Field, Reads, one_of
 
 _PHASES = PHASES + ("replica",)
@@ -46,11 +46,10 @@ def _died(d) -> dict:
 
 def measure(sel, obs):
     died = {d["rank"]: d for d in obs.get("deaths", ())}
-    wanted = sel.get("ranks")
-    every = wanted in (None, "all")
-    chosen = set(died) if every else {wanted} if isinstance(wanted, int) else set(wanted)
-    out = {r["rank"]: _raised(r) for r in rank_docs(obs, None if every else sorted(chosen - set(died)))}
-    out.update({rank: _died(d) for rank, d in died.items() if rank in chosen})
+    wanted = named_ranks(sel.get("ranks"))
+    live = None if wanted is None else [r for r in wanted if r not in died]
+    out = {r["rank"]: _raised(r) for r in rank_docs(obs, live)}
+    out.update({rank: _died(d) for rank, d in died.items() if wanted is None or rank in wanted})
     return dict(sorted(out.items()))
 
 

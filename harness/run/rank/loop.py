@@ -35,10 +35,6 @@ class StepOutcome:
     aborted: bool = False  # its backward raised BackwardAborted (abort_backward_at)
 
 
-def _unit_key(unit: str) -> str:
-    return "" if unit == "root" else unit
-
-
 def _module(root: nn.Module, unit: str) -> nn.Module:
     return root if unit in ("", "root") else root.get_submodule(unit)
 
@@ -176,7 +172,7 @@ def _run_microbatch(
     if spec.unshard:
         with instruments.phase("unshard", step.index, mb.index):
             for unit in spec.unshard:
-                with call_span("unshard", _unit_key(unit)):
+                with call_span("unshard", unit):  # 'root' names the root, as "" does
                     _module(root, unit).unshard(async_op=spec.unshard_async)  # a handle: the pre-forward waits
     losses = []
     abort = spec.abort_backward_at

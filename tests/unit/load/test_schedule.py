@@ -310,6 +310,29 @@ def tiny_setup(schedule: dict, body: str = "decoder_layers", **kwargs) -> RunSet
     )
 
 
+def tiny_reference(schedule: dict, loss: str, batches_n: int, shard_index: int):
+    """(model, global batches, the schedule's reference on 2 chunks with SGD lr 0.5) of the tiny layers."""
+    setup = tiny_setup(schedule)
+    config = qwen3.get_config("walkthrough", **TINY_DIMS)
+    model = build_model(setup, config, torch.float32, torch.device("cpu"), init=True)
+    batches = global_batches(setup, config, torch.float32, batches_n)
+    plan = step_plan(setup, batches[0][:2], lambda n: [b[:2] for b in batches[:n]])
+    ref = schedule_reference(
+        model,
+        plan,
+        batches,
+        loss_fn=loss_function(loss),
+        make_optimizer=lambda ps: torch.optim.SGD(ps, lr=0.5),
+        world_size=2,
+        rank=0,
+        shard_count=2,
+        shard_index=shard_index,
+        compute_dtype=torch.float32,
+        reduce_dtype=torch.float32,
+    )
+    return model, batches, ref
+
+
 def test_the_plan_expands_repeats_microbatches_and_forwards():
     setup = tiny_setup(
         {
@@ -377,25 +400,8 @@ def test_the_gradient_penalty_differentiates_the_inputs_twice():
 def test_the_reference_is_one_sgd_step_on_the_mean_gradient():
     """Two chunks, two microbatches with sync off on the first: the reference's step is
     w - lr x (mean over chunks and microbatches of the gradients), as one process computes it."""
-    setup = tiny_setup({"steps": [{"microbatches": 2}]})
-    config = qwen3.get_config("walkthrough", **TINY_DIMS)
-    model = build_model(setup, config, torch.float32, torch.device("cpu"), init=True)
-    batches = global_batches(setup, config, torch.float32, 2)
-    plan = step_plan(setup, batches[0][:2], lambda n: [b[:2] for b in batches[:n]])
+    model, batches, ref = tiny_reference({"steps": [{"microbatches": 2}]}, "mean_square", 2, shard_index=1)
     loss_fn = loss_function("mean_square")
-    ref = schedule_reference(
-        model,
-        plan,
-        batches,
-        loss_fn=loss_fn,
-        make_optimizer=lambda ps: torch.optim.SGD(ps, lr=0.5),
-        world_size=2,
-        rank=0,
-        shard_count=2,
-        shard_index=1,
-        compute_dtype=torch.float32,
-        reduce_dtype=torch.float32,
-    )
     plain = copy.deepcopy(model)
     sum(loss_fn(plain(b[c * 2 : (c + 1) * 2]), None) for b in batches for c in range(2)).div(4).backward()
     for fqn, p in plain.named_parameters():
@@ -410,25 +416,8 @@ def test_without_fully_shard_the_gradient_penalty_step_finishes():
     as the schedule's reference runs them, differentiate twice and give finite gradients."""
     from harness.run.rank.build import attention_kernel
 
-    setup = tiny_setup({"loss": "input_grad_penalty", "steps": [{}]})
-    config = qwen3.get_config("walkthrough", **TINY_DIMS)
-    model = build_model(setup, config, torch.float32, torch.device("cpu"), init=True)
-    batches = global_batches(setup, config, torch.float32, 1)
-    plan = step_plan(setup, batches[0][:2], lambda n: [b[:2] for b in batches[:n]])
     with attention_kernel("math"):
-        ref = schedule_reference(
-            model,
-            plan,
-            batches,
-            loss_fn=loss_function("input_grad_penalty"),
-            make_optimizer=lambda ps: torch.optim.SGD(ps, lr=0.5),
-            world_size=2,
-            rank=0,
-            shard_count=2,
-            shard_index=0,
-            compute_dtype=torch.float32,
-            reduce_dtype=torch.float32,
-        )
+        model, _, ref = tiny_reference({"loss": "input_grad_penalty", "steps": [{}]}, "input_grad_penalty", 1, 0)
     grads = [g for g in ref.grad_rows.values() if g is not None]
     assert len(grads) == len(list(model.parameters())) and all(torch.isfinite(g).all() for g in grads)
 
@@ -436,23 +425,8 @@ def test_without_fully_shard_the_gradient_penalty_step_finishes():
 def test_the_reference_freezes_and_unfreezes_as_the_steps_say():
     """Step 0 freezes layers.0 (its rows stay, layers.1's move), step 1 unfreezes it (its rows move):
     the reference applies each step's freeze / unfreeze to its own copy, the model is left as it was."""
-    setup = tiny_setup({"steps": [{"freeze": ["layers.0.**"]}, {"unfreeze": ["layers.0.**"]}]})
-    config = qwen3.get_config("walkthrough", **TINY_DIMS)
-    model = build_model(setup, config, torch.float32, torch.device("cpu"), init=True)
-    batches = global_batches(setup, config, torch.float32, 2)
-    plan = step_plan(setup, batches[0][:2], lambda n: [b[:2] for b in batches[:n]])
-    ref = schedule_reference(
-        model,
-        plan,
-        batches,
-        loss_fn=loss_function("mean_square"),
-        make_optimizer=lambda ps: torch.optim.SGD(ps, lr=0.5),
-        world_size=2,
-        rank=0,
-        shard_count=2,
-        shard_index=0,
-        compute_dtype=torch.float32,
-        reduce_dtype=torch.float32,
+    model, _, ref = tiny_reference(
+        {"steps": [{"freeze": ["layers.0.**"]}, {"unfreeze": ["layers.0.**"]}]}, "mean_square", 2, shard_index=0
     )
     q0, q1 = "layers.0.self_attn.q_proj.weight", "layers.1.self_attn.q_proj.weight"
     assert torch.equal(ref.rows_after[0][q0], ref.rows_before[q0])
