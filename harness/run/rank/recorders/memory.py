@@ -14,7 +14,7 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
-from torch.distributed._tools.mem_tracker import _UpdateType
+from torch.distributed._tools.mem_tracker import _UpdateType, _WeakRefInfo
 
 from harness.contract.names import MEMORY_CATEGORIES
 
@@ -28,14 +28,27 @@ CATEGORIES = MEMORY_CATEGORIES
 
 @dataclass(frozen=True)
 class Unrounded:
-    """Key, beside each ``torch.device`` of a snapshot, of that device's bytes at the storages' real sizes."""
+    """Key, beside a ``torch.device`` where the tracker rounds, of that device's bytes at the storages' real sizes."""
 
     device: str
 
 
 class StorageBytesTracker(FSDPMemTracker):
-    """``FSDPMemTracker`` that applies each update (``MemTracker._update_snap``) twice: as torch
-    does, and at the storage's real size under :class:`Unrounded`."""
+    """``FSDPMemTracker`` that applies each update (``MemTracker._update_snap``) of a storage on a
+    device where torch rounds (CUDA) twice: as torch does, and at the storage's real size under
+    :class:`Unrounded`. Where torch counts real sizes (the CPU) one update serves both figures."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._rounding: dict[torch.device, bool] = {}
+
+    def _rounds(self, device: torch.device) -> bool:
+        """Whether the tracker's count of a 1-byte storage on ``device`` is not 1 byte (torch's
+        ``_WeakRefInfo._calculate_mem_consumed``, or a test's emulation of it)."""
+        if device not in self._rounding:
+            probe = SimpleNamespace(size=1, element_size=1, device=device)
+            self._rounding[device] = _WeakRefInfo._calculate_mem_consumed(probe) != 1
+        return self._rounding[device]
 
     def _update_snap(
         self,
@@ -45,6 +58,8 @@ class StorageBytesTracker(FSDPMemTracker):
         old_reftype: Any = None,
     ) -> None:
         super()._update_snap(u_type, winfo, old_mem_consumed, old_reftype)
+        if not self._rounds(winfo.device):
+            return
         counted = getattr(winfo, "_unrounded_bytes", 0)
         real = winfo.size * winfo.element_size if u_type != _UpdateType.DEL else counted
         shadow = SimpleNamespace(device=Unrounded(str(winfo.device)), reftype=winfo.reftype, mem_consumed=real)
@@ -55,8 +70,12 @@ class StorageBytesTracker(FSDPMemTracker):
 def _bytes(snapshot: Mapping[Any, Mapping[Any, int]], unrounded: bool = False) -> dict[str, int]:
     """Sum a ``{device: {reftype: bytes}}`` snapshot by schema category: rounded, or ``unrounded``."""
     out = {name: 0 for name in CATEGORIES.values()}
+    shadowed = {device.device for device in snapshot if isinstance(device, Unrounded)}
     for device, per_device in snapshot.items():
-        if isinstance(device, Unrounded) != unrounded:
+        if isinstance(device, Unrounded):
+            if not unrounded:
+                continue
+        elif unrounded and str(device) in shadowed:  # its real bytes are under Unrounded
             continue
         for reftype, value in per_device.items():
             key = getattr(reftype, "value", reftype)
