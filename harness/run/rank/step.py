@@ -95,7 +95,10 @@ class RankStep(RankBody):
                 phases,
                 self.group_dims,
                 self.collective_log,
-                track_memory=setup.track_memory,
+                # FSDPMemTracker's ModTracker puts multi-grad hooks on each module's inputs, which
+                # torch.autograd.grad refuses ("A leaf node was passed to _will_engine_execute_node"):
+                # under a loss that differentiates the inputs it would change what the run does.
+                track_memory=setup.track_memory and not getattr(self.loss_fn, "needs_input_grad", False),
                 device_activity=trace_device_activity(self.tracing, self.device_type),
                 instruments=self.plan.instruments,
             )
