@@ -566,6 +566,33 @@ RANK_STEPS = Records(
     by="model/steps.py",
 )
 
+RANK_FORWARD_INPUTS = Records(
+    Record(
+        {
+            "step_index": Leaf({"$ref": "#/$defs/step_index"}),
+            "microbatch": Leaf({"$ref": "#/$defs/microbatch"}),
+            "forward": Leaf({"type": "integer", "minimum": 0, "description": "the forward's index in its microbatch"}),
+            "argument": Leaf({"enum": ["positional", "keyword"], "description": "how the input tensor was passed"}),
+            "container": Leaf(
+                {
+                    "type": "string",
+                    "description": "what held the tensor: Tensor, ForwardBatch (a dataclass), dict, UserDict",
+                }
+            ),
+            "dtype": Leaf({"$ref": "#/$defs/dtype"}),
+            "shape": Leaf({"$ref": "#/$defs/shape"}),
+        },
+        required=("step_index", "microbatch", "forward", "argument", "container", "dtype", "shape"),
+    ),
+    schema={
+        "description": (
+            "what the root's forward received per forward, once FSDP's pre-forward hook has run (its "
+            "cast_forward_inputs included), as schedule forward_input passed it"
+        )
+    },
+    by="harness/run/rank/forward_input.py",
+)
+
 RANK_COLLECTIVES = Records(
     Record(
         {
@@ -1838,6 +1865,7 @@ RANK_PARTS: dict[str, Any] = {
     "param_states": RANK_PARAM_STATES,
     "fully_shard_calls": RANK_FULLY_SHARD_CALLS,
     "steps": RANK_STEPS,
+    "forward_inputs": RANK_FORWARD_INPUTS,
     "collectives": RANK_COLLECTIVES,
     "memory": RANK_MEMORY,
     "numerics": RANK_NUMERICS,

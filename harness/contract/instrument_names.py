@@ -27,8 +27,9 @@ INSTRUMENTS: dict[str, tuple[str, ...]] = {
     "fully_shard_calls": ("fully_shard_calls",),
     # the parameter and buffer tables, sharded, before the first step
     "params": ("params", "buffers"),
-    # the walkthrough's Steps 1-10 (name, layer, shape, dtype) of every forward
-    "steps": ("steps",),
+    # the walkthrough's Steps 1-10 (name, layer, shape, dtype) of every forward, and what the root's
+    # forward received (argument, container, dtype, shape)
+    "steps": ("steps", "forward_inputs"),
     # a MoE layer's routing and expert gradients
     "experts": ("experts",),
     # gradient dtypes after each step, units' resolved dtypes after each forward, clip_grad_norm_'s return

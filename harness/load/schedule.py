@@ -39,6 +39,7 @@ __all__ = [
     "GRADIENT_SYNC",
     "ALL_REDUCE",
     "ZERO_GRAD",
+    "FORWARD_INPUTS",
     "ClipGradNorm",
     "ScheduleStep",
     "Schedule",
@@ -58,6 +59,10 @@ ALL_REDUCE: tuple[str, ...] = ("every", "last")
 """``all_reduce``: HSDP's all-reduce across replicas after every microbatch (FSDP2's default) or
 after the last only (``set_requires_all_reduce(False)`` before the others)."""
 ZERO_GRAD: tuple[Any, ...] = (True, False, "zeros")
+FORWARD_INPUTS: tuple[str, ...] = ("positional", "keyword", "dataclass", "dict", "user_dict")
+"""How the root's forward gets the rank's input tensor ``x``: ``root(x)``, ``root(inputs=x)``, a
+dataclass with the field ``inputs``, ``{"inputs": x}``, ``collections.UserDict({"inputs": x})``
+(``harness/run/rank/forward_input.py``)."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +142,13 @@ class ScheduleStep:
         "pre-backward hook has unsharded it; the loop catches the error and calls reset_iter_state() on "
         "the root (FSDPModule.reset_iter_state); the step then ends: no clip_grad_norm, optimizer step "
         "or after_microbatch hook, and the reference skips it",
+    )
+    forward_input: str = key(
+        "positional",
+        enum=list(FORWARD_INPUTS),
+        doc="how each forward passes the input tensor to the root: positional root(x), keyword root(inputs=x), "
+        "dataclass (a field inputs), dict {'inputs': x}, user_dict collections.UserDict({'inputs': x}); FSDP's "
+        "cast_forward_inputs reaches a tensor in each but a UserDict",
     )
     repeat: int = key(1, minimum=1, doc="run this step K times; step_index counts the repeats")
     call: str | None = key(

@@ -62,6 +62,7 @@ def test_the_exclusions_are_the_ones_named():
         "compile_gated_on_cpu",
         "cpu_offload_pinned_refused",
         "double_backward_segfault",
+        "forward_input_user_dict",
         "moe_tiny_16_ranks",
         "premul_sum_reduce_scatter_one_rank",
         "premul_sum_refused_hsdp",

@@ -479,6 +479,12 @@ def inputs() -> list[Case]:
             ("spec.yaml:6", "setup.schedule.steps[0].abort_backward_at", "no FSDP unit 'layers.7'"),
         ),
         v(
+            "forward_input_unknown",
+            "4",
+            with_setup("  mesh:", "  schedule: {steps: [{forward_input: tuple}]}\n  mesh:"),
+            ("spec.yaml:6", "setup.schedule.steps[0].forward_input", "'user_dict'", "got 'tuple'"),
+        ),
+        v(
             "input_grad_penalty_on_a_causal_lm",
             "4",
             with_setup(

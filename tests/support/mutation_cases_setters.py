@@ -7,6 +7,20 @@ the setter's effect fail: that shows the key reaches torch."""
 
 SETTER_CASES = [
     (
+        "forward_input_structure",
+        "argument: positional, container: UserDict, dtype: float32,",
+        "argument: positional, container: UserDict, dtype: bfloat16,",
+        "user_dict_passed_as_given",
+        "float32",
+    ),
+    (
+        "forward_input_user_dict",
+        'message: {matches: "expected m1 and m2 to have the same dtype"}',
+        'message: {matches: "expected m1 and m2 to have the same shape"}',
+        "mixed_dtype_matmul",
+        "same dtype",
+    ),
+    (
         "double_backward_segfault",
         "died: true, signal: SIGSEGV, exit_code: -11, phase: backward",
         "died: true, signal: SIGBUS, exit_code: -11, phase: backward",
@@ -107,6 +121,24 @@ SETTER_CASES = [
 ]
 
 SETTER_SETUP_CASES = [
+    (
+        "forward_input_structure",
+        "- {forward_input: user_dict}",
+        "- {forward_input: dict}",  # a dict is walked: the root receives bf16 in a dict
+        ["user_dict_passed_as_given"],
+    ),
+    (
+        "forward_input_structure",
+        "- {forward_input: keyword}",
+        "- {forward_input: positional}",
+        ["keyword_cast"],
+    ),
+    (
+        "forward_input_user_dict",
+        "- {forward_input: user_dict}",
+        "- {forward_input: dict}",  # the root's cast reaches it: the step runs
+        ["mixed_dtype_matmul"],
+    ),
     (
         "double_backward_segfault",
         "loss: input_grad_penalty",

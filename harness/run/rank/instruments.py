@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import os
-from typing import Any, ContextManager, Iterator, Mapping, Sequence
+from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -128,6 +128,7 @@ class Instruments:
         self.grad_norms: list[dict[str, Any]] = []
         self.grads: list[dict[str, Any]] = []  # per step and parameter (recorders/grads.py)
         self.unit_dtypes: list[dict[str, Any]] = []  # per forward phase and unit
+        self.forward_inputs: list[dict[str, Any]] = []  # what the root's forward received, per forward
         self._root: nn.Module | None = None
         self._units: list[Unit] = []
         self._experts: ExpertRecorder | None = None  # a MoE model's experts (recorders/experts.py)
@@ -303,6 +304,20 @@ class Instruments:
             return contextlib.nullcontext()
         return qwen3.observe_steps(root, self._on_step)
 
+    def forward_input_recorder(self, forward: int) -> Callable[[dict[str, Any]], None] | None:
+        """Where ``steps`` is on: a callback keeping what the root's forward ``forward`` received
+        (``harness.run.rank.forward_input.call_root``) at the current step and microbatch."""
+        if "steps" not in self.on:
+            return None
+        step_index, microbatch = self._position
+
+        def keep(received: dict[str, Any]) -> None:
+            self.forward_inputs.append(
+                {"step_index": step_index, "microbatch": microbatch, "forward": forward, **received}
+            )
+
+        return keep
+
     def _on_step(self, layer: int, name: str, t: torch.Tensor) -> None:
         step_index, microbatch = self._position
         if "steps" in self.on:
@@ -353,6 +368,7 @@ class Instruments:
             "param_states": self._hooks.states if self._hooks is not None else [],
             "fully_shard_calls": self.fully_shard_calls.record,
             "steps": self.steps,
+            "forward_inputs": self.forward_inputs,
             "collectives": collectives,
             "memory": self._memory.snapshots() if self._memory is not None else [],
             "events": events_from_profiler(self.profiler) if "events" in self.on else [],

@@ -16,6 +16,7 @@ from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 
 import model as qwen3
+from harness.run.rank.forward_input import call_root
 from harness.run.rank.hooks import RunHooks
 from harness.run.rank.instruments import Instruments
 from harness.run.rank.parallelize import step_requires_grad
@@ -181,7 +182,7 @@ def _run_microbatch(
         _abort_backward_at(_module(root, abort), abort) if abort is not None else contextlib.nullcontext(),
     ):
         with torch.no_grad() if spec.no_grad else contextlib.nullcontext():
-            for fwd in mb.forwards:
+            for f, fwd in enumerate(mb.forwards):
                 target = spec.loss_target()
                 capture = StepCapture(target) if target else None
                 with (
@@ -189,7 +190,8 @@ def _run_microbatch(
                     qwen3.observe_steps(root, capture) if capture else contextlib.nullcontext(),
                 ):
                     x = forward_inputs(fwd.inputs, loss_fn)
-                    output = root(x, skip_layers=mb.skip_layers) if mb.skip_layers else root(x)
+                    extra = {"skip_layers": mb.skip_layers} if mb.skip_layers else {}
+                    output = call_root(root, x, spec.forward_input, instruments.forward_input_recorder(f), **extra)
                 if capture is not None:
                     if capture.tensor is None:
                         raise ValueError(

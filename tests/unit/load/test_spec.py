@@ -82,7 +82,7 @@ MALFORMED = [
         edit("check: param\n", "check: parm\n"),
         "check: parm",
         "tables[1].check",
-        "expected one of ['param', 'params_total', 'input', 'step',",
+        "expected one of ['param', 'params_total', 'input', 'forward_input', 'step',",
         id="wrong-check-enum",
     ),
     pytest.param(
