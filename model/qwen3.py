@@ -412,6 +412,15 @@ class Qwen3ForCausalLM(nn.Module):
         hidden_states = self.model(input_ids, position_ids, skip_layers)  # (B, L, d)
         return self.lm_head(hidden_states)  # (B, L, V)
 
+    def last_hidden_state(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        skip_layers: Collection[int | tuple[int, str]] = (),
+    ) -> torch.Tensor:
+        """The final norm's output (B, L, d), no lm_head: a method FSDP wraps only if registered."""
+        return self.model(input_ids, position_ids, skip_layers)
+
 
 def _find_config(module: nn.Module) -> Qwen3Config | None:
     for m in module.modules():

@@ -40,6 +40,7 @@ __all__ = [
     "ALL_REDUCE",
     "ZERO_GRAD",
     "FORWARD_INPUTS",
+    "FORWARD_METHODS",
     "ClipGradNorm",
     "ScheduleStep",
     "Schedule",
@@ -63,6 +64,11 @@ FORWARD_INPUTS: tuple[str, ...] = ("positional", "keyword", "dataclass", "dict",
 """How the root's forward gets the rank's input tensor ``x``: ``root(x)``, ``root(inputs=x)``, a
 dataclass with the field ``inputs``, ``{"inputs": x}``, ``collections.UserDict({"inputs": x})``
 (``harness/run/rank/forward_input.py``)."""
+FORWARD_METHODS: tuple[str, ...] = ("forward", "last_hidden_state")
+"""The root's method each forward calls: ``forward`` (through ``root(x)``), or the causal LM's
+``last_hidden_state`` (``model/qwen3.py``: the final norm's output, no ``lm_head``), called as
+``root.last_hidden_state(x)``, which runs FSDP's forward hooks only where a unit's
+``forward_methods`` registered it (``register_fsdp_forward_method``)."""
 
 
 @dataclass(frozen=True)
@@ -150,6 +156,13 @@ class ScheduleStep:
         "dataclass (a field inputs), dict {'inputs': x}, user_dict collections.UserDict({'inputs': x}); FSDP's "
         "cast_forward_inputs reaches a tensor in each but a UserDict",
     )
+    forward_method: str = key(
+        "forward",
+        enum=list(FORWARD_METHODS),
+        doc="the root's method each forward calls: forward (root(x)), or last_hidden_state (model.body causal_lm: "
+        "the final norm's output, no lm_head), which FSDP's hooks wrap only where setup.fsdp.units' "
+        "forward_methods registers it (register_fsdp_forward_method)",
+    )
     repeat: int = key(1, minimum=1, doc="run this step K times; step_index counts the repeats")
     call: str | None = key(
         None,
@@ -189,6 +202,14 @@ class ScheduleStep:
     def _rules(self, given: Mapping[str, Any], where: str) -> Problems:
         """What the schema cannot see in one step, as (key path, expected) pairs."""
         problems: Problems = []
+        if self.forward_method != "forward" and self.forward_input != "positional":
+            problems.append(
+                (
+                    f"{where}.forward_input",
+                    f"forward_method {self.forward_method} takes the tensor positionally (a method call runs no "
+                    "forward pre-hook to unpack a container); expected positional or left out",
+                )
+            )
         if self.no_grad and "forward_only" in given and not self.forward_only:
             problems.append(
                 (f"{where}.forward_only", "no_grad: true runs no backward; expected forward_only true or left out")
@@ -340,6 +361,22 @@ def schedule_problems(
                     "input_grad_penalty takes a gradient in the forward's loss: expected a step with a backward",
                 )
             )
+        if step.forward_method == "last_hidden_state":
+            if body != "causal_lm":
+                out.append(
+                    (
+                        f"{where}.forward_method",
+                        "last_hidden_state is the causal LM's method (model.body: causal_lm); expected forward",
+                    )
+                )
+            elif loss == "cross_entropy":
+                out.append(
+                    (
+                        "setup.schedule.loss",
+                        f"steps[{i}] takes last_hidden_state, hidden states (B, L, d), not logits: expected "
+                        "mean_square or sum",
+                    )
+                )
         target = step.loss_target()
         if target is not None and ":" in (step.loss_on or ""):
             if target[0] not in layers:

@@ -744,6 +744,13 @@ def _param_pattern_problems(setup: RunSetup, plans: list[UnitPlan], fqns: tuple[
                 if (where, pattern) not in seen and not match_params(pattern, fqns):
                     seen.add((where, pattern))
                     out.append((where, hint(pattern)))
+        if plan.role == "root" and plan.options.forward_methods and setup.model.body != "causal_lm":
+            out.append(
+                (
+                    written_at(plan, "forward_methods"),
+                    f"model.body {setup.model.body}'s root has no last_hidden_state; expected model.body causal_lm",
+                )
+            )
         where = written_at(plan, "ignored_params")
         if plan.options.ignored_params and setup.numerics and (where, "numerics") not in seen:
             seen.add((where, "numerics"))

@@ -209,6 +209,14 @@ class UnitOptions:
         "(CUDA and NCCL only; on a CPU run torch 2.13 raises RuntimeError in the call: no NCCL allocation "
         "backend); null: not called",
     )
+    forward_methods: tuple[str, ...] = key(
+        (),
+        items={"enum": ["last_hidden_state"]},
+        uniqueItems=True,
+        doc="register_fsdp_forward_method(module, name) after fully_shard, for each name: FSDP's pre- and "
+        "post-forward hooks then run around that method as around forward (root only: model.body causal_lm's "
+        "root has last_hidden_state; schedule forward_method calls it)",
+    )
     checkpoint: bool = key(
         False,
         doc="activation checkpointing on each module of the unit, applied before fully_shard, in the form "
@@ -407,6 +415,14 @@ def resolve_units(
         given = dict(spec.given)
         options = UnitOptions(**{**base, **{k: _option(k, v) for k, v in given.items()}})
         problems += _checkpoint_problems(options, given, where) + _alias_problems(options, given, where)
+        if options.forward_methods:
+            problems.append(
+                (
+                    f"{where}.forward_methods" if "forward_methods" in given else "setup.fsdp.forward_methods",
+                    "only the root unit's module has a method to register (last_hidden_state); expected it "
+                    "on the 'root' entry",
+                )
+            )
         found: list[str] = []
         for j, pattern in enumerate(spec.modules):
             key = f"{where}.modules" + (f"[{j}]" if spec.grouped else "")

@@ -485,6 +485,34 @@ def inputs() -> list[Case]:
             ("spec.yaml:6", "setup.schedule.steps[0].forward_input", "'user_dict'", "got 'tuple'"),
         ),
         v(
+            "forward_method_on_decoder_layers",
+            "4",
+            with_setup("  mesh:", "  schedule: {steps: [{forward_method: last_hidden_state}]}\n  mesh:"),
+            ("spec.yaml", "setup.schedule.steps[0].forward_method", "the causal LM's method"),
+        ),
+        v(
+            "forward_methods_on_a_layer_unit",
+            "4",
+            with_setup(
+                "  mesh:", "  fsdp: {units: [{modules: layers.*, forward_methods: [last_hidden_state]}]}\n  mesh:"
+            ),
+            ("spec.yaml", "setup.fsdp.units[0].forward_methods", "only the root unit's module"),
+        ),
+        v(
+            "forward_methods_on_a_root_without_the_method",
+            "4",
+            with_setup(
+                "  mesh:", "  fsdp: {units: [layers.*, {modules: root, forward_methods: [last_hidden_state]}]}\n  mesh:"
+            ),
+            ("spec.yaml", "setup.fsdp.units[1].forward_methods", "decoder_layers's root has no last_hidden_state"),
+        ),
+        v(
+            "forward_methods_unknown_name",
+            "4",
+            with_setup("  mesh:", "  fsdp: {units: [layers.*, {modules: root, forward_methods: [generate]}]}\n  mesh:"),
+            ("spec.yaml", "setup.fsdp.units[1].forward_methods[0]", "last_hidden_state", "got 'generate'"),
+        ),
+        v(
             "input_grad_penalty_on_a_causal_lm",
             "4",
             with_setup(

@@ -7,6 +7,20 @@ the setter's effect fail: that shows the key reaches torch."""
 
 SETTER_CASES = [
     (
+        "forward_method_registered",
+        "select: {phase: forward, op: all_gather, unit: root}, numel_in: 4128, numel_out: 8256}",
+        "select: {phase: forward, op: all_gather, unit: root}, numel_in: 4128, numel_out: 16512}",
+        "root_gather_size",
+        "16,512",
+    ),
+    (
+        "forward_method_unregistered",
+        "select: {phase: forward}, count: 0}",
+        "select: {phase: forward}, count: 3}",
+        "no_all_gather",
+        "expected 3",
+    ),
+    (
         "forward_input_structure",
         "argument: positional, container: UserDict, dtype: float32,",
         "argument: positional, container: UserDict, dtype: bfloat16,",
@@ -121,6 +135,18 @@ SETTER_CASES = [
 ]
 
 SETTER_SETUP_CASES = [
+    (
+        "forward_method_registered",
+        "- {forward_method: last_hidden_state}",
+        "- {}",  # root(x): forward, logits [2, 8, 128], the same all-gathers
+        ["hidden_states_not_logits"],
+    ),
+    (
+        "forward_method_unregistered",
+        "    units: [model.layers.*]\n",
+        "    units: [model.layers.*, {modules: root, forward_methods: [last_hidden_state]}]\n",
+        ["sharded_embedding_meets_the_input", "no_all_gather"],
+    ),
     (
         "forward_input_structure",
         "- {forward_input: user_dict}",

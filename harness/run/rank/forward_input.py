@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from harness.run.rank.recorders.collectives import dtype_name
+from harness.run.rank.step_plan import call_model
 
 __all__ = ["ForwardBatch", "KEYWORD", "call_root", "pack"]
 
@@ -73,18 +74,24 @@ def call_root(
     x: torch.Tensor,
     structure: str,
     record: Callable[[dict[str, Any]], None] | None = None,
-    **kwargs: Any,
+    *,
+    method: str = "forward",
+    skip_layers: tuple = (),
 ) -> Any:
-    """``root``'s output for input ``x`` passed as ``structure``, with ``kwargs`` beside it.
+    """``root``'s output for input ``x`` passed as ``structure``, with ``skip_layers`` where there are any.
+
+    ``method`` other than ``forward`` (schedule ``forward_method``): ``root.<method>(x)``, positional
+    only; no forward pre-hook runs, so nothing is recorded.
 
     ``record``, where given, gets what the root's forward received once FSDP's pre-forward hook
     has run: ``argument`` (positional or keyword), ``container`` (the type name of what held the
     tensor: ``Tensor``, ``ForwardBatch``, ``dict``, ``UserDict``), the tensor's ``dtype`` and
     ``shape``. It keeps no reference to the tensor.
     """
+    if method != "forward" or (structure == "positional" and record is None):
+        return call_model(root, x, method, skip_layers)
     args, packed = pack(x, structure)
-    if structure == "positional" and record is None:
-        return root(*args, **kwargs)
+    kwargs = {"skip_layers": skip_layers} if skip_layers else {}
 
     def unpack(_module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple, dict]:
         argument, held, tensor = _received(args, kwargs)

@@ -190,8 +190,14 @@ def _run_microbatch(
                     qwen3.observe_steps(root, capture) if capture else contextlib.nullcontext(),
                 ):
                     x = forward_inputs(fwd.inputs, loss_fn)
-                    extra = {"skip_layers": mb.skip_layers} if mb.skip_layers else {}
-                    output = call_root(root, x, spec.forward_input, instruments.forward_input_recorder(f), **extra)
+                    output = call_root(
+                        root,
+                        x,
+                        spec.forward_input,
+                        instruments.forward_input_recorder(f),
+                        method=spec.forward_method,
+                        skip_layers=mb.skip_layers,
+                    )
                 if capture is not None:
                     if capture.tensor is None:
                         raise ValueError(

@@ -15,7 +15,14 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+from torch.distributed.fsdp import (
+    CPUOffloadPolicy,
+    FSDPModule,
+    MixedPrecisionPolicy,
+    OffloadPolicy,
+    fully_shard,
+    register_fsdp_forward_method,
+)
 from torch.distributed.tensor import DTensor, Shard
 
 import model as qwen3
@@ -322,6 +329,8 @@ UNIT_SETTERS: dict[str, Callable[[FSDPModule, Any], None]] = {
         unit.set_allocate_memory_from_process_group_for_comm(on)
     ),
     "symm_mem_for_comm": lambda unit, backend: unit.set_symm_mem_for_comm(backend),
+    # a module function, not a setter: FSDP's forward hooks around each named method
+    "forward_methods": lambda unit, names: [register_fsdp_forward_method(unit, name) for name in names],
 }
 """The ``FSDPModule`` setter each unit option (:class:`~harness.load.units.UnitOptions` field of
 the same name) calls on the unit's first module after every ``fully_shard``, in this order;

@@ -11,12 +11,14 @@ from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from harness.load.schedule import Schedule, ScheduleStep
 from harness.load.setup import RunSetup
 
 __all__ = [
     "StepCapture",
+    "call_model",
     "PlannedForward",
     "PlannedMicrobatch",
     "PlannedStep",
@@ -64,6 +66,13 @@ input_grad_penalty.needs_input_grad = True  # the loop and the reference feed it
 def forward_inputs(inputs: torch.Tensor, loss_fn: LossFn) -> torch.Tensor:
     """``inputs`` as the forward takes them: a leaf that requires grad where ``loss_fn`` differentiates them."""
     return inputs.detach().requires_grad_() if getattr(loss_fn, "needs_input_grad", False) else inputs
+
+
+def call_model(model: nn.Module, x: torch.Tensor, method: str = "forward", skip_layers: tuple = ()) -> torch.Tensor:
+    """``model(x)``, or its method ``method`` (schedule ``forward_method``) called on ``x`` directly, with
+    ``skip_layers`` where there are any; the sharded run and the reference both call it."""
+    call = model if method == "forward" else getattr(model, method)
+    return call(x, skip_layers=skip_layers) if skip_layers else call(x)
 
 
 class StepCapture:

@@ -23,9 +23,14 @@ class _Echo(nn.Module):
         super().__init__()
         self.seen: list = []
 
-    def forward(self, x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
-        self.seen.append((x.dtype, scale))
-        return x * scale
+    def forward(self, x: torch.Tensor, skip_layers: tuple = ()) -> torch.Tensor:
+        self.seen.append((x.dtype, skip_layers))
+        return x * 2
+
+    def doubled(self, x: torch.Tensor) -> torch.Tensor:
+        """A method other than forward: no forward hook runs around it."""
+        self.seen.append((x.dtype, "doubled"))
+        return x * 2
 
 
 def test_pack_builds_each_structure():
@@ -41,14 +46,20 @@ def test_pack_builds_each_structure():
 
 
 @pytest.mark.parametrize("structure", FORWARD_INPUTS)
-def test_the_model_gets_the_tensor_and_keyword_arguments_pass_through(structure):
+def test_the_model_gets_the_tensor_and_skip_layers_pass_through(structure):
     module, got = _Echo(), []
-    out = call_root(module, torch.ones(2, 3), structure, got.append, scale=2.0)
-    assert module.seen == [(torch.float32, 2.0)] and float(out.sum()) == 12.0
+    out = call_root(module, torch.ones(2, 3), structure, got.append, skip_layers=(1,))
+    assert module.seen == [(torch.float32, (1,))] and float(out.sum()) == 12.0
     assert [(g["argument"], g["shape"]) for g in got] == [
         ("keyword" if structure == "keyword" else "positional", [2, 3])
     ]
     assert not module._forward_pre_hooks, "the unpacking hook is removed after the call"
+
+
+def test_a_forward_method_is_called_directly_and_records_nothing():
+    module, got = _Echo(), []
+    out = call_root(module, torch.ones(2, 3), "positional", got.append, method="doubled")
+    assert module.seen == [(torch.float32, "doubled")] and float(out.sum()) == 12.0 and got == []
 
 
 @pytest.fixture

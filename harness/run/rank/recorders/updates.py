@@ -21,7 +21,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 import model as qwen3
 from harness.load.schedule import ScheduleStep
 from harness.run.rank.parallelize import step_requires_grad
-from harness.run.rank.step_plan import StepCapture, forward_inputs
+from harness.run.rank.step_plan import StepCapture, call_model, forward_inputs
 
 from .collectives import dtype_name
 from .numerics import nonfinite
@@ -174,10 +174,10 @@ def schedule_reference(
                         capture = StepCapture(target) if target else None
                         if capture is not None:
                             with qwen3.observe_steps(replica, capture):
-                                out = replica(x, skip_layers=mb.skip_layers) if mb.skip_layers else replica(x)
+                                out = call_model(replica, x, spec.forward_method, mb.skip_layers)
                             out = capture.tensor
                         else:
-                            out = replica(x, skip_layers=mb.skip_layers) if mb.skip_layers else replica(x)
+                            out = call_model(replica, x, spec.forward_method, mb.skip_layers)
                         losses.append(loss_fn(out, x))
                         if c == rank:
                             ref.output, ref.loss = out.detach().clone(), losses[-1].detach().clone()
