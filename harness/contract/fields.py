@@ -593,6 +593,40 @@ RANK_FORWARD_INPUTS = Records(
     by="harness/run/rank/forward_input.py",
 )
 
+
+def _tensor_list(what: str) -> Leaf:
+    return Leaf({"type": "array", "description": what})
+
+
+RANK_ALL_GATHER_EXTENSIONS = Records(
+    Record(
+        {
+            "fqn": Leaf({"type": "string", "description": "the parameter's FQN"}),
+            "call": Leaf({"enum": ["pre", "post"], "description": "fsdp_pre_all_gather or fsdp_post_all_gather"}),
+            "step_index": Leaf({"type": ["integer", "null"], "minimum": 0}),
+            "microbatch": Leaf({"type": ["integer", "null"], "minimum": 0}),
+            "phase": Leaf({"type": "string", "description": "the harness phase it ran in (forward, backward, ...)"}),
+            "received_dtypes": _tensor_list("pre: the local shard's dtype; post: the all-gather outputs' dtypes"),
+            "received_shapes": _tensor_list("pre: the local shard's shape; post: the all-gather outputs' shapes"),
+            "returned_dtypes": _tensor_list(
+                "pre: the all-gather inputs' dtypes; post: the unsharded tensor's ([] when written into out)"
+            ),
+            "returned_shapes": _tensor_list("pre: the all-gather inputs' shapes; post: the unsharded tensor's"),
+            "metadata": Leaf({"type": ["string", "null"], "description": "pre: repr of the metadata returned"}),
+            "param_dtype": Leaf({"type": ["string", "null"], "description": "post: the param_dtype FSDP passed"}),
+            "into_out": Leaf({"type": ["boolean", "null"], "description": "post: FSDP passed out= (buffer reuse)"}),
+        },
+        required=("fqn", "call", "step_index", "microbatch", "phase", "received_dtypes", "received_shapes"),
+    ),
+    schema={
+        "description": (
+            "each call of a parameter's all-gather extension (its local tensor's fsdp_pre_all_gather / "
+            "fsdp_post_all_gather): what it received and returned, dtypes and shapes; absent where no parameter has one"
+        )
+    },
+    by="harness/run/rank/recorders/all_gather_extensions.py",
+)
+
 RANK_COLLECTIVES = Records(
     Record(
         {
@@ -1867,6 +1901,7 @@ RANK_PARTS: dict[str, Any] = {
     "steps": RANK_STEPS,
     "forward_inputs": RANK_FORWARD_INPUTS,
     "collectives": RANK_COLLECTIVES,
+    "all_gather_extensions": RANK_ALL_GATHER_EXTENSIONS,
     "memory": RANK_MEMORY,
     "numerics": RANK_NUMERICS,
     "timings_s": RANK_TIMINGS_S,

@@ -16,7 +16,8 @@ __all__ = ["INSTRUMENTS", "chosen_instruments", "instruments_filling", "recorded
 INSTRUMENTS: dict[str, tuple[str, ...]] = {
     # the dispatch-level recorder (every c10d op, its tensors and group) with the profiler's FSDP
     # labels that attribute each collective to a unit and hook; hang progress rides on it
-    "collectives": ("collectives",),
+    # (and what parameters' all-gather extensions, fsdp_pre/post_all_gather, received and returned)
+    "collectives": ("collectives", "all_gather_extensions"),
     # the profiler's FSDP labels and the shard-state probe's reshard/unshard markers
     "events": ("events",),
     # FSDPMemTracker over the steps (and only where setup.track_memory is true)

@@ -522,6 +522,14 @@ def inputs() -> list[Case]:
             ("spec.yaml", "setup.schedule.loss", "input_grad_penalty differentiates the hidden states"),
         ),
         v(
+            "all_gather_extension_without_call",
+            "4",
+            TINY.replace("check: step", "check: all_gather_extension").replace(
+                "{id: x_norm, step: step1.x_norm, shape: [2, 8, 512]}", "{id: e, layer: 0, calls: 2}"
+            ),
+            ("spec.yaml", "tables[0].entries[0]", "names its 'call': pre or post"),
+        ),
+        v(
             "expect_error_signal_unknown",
             "4",
             TINY.replace("check: step", "check: expect_error").replace(

@@ -7,6 +7,20 @@ the setter's effect fail: that shows the key reaches torch."""
 
 SETTER_CASES = [
     (
+        "all_gather_extension",
+        "returned_dtypes: [bfloat16], returned_shapes: [[32, 64]]}",
+        "returned_dtypes: [float32], returned_shapes: [[32, 64]]}",
+        "q_proj_shard_cast_to_bf16",
+        "bfloat16",
+    ),
+    (
+        "all_gather_extension",
+        "dtype: uint8,\n         numel_in: 37184, numel_out: 74368}",
+        "dtype: uint8,\n         numel_in: 74048, numel_out: 74368}",
+        "mixed_dtypes_gathered_as_bytes",
+        "37,184",
+    ),
+    (
         "forward_method_registered",
         "select: {phase: forward, op: all_gather, unit: root}, numel_in: 4128, numel_out: 8256}",
         "select: {phase: forward, op: all_gather, unit: root}, numel_in: 4128, numel_out: 16512}",
@@ -135,6 +149,18 @@ SETTER_CASES = [
 ]
 
 SETTER_SETUP_CASES = [
+    (
+        "all_gather_extension",
+        "    after_build: wrap_projections\n",
+        "",  # plain float32 parameters: no extension, a float32 all-gather, the replica's gradients
+        [
+            "q_proj_shard_cast_to_bf16",
+            "every_projection_each_gather",
+            "first_gather_builds_the_weight",
+            "later_gathers_refill_out",
+            "mixed_dtypes_gathered_as_bytes",
+        ],
+    ),
     (
         "forward_method_registered",
         "- {forward_method: last_hidden_state}",

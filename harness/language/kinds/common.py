@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.contract.names import UNIT_ROLES
+from harness.contract.names import PHASES, UNIT_ROLES
 from harness.language.vocabulary import Context, Selector
 
 
@@ -109,6 +109,13 @@ STEP_INDEX = Selector(
 MICROBATCH = Selector(
     "microbatch", "the microbatch within its step (0-based), a list of them; default: every one", check_microbatch
 )
+
+
+def check_phase(value: Any, ctx: Context) -> str | None:
+    """A phase selector's value: a phase of ``harness.contract.names.PHASES`` or a list of them."""
+    values = value if isinstance(value, list) else [value]
+    bad = [v for v in values if v not in PHASES]
+    return f"phase {', '.join(map(repr, bad))} cannot occur; expected one of {list(PHASES)}" if bad else None
 
 
 def position_matches(record: Any, sel: Any) -> bool:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import fnmatch
 from typing import Any
 
-from harness.contract.names import EVENT_NAMES, PHASES
-from harness.language.kinds.common import MICROBATCH, RANKS, STEP_INDEX, position_matches
+from harness.contract.names import EVENT_NAMES
+from harness.language.kinds.common import MICROBATCH, RANKS, STEP_INDEX, check_phase, position_matches
 from harness.language.observed import CheckError, common, rank_docs
 from harness.language.vocabulary import COUNT, OPTIONAL_TEXT, TEXTS, CheckKind, Context, Field, Reads, Selector
 
@@ -49,12 +49,6 @@ def _check_events(value: Any, ctx: Context) -> str | None:
         if unit and units is not None and not _GLOB & set(unit) and unit not in units:
             return f"{pattern!r}: no FSDP unit {unit!r} in this setup; units: {units}"
     return None
-
-
-def _check_phase(value: Any, ctx: Context) -> str | None:
-    values = value if isinstance(value, list) else [value]
-    bad = [v for v in values if v not in PHASES]
-    return f"phase {', '.join(map(repr, bad))} cannot occur; expected one of {list(PHASES)}" if bad else None
 
 
 def _check_source(value: Any, ctx: Context) -> str | None:
@@ -99,7 +93,7 @@ KIND = CheckKind(
             "event names 'all_gather layers.1' or patterns 'reshard *', a list of them (default: all)",
             _check_events,
         ),
-        Selector("phase", "the phase they ran in, a value or a list", _check_phase),
+        Selector("phase", "the phase they ran in, a value or a list", check_phase),
         Selector(
             "source", "fsdp (FSDP's profiler labels) or harness (reshard/unshard seen by the harness)", _check_source
         ),

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.contract.names import PHASES
-from harness.language.kinds.common import LAYER, RANKS, ROLE, UNIT
+from harness.language.kinds.common import LAYER, RANKS, ROLE, UNIT, check_phase
 from harness.language.observed import CheckError, common, rank_docs, select_collectives, unit_names
 from harness.language.vocabulary import BOOL, COUNT, CheckKind, Context, Field, Reads, RecordKey, Selector, ValueType
 
@@ -28,12 +27,6 @@ def _check_op(value: Any, ctx: Context) -> str | None:
     values = value if isinstance(value, list) else [value]
     bad = [v for v in values if v not in _OPS]
     return f"expected one of {list(_OPS)} or a list of them, got {value!r}" if bad else None
-
-
-def _check_phase(value: Any, ctx: Context) -> str | None:
-    values = value if isinstance(value, list) else [value]
-    bad = [v for v in values if v not in PHASES]
-    return f"phase {', '.join(map(repr, bad))} cannot occur; expected one of {list(PHASES)}" if bad else None
 
 
 def measure(sel, obs):
@@ -74,7 +67,7 @@ KIND = CheckKind(
         UNIT,
         ROLE,
         Selector("op", "reduce_scatter, all_reduce or a list (default both)", _check_op),
-        Selector("phase", "a phase or a list of them (default every phase)", _check_phase),
+        Selector("phase", "a phase or a list of them (default every phase)", check_phase),
         RANKS,
     ),
     fields=(

@@ -19,6 +19,7 @@ from torch import nn
 
 import model as qwen3
 from harness.contract.instrument_names import INSTRUMENTS, chosen_instruments
+from harness.run.rank.recorders.all_gather_extensions import AllGatherExtensions
 from harness.run.rank.recorders.collectives import (
     CollectiveRecorder,
     attribute,
@@ -132,6 +133,7 @@ class Instruments:
         self._root: nn.Module | None = None
         self._units: list[Unit] = []
         self._experts: ExpertRecorder | None = None  # a MoE model's experts (recorders/experts.py)
+        self._extensions: AllGatherExtensions | None = None  # parameters' all-gather extensions
 
     def __enter__(self) -> "Instruments":
         """Start recording collectives; also with ``collectives`` off where the run reports hang progress."""
@@ -194,10 +196,13 @@ class Instruments:
                 ).install()
             if "events" in self.on:
                 self._probe = ShardStateProbe(list(units)).install()
+            if "collectives" in self.on:
+                managed = {fqn: root.get_parameter(fqn) for u in units for fqn in u.params}
+                self._extensions = AllGatherExtensions(managed, lambda: (*self._position, self._phases.current))
             try:
                 yield self
             finally:
-                for installed in (self._probe, self._hooks):
+                for installed in (self._probe, self._hooks, self._extensions):
                     if installed is not None:
                         installed.remove()
                 self._root = None  # what grads/unit_dtypes read, let go with the steps
@@ -376,6 +381,8 @@ class Instruments:
             "grads": self.grads,
             "unit_dtypes": self.unit_dtypes,
         }
+        if self._extensions is not None and self._extensions.active:
+            pieces["all_gather_extensions"] = self._extensions.records
         if self._updates is not None and "updates" in self.on:
             pieces["param_updates"] = self._updates.records
         if self._experts is not None and self._experts.active:
