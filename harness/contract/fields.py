@@ -613,7 +613,12 @@ RANK_ALL_GATHER_EXTENSIONS = Records(
             ),
             "returned_shapes": _tensor_list("pre: the all-gather inputs' shapes; post: the unsharded tensor's"),
             "metadata": Leaf({"type": ["string", "null"], "description": "pre: repr of the metadata returned"}),
-            "param_dtype": Leaf({"type": ["string", "null"], "description": "post: the param_dtype FSDP passed"}),
+            "param_dtype": Leaf(
+                {
+                    "type": ["string", "null"],
+                    "description": "post: the dtype FSDP passed (param_dtype, else the parameter's own)",
+                }
+            ),
             "into_out": Leaf({"type": ["boolean", "null"], "description": "post: FSDP passed out= (buffer reuse)"}),
         },
         required=("fqn", "call", "step_index", "microbatch", "phase", "received_dtypes", "received_shapes"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-__all__ = ["INSTRUMENTS", "chosen_instruments", "instruments_filling", "recorded_instruments"]
+__all__ = ["INSTRUMENTS", "chosen_instruments", "instruments_filling", "memory_tracker_blocker", "recorded_instruments"]
 
 INSTRUMENTS: dict[str, tuple[str, ...]] = {
     # the dispatch-level recorder (every c10d op, its tensors and group) with the profiler's FSDP
@@ -85,3 +85,17 @@ def recorded_instruments(setup: Mapping[str, Any]) -> frozenset[str]:
     ``instruments``, or every one where the key is absent (a run with all of them)."""
     names = setup.get("instruments")
     return frozenset(INSTRUMENTS) if names is None else frozenset(names)
+
+
+def memory_tracker_blocker(setup: Mapping[str, Any]) -> str | None:
+    """Why FSDPMemTracker cannot observe the run of ``setup`` (``RunSetup.to_dict()``) without
+    changing it, or None where it can (docs/known-limits.md, "The memory tracker"): a loss that
+    differentiates the inputs (the tracker's multi-grad hooks on module inputs make
+    ``torch.autograd.grad`` raise in the forward), or a forward calling a method other than
+    ``forward`` (the tracker sees no pre-forward there and fails in the backward)."""
+    schedule = setup.get("schedule") or {}
+    if schedule.get("loss") == "input_grad_penalty":
+        return "schedule.loss input_grad_penalty calls torch.autograd.grad, which the tracker's hooks break"
+    if any(step.get("forward_method", "forward") != "forward" for step in schedule.get("steps") or ()):
+        return "a schedule step's forward_method calls a method the tracker does not follow"
+    return None

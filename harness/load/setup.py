@@ -733,6 +733,7 @@ def _param_pattern_problems(setup: RunSetup, plans: list[UnitPlan], fqns: tuple[
 
     out = []
     seen = set()
+    steps = setup.schedule.steps if setup.schedule is not None else ()
     for plan in plans:
         patterns = {
             "shard_placement": [pattern for pattern, _ in plan.options.shard_placement],
@@ -744,6 +745,15 @@ def _param_pattern_problems(setup: RunSetup, plans: list[UnitPlan], fqns: tuple[
                 if (where, pattern) not in seen and not match_params(pattern, fqns):
                     seen.add((where, pattern))
                     out.append((where, hint(pattern)))
+        packed = [i for i, step in enumerate(steps) if step.forward_input != "positional"]
+        if plan.role == "root" and plan.options.checkpoint and packed:
+            out.append(
+                (
+                    f"setup.schedule.steps[{packed[0]}].forward_input",
+                    "the root is checkpointed: its recomputation in the backward calls it again without the "
+                    "unpacking of a container; expected positional",
+                )
+            )
         if plan.role == "root" and plan.options.forward_methods and setup.model.body != "causal_lm":
             out.append(
                 (

@@ -507,6 +507,57 @@ def inputs() -> list[Case]:
             ("spec.yaml", "setup.fsdp.units[1].forward_methods", "decoder_layers's root has no last_hidden_state"),
         ),
         v(
+            "forward_method_with_a_container_input",
+            "4",
+            with_setup(
+                "{num_hidden_layers: 2}}",
+                "{num_hidden_layers: 2}, body: causal_lm}\n  schedule: {loss: sum, steps: "
+                "[{forward_method: last_hidden_state, forward_input: dict}]}",
+            ),
+            ("spec.yaml", "setup.schedule.steps[0].forward_input", "takes the tensor positionally"),
+        ),
+        v(
+            "last_hidden_state_with_cross_entropy",
+            "4",
+            with_setup(
+                "{num_hidden_layers: 2}}",
+                "{num_hidden_layers: 2}, body: causal_lm}\n  schedule: {steps: [{forward_method: last_hidden_state}]}",
+            ),
+            ("spec.yaml", "setup.schedule.loss", "not logits"),
+        ),
+        v(
+            "container_input_into_a_checkpointed_root",
+            "4",
+            with_setup(
+                "  mesh:",
+                "  fsdp: {units: [layers.*, {modules: root, checkpoint: true}]}\n"
+                "  schedule: {steps: [{forward_input: dict}]}\n  mesh:",
+            ),
+            ("spec.yaml", "setup.schedule.steps[0].forward_input", "the root is checkpointed"),
+        ),
+        v(
+            "memory_entry_under_input_grad_penalty",
+            "4",
+            with_setup("  mesh:", "  schedule: {loss: input_grad_penalty}\n  mesh:")
+            .replace("check: step", "check: memory")
+            .replace(
+                "{id: x_norm, step: step1.x_norm, shape: [2, 8, 512]}",
+                "{id: m, layer: 0, state: After Pre-Forward, unsharded_param: 0}",
+            ),
+            ("spec.yaml", "tables[0].entries[0]", "FSDPMemTracker does not run here"),
+        ),
+        v(
+            "memory_entry_with_the_tracker_off",
+            "4",
+            with_setup("  mesh:", "  track_memory: false\n  mesh:")
+            .replace("check: step", "check: memory")
+            .replace(
+                "{id: x_norm, step: step1.x_norm, shape: [2, 8, 512]}",
+                "{id: m, layer: 0, state: After Pre-Forward, unsharded_param: 0}",
+            ),
+            ("spec.yaml", "tables[0].entries[0]", "setup.track_memory is false"),
+        ),
+        v(
             "forward_methods_unknown_name",
             "4",
             with_setup("  mesh:", "  fsdp: {units: [layers.*, {modules: root, forward_methods: [generate]}]}\n  mesh:"),

@@ -7,6 +7,34 @@ the setter's effect fail: that shows the key reaches torch."""
 
 SETTER_CASES = [
     (
+        "forward_input_structure",
+        "argument: positional, container: dict, dtype: bfloat16}",
+        "argument: positional, container: UserDict, dtype: bfloat16}",
+        "dict_cast",
+        "UserDict",
+    ),
+    (
+        "forward_input_structure",
+        "container: Tensor, dtype: bfloat16, shape: [2, 8, 64]}",
+        "container: Tensor, dtype: bfloat16, shape: [2, 64, 8]}",
+        "positional_cast",
+        "[2, 8, 64]",
+    ),
+    (
+        "all_gather_extension",
+        "received_shapes: [[32, 64]],",
+        "received_shapes: [[64, 32]],",
+        "q_proj_shard_cast_to_bf16",
+        "[[32, 64]]",
+    ),
+    (
+        "all_gather_extension",
+        "into_out: true, param_dtype: float32}",
+        "into_out: true, param_dtype: bfloat16}",
+        "later_gathers_refill_out",
+        "float32",
+    ),
+    (
         "all_gather_extension",
         "returned_dtypes: [bfloat16], returned_shapes: [[32, 64]]}",
         "returned_dtypes: [float32], returned_shapes: [[32, 64]]}",

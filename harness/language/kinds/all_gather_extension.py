@@ -19,6 +19,7 @@ from harness.language.kinds.common import (
     UNIT,
     check_phase,
     param_needs_layer,
+    phase_matches,
     position_matches,
 )
 from harness.language.kinds.param import KIND as PARAM
@@ -50,15 +51,13 @@ def measure(sel, obs):
             if c["call"] == sel["call"]
             and (fqns is None or c["fqn"] in fqns)
             and position_matches(c, sel)
-            and (
-                "phase" not in sel or c["phase"] in (sel["phase"] if isinstance(sel["phase"], list) else [sel["phase"]])
-            )
+            and phase_matches(c, sel)
         ]
         if not chosen:
+            which = "any parameter" if fqns is None else (sorted(fqns) or "the selected units (they manage none)")
             raise CheckError(
-                f"rank {r['rank']}: no fsdp_{sel['call']}_all_gather call recorded for "
-                f"{sorted(fqns) if fqns else 'any parameter'} (only parameters whose local tensor defines both "
-                f"extension methods have one)"
+                f"rank {r['rank']}: no fsdp_{sel['call']}_all_gather call recorded for {which} (only parameters "
+                f"whose local tensor defines both extension methods have one)"
             )
         out[r["rank"]] = {
             "calls": len(chosen),
@@ -104,7 +103,11 @@ KIND = CheckKind(
             "pre: the dtypes it hands FSDP to all-gather; post: [the unsharded parameter's] ([] when written into out)",
         ),
         Field("returned_shapes", JSON, "pre: the all-gather inputs' shapes; post: the unsharded parameter's"),
-        Field("param_dtype", OPTIONAL_DTYPE, "post: the param_dtype FSDP passed (null: no mixed precision)"),
+        Field(
+            "param_dtype",
+            OPTIONAL_DTYPE,
+            "post: the dtype FSDP passed (param_dtype, else the parameter's own); null for pre",
+        ),
         Field(
             "into_out",
             OPTIONAL_BOOL,

@@ -118,6 +118,13 @@ def check_phase(value: Any, ctx: Context) -> str | None:
     return f"phase {', '.join(map(repr, bad))} cannot occur; expected one of {list(PHASES)}" if bad else None
 
 
+def phase_matches(record: Any, sel: Any) -> bool:
+    """Whether an observation record's phase meets the entry's ``phase`` selector (if any)."""
+    if "phase" not in sel:
+        return True
+    return record.get("phase") in (sel["phase"] if isinstance(sel["phase"], list) else [sel["phase"]])
+
+
 def position_matches(record: Any, sel: Any) -> bool:
     """Whether an observation record's step_index and microbatch meet the entry's selectors."""
     for key in ("step_index", "microbatch"):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.contract.instrument_names import memory_tracker_blocker
 from harness.contract.names import MEMORY_CATEGORIES, MEMORY_ROOT_STATES, MEMORY_UNIT_STATES
 from harness.language.kinds.common import LAYER, MICROBATCH, RANKS, STEP_INDEX, UNIT, position_matches
 from harness.language.observed import CheckError, rank_docs, unit_name
@@ -43,6 +44,16 @@ def _names_module_and_state(values, ctx):
             )
         )
     return out
+
+
+def _tracker_runs(values, ctx):
+    """The setup runs FSDPMemTracker: not switched off, and nothing in it that the tracker would break."""
+    switch = ctx.known_setup("track_memory")
+    if switch is not None and switch.get("track_memory") is False:
+        return [(None, "setup.track_memory is false: no memory is recorded; expected it true or no memory entry")]
+    setup = ctx.known_setup("schedule")
+    blocker = memory_tracker_blocker(setup) if setup is not None else None
+    return [] if blocker is None else [(None, f"FSDPMemTracker does not run here: {blocker}; expected no memory entry")]
 
 
 def _state_of_its_unit(values, ctx):
@@ -132,5 +143,5 @@ KIND = CheckKind(
         for label, name in MEMORY_CATEGORIES.items()
     ),
     measure=measure,
-    rules=(_names_module_and_state, _state_of_its_unit),
+    rules=(_names_module_and_state, _state_of_its_unit, _tracker_runs),
 )

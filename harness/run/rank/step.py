@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import torch
 
+from harness.contract.instrument_names import memory_tracker_blocker
 from harness.load.setup import RunSetup
 from harness.run.rank.body import RankBody, Trained
 from harness.run.rank.build import attention_kernel, make_optimizer
@@ -95,10 +96,7 @@ class RankStep(RankBody):
                 phases,
                 self.group_dims,
                 self.collective_log,
-                # FSDPMemTracker's ModTracker puts multi-grad hooks on each module's inputs, which
-                # torch.autograd.grad refuses ("A leaf node was passed to _will_engine_execute_node"):
-                # under a loss that differentiates the inputs it would change what the run does.
-                track_memory=setup.track_memory and not getattr(self.loss_fn, "needs_input_grad", False),
+                track_memory=setup.track_memory and memory_tracker_blocker(setup.to_dict()) is None,
                 device_activity=trace_device_activity(self.tracing, self.device_type),
                 instruments=self.plan.instruments,
             )

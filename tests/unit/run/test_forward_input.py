@@ -87,3 +87,13 @@ def test_fsdp_casts_every_structure_but_a_user_dict(one_rank):
         "dict": ("dict", "bfloat16"),
         "user_dict": ("UserDict", "float32"),  # _apply_to_tensors does not walk it
     }
+
+
+def test_the_param_state_reader_finds_the_tensor_in_every_structure():
+    """The root's pre-forward param state reads its input dtypes from what FSDP handed on."""
+    from harness.run.rank.recorders.params import flat_tensors
+
+    x = torch.zeros(2, dtype=torch.bfloat16)
+    for structure in FORWARD_INPUTS:
+        args, kwargs = pack(x, structure)
+        assert [t.dtype for t in flat_tensors((args, kwargs))] == [torch.bfloat16], structure

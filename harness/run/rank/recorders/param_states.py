@@ -75,7 +75,7 @@ class ParamStateHooks:
     def _pre_forward(self, unit: Unit, args: tuple, kwargs: dict) -> None:
         if self._is_backward():
             return
-        self._snapshot(unit, "pre_forward", args)
+        self._snapshot(unit, "pre_forward", (args, kwargs))  # keyword inputs too (schedule forward_input)
         after_post_backward(args, kwargs, lambda: self._snapshot(unit, "post_backward"))
 
     def _post_forward(self, unit: Unit, output: Any) -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 from torch import nn
@@ -60,13 +61,15 @@ def param_owner(fqn: str, unit_names: list[str]) -> str:
 
 
 def flat_tensors(value: Any) -> list[torch.Tensor]:
-    """Every floating-point tensor in a (nested) tuple/list/dict, in order."""
+    """Every floating-point tensor in a (nested) tuple, list, mapping or dataclass, in order."""
     if isinstance(value, torch.Tensor):
         return [value] if value.is_floating_point() else []
     if isinstance(value, (list, tuple)):
         return [t for v in value for t in flat_tensors(v)]
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):  # dict, and a UserDict (schedule forward_input)
         return [t for v in value.values() for t in flat_tensors(v)]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [t for f in dataclasses.fields(value) for t in flat_tensors(getattr(value, f.name))]
     return []
 
 
