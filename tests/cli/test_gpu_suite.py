@@ -1,4 +1,5 @@
-"""scripts/gpu_suite on this CPU machine: gpu_check (every check SKIP: no GPU), then a part of the
+"""scripts/gpu_suite on this CPU machine: gpu_check (every check SKIP: no GPU), the observation-cost
+benchmark (not run: no CUDA device), then a part of the
 suite (GPU_SUITE_PYTEST_ARGS: two tests here, one failing), and the figures it writes: the
 gpu_check table, the suite's counts and failed ids, each part's seconds, exit 1 for the failure."""
 
@@ -53,3 +54,4 @@ def test_the_suite_s_figures_and_its_failure(tmp_path):
     assert len(suite["failed_ids"]) == 1 and suite["failed_ids"][0].endswith("test_two::test_breaks")
     assert suite["closing"].startswith("1 failed, 1 passed")
     assert "pytest -n: exit 1" in (out / "summary.txt").read_text()
+    assert "observe cost: no CUDA device, not run" in (out / "summary.txt").read_text()
