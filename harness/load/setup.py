@@ -582,6 +582,7 @@ class RunSetup:
             module_paths(self.model.body, num_layers),
             self.layer_prefix,
         )
+        problems += _root_unit_problems(self, plans[-1])  # resolve_units puts the root last
         if param_fqns is not None:
             problems += _param_pattern_problems(self, plans, param_fqns)
         names = [p.name for p in plans]
@@ -713,6 +714,37 @@ def _unit_key(name: str) -> str:
     return "" if name == "root" else name
 
 
+def _written_at(setup: RunSetup, plan: UnitPlan, option: str) -> str:
+    """The key path of a unit's option: its own entry's, or the fsdp default it took."""
+    if plan.entry is not None and option in dict(setup.fsdp.units[plan.entry].given):
+        return f"setup.fsdp.units[{plan.entry}].{option}"
+    return f"setup.fsdp.{option}"
+
+
+def _root_unit_problems(setup: RunSetup, root: UnitPlan) -> list[tuple[str, str]]:
+    """What the root unit's options rule out: a container input into a checkpointed root (its
+    recomputation calls it without the unpacking), a forward method the body's root lacks."""
+    out = []
+    steps = setup.schedule.steps if setup.schedule is not None else ()
+    packed = [i for i, step in enumerate(steps) if step.forward_input != "positional"]
+    if root.options.checkpoint and packed:
+        out.append(
+            (
+                f"setup.schedule.steps[{packed[0]}].forward_input",
+                "the root is checkpointed: its recomputation in the backward calls it again without the "
+                "unpacking of a container; expected positional",
+            )
+        )
+    if root.options.forward_methods and setup.model.body != "causal_lm":
+        out.append(
+            (
+                _written_at(setup, root, "forward_methods"),
+                f"model.body {setup.model.body}'s root has no last_hidden_state; expected model.body causal_lm",
+            )
+        )
+    return out
+
+
 def _param_pattern_problems(setup: RunSetup, plans: list[UnitPlan], fqns: tuple[str, ...]) -> list[tuple[str, str]]:
     """Parameter patterns (``shard_placement``, ``ignored_params``, ``freeze``, ``grad_dtype``, ``param_dtypes``,
     schedule ``freeze``/``unfreeze``) that name no parameter; state-dict keys to drop that are not parameters,
@@ -725,43 +757,20 @@ def _param_pattern_problems(setup: RunSetup, plans: list[UnitPlan], fqns: tuple[
             "('*' is one component, '**' several)"
         )
 
-    def written_at(plan: UnitPlan, option: str) -> str:
-        """The key path of a unit's option: its own entry's, or the fsdp default it took."""
-        if plan.entry is not None and option in dict(setup.fsdp.units[plan.entry].given):
-            return f"setup.fsdp.units[{plan.entry}].{option}"
-        return f"setup.fsdp.{option}"
-
     out = []
     seen = set()
-    steps = setup.schedule.steps if setup.schedule is not None else ()
     for plan in plans:
         patterns = {
             "shard_placement": [pattern for pattern, _ in plan.options.shard_placement],
             "ignored_params": list(plan.options.ignored_params),
         }
         for option, written in patterns.items():
-            where = written_at(plan, option)
+            where = _written_at(setup, plan, option)
             for pattern in written:
                 if (where, pattern) not in seen and not match_params(pattern, fqns):
                     seen.add((where, pattern))
                     out.append((where, hint(pattern)))
-        packed = [i for i, step in enumerate(steps) if step.forward_input != "positional"]
-        if plan.role == "root" and plan.options.checkpoint and packed:
-            out.append(
-                (
-                    f"setup.schedule.steps[{packed[0]}].forward_input",
-                    "the root is checkpointed: its recomputation in the backward calls it again without the "
-                    "unpacking of a container; expected positional",
-                )
-            )
-        if plan.role == "root" and plan.options.forward_methods and setup.model.body != "causal_lm":
-            out.append(
-                (
-                    written_at(plan, "forward_methods"),
-                    f"model.body {setup.model.body}'s root has no last_hidden_state; expected model.body causal_lm",
-                )
-            )
-        where = written_at(plan, "ignored_params")
+        where = _written_at(setup, plan, "ignored_params")
         if plan.options.ignored_params and setup.numerics and (where, "numerics") not in seen:
             seen.add((where, "numerics"))
             out.append(
