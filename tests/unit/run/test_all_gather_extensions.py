@@ -9,9 +9,7 @@ import importlib.util
 import inspect
 from pathlib import Path
 
-import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 
@@ -25,13 +23,6 @@ def _subclass():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.BFloat16AllGather
-
-
-@pytest.fixture
-def one_rank(tmp_path):
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdv'}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def test_each_call_is_recorded_and_the_wrappers_come_off(one_rank):

@@ -8,7 +8,6 @@ from collections import UserDict
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -60,13 +59,6 @@ def test_a_forward_method_is_called_directly_and_records_nothing():
     module, got = _Echo(), []
     out = call_root(module, torch.ones(2, 3), "positional", got.append, method="doubled")
     assert module.seen == [(torch.float32, "doubled")] and float(out.sum()) == 12.0 and got == []
-
-
-@pytest.fixture
-def one_rank(tmp_path):
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdv'}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def test_fsdp_casts_every_structure_but_a_user_dict(one_rank):

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import math
 
-import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 
@@ -20,13 +18,6 @@ from tests.support.cuda_accounting.sitecustomize import round_like_cuda
 SHAPES = [(7, 5), (7,), (7, 7), (7,)]
 REAL = sum(math.prod(s) * 4 for s in SHAPES)  # 140 + 28 + 196 + 28 = 392 B
 ROUNDED = 512 * len(SHAPES)  # every storage its own 512-B block: 2,048 B
-
-
-@pytest.fixture
-def one_rank(tmp_path):
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdv'}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def _step_snapshots() -> list[dict]:

@@ -62,13 +62,6 @@ def test_which_setups_offload():
     ).fsdp.offloads
 
 
-@pytest.fixture
-def one_rank(tmp_path):
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdv'}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
 def _sharded_on_meta(fsdp: dict, materialize=None) -> torch.nn.Module:
     setup = _setup(fsdp)
     root = qwen3.Qwen3ForCausalLM(qwen3.get_config("walkthrough", **TINY, tie_word_embeddings=True), device="meta")
