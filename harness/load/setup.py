@@ -110,6 +110,49 @@ def _prefetch_schema() -> dict[str, Any]:
     return {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}}}
 
 
+TP_STYLES: tuple[str, ...] = ("colwise", "rowwise", "head_norm")
+"""``torch.distributed.tensor.parallel``'s ``ColwiseParallel`` (the weight's rows, ``Shard(0)``),
+``RowwiseParallel`` (its columns, ``Shard(1)``) and, for a norm over ``head_dim`` applied to the
+TP-local heads (Qwen3's ``q_norm``, ``k_norm``), ``SequenceParallel(sequence_dim=2)``: its weight
+``Replicate()`` on tp, so DTensor sums its gradient over tp."""
+
+QWEN3_TP_PLAN: tuple[tuple[str, str], ...] = (
+    ("self_attn.q_proj", "colwise"),
+    ("self_attn.k_proj", "colwise"),
+    ("self_attn.v_proj", "colwise"),
+    ("self_attn.q_norm", "head_norm"),
+    ("self_attn.k_norm", "head_norm"),
+    ("self_attn.o_proj", "rowwise"),
+    ("mlp.gate_proj", "colwise"),
+    ("mlp.up_proj", "colwise"),
+    ("mlp.down_proj", "rowwise"),
+)
+"""torchtitan's tensor-parallel plan of a Qwen3 decoder layer (``torchtitan/models/qwen3/infra/
+parallelize.py``, ``apply_non_moe_tp``): module path within the layer -> style."""
+
+
+def _tp_plan(value: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """``{module: style}`` -> ((module, style), ...), in the order written."""
+    return tuple((str(k), str(v)) for k, v in dict(value).items())
+
+
+@dataclass(frozen=True)
+class TensorParallelSetup:
+    """Tensor parallelism inside each decoder layer, on the mesh dim ``mesh_dim``; FSDP then shards
+    over the other dim (``parallelize_module`` before ``fully_shard``, as torchtitan composes them)."""
+
+    mesh_dim: str = key("tp", doc="the mesh dim TP runs on: the last of a 2-D mesh ([dp, tp])")
+    plan: tuple[tuple[str, str], ...] = key(
+        QWEN3_TP_PLAN,
+        parse=_tp_plan,
+        whole=lambda: {"type": "object", "minProperties": 1, "additionalProperties": {"enum": list(TP_STYLES)}},
+        doc="module path within a decoder layer -> colwise, rowwise (ColwiseParallel / RowwiseParallel) or "
+        "head_norm (SequenceParallel(sequence_dim=2): a norm over the TP-local heads). Default torchtitan's Qwen3 "
+        "plan: colwise q_proj, k_proj, v_proj, gate_proj, up_proj; head_norm q_norm, k_norm; rowwise o_proj, "
+        "down_proj",
+    )
+
+
 @dataclass(frozen=True)
 class FSDPSetup:
     """How ``fully_shard`` is applied.
@@ -544,6 +587,11 @@ class RunSetup:
         "microbatches of forwards, runtime calls, the loss; default: one step, "
         "one forward, backward, optimizer step",
     )
+    tensor_parallel: TensorParallelSetup | None = key(
+        None,
+        doc="tensor parallelism inside each decoder layer on a 2-D [dp, tp] mesh, FSDP over dp "
+        "(harness/run/rank/tensor_parallel.py)",
+    )
     hooks: HooksSetup | None = key(
         None,
         doc="extension points: functions of a Python file beside the spec called at "
@@ -609,9 +657,28 @@ class RunSetup:
         return tuple(p.name for p in self.unit_plan(num_layers))
 
     @property
+    def tp_size(self) -> int:
+        """Ranks of one tensor-parallel group (1 without ``tensor_parallel``): the mesh's last dim."""
+        return self.mesh_shape[-1] if self.tensor_parallel is not None else 1
+
+    @property
+    def shard_mesh_dim(self) -> int:
+        """Index of the mesh dim FSDP shards over: the last, or the one before TP's."""
+        return -2 if self.tensor_parallel is not None else -1
+
+    @property
+    def shard_count(self) -> int:
+        """Ranks one parameter is sharded over by FSDP (the shard dim's size)."""
+        return self.mesh_shape[self.shard_mesh_dim]
+
+    @property
     def data_parallel_size(self) -> int:
-        """Ranks that each hold distinct samples: every rank of the mesh (FSDP and HSDP)."""
-        return self.world_size
+        """Ranks that each hold distinct samples (a TP group shares its samples)."""
+        return self.world_size // self.tp_size
+
+    def data_rank(self, rank: int) -> int:
+        """Which data-parallel rank global rank ``rank`` is (row-major mesh: TP's ranks adjacent)."""
+        return rank // self.tp_size
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (tuples become lists); ``instruments`` only where a subset is chosen, so
@@ -698,6 +765,7 @@ class RunSetup:
             problems += [
                 (f"{where}{path[len('setup') :]}", message) for path, message in aborted_step_problems(self.schedule)
             ]
+        problems += self._tensor_parallel_rules(given, where)
         if self.numerics_reference != "each_rank" and given.get("schedule"):
             problems.append(
                 (
@@ -707,6 +775,66 @@ class RunSetup:
                 )
             )
         return problems
+
+    def _tensor_parallel_rules(self, given: Mapping[str, Any], where: str) -> Problems:
+        """``tensor_parallel`` on a mesh that has its dim last, and only with what slices a TP shard."""
+        tp = self.tensor_parallel
+        if tp is None:
+            return []
+        at = f"{where}.tensor_parallel"
+        shape, names = list(self.mesh_shape), list(self.mesh_dim_names)
+        if len(shape) != 2 or names[-1:] != [tp.mesh_dim]:
+            return [
+                (
+                    f"{at}.mesh_dim",
+                    f"TP runs on the last dim of a 2-D mesh named [dp, {tp.mesh_dim}]; got mesh shape {shape}, "
+                    f"dim names {names}: expected e.g. mesh: {{shape: [2, 2], dim_names: [dp, {tp.mesh_dim}]}}",
+                )
+            ]
+        refused = {
+            "schedule": "the schedule's reference and update rows slice one Shard(0) per rank",
+            "numerics_reference": "rank_0 hands each rank FSDP rows, not a TP shard's",
+            "state_dict": "the state-dict round trip reloads onto a 1-D mesh",
+            "bandwidth": "the bandwidth sweep times the whole world's group, not dp's or tp's",
+        }
+        return [
+            (
+                f"{at}",
+                f"tensor_parallel does not go with setup.{name} here ({why}): leave setup.{name} out",
+            )
+            for name, why in refused.items()
+            if given.get(name) not in (None, "each_rank")
+        ]
+
+
+def tensor_parallel_problems(setup: RunSetup, config: Any, fqns: tuple[str, ...]) -> Problems:
+    """A TP plan against the model: each module path must name a ``Linear`` of decoder layer 0
+    (a ``weight`` of 2 dims is all the loader sees: ``fqns``), and the TP size must divide the
+    dims it splits (attention heads, KV heads, ``intermediate_size``). ``config``: a Qwen3Config."""
+    tp = setup.tensor_parallel
+    if tp is None:
+        return []
+    at = "setup.tensor_parallel"
+    problems: Problems = []
+    layer = f"{setup.layer_prefix}.0."
+    in_layer = sorted({f[len(layer) : -len(".weight")] for f in fqns if f.startswith(layer) and f.endswith(".weight")})
+    for path, _ in tp.plan:
+        if path not in in_layer:
+            problems.append(
+                (f"{at}.plan", f"{path!r} names no module with a weight in {layer[:-1]}; modules: {in_layer}")
+            )
+    size = setup.tp_size
+    for name in ("num_attention_heads", "num_key_value_heads", "intermediate_size"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value % size:
+            problems.append(
+                (
+                    f"{at}.mesh_dim",
+                    f"TP size {size} (mesh dim {tp.mesh_dim!r}) does not divide the config's {name} {value}: "
+                    "colwise projections split it evenly",
+                )
+            )
+    return problems
 
 
 def _unit_key(name: str) -> str:

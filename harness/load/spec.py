@@ -28,7 +28,7 @@ from harness.language.vocabulary import CheckKind, Context
 from harness.load.hooks import resolve_hooks
 from harness.load.model_config import resolve_config_file
 from harness.load.schedule import schedule_problems
-from harness.load.setup import RunSetup, SetupError, reads_the_mesh
+from harness.load.setup import RunSetup, SetupError, reads_the_mesh, tensor_parallel_problems
 from harness.load.spec_files import SUFFIXES
 from harness.load.timing import timing_dependent_errors
 from harness.load.units import HOOK_OPTION_KEYS
@@ -398,6 +398,9 @@ def _context(setup: RunSetup, config: Any) -> Context:
         sparse_layers=getattr(config, "moe_layers", ()),
     )
     plans = setup.unit_plan(n, fqns)
+    problems = tensor_parallel_problems(setup, config, fqns)
+    if problems:
+        raise SetupError(*problems[0], errors=problems)
     if (
         config.tie_word_embeddings
         and setup.model.body == "causal_lm"

@@ -558,6 +558,49 @@ def inputs() -> list[Case]:
             ("spec.yaml", "tables[0].entries[0]", "setup.track_memory is false"),
         ),
         v(
+            "tp_plan_names_no_module",
+            "4",
+            with_setup(
+                "  mesh: {shape: [4], dim_names: [dp]}",
+                "  mesh: {shape: [2, 2], dim_names: [dp, tp]}\n"
+                "  tensor_parallel: {plan: {self_attn.qkv_proj: colwise}}",
+            ),
+            ("spec.yaml", "setup.tensor_parallel.plan", "'self_attn.qkv_proj' names no module"),
+        ),
+        v(
+            "tp_on_a_1d_mesh",
+            "4",
+            with_setup("  mesh:", "  tensor_parallel: {}\n  mesh:"),
+            ("spec.yaml", "setup.tensor_parallel.mesh_dim", "the last dim of a 2-D mesh"),
+        ),
+        v(
+            "tp_size_not_dividing_the_kv_heads",
+            "4",
+            with_setup(
+                "  mesh: {shape: [4], dim_names: [dp]}",
+                "  mesh: {shape: [1, 3], dim_names: [dp, tp]}\n  tensor_parallel: {}",
+            ),
+            ("spec.yaml", "setup.tensor_parallel.mesh_dim", "does not divide the config's num_attention_heads"),
+        ),
+        v(
+            "tp_style_unknown",
+            "4",
+            with_setup(
+                "  mesh: {shape: [4], dim_names: [dp]}",
+                "  mesh: {shape: [2, 2], dim_names: [dp, tp]}\n  tensor_parallel: {plan: {self_attn.q_proj: diagonal}}",
+            ),
+            ("spec.yaml", "setup.tensor_parallel.plan.self_attn.q_proj", "'colwise'", "diagonal"),
+        ),
+        v(
+            "tp_with_a_schedule",
+            "4",
+            with_setup(
+                "  mesh: {shape: [4], dim_names: [dp]}",
+                "  mesh: {shape: [2, 2], dim_names: [dp, tp]}\n  tensor_parallel: {}\n  schedule: {steps: [{}, {}]}",
+            ),
+            ("spec.yaml", "setup.tensor_parallel", "does not go with setup.schedule"),
+        ),
+        v(
             "forward_methods_unknown_name",
             "4",
             with_setup("  mesh:", "  fsdp: {units: [layers.*, {modules: root, forward_methods: [generate]}]}\n  mesh:"),

@@ -7,6 +7,27 @@ the setter's effect fail: that shows the key reaches torch."""
 
 SETTER_CASES = [
     (
+        "fsdp_tp_2d",
+        '[q_proj_colwise, self_attn.q_proj.weight, [64, 64], [16, 64], ["_StridedShard(dim=0, sf=2)", "Shard(dim=0)"]]',
+        '[q_proj_colwise, self_attn.q_proj.weight, [64, 64], [32, 64], ["_StridedShard(dim=0, sf=2)", "Shard(dim=0)"]]',
+        "q_proj_colwise",
+        "[16, 64]",
+    ),
+    (
+        "fsdp_tp_2d",
+        "select: {phase: forward, op: all_reduce, mesh_dim: tp}, count: 4,",
+        "select: {phase: forward, op: all_reduce, mesh_dim: tp}, count: 2,",
+        "rowwise_outputs_in_forward",
+        "expected 2",
+    ),
+    (
+        "fsdp_tp_plain_plan_qk_norm",
+        'layer: 0, param: self_attn.q_norm.weight, grads_rel_diff: ">= 0.1"}',
+        'layer: 0, param: self_attn.q_norm.weight, grads_rel_diff: "<= 1e-5"}',
+        "q_norm_gradient_wrong",
+        "0.632819",
+    ),
+    (
         "forward_input_structure",
         "argument: positional, container: dict, dtype: bfloat16}",
         "argument: positional, container: UserDict, dtype: bfloat16}",
@@ -177,6 +198,31 @@ SETTER_CASES = [
 ]
 
 SETTER_SETUP_CASES = [
+    (
+        "fsdp_tp_2d",
+        "  tensor_parallel: {}\n",
+        "  tensor_parallel: {plan: {mlp.gate_proj: colwise, mlp.up_proj: colwise, mlp.down_proj: rowwise}}\n",
+        # TP on the MLP only: attention is FSDP's alone, so its shards, the gathers and TP's
+        # attention all-reduces change; the MLP's shards, the numerics and the mesh dims do not
+        [
+            "q_proj_colwise",
+            "k_proj_colwise",
+            "o_proj_rowwise",
+            "q_norm_replicated_on_tp",
+            "tp_weights_on_both_dims",
+            "one_gather_per_layer_and_pass",
+            "one_reduce_scatter_per_layer",
+            "rowwise_outputs_in_forward",
+            "colwise_input_grads_in_backward",
+            "head_norm_weight_grads_in_backward",
+        ],
+    ),
+    (
+        "fsdp_tp_plain_plan_qk_norm",
+        "      self_attn.v_proj: colwise\n",
+        "      self_attn.v_proj: colwise\n      self_attn.q_norm: head_norm\n      self_attn.k_norm: head_norm\n",
+        ["q_norm_plain_on_tp", "no_head_norm_sum", "q_norm_gradient_wrong", "k_norm_gradient_wrong"],
+    ),
     (
         "all_gather_extension",
         "    after_build: wrap_projections\n",

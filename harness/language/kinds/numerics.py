@@ -3,12 +3,14 @@
 With ``setup.schedule`` the reference is the single-process run of the same schedule
 (``harness/run/rank/recorders/updates.py``), computing in the policy's ``param_dtype`` and reducing in
 its ``reduce_dtype``; the last forward's output and loss and the gradients after the last step
-are compared (a gradient None on both sides is left out)."""
+are compared (a gradient None on both sides is left out). ``param``/``fqn``/``layer``/``unit``
+narrow the ``grads_*`` fields to those parameters' gradients (default: every one)."""
 
 from __future__ import annotations
 
-from harness.language.kinds.common import RANKS
-from harness.language.observed import CheckError, rank_docs
+from harness.language.kinds.common import LAYER, RANKS, UNIT, param_needs_layer
+from harness.language.kinds.param import KIND as PARAM
+from harness.language.observed import CheckError, rank_docs, selected_fqns
 from harness.language.vocabulary import COUNT, DTYPE, NUMBER, CheckKind, Field, Reads
 
 
@@ -19,11 +21,12 @@ def _rel(diff):
 
 def measure(sel, obs):
     out = {}
+    fqns = selected_fqns(obs, sel)
     for r in rank_docs(obs, sel.get("ranks")):
         n = r["numerics"]
         if n is None:
             raise CheckError(f"rank {r['rank']}: no numerics recorded (simulated run)")
-        grads = n["grads"]
+        grads = [g for g in n["grads"] if fqns is None or g["fqn"] in fqns]
         worst = max(grads, key=lambda g: g["max_abs_diff"]) if grads else None
         out[r["rank"]] = {
             "forward_max_abs_diff": n["forward_output"]["max_abs_diff"],
@@ -47,7 +50,7 @@ KIND = CheckKind(
     reads=(Reads("numerics"),),
     replica=True,
     doc="the sharded step against a non-sharded replica: forward output and each gradient shard (real runs only)",
-    selectors=(RANKS,),
+    selectors=(PARAM.selector_index["param"], PARAM.selector_index["fqn"], LAYER, UNIT, RANKS),
     fields=(
         Field("forward_max_abs_diff", NUMBER, "largest |output - replica output|"),
         Field("forward_rel_diff", NUMBER, "forward_max_abs_diff / largest |replica output|"),
@@ -67,4 +70,5 @@ KIND = CheckKind(
         ),
     ),
     measure=measure,
+    rules=(param_needs_layer("numerics"),),
 )

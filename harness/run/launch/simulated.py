@@ -63,6 +63,14 @@ def run_simulated(
         return _simulate(setup, ranks, phases, deadline, timeout_s, trace_dir, on_progress, deliver_signals)
 
 
+def _forget_meshes() -> None:
+    # DTensor's sharding-propagation caches compare a DeviceMesh by layout and names, not process
+    # group: the next simulated rank's TP all-reduces would get the destroyed world's group names
+    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
+    _clear_sharding_prop_cache()  # torch's own: the Python cache and the C++ fast path's
+
+
 def _simulate(
     setup: Any,
     ranks: list[int],
@@ -119,6 +127,7 @@ def _simulate(
             raise RunError.rank_raised(rank, tb, who="simulated rank") from exc
         finally:
             dist.destroy_process_group()
+            _forget_meshes()
     deliver_signals()
     environment = dict(results[0]["environment"], backend="fake", device_name="cpu (simulated)")
     return build_observation(setup, results, launcher="simulated", simulated=True, environment=environment)

@@ -112,9 +112,12 @@ def make_inputs(
     *,
     local_only: bool,
 ) -> RankInputs:
-    """Samples ``r*B .. r*B+B-1`` of the seeded global batch of ``world_size * B``, on ``device``;
-    ``samples`` is observed, not assumed. ``local_only`` (simulated runs): the local shape only."""
+    """Samples ``r*B .. r*B+B-1`` of the seeded global batch of ``D * B``, on ``device``, where r is
+    ``rank``'s data-parallel rank and D the data-parallel size (``world_size`` over the TP size: a
+    tensor-parallel group shares its samples); ``samples`` is observed, not assumed. ``local_only``
+    (simulated runs): the local shape only."""
     B, L = setup.batch_per_rank, setup.seq_len
+    rank, world_size = setup.data_rank(rank), world_size // setup.tp_size
     n = B if local_only else world_size * B
     generator = torch.Generator().manual_seed(setup.seed + 1)
     if setup.model.body == "decoder_layers":
@@ -172,24 +175,26 @@ def replica_reference(
     coords: Sequence[int],
     divisors: dict[str, float] | None = None,
     shard_dims: dict[str, int] | None = None,
+    tp_shards: dict[str, tuple[int, int, int]] | None = None,
 ) -> Reference:
     """The plain replica's step on this rank's inputs, before ``fully_shard`` (collective): in the
     policy's ``param_dtype`` if any, else ``dtype``; gradients summed by a plain all-reduce and divided
     by ``divisors`` (FQN -> a unit's divide factor; default the world size); this rank's shard rows
-    kept (along ``shard_dims``, default 0)."""
+    kept (along ``shard_dims``, default 0; of its TP chunk, ``tp_shards``, under TP)."""
     mp = setup.fsdp.mixed_precision
     replica_dtype = torch_dtype(mp.param_dtype) if mp is not None and mp.param_dtype else dtype
     return compute_reference(
         root,
         inputs,
         world_size=world_size,
-        shard_count=setup.mesh_shape[-1],
-        shard_index=coords[-1],
+        shard_count=setup.shard_count,
+        shard_index=coords[setup.shard_mesh_dim],
         loss_fn=loss_fn,
         replica_dtype=replica_dtype,
         all_reduce_sum=lambda t: dist.all_reduce(t, op=dist.ReduceOp.SUM),
         divisors=divisors,
         shard_dims=shard_dims,
+        tp_shards=tp_shards,
     )
 
 

@@ -76,7 +76,7 @@ def plan_rank(setup: Any, rank: int, world_size: int, *, simulated: bool = False
         init=init,
         numerics=numerics,
         meta_init=not simulated and init != "full",
-        rows=(0, B) if simulated else (rank * B, (rank + 1) * B),
+        rows=(0, B) if simulated else (setup.data_rank(rank) * B, (setup.data_rank(rank) + 1) * B),
         param_updates=schedule is not None
         and not simulated
         and ("updates" in instruments or real_numerics == "schedule"),

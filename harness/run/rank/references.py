@@ -21,6 +21,7 @@ from harness.run.rank.build import (
 )
 from harness.run.rank.parallelize import ShardUnit, freeze_params, set_grad_dtypes
 from harness.run.rank.recorders.updates import schedule_reference
+from harness.run.rank.tensor_parallel import tp_shards
 
 __all__ = ["numerics_references", "divisors", "shard_dims"]
 
@@ -64,8 +65,9 @@ def _replica_references(body: RankBody, root: torch.nn.Module, shard_units: list
             body.dtype,
             world_size,
             body.coords,
-            divisors=divisors(shard_units, replica, world_size),
+            divisors=divisors(shard_units, replica, world_size, tp_size=setup.tp_size),
             shard_dims=shard_dims(shard_units, replica),
+            tp_shards=tp_shards(setup, replica, body.coords[-1]),
         )
     else:
         mp = setup.fsdp.mixed_precision
@@ -79,8 +81,8 @@ def _replica_references(body: RankBody, root: torch.nn.Module, shard_units: list
             make_optimizer=lambda ps: make_optimizer(setup, ps),
             world_size=world_size,
             rank=body.rank,
-            shard_count=setup.mesh_shape[-1],
-            shard_index=body.coords[-1],
+            shard_count=setup.shard_count,
+            shard_index=body.coords[setup.shard_mesh_dim],
             compute_dtype=compute,
             reduce_dtype=reduce,
             on_step=functools.partial(_step_hooks, body),
@@ -136,13 +138,15 @@ def _owners(units: list[ShardUnit], root: torch.nn.Module) -> dict[str, ShardUni
     }
 
 
-def divisors(units: list[ShardUnit], root: torch.nn.Module, world_size: int) -> dict[str, float]:
-    """Parameter FQN -> what FSDP divides its summed gradient by: the unit's
-    divide factor (``gradient_divide_factor`` or its alias) if set, else the data-parallel size (the world)."""
+def divisors(units: list[ShardUnit], root: torch.nn.Module, world_size: int, *, tp_size: int = 1) -> dict[str, float]:
+    """Parameter FQN -> what the replica divides the world's summed gradient by to get FSDP's: the
+    unit's divide factor (``gradient_divide_factor`` or its alias) if set, else the data-parallel size,
+    each times ``tp_size`` (a TP group's ranks ran the same samples, so the world's sum counts each
+    data-parallel rank's gradient ``tp_size`` times); the default is therefore the world size."""
     out = {}
     for fqn, unit in _owners(units, root).items():
         factor = unit.after.divide_factor if unit.after is not None else None
-        out[fqn] = float(factor) if factor is not None else float(world_size)
+        out[fqn] = float(factor) * tp_size if factor is not None else float(world_size)
     return out
 
 

@@ -33,6 +33,7 @@ from harness.run.rank.recorders.numerics import compare
 from harness.run.rank.recorders.updates import ParamUpdates
 from harness.run.rank.references import numerics_references
 from harness.run.rank.strategies import RealRank, SimulatedRank, strategy_for
+from harness.run.rank.tensor_parallel import apply_tensor_parallel, fsdp_mesh
 
 __all__ = ["run_step", "RankStep"]
 
@@ -92,6 +93,8 @@ class RankStep(RankBody):
                 self.hooks.call("after_build", model=root)
             shard_units = units_from_setup(setup, root)
             references = numerics_references(self, root, shard_units)
+            with phases.phase("setup"):  # outside the recorders: TP scatters nothing (src_data_rank=None)
+                apply_tensor_parallel(root, self.mesh, setup)
             instruments = self.got["instruments"] = Instruments(
                 phases,
                 self.group_dims,
@@ -113,7 +116,7 @@ class RankStep(RankBody):
             with phases.phase("setup"):
                 units = self.got["units"] = apply_fsdp(
                     root,
-                    self.mesh,
+                    fsdp_mesh(setup, self.mesh),
                     shard_units,
                     materialize=self._materializer(),
                     forward_prefetch=setup.fsdp.forward_prefetch,
@@ -128,7 +131,11 @@ class RankStep(RankBody):
             with phases.phase("setup"):
                 optimizer = make_optimizer(setup, root.parameters())
                 sharded = list(root.named_parameters())
-            updates = ParamUpdates(root, setup.mesh_shape[-1], self.coords[-1]) if self.plan.param_updates else None
+            updates = (
+                ParamUpdates(root, setup.shard_count, self.coords[setup.shard_mesh_dim])
+                if self.plan.param_updates
+                else None
+            )
             with (
                 instruments.observing(root, optimizer, units, inputs=(self.inputs.tensor,), updates=updates),
                 attention_kernel(setup.model.attention_kernel),

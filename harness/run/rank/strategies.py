@@ -82,7 +82,7 @@ class SimulatedRank:
 
     def build(self, body: RankBody) -> torch.nn.Module:
         root = build_model(body.setup, body.config, body.dtype, torch.device("meta"), init=False)
-        storage_for_sharding(root, body.setup.mesh_shape[-1])
+        storage_for_sharding(root, body.setup.shard_count * body.setup.tp_size)
         # made before fully_shard as on a real rank, so a run that fails in it records its input
         # as a real one does; after_sharding makes them again as fake tensors for the step
         body.make_inputs()

@@ -36,6 +36,7 @@ class Reference:
     shard_count: int
     shard_index: int
     shard_dims: dict[str, int] | None = None
+    tp_shards: dict[str, tuple[int, int, int]] | None = None
 
 
 def _rows(t: torch.Tensor, count: int, index: int, dim: int = 0) -> torch.Tensor:
@@ -57,8 +58,14 @@ def _mean_rows(
     world_size: int,
     divisors: dict[str, float] | None,
     shard_dims: dict[str, int] | None,
+    tp_shards: dict[str, tuple[int, int, int]] | None = None,
 ) -> torch.Tensor:
-    """The rows of shard ``shard_index`` of a summed gradient, divided by its divisor (a copy)."""
+    """This rank's shard of a summed gradient, divided by its divisor (a copy): its TP chunk
+    (``tp_shards``: (dim, count, index)) if any, then FSDP's rows of that (shard ``shard_index``
+    along its shard dim), as FSDP shards the TP-local tensor."""
+    tp = (tp_shards or {}).get(fqn)
+    if tp is not None:
+        full = _rows(full, tp[1], tp[2], tp[0])
     dim = (shard_dims or {}).get(fqn, 0)
     return _rows(full, shard_count, shard_index, dim).div((divisors or {}).get(fqn, world_size))
 
@@ -75,13 +82,15 @@ def compute_reference(
     all_reduce_sum: Callable[[torch.Tensor], None],
     divisors: dict[str, float] | None = None,
     shard_dims: dict[str, int] | None = None,
+    tp_shards: dict[str, tuple[int, int, int]] | None = None,
 ) -> Reference:
     """Run the replica on this rank's inputs and average the gradients over ranks.
 
     ``model``: the full, unsharded model, left with ``grad=None``; ``loss_fn(output, inputs)`` ->
     scalar; ``all_reduce_sum``: in-place float32 sum over ranks (same call sequence on each);
-    ``divisors``: FQN -> FSDP's gradient divide factor (default ``world_size``). Frozen parameters
-    get no rows.
+    ``divisors``: FQN -> what the sum is divided by (default ``world_size``: with TP every rank of
+    a TP group ran the same samples, so the world's sum over ``world_size`` is the dp mean);
+    ``tp_shards``: FQN -> this rank's TP chunk (:func:`_mean_rows`). Frozen parameters get no rows.
     """
     replica = _replica(model, replica_dtype)
     if replica is not model and inputs.is_floating_point():
@@ -106,7 +115,9 @@ def compute_reference(
         offset = 0
         for fqn, p in named[start:stop]:
             full = bucket[offset : offset + p.numel()].view(p.shape)
-            grad_rows[fqn] = _mean_rows(fqn, full, shard_count, shard_index, world_size, divisors, shard_dims)
+            grad_rows[fqn] = _mean_rows(
+                fqn, full, shard_count, shard_index, world_size, divisors, shard_dims, tp_shards
+            )
             offset += p.numel()
             p.grad = None
         del bucket
@@ -120,6 +131,7 @@ def compute_reference(
         shard_count=shard_count,
         shard_index=shard_index,
         shard_dims=dict(shard_dims or {}),
+        tp_shards=dict(tp_shards or {}),
     )
 
 
@@ -188,6 +200,23 @@ def compute_references_on_one_rank(
         )
 
 
+def _placement_problem(grad: DTensor, shard_dim: int, tp: tuple[int, int, int] | None) -> str | None:
+    """Why a gradient's placements are not the shard the replica's rows were cut for, or None:
+    one ``Shard(shard_dim)``, ``Replicate()`` on any other dim (HSDP's replicas, a TP-replicated
+    norm); a TP shard: FSDP's on the dp dim (``_StridedShard`` where it shares TP's dim), then TP's
+    ``Shard(dim)``."""
+    placements = [repr(pl) for pl in grad.placements]
+    want = f"Shard(dim={shard_dim})"
+    if tp is None:
+        if placements.count(want) != 1 or any(pl not in (want, "Replicate()") for pl in placements):
+            return f"gradient placements {placements}, expected {want} on the shard dim"
+        return None
+    fsdp_ok = placements[0] == want or placements[0].startswith(f"_StridedShard(dim={shard_dim},")
+    if len(placements) != 2 or not fsdp_ok or placements[1] != f"Shard(dim={tp[0]})":
+        return f"gradient placements {placements}, expected FSDP's {want} on dp, then Shard(dim={tp[0]}) on tp"
+    return None
+
+
 def compare(
     reference: Reference,
     model: nn.Module,
@@ -211,10 +240,11 @@ def compare(
         if grad is None:
             raise ValueError(f"{fqn}: no gradient after backward")
         if isinstance(grad, DTensor):
-            placements = [repr(pl) for pl in grad.placements]
-            want = f"Shard(dim={(reference.shard_dims or {}).get(fqn, 0)})"
-            if placements[-1] != want or any(pl != "Replicate()" for pl in placements[:-1]):
-                raise ValueError(f"{fqn}: gradient placements {placements}, expected {want} on the shard dim")
+            problem = _placement_problem(
+                grad, (reference.shard_dims or {}).get(fqn, 0), (reference.tp_shards or {}).get(fqn)
+            )
+            if problem:
+                raise ValueError(f"{fqn}: {problem}")
             grad = grad.to_local()
         try:
             diff = max_abs_diff(grad, expected, "the replica's")

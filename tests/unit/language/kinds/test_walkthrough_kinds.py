@@ -599,6 +599,20 @@ def test_numerics_fail_on_one_rank(obs):
     assert_fails(r, "grads_rel_diff", "<= 0.01", "45.4545 (rank 1)", [1])
 
 
+def test_numerics_of_one_parameter(obs):
+    """param/layer narrow the grads_* fields: the one bad gradient fails its own entry only."""
+
+    def edit(doc):
+        doc["numerics"]["grads"][5]["max_abs_diff"] = 0.5  # layers.0.self_attn.k_norm.weight
+
+    odd = with_rank(obs, 1, edit)
+    bad = run("numerics", odd, layer=0, param="self_attn.k_norm.weight", grads_rel_diff="<= 1e-2", grads_count=1)
+    assert_fails(bad, "grads_rel_diff", "<= 0.01", "45.4545 (rank 1)", [1])
+    assert field(bad, "grads_count").ok
+    good = run("numerics", odd, layer=0, param="self_attn.q_norm.weight", grads_rel_diff="<= 1e-2", grads_count=1)
+    assert good.status == "pass", good.explain()
+
+
 def test_numerics_unknown(obs):
     simulated = with_rank(obs, 0, lambda doc: doc.update(numerics=None))
     assert_error(run("numerics", simulated, grads_count=22), "rank 0", "no numerics recorded")
