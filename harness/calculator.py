@@ -806,6 +806,126 @@ def model_tables(
 
 
 # ---------------------------------------------------------------------------------------------
+# FSDP over tensor parallelism on a 2-D (dp, tp) mesh
+
+TP_STYLES: tuple[str, ...] = ("colwise", "rowwise", "head_norm")
+"""Tensor-parallel styles of a decoder layer's modules: ``ColwiseParallel`` (a Linear's output
+features, ``Shard(0)`` of its weight), ``RowwiseParallel`` (its input features, ``Shard(1)``) and,
+for a norm over ``head_dim`` applied to the TP-local heads (Qwen3's ``q_norm``, ``k_norm``),
+``SequenceParallel(sequence_dim=2)``: its weight ``Replicate()`` on tp, its gradient summed over tp."""
+
+TP_STYLE_DIM: dict[str, int] = {"colwise": 0, "rowwise": 1}
+"""The weight dim each splitting style cuts (a ``head_norm`` weight stays whole)."""
+
+QWEN3_TP_PLAN: tuple[tuple[str, str], ...] = (
+    ("self_attn.q_proj", "colwise"),
+    ("self_attn.k_proj", "colwise"),
+    ("self_attn.v_proj", "colwise"),
+    ("self_attn.q_norm", "head_norm"),
+    ("self_attn.k_norm", "head_norm"),
+    ("self_attn.o_proj", "rowwise"),
+    ("mlp.gate_proj", "colwise"),
+    ("mlp.up_proj", "colwise"),
+    ("mlp.down_proj", "rowwise"),
+)
+"""torchtitan's tensor-parallel plan of a Qwen3 decoder layer (``torchtitan/models/qwen3/infra/
+parallelize.py``, ``apply_non_moe_tp``): module path within the layer -> style."""
+
+
+@dataclass(frozen=True)
+class TPLayerTables:
+    """One decoder layer under TP on mesh dim ``tp``, then FSDP over ``dp``.
+
+    ``fsdp``: :func:`unit_tables` of the TP-local parameters over the dp group (torch shards the
+    TP-local tensor: local shapes, all-gather and reduce-scatter sizes per dp rank, even TP cuts
+    assumed); ``placements`` and ``mesh_dims``: each parameter's as torch writes them (a colwise
+    weight ``_StridedShard(dim=0, sf=T)`` on dp over ``Shard(0)`` on tp); ``tp_collectives``: TP's
+    all-reduces per step, in [B, L] activations: each rowwise module's output in forward, each
+    colwise module's input gradient and each head norm's weight gradient in backward."""
+
+    tp_size: int
+    fsdp: UnitTables
+    placements: dict[str, tuple[str, ...]]
+    mesh_dims: dict[str, tuple[str, ...]]
+    tp_collectives: tuple[Collective, ...]
+
+    def tp_collective_count(self, phase: str) -> int:
+        """TP all-reduces of one layer in ``phase`` ("forward" or "backward")."""
+        return sum(c.phase == phase for c in self.tp_collectives)
+
+
+def tp_layer_tables(
+    dims: Any,
+    mesh_shape: Sequence[int],
+    *,
+    batch_per_rank: int,
+    seq_len: int,
+    plan: Sequence[tuple[str, str]] = QWEN3_TP_PLAN,
+    mesh_dim_names: Sequence[str] = ("dp", "tp"),
+    storage_dtype: Any = "float16",
+    gather_dtype: Any = None,
+    reduce_dtype: Any = None,
+    reshard_after_forward: bool | int = True,
+    layer_idx: int = 0,
+) -> TPLayerTables:
+    """:class:`TPLayerTables` of decoder layer ``layer_idx`` on a ``(dp, tp)`` mesh (``specs/
+    fsdp_tp_2d.yaml``: tiny layer, [2, 2]: 9,296 elements per all-gather input, 4 forward and
+    10 + 4 backward TP all-reduces over 2 layers). ValueError where the TP size does not divide a
+    dim a style cuts, or the plan names no module with a weight in the layer."""
+    if len(tuple(mesh_shape)) != 2:
+        raise ValueError(f"mesh_shape must be (dp, tp), got {list(mesh_shape)}")
+    dp, tp = (int(n) for n in mesh_shape)
+    _check_world(dp)
+    _check_world(tp)
+    dp_name, tp_name = mesh_dim_names
+    params = layer_params(dims, layer_idx=layer_idx)
+    shapes = {p.name: p.shape for p in params}
+    styles = {f"{path}.weight": style for path, style in plan}
+    unknown = sorted(w for w in styles if w not in shapes)
+    if unknown:
+        raise ValueError(f"the plan names no module with a weight in the layer: {unknown}")
+    local: list[ParamSpec] = []
+    for p in params:
+        dim = TP_STYLE_DIM.get(styles.get(p.name, ""))
+        if dim is None:
+            local.append(p)
+            continue
+        if p.shape[dim] % tp:
+            raise ValueError(f"{p.name}: TP size {tp} does not divide dim {dim} of {list(p.shape)}")
+        local.append(_spec(p.name, (*p.shape[:dim], p.shape[dim] // tp, *p.shape[dim + 1 :])))
+    fsdp = unit_tables(
+        local,
+        mesh_shape=(dp,),
+        mesh_dim_names=(dp_name,),
+        storage_dtype=storage_dtype,
+        gather_dtype=gather_dtype,
+        reduce_dtype=reduce_dtype,
+        reshard_after_forward=reshard_after_forward,
+    )
+    placements, mesh_dims = {}, {}
+    for p in params:
+        style = styles.get(p.name)
+        if style is None:
+            placements[p.name], mesh_dims[p.name] = ("Shard(dim=0)",), (dp_name,)
+            continue
+        on_dp = f"_StridedShard(dim=0, sf={tp})" if TP_STYLE_DIM.get(style) == 0 else "Shard(dim=0)"
+        on_tp = f"Shard(dim={TP_STYLE_DIM[style]})" if style in TP_STYLE_DIM else "Replicate()"
+        placements[p.name], mesh_dims[p.name] = (on_dp, on_tp), (dp_name, tp_name)
+    compute = fsdp.gather_dtype
+    tokens = batch_per_rank * seq_len
+
+    def all_reduce(phase: str, numel: int) -> Collective:
+        return _collective("all_reduce", phase, tp_name, tp, compute, numel, numel)
+
+    forward = [all_reduce("forward", tokens * shapes[w][0]) for w, s in styles.items() if s == "rowwise"]
+    backward = [all_reduce("backward", tokens * shapes[w][1]) for w, s in styles.items() if s == "colwise"]
+    # a head norm's Partial weight gradient, made Replicate in the compute dtype by FSDP's post-backward
+    # reshard (FSDPParam's gradient redistribute), before foreach_reduce casts to the reduce dtype
+    backward += [all_reduce("backward", shapes[w][0]) for w, s in styles.items() if s == "head_norm"]
+    return TPLayerTables(tp, fsdp, placements, mesh_dims, tuple(forward + backward))
+
+
+# ---------------------------------------------------------------------------------------------
 # Step shapes
 
 

@@ -129,6 +129,7 @@ def draft(
     seq_len: int = DEFAULT_SETUP.seq_len,
     backend: str = "auto",
     output: str | Path | None = None,
+    tp: int = 1,
 ) -> tuple[list[str], dict[str, Any]]:
     """The drafted spec as (comment header lines, spec mapping).
 
@@ -148,11 +149,15 @@ def draft(
         batch_per_rank, seq_len: B and L (default: a spec's, 2 and 8).
         backend: "auto" picks fake above :data:`REAL_RANKS_LIMIT` ranks, else the harness's auto.
         output: where the spec will be written: a config file is referenced relative to it.
+        tp: tensor-parallel size: above 1 the mesh is ``[world_size / tp, tp]`` (dp, tp) with
+            torchtitan's Qwen3 TP plan inside each layer, and the draft tabulates each rank's
+            shards and placements, FSDP's collectives within dp and TP's all-reduces within tp.
 
     Raises:
         DraftError: an unknown config, an unreadable or refused config file, a dtype the
             harness does not run, a unit that is not a drafted decoder layer, a group size that
-            does not divide the shard group.
+            does not divide the shard group, a TP size that does not divide the world or the
+            heads, or TP of a MoE config.
     """
     name, cfg, read = _read_config(config)
     dtype_source = "--dtype"
@@ -173,6 +178,8 @@ def draft(
     if backend == "auto" and world_size > REAL_RANKS_LIMIT:
         backend = "fake"
     observe = [0, world_size - 1] if backend == "fake" and world_size > 1 else list(range(world_size))
+    if tp > 1:
+        return _tp_draft(name, cfg, read, dims, world_size, tp, observe, locals())
     try:
         per_layer = [
             calc.layer_tables(
@@ -255,6 +262,150 @@ def draft(
     spec["setup"] = setup
     spec["tables"] = _tables(per_layer, symbols, observe, param_dtype or dtype)
     return header, spec
+
+
+def _tp_draft(
+    name: str | None, cfg: Any, read: Any, dims: calc.Dims, world: int, tp: int, observe: list[int], a: dict
+) -> tuple[list[str], dict[str, Any]]:
+    """:func:`draft` with ``tp`` > 1 (``a``: its arguments): FSDP over TP on ``[world / tp, tp]``."""
+    if world % tp:
+        raise DraftError(f"--tp {tp}: does not divide --world-size {world}")
+    if dims.num_experts:
+        raise DraftError(f"--tp {tp}: the TP plan covers dense Qwen3 layers; {name or 'this config'} is MoE")
+    for field in ("num_attention_heads", "num_key_value_heads", "intermediate_size"):
+        if getattr(dims, field) % tp:
+            raise DraftError(f"--tp {tp}: does not divide the config's {field} {getattr(dims, field)}")
+    mesh = (world // tp, tp)
+    reshards = _layer_reshards(a["reshard_after_forward"], a["layers"])
+    try:
+        per_layer = [
+            calc.tp_layer_tables(
+                dims,
+                mesh,
+                batch_per_rank=a["batch_per_rank"],
+                seq_len=a["seq_len"],
+                storage_dtype=a["dtype"],
+                gather_dtype=a["param_dtype"],
+                reduce_dtype=a["reduce_dtype"],
+                reshard_after_forward=reshards[i],
+                layer_idx=i,
+            )
+            for i in range(a["layers"])
+        ]
+    except ValueError as exc:
+        raise DraftError(f"--reshard-after-forward: {exc}") from None
+    label = name if read is None else Path(read.path).stem
+    header = [
+        f"Drafted on {_dt.date.today().isoformat()} by: python -m harness draft --config {a['config']} "
+        f"--world-size {world} --tp {tp} --layers {a['layers']}",
+        "Every figure comes from harness/calculator.py (tp_layer_tables), not from a run. Each entry is",
+        "marked 'drafted: true': review it against your own document, then remove the mark. Under TP the",
+        "draft leaves out the step shapes, the reshard state and memory (tabulated for 1-D and HSDP meshes).",
+    ]
+    fsdp: dict[str, Any] = {"reshard_after_forward": True}
+    if a["param_dtype"] is not None or a["reduce_dtype"] is not None:
+        fsdp["mixed_precision"] = {k: a[k] for k in ("param_dtype", "reduce_dtype") if a[k] is not None}
+    if a["reshard_after_forward"]:
+        fsdp["units"] = [
+            f"layers.{i}" if r is True else {"modules": f"layers.{i}", "reshard_after_forward": r}
+            for i, r in enumerate(reshards)
+        ]
+    setup: dict[str, Any] = {
+        "model": {
+            "config": name if read is None else _config_reference(read.path, a["output"]),
+            "overrides": {"num_hidden_layers": a["layers"]},
+            "body": "decoder_layers",
+            "dtype": a["dtype"],
+        },
+        "mesh": {"shape": list(mesh), "dim_names": ["dp", "tp"]},
+        "tensor_parallel": {},
+        "batch_per_rank": a["batch_per_rank"],
+        "seq_len": a["seq_len"],
+        "fsdp": fsdp,
+        "optimizer": {"name": "sgd", "lr": 0.01},
+    }
+    backend = a["backend"]
+    if backend == "fake":
+        setup["observe_ranks"] = observe
+    spec: dict[str, Any] = {
+        "spec": _slug(f"{label}_dp{mesh[0]}_tp{tp}"),
+        "title": f"{label}: {a['layers']} decoder layers under FSDP2 over TP on a {mesh[0]} x {tp} mesh (drafted)",
+        "document": "drafted from harness/calculator.py; name the document you review it against",
+        "description": f"{label}: {a['layers']} of its decoder layers, TP over {tp} ranks inside each, FSDP over "
+        f"{mesh[0]}, drafted.",
+    }
+    if backend != "auto":
+        spec["backend"] = backend
+    spec["setup"] = setup
+    spec["tables"] = _tp_tables(per_layer, observe, tp, {p.name: p.shape for p in calc.layer_params(dims)})
+    return header, spec
+
+
+def _tp_tables(
+    per_layer: list[calc.TPLayerTables], observe: list[int], tp: int, full: dict[str, tuple[int, ...]]
+) -> list[dict[str, Any]]:
+    """The parameters' full shapes, each observed rank's shards, FSDP's collectives within dp and
+    TP's all-reduces within tp (per phase, over every layer)."""
+    layer = per_layer[0]
+    shards: list[dict[str, Any]] = []
+    for p in layer.fsdp.params:
+        by_row: dict[tuple, list[int]] = {}
+        for r in observe:
+            by_row.setdefault(p.local_shapes[r // tp], []).append(r)
+        for shape, ranks in by_row.items():
+            shards.append(
+                {
+                    "id": p.name if len(by_row) == 1 else f"{p.name}.rank{ranks[0]}",
+                    "param": p.name,
+                    "ranks": ranks,
+                    "full_shape": list(full[p.name]),
+                    "local_shape": list(shape),
+                    "placements": list(layer.placements[p.name]),
+                    "mesh_dim_names": list(layer.mesh_dims[p.name]),
+                    **_DRAFTED,
+                }
+            )
+    fsdp_entries = []
+    for i, t in enumerate(per_layer):
+        for c in t.fsdp.collectives:
+            select = {"phase": c.phase, "op": c.op, "mesh_dim": c.mesh_dim, "layer": i}
+            fsdp_entries.append(
+                {"id": f"layer{i}_{c.phase}_{c.op}", "select": select, "count": 1, **c.fields(), **_DRAFTED}
+            )
+    tp_entries = []
+    for phase in ("forward", "backward"):
+        chosen = [c for t in per_layer for c in t.tp_collectives if c.phase == phase]
+        tp_entries.append(
+            {
+                "id": f"tp_all_reduces_in_{phase}",
+                "select": {"phase": phase, "op": "all_reduce", "mesh_dim": "tp"},
+                "count": len(chosen),
+                "group_size": tp,
+                "total_buffer_bytes": sum(c.buffer_bytes for c in chosen),
+                **_DRAFTED,
+            }
+        )
+    return [
+        {
+            "section": SECTION_SHARDS,
+            "title": "shard per rank",
+            "check": "param",
+            "with": {"layer": 0},
+            "entries": shards,
+        },
+        {
+            "section": SECTION_SUMMARY,
+            "title": "FSDP's collectives, within dp",
+            "check": "collectives",
+            "entries": fsdp_entries,
+        },
+        {
+            "section": SECTION_SUMMARY,
+            "title": "TP's all-reduces, within tp",
+            "check": "collectives",
+            "entries": tp_entries,
+        },
+    ]
 
 
 # English section names: the walkthrough's own (Chinese) names belong to specs that cite it.

@@ -58,6 +58,13 @@ def add_arguments(sub: argparse._SubParsersAction) -> None:
         help="one unit's reshard_after_forward (true, false or a group size), e.g. layers.1=false; "
         "repeatable; units left out reshard (true)",
     )
+    draft.add_argument(
+        "--tp",
+        type=int,
+        default=1,
+        help="tensor-parallel size: a [world-size / tp, tp] (dp, tp) mesh with torchtitan's Qwen3 TP plan "
+        "(default 1: FSDP alone on a 1-D mesh)",
+    )
     draft.add_argument("--batch-per-rank", type=int, default=None, help="B (default: a spec's default)")
     draft.add_argument("--seq-len", type=int, default=None, help="L (default: a spec's default)")
     draft.add_argument("--backend", choices=BACKENDS, default=None)
@@ -84,7 +91,7 @@ def _unit_reshard(text: str) -> tuple[str, bool | int]:
 
 def argument_problem(args: argparse.Namespace) -> str | None:
     """What argparse cannot check (a count below 1), as its error text; None when all are fine."""
-    for name in ("world_size", "layers", "batch_per_rank", "seq_len"):
+    for name in ("world_size", "layers", "batch_per_rank", "seq_len", "tp"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             return f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}"
     units = [unit for unit, _ in args.reshard_after_forward]
@@ -235,6 +242,7 @@ def _drafted_for_this_machine(args: argparse.Namespace, err: Console) -> str | N
             **{k: getattr(args, k) for k in ("batch_per_rank", "seq_len") if getattr(args, k) is not None},
             backend=backend,
             output=args.output,
+            tp=args.tp,
         )
 
     backend = args.backend or "auto"

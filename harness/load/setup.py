@@ -13,6 +13,7 @@ import re
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping
 
+from harness.calculator import QWEN3_TP_PLAN, TP_STYLES
 from harness.contract.names import BANDWIDTH_OPS
 from harness.load.declare import Problems, build, key
 from harness.load.hooks import HooksSetup
@@ -108,27 +109,6 @@ def _prefetch(value: Mapping[str, Any]) -> tuple[tuple[str, tuple[str, ...]], ..
 
 def _prefetch_schema() -> dict[str, Any]:
     return {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}}}
-
-
-TP_STYLES: tuple[str, ...] = ("colwise", "rowwise", "head_norm")
-"""``torch.distributed.tensor.parallel``'s ``ColwiseParallel`` (the weight's rows, ``Shard(0)``),
-``RowwiseParallel`` (its columns, ``Shard(1)``) and, for a norm over ``head_dim`` applied to the
-TP-local heads (Qwen3's ``q_norm``, ``k_norm``), ``SequenceParallel(sequence_dim=2)``: its weight
-``Replicate()`` on tp, so DTensor sums its gradient over tp."""
-
-QWEN3_TP_PLAN: tuple[tuple[str, str], ...] = (
-    ("self_attn.q_proj", "colwise"),
-    ("self_attn.k_proj", "colwise"),
-    ("self_attn.v_proj", "colwise"),
-    ("self_attn.q_norm", "head_norm"),
-    ("self_attn.k_norm", "head_norm"),
-    ("self_attn.o_proj", "rowwise"),
-    ("mlp.gate_proj", "colwise"),
-    ("mlp.up_proj", "colwise"),
-    ("mlp.down_proj", "rowwise"),
-)
-"""torchtitan's tensor-parallel plan of a Qwen3 decoder layer (``torchtitan/models/qwen3/infra/
-parallelize.py``, ``apply_non_moe_tp``): module path within the layer -> style."""
 
 
 def _tp_plan(value: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:

@@ -147,3 +147,21 @@ def test_a_drafted_policy_reshard_and_memory_pass_when_run(tmp_path, spec_observ
     results = evaluate_spec(spec, spec_observation(spec))
     assert [r.explain() for r in results if r.status in FAILING] == []
     assert {r.status for r in results} == {"pass"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--config", "walkthrough", "--world-size", "4", "--tp", "2", "--dtype", "float32"),  # real gloo ranks
+        ("--config", "Qwen3-8B", "--world-size", "64", "--tp", "8"),  # simulated, an 8 x 8 mesh
+    ],
+    ids=["walkthrough_2x2_gloo", "qwen3_8b_8x8_fake"],
+)
+def test_a_drafted_fsdp_over_tp_spec_passes(tmp_path, spec_observation, args):
+    path = _draft(tmp_path, *args)
+    spec = load_spec(path)
+    assert spec.setup.tensor_parallel is not None and spec.setup.mesh_dim_names == ("dp", "tp")
+    results = evaluate_spec(spec, spec_observation(spec))
+    assert [r.explain() for r in results if r.status in FAILING] == []
+    assert {r.status for r in results} == {"pass"}

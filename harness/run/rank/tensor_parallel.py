@@ -14,11 +14,9 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel, parallelize_module
 
-__all__ = ["STYLE_DIM", "apply_tensor_parallel", "fsdp_mesh", "tp_shards"]
+from harness.calculator import TP_STYLE_DIM
 
-STYLE_DIM: dict[str, int] = {"colwise": 0, "rowwise": 1}
-"""The dim of a ``Linear.weight`` ([out, in]) each style splits: ColwiseParallel its output
-features (``Shard(0)``), RowwiseParallel its input features (``Shard(1)``)."""
+__all__ = ["apply_tensor_parallel", "fsdp_mesh", "tp_shards"]
 
 _STYLES = {
     "colwise": ColwiseParallel,
@@ -60,10 +58,10 @@ def tp_shards(setup: Any, root: nn.Module, tp_index: int) -> dict[str, tuple[int
     out: dict[str, tuple[int, int, int]] = {}
     for i in range(len(root.get_submodule(setup.layer_prefix))):
         for path, style in tp.plan:
-            if style not in STYLE_DIM:  # head_norm: a replicated weight
+            if style not in TP_STYLE_DIM:  # head_norm: a replicated weight
                 continue
             weight = f"{setup.layer_prefix}.{i}.{path}.weight"
-            out[weight] = (STYLE_DIM[style], setup.tp_size, tp_index)
+            out[weight] = (TP_STYLE_DIM[style], setup.tp_size, tp_index)
             bias = f"{setup.layer_prefix}.{i}.{path}.bias"
             if style == "colwise" and bias in names:  # a rowwise bias is replicated
                 out[bias] = (0, setup.tp_size, tp_index)

@@ -221,3 +221,31 @@ def test_a_reshard_the_draft_cannot_make_is_refused(reshard, says):
 
     with pytest.raises(DraftError, match=re.escape(says)):
         draft("walkthrough", 4, reshard_after_forward=reshard)
+
+
+def test_a_tp_draft_lays_the_mesh_out_dp_then_tp_and_pins_each_ranks_placements():
+    from harness.author.draft import draft
+
+    _, spec = draft("walkthrough", 8, tp=2, dtype="float32")
+    assert spec["setup"]["mesh"] == {"shape": [4, 2], "dim_names": ["dp", "tp"]}
+    shards = {e["param"]: e for e in spec["tables"][0]["entries"]}
+    assert shards["self_attn.q_proj.weight"]["local_shape"] == [64, 512]  # 512 rows / tp 2 / dp 4
+    assert shards["self_attn.q_proj.weight"]["placements"] == ["_StridedShard(dim=0, sf=2)", "Shard(dim=0)"]
+    assert shards["input_layernorm.weight"]["mesh_dim_names"] == ["dp"]
+    tp = {e["id"]: e for e in spec["tables"][2]["entries"]}
+    assert (tp["tp_all_reduces_in_forward"]["count"], tp["tp_all_reduces_in_backward"]["count"]) == (4, 14)
+
+
+@pytest.mark.parametrize(
+    "config, world, tp, says",
+    [
+        ("walkthrough", 6, 4, "--tp 4: does not divide --world-size 6"),
+        ("walkthrough", 12, 3, "--tp 3: does not divide the config's num_attention_heads 8"),
+        ("Qwen3-30B-A3B", 8, 2, "is MoE"),
+    ],
+)
+def test_a_tp_the_draft_cannot_make_is_refused(config, world, tp, says):
+    from harness.author.draft import DraftError, draft
+
+    with pytest.raises(DraftError, match=re.escape(says)):
+        draft(config, world, tp=tp)

@@ -460,3 +460,32 @@ def test_walkthrough_is_defined_once():
     assert WALKTHROUGH == calc.to_dims(config)
     assert WALKTHROUGH.num_hidden_layers == config.num_hidden_layers
     assert calc.step_symbols(WALKTHROUGH, 2, 8) == config.step_symbols(2, 8)
+
+
+# --- FSDP over TP on (dp, tp) -------------------------------------------------------------
+
+TINY_TP = {**calc.WALKTHROUGH.__dict__, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "head_dim": 16}  # fmt: skip
+
+
+def test_tp_layer_tables_give_the_specs_figures():
+    """specs/fsdp_tp_2d.yaml, worked by hand: TP halves each projection, FSDP halves dim 0 of that."""
+    t = calc.tp_layer_tables(TINY_TP, (2, 2), batch_per_rank=2, seq_len=8, storage_dtype="float32")
+    assert t.fsdp.param("self_attn.q_proj.weight").local_shapes == ((16, 64), (16, 64))
+    assert t.fsdp.param("self_attn.o_proj.weight").local_shapes == ((32, 32), (32, 32))
+    assert t.fsdp.param("self_attn.q_norm.weight").local_shapes == ((8,), (8,))
+    assert t.placements["self_attn.q_proj.weight"] == ("_StridedShard(dim=0, sf=2)", "Shard(dim=0)")
+    assert t.placements["mlp.down_proj.weight"] == ("Shard(dim=0)", "Shard(dim=1)")
+    assert t.placements["self_attn.k_norm.weight"] == ("Shard(dim=0)", "Replicate()")
+    assert t.mesh_dims["input_layernorm.weight"] == ("dp",)
+    gather = t.fsdp.collective("all_gather", "forward")
+    assert (gather.mesh_dim, gather.numel_in, gather.numel_out, gather.buffer_bytes) == ("dp", 9296, 18592, 74368)
+    assert (t.tp_collective_count("forward"), t.tp_collective_count("backward")) == (2, 7)
+    assert sorted({c.numel_in for c in t.tp_collectives}) == [16, 1024]
+
+
+def test_tp_layer_tables_refuse_what_torch_cannot_cut():
+    with pytest.raises(ValueError, match="does not divide dim 0"):
+        calc.tp_layer_tables({**TINY_TP, "intermediate_size": 130}, (2, 4), batch_per_rank=1, seq_len=1)
+    with pytest.raises(ValueError, match="names no module"):
+        calc.tp_layer_tables(TINY_TP, (2, 2), batch_per_rank=1, seq_len=1, plan=[("self_attn.qkv", "colwise")])

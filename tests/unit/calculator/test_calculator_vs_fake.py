@@ -101,3 +101,84 @@ def test_calculator_matches_fake_backend(case):
         }
         assert ring_bytes(got) == pytest.approx(expected.ring_bytes)
     assert len(by) == len(tables.collectives)
+
+
+@st.composite
+def tp_layer_and_mesh(draw):
+    tp = draw(st.sampled_from([2, 4]))
+    kv = tp * draw(st.integers(1, 2))
+    config = {
+        "hidden_size": draw(st.integers(1, 48)),
+        "num_attention_heads": kv * draw(st.integers(1, 2)),
+        "num_key_value_heads": kv,
+        "head_dim": 2 * draw(st.integers(1, 8)),
+        "intermediate_size": tp * draw(st.integers(1, 40)),
+        "num_hidden_layers": 1,
+        "vocab_size": 32,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": False,
+    }
+    dp = draw(st.one_of(st.integers(1, 5), st.integers(6, 256)))
+    rank = draw(st.integers(0, dp * tp - 1))
+    return config, (dp, tp), rank, draw(st.sampled_from(["bfloat16", "float32"]))
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=max(1, settings.default.max_examples // 25),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(tp_layer_and_mesh())
+# the spec's tiny layer on [2, 2], rank 1 (dp 0, tp 1)
+@example(
+    (
+        {
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "intermediate_size": 128,
+            "num_hidden_layers": 1,
+            "vocab_size": 32,
+            "rms_norm_eps": 1e-6,
+            "rope_theta": 10000.0,
+            "tie_word_embeddings": False,
+        },
+        (2, 2),
+        1,
+        "float32",
+    )
+)
+def test_tp_calculator_matches_fake_backend(case):
+    """FSDP over TP: local shapes, placements, mesh dims, FSDP's collectives within dp and TP's
+    all-reduces within tp, per phase, as the calculator derives them."""
+    config, mesh, rank, dtype = case
+    setup = RunSetup.from_mapping(
+        {
+            "model": {"config": config, "body": "decoder_layers", "dtype": dtype},
+            "mesh": {"shape": list(mesh), "dim_names": ["dp", "tp"]},
+            "tensor_parallel": {},
+            "batch_per_rank": 1,
+            "seq_len": 4,
+            "observe_ranks": [rank],
+        }
+    )
+    obs = run_setup(setup, backend="fake", timeout_s=120)
+    tables = calc.tp_layer_tables(config, mesh, batch_per_rank=1, seq_len=4, storage_dtype=dtype)
+    doc = obs["ranks"][0]
+    dp_rank = rank // mesh[1]
+    params = {p["fqn"].removeprefix("layers.0."): p for p in doc["params"]}
+    for p in tables.fsdp.params:
+        got = params[p.name]
+        assert tuple(got["local_shape"]) == p.local_shapes[dp_rank], p.name
+        assert tuple(got["placements"]) == tables.placements[p.name], p.name
+        assert tuple(got["mesh_dim_names"]) == tables.mesh_dims[p.name], p.name
+
+    fsdp = [c for c in doc["collectives"] if c["mesh_dim"] == "dp"]
+    assert [(c["phase"], c["op"], c["numel_in"], c["numel_out"]) for c in fsdp] == [
+        (c.phase, c.op, c.numel_in, c.numel_out) for c in tables.fsdp.collectives
+    ]
+    tp = sorted((c["phase"], c["numel_in"], c["dtype"]) for c in doc["collectives"] if c["mesh_dim"] == "tp")
+    assert tp == sorted((c.phase, c.numel_in, c.dtype) for c in tables.tp_collectives)
