@@ -59,6 +59,7 @@ _LAZY = {
     "Qwen3MoeCausalLMOutput": "qwen3_moe",
     "load_balancing_loss_func": "qwen3_moe",
     "causal_lm_loss": "qwen3_moe",
+    "has_no_data": "qwen3_moe",
 }
 
 
@@ -120,4 +121,5 @@ __all__ = [
     "Qwen3MoeCausalLMOutput",
     "load_balancing_loss_func",
     "causal_lm_loss",
+    "has_no_data",
 ]

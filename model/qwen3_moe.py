@@ -38,10 +38,11 @@ __all__ = [
     "Qwen3MoeCausalLMOutput",
     "load_balancing_loss_func",
     "causal_lm_loss",
+    "has_no_data",
 ]
 
 
-def _has_no_data(t: torch.Tensor) -> bool:
+def has_no_data(t: torch.Tensor) -> bool:
     """A meta or fake tensor: shapes only, so the routing (which expert gets which token) is unknown."""
     if t.device.type == "meta":
         return True
@@ -97,7 +98,7 @@ class Qwen3MoeExperts(StepObservable, nn.Module):
         final_hidden_states = torch.zeros_like(hidden_states)  # (T, d)
         # (T, k, d): expert idx[t, j]'s unweighted output on token t; built only when observed
         slots = hidden_states.new_zeros(T, k, d) if obs is not None else None
-        if self.static or _has_no_data(hidden_states):
+        if self.static or has_no_data(hidden_states):
             # Every expert on every token as one batched product over the expert dim: a loop over
             # the experts' numbers up to rounding (one sum over the expert dim instead of E adds),
             # in a handful of ops instead of ~40 per expert (under FakeTensorMode each op is a

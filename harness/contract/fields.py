@@ -1992,7 +1992,18 @@ PEAKS = RecordCondition(
     "varies run to run",
     ("gloo", "nccl"),
 )
-RECORD_CONDITIONS: tuple[RecordCondition, ...] = (PEAKS,)
+ROUTED = RecordCondition(
+    "collectives",
+    "op",
+    frozenset({"all_to_all"}),
+    {
+        "fake": f"{_NO_VALUES_WHY}: expert parallelism's all-to-alls carry what the router chose, which a simulated "
+        "rank does not know (it splits its token slots evenly instead)"
+    },
+    "",
+    (),
+)
+RECORD_CONDITIONS: tuple[RecordCondition, ...] = (PEAKS, ROUTED)
 """Conditions on whole records (the fields' own declarations hold for the other records)."""
 
 

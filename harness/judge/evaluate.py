@@ -57,7 +57,7 @@ def simulation_unobserved(entry: Any) -> str | None:
     kind's source, an expected field or a selected record is unobserved in the fake world
     (:func:`harness.language.kinds.read_by`)."""
     for condition in fields.RECORD_CONDITIONS:
-        if entry.selectors.get(condition.key) in condition.values and "fake" in condition.unobserved:
+        if _selects_only(entry.selectors, condition.key, condition.values) and "fake" in condition.unobserved:
             if any(f.path.split(".", 1)[0] == condition.part for f in read_by(entry.check).values()):
                 return condition.unobserved["fake"]
     sources = read_by(entry.check)
@@ -66,6 +66,14 @@ def simulation_unobserved(entry: Any) -> str | None:
         return next(iter(reasons.values()))
     named = sorted(name for name in entry.expect if reasons.get(name))
     return f"{reasons[named[0]]}: {', '.join(named)} not observed" if named else None
+
+
+def _selects_only(selectors: Mapping[str, Any], key: str, values: frozenset[str]) -> bool:
+    """Whether an entry's ``key`` selector (its own, or inside a collectives ``select``) names only
+    records of ``values``."""
+    chosen = selectors.get(key, (selectors.get("select") or {}).get(key))
+    chosen = chosen if isinstance(chosen, list) else [chosen]
+    return bool(chosen) and all(isinstance(v, str) and v in values for v in chosen)
 
 
 def _explicit_ranks(selectors) -> list[int]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from harness.calculator import QWEN3_TP_PLAN, TP_STYLES
 from harness.contract.names import BANDWIDTH_OPS
@@ -131,6 +131,14 @@ class TensorParallelSetup:
         "plan: colwise q_proj, k_proj, v_proj, gate_proj, up_proj; head_norm q_norm, k_norm; rowwise o_proj, "
         "down_proj",
     )
+
+
+@dataclass(frozen=True)
+class ExpertParallelSetup:
+    """Each sparse layer's experts sharded over the mesh dim ``mesh_dim``, tokens routed to them by
+    all-to-all; their own FSDP unit shards over the other dim, every other unit over the world."""
+
+    mesh_dim: str = key("ep", doc="the mesh dim the experts are spread over: the last of a 2-D mesh ([efsdp, ep])")
 
 
 @dataclass(frozen=True)
@@ -572,6 +580,12 @@ class RunSetup:
         doc="tensor parallelism inside each decoder layer on a 2-D [dp, tp] mesh, FSDP over dp "
         "(harness/run/rank/tensor_parallel.py)",
     )
+    expert_parallel: ExpertParallelSetup | None = key(
+        None,
+        doc="expert parallelism: each sparse layer's experts Shard(0) over the mesh's last dim, tokens sent to "
+        "their owners by all-to-all; the experts' own unit shards over the first dim, the other units over the "
+        "whole world (a 1-D mesh 'dp') (harness/run/rank/expert_parallel.py)",
+    )
     hooks: HooksSetup | None = key(
         None,
         doc="extension points: functions of a Python file beside the spec called at "
@@ -593,11 +607,14 @@ class RunSetup:
         """Where the decoder layers live: ``layers`` (decoder_layers) or ``model.layers``."""
         return "layers" if self.model.body == "decoder_layers" else "model.layers"
 
-    def unit_plan(self, num_layers: int, param_fqns: tuple[str, ...] | None = None) -> list[UnitPlan]:
+    def unit_plan(
+        self, num_layers: int, param_fqns: tuple[str, ...] | None = None, sparse_layers: tuple[int, ...] = ()
+    ) -> list[UnitPlan]:
         """The FSDP units in ``fully_shard`` order, the root last (:mod:`harness.load.units`).
 
         ``param_fqns``: the model's parameter FQNs, to check that every ``shard_placement`` and
-        ``freeze`` pattern names a parameter (skipped when None).
+        ``freeze`` pattern names a parameter (skipped when None); ``sparse_layers``: the MoE
+        layers, whose ``mlp.experts`` and ``mlp.gate`` a unit may name.
 
         Raises:
             SetupError: a unit pattern matches no module, a module is in two units, a prefetch
@@ -607,7 +624,7 @@ class RunSetup:
             self.fsdp.units,
             self.fsdp.unit_defaults(),
             self.fsdp.root_reshard_after_forward,
-            module_paths(self.model.body, num_layers),
+            module_paths(self.model.body, num_layers, sparse_layers),
             self.layer_prefix,
         )
         problems += _root_unit_problems(self, plans[-1])  # resolve_units puts the root last
@@ -648,8 +665,14 @@ class RunSetup:
 
     @property
     def shard_count(self) -> int:
-        """Ranks one parameter is sharded over by FSDP (the shard dim's size)."""
-        return self.mesh_shape[self.shard_mesh_dim]
+        """Ranks a non-expert parameter is sharded over (EP: the world)."""
+        return self.world_size if self.expert_parallel is not None else self.mesh_shape[self.shard_mesh_dim]
+
+    def shard_index(self, coords: Sequence[int]) -> int:
+        """A rank's index in its (non-expert) FSDP shard group, from its mesh ``coords``."""
+        if self.expert_parallel is not None:  # the world's 1-D mesh: the global (row-major) rank
+            return coords[0] * self.mesh_shape[1] + coords[1]
+        return coords[self.shard_mesh_dim]
 
     @property
     def data_parallel_size(self) -> int:
@@ -746,6 +769,7 @@ class RunSetup:
                 (f"{where}{path[len('setup') :]}", message) for path, message in aborted_step_problems(self.schedule)
             ]
         problems += self._tensor_parallel_rules(given, where)
+        problems += self._expert_parallel_rules(given, where)
         if self.numerics_reference != "each_rank" and given.get("schedule"):
             problems.append(
                 (
@@ -785,6 +809,67 @@ class RunSetup:
             for name, why in refused.items()
             if given.get(name) not in (None, "each_rank")
         ]
+
+    def _expert_parallel_rules(self, given: Mapping[str, Any], where: str) -> Problems:
+        """``expert_parallel`` on a mesh that has its dim last, alone, and only with the default step."""
+        ep = self.expert_parallel
+        if ep is None:
+            return []
+        at = f"{where}.expert_parallel"
+        shape, names = list(self.mesh_shape), list(self.mesh_dim_names)
+        if len(shape) != 2 or names[-1:] != [ep.mesh_dim] or "dp" in names:
+            return [
+                (
+                    f"{at}.mesh_dim",
+                    f"EP runs on the last dim of a 2-D mesh named [efsdp, {ep.mesh_dim}] ('dp' names the whole "
+                    f"world's mesh); got mesh shape {shape}, dim names {names}: expected e.g. "
+                    f"mesh: {{shape: [2, 2], dim_names: [efsdp, {ep.mesh_dim}]}}",
+                )
+            ]
+        refused = ["schedule", "state_dict", "bandwidth", "tensor_parallel"]
+        if given.get("numerics_reference") == "rank_0":
+            refused.append("numerics_reference")
+        return [
+            (at, f"expert_parallel does not go with setup.{name} here: leave setup.{name} out")
+            for name in refused
+            if given.get(name) is not None
+        ]
+
+    @property
+    def observed_mesh_dims(self) -> tuple[str, ...]:
+        """The mesh dims a collective can run on: the mesh's (and EP's world ``dp``)."""
+        return (*self.mesh_dim_names, *(("dp",) if self.expert_parallel is not None else ()))
+
+
+def expert_parallel_problems(setup: RunSetup, config: Any, plans: list[UnitPlan]) -> Problems:
+    """EP against the model: a MoE config whose expert count the EP size divides, and every sparse
+    layer's ``mlp.experts`` in an FSDP unit of its own (it shards over another mesh than the layer)."""
+    ep = setup.expert_parallel
+    if ep is None:
+        return []
+    at = "setup.expert_parallel.mesh_dim"
+    experts = getattr(config, "num_experts", None)
+    if experts is None:
+        return [(at, "expert parallelism needs a MoE config (num_experts); this one is dense")]
+    size = setup.mesh_shape[-1]
+    if experts % size:
+        return [(at, f"EP size {size} does not divide the config's num_experts {experts}")]
+    own = {path for plan in plans if all(p.endswith(".mlp.experts") for p in plan.paths) for path in plan.paths}
+    missing = [
+        f"{setup.layer_prefix}.{i}.mlp.experts"
+        for i in getattr(config, "moe_layers", ())
+        if f"{setup.layer_prefix}.{i}.mlp.experts" not in own
+    ]
+    if missing:
+        return [
+            (
+                "setup.fsdp.units",
+                f"under expert_parallel each sparse layer's experts are a unit of their own (they shard over "
+                f"efsdp, the rest over the world); {missing[:3]} {'are' if len(missing) > 1 else 'is'} not: expected "
+                f"e.g. units: [{{modules: '{setup.layer_prefix}.*.mlp.experts'}}, '{setup.layer_prefix}.*']",
+            )
+        ]
+    return []
 
 
 def tensor_parallel_problems(setup: RunSetup, config: Any, fqns: tuple[str, ...]) -> Problems:

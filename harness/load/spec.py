@@ -28,7 +28,13 @@ from harness.language.vocabulary import CheckKind, Context
 from harness.load.hooks import resolve_hooks
 from harness.load.model_config import resolve_config_file
 from harness.load.schedule import schedule_problems
-from harness.load.setup import RunSetup, SetupError, reads_the_mesh, tensor_parallel_problems
+from harness.load.setup import (
+    RunSetup,
+    SetupError,
+    expert_parallel_problems,
+    reads_the_mesh,
+    tensor_parallel_problems,
+)
 from harness.load.spec_files import SUFFIXES
 from harness.load.timing import timing_dependent_errors
 from harness.load.units import HOOK_OPTION_KEYS
@@ -307,7 +313,7 @@ def load_spec(path: str | Path) -> Spec:
             except SetupError as exc:  # units that name no module, a module in two units, ...
                 for key_path, message in exc.errors:
                     errors.add(_undotted(key_path), message)
-                context = Context(world_size=setup.world_size, mesh_dim_names=tuple(setup.mesh_dim_names))
+                context = Context(world_size=setup.world_size, mesh_dim_names=setup.observed_mesh_dims)
             if mesh_unknown:
                 context = dataclasses.replace(context, world_size=None, mesh_dim_names=())
             # a refused key's value is its default: what the kinds read of it is unknown, not absent
@@ -389,7 +395,7 @@ def _world_size(setup: Mapping[str, Any]) -> int:
 def _context(setup: RunSetup, config: Any) -> Context:
     """What entries may select in a run of ``setup`` (``config``: its Qwen3Config, None if invalid)."""
     if config is None:
-        return Context(world_size=setup.world_size, mesh_dim_names=tuple(setup.mesh_dim_names), setup=setup.to_dict())
+        return Context(world_size=setup.world_size, mesh_dim_names=setup.observed_mesh_dims, setup=setup.to_dict())
     n = config.num_hidden_layers
     fqns = param_fqns(
         setup.model.body,
@@ -397,8 +403,8 @@ def _context(setup: RunSetup, config: Any) -> Context:
         tie_word_embeddings=config.tie_word_embeddings,
         sparse_layers=getattr(config, "moe_layers", ()),
     )
-    plans = setup.unit_plan(n, fqns)
-    problems = tensor_parallel_problems(setup, config, fqns)
+    plans = setup.unit_plan(n, fqns, tuple(getattr(config, "moe_layers", ())))
+    problems = tensor_parallel_problems(setup, config, fqns) + expert_parallel_problems(setup, config, plans)
     if problems:
         raise SetupError(*problems[0], errors=problems)
     if (
@@ -413,7 +419,7 @@ def _context(setup: RunSetup, config: Any) -> Context:
     microbatches = setup.schedule.microbatches() if setup.schedule is not None else (1,)
     return Context(
         world_size=setup.world_size,
-        mesh_dim_names=tuple(setup.mesh_dim_names),
+        mesh_dim_names=setup.observed_mesh_dims,
         num_layers=n,
         unit_names=tuple(p.name for p in plans),
         param_fqns=fqns,

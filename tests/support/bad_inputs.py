@@ -601,6 +601,45 @@ def inputs() -> list[Case]:
             ("spec.yaml", "setup.tensor_parallel", "does not go with setup.schedule"),
         ),
         v(
+            "ep_on_a_dense_model",
+            "4",
+            with_setup(
+                "  mesh: {shape: [4], dim_names: [dp]}",
+                "  mesh: {shape: [2, 2], dim_names: [efsdp, ep]}\n  expert_parallel: {}",
+            ),
+            ("spec.yaml", "setup.expert_parallel.mesh_dim", "needs a MoE config"),
+        ),
+        v(
+            "ep_experts_not_a_unit_of_their_own",
+            "4",
+            with_setup(
+                "  model: {config: walkthrough, overrides: {num_hidden_layers: 2}}\n"
+                "  mesh: {shape: [4], dim_names: [dp]}",
+                "  model: {config: moe-tiny}\n  mesh: {shape: [2, 2], dim_names: [efsdp, ep]}\n  expert_parallel: {}",
+            ),
+            ("spec.yaml", "setup.fsdp.units", "a unit of their own"),
+        ),
+        v(
+            "ep_mesh_named_dp",
+            "4",
+            with_setup(
+                "  mesh: {shape: [4], dim_names: [dp]}",
+                "  mesh: {shape: [2, 2], dim_names: [dp, ep]}\n  expert_parallel: {}",
+            ),
+            ("spec.yaml", "setup.expert_parallel.mesh_dim", "'dp' names the whole world's mesh"),
+        ),
+        v(
+            "ep_size_not_dividing_the_experts",
+            "4",
+            with_setup(
+                "  model: {config: walkthrough, overrides: {num_hidden_layers: 2}}\n"
+                "  mesh: {shape: [4], dim_names: [dp]}",
+                "  model: {config: moe-tiny}\n  mesh: {shape: [1, 3], dim_names: [efsdp, ep]}\n"
+                "  expert_parallel: {}\n  fsdp: {units: [layers.*.mlp.experts, layers.*]}",
+            ),
+            ("spec.yaml", "setup.expert_parallel.mesh_dim", "does not divide the config's num_experts 8"),
+        ),
+        v(
             "forward_methods_unknown_name",
             "4",
             with_setup("  mesh:", "  fsdp: {units: [layers.*, {modules: root, forward_methods: [generate]}]}\n  mesh:"),

@@ -7,6 +7,20 @@ the setter's effect fail: that shows the key reaches torch."""
 
 SETTER_CASES = [
     (
+        "expert_parallel",
+        '[rank2_experts_2_3, [2], [2, 3], ["_StridedShard(dim=0, sf=2)", "Shard(dim=0)"]]',
+        '[rank2_experts_2_3, [2], [4, 5], ["_StridedShard(dim=0, sf=2)", "Shard(dim=0)"]]',
+        "rank2_experts_2_3",
+        "[2, 3]",
+    ),
+    (
+        "expert_parallel",
+        "select: {phase: forward, op: all_to_all, dtype: int64}, count: 2, group_size: 2,\n         numel_in: 8,",
+        "select: {phase: forward, op: all_to_all, dtype: int64}, count: 2, group_size: 2,\n         numel_in: 16,",
+        "counts_per_layer",
+        "expected 16",
+    ),
+    (
         "fsdp_tp_2d",
         '[q_proj_colwise, self_attn.q_proj.weight, [64, 64], [16, 64], ["_StridedShard(dim=0, sf=2)", "Shard(dim=0)"]]',
         '[q_proj_colwise, self_attn.q_proj.weight, [64, 64], [32, 64], ["_StridedShard(dim=0, sf=2)", "Shard(dim=0)"]]',
@@ -198,6 +212,26 @@ SETTER_CASES = [
 ]
 
 SETTER_SETUP_CASES = [
+    (
+        "expert_parallel",
+        '      - {modules: "layers.*.mlp.experts", gradient_divide_factor: 4, force_sum_reduction_for_comms: true}\n',
+        '      - "layers.*.mlp.experts"\n',
+        # FSDP's default divide factor for the experts: averaged over efsdp, twice the mean
+        ["experts_reduce_scatter_summed", "gradients_equal_the_replica", "experts_equal_the_replica"],
+    ),
+    (
+        "expert_parallel_divide_factor",
+        '    units: ["layers.*.mlp.experts", "layers.*"]\n',
+        '    units: [{modules: "layers.*.mlp.experts", gradient_divide_factor: 4, force_sum_reduction_for_comms: true},'
+        ' "layers.*"]\n',
+        ["gate_up_twice_the_mean", "down_twice_the_mean", "experts_average_over_efsdp"],
+    ),
+    (
+        "expert_parallel_unrouted",
+        "  batch_per_rank: 1\n  seq_len: 1\n",
+        "  batch_per_rank: 4\n  seq_len: 8\n",  # 128 pairs over 8 experts: every expert routed
+        ["one_pair_per_rank", "at_least_four_unrouted"],
+    ),
     (
         "fsdp_tp_2d",
         "  tensor_parallel: {}\n",

@@ -24,6 +24,7 @@ from harness.language.vocabulary import (
     Context,
     Field,
     Reads,
+    RecordKey,
     Selector,
     one_of,
 )
@@ -156,6 +157,9 @@ def measure(sel, obs):
 
 KIND = CheckKind(
     name="collectives",
+    # by issue index and op, so a record condition on the op (harness/contract/fields.py, ROUTED) can
+    # see which records it holds for; a different op at one index is a record missing on each side
+    record_keys=(RecordKey("collectives", ("index", "op")),),
     order=60,
     reads=(Reads("collectives"),),
     doc="the collectives matching 'select': how many, op, dtype, elements, bytes (nccl-tests' S and ring bytes)",

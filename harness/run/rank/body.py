@@ -13,6 +13,7 @@ import model as qwen3
 from harness.load.setup import RunSetup
 from harness.run.rank.aux_loss import with_router_aux_loss
 from harness.run.rank.build import make_inputs, make_loss, torch_dtype
+from harness.run.rank.expert_parallel import world_mesh
 from harness.run.rank.hooks import load_hooks
 from harness.run.rank.instruments import Instruments
 from harness.run.rank.loop import StepOutcome
@@ -68,7 +69,8 @@ class RankBody:
         self.dtype = torch_dtype(setup.model.dtype)
         self.config = qwen3.get_config(setup.model.config, **dict(setup.model.overrides))
         self.mesh = build_mesh(setup, device_type)
-        self.group_dims = group_dims(setup, self.mesh)
+        self.world_mesh = world_mesh(setup, device_type)  # expert_parallel: the non-expert units' 1-D mesh
+        self.group_dims = group_dims(setup, self.mesh, self.world_mesh)
         self.coords = [int(c) for c in self.mesh.get_coordinate()]
         schedule = setup.schedule
         self.hooks = load_hooks(setup.hooks, rank, self.world_size)  # the spec's own functions (setup.hooks)

@@ -175,12 +175,14 @@ def replica_reference(
     coords: Sequence[int],
     divisors: dict[str, float] | None = None,
     shard_dims: dict[str, int] | None = None,
-    tp_shards: dict[str, tuple[int, int, int]] | None = None,
+    inner_shards: dict[str, tuple[int, int, int]] | None = None,
+    fsdp_groups: dict[str, tuple[int, int]] | None = None,
 ) -> Reference:
     """The plain replica's step on this rank's inputs, before ``fully_shard`` (collective): in the
     policy's ``param_dtype`` if any, else ``dtype``; gradients summed by a plain all-reduce and divided
     by ``divisors`` (FQN -> a unit's divide factor; default the world size); this rank's shard rows
-    kept (along ``shard_dims``, default 0; of its TP chunk, ``tp_shards``, under TP)."""
+    kept (along ``shard_dims``, default 0; of its TP or EP chunk, ``inner_shards``; over its own FSDP
+    group, ``fsdp_groups``, where not the setup's shard dim)."""
     mp = setup.fsdp.mixed_precision
     replica_dtype = torch_dtype(mp.param_dtype) if mp is not None and mp.param_dtype else dtype
     return compute_reference(
@@ -188,13 +190,14 @@ def replica_reference(
         inputs,
         world_size=world_size,
         shard_count=setup.shard_count,
-        shard_index=coords[setup.shard_mesh_dim],
+        shard_index=setup.shard_index(coords),
         loss_fn=loss_fn,
         replica_dtype=replica_dtype,
         all_reduce_sum=lambda t: dist.all_reduce(t, op=dist.ReduceOp.SUM),
         divisors=divisors,
         shard_dims=shard_dims,
-        tp_shards=tp_shards,
+        inner_shards=inner_shards,
+        fsdp_groups=fsdp_groups,
     )
 
 

@@ -38,12 +38,15 @@ def environment(device_type: str, device: torch.device) -> dict[str, Any]:
     }
 
 
-def group_dims(setup: Any, mesh: Any) -> dict[str, Any]:
+def group_dims(setup: Any, mesh: Any, world: Any = None) -> dict[str, Any]:
     """Process group name -> the mesh dim it serves (a tuple of names where one group serves
-    several dims, as a size-1 dim's group can), for attributing each recorded collective."""
+    several dims, as a size-1 dim's group can), for attributing each recorded collective;
+    ``world``: expert parallelism's 1-D mesh ``dp`` of the whole world, or None."""
     dims: dict[str, Any] = {}
-    for i, name in enumerate(setup.mesh_dim_names):
-        group = mesh.get_group(i).group_name
+    named = [(mesh, i, name) for i, name in enumerate(setup.mesh_dim_names)]
+    named += [(world, 0, "dp")] if world is not None else []
+    for m, i, name in named:
+        group = m.get_group(i).group_name
         dims[group] = (
             (*dims[group], name)
             if isinstance(dims.get(group), tuple)

@@ -119,7 +119,8 @@ def units_from_setup(setup: RunSetup, root: nn.Module) -> list[ShardUnit]:
     ``harness.load.setup.SetupError`` where a unit names no module of ``root``."""
     num_layers = len(root.get_submodule(setup.layer_prefix))
     units = []
-    for plan in setup.unit_plan(num_layers):  # the loader validated selectors against the same plan
+    sparse = tuple(i for i, layer in enumerate(root.get_submodule(setup.layer_prefix)) if hasattr(layer.mlp, "experts"))
+    for plan in setup.unit_plan(num_layers, sparse_layers=sparse):  # the loader validated the same plan
         o = plan.options
         units.append(
             ShardUnit(
@@ -215,6 +216,7 @@ def apply_fsdp(
     grad_dtypes: Sequence[tuple[str, str]] = (),
     after_each: Callable[[ShardUnit, nn.Module], None] | None = None,
     call_hook: Callable[..., Any] | None = None,
+    unit_mesh: Callable[[ShardUnit], DeviceMesh] | None = None,
 ) -> list[Unit]:
     """``fully_shard(modules, mesh=mesh, **unit.options())`` per unit, in order, children first (a later
     unit containing an earlier one manages only the parameters left); per unit, a
@@ -224,7 +226,8 @@ def apply_fsdp(
     ``root``: allocate and fill this rank's shards), :data:`UNIT_SETTERS`, the prefetch lists ((unit
     name, unit names), "" the root), ``freeze`` (before instead, unless ``freeze_after``) and
     ``compile()``. ``grad_dtypes`` are set first; ``after_each(unit, first module)`` runs after each
-    call; ``call_hook(name, **kwargs)`` calls the hooks-file function a unit option names. Raises AttributeError
+    call; ``call_hook(name, **kwargs)`` calls the hooks-file function a unit option names;
+    ``unit_mesh(unit)``: a unit's own mesh where not ``mesh`` (expert parallelism). Raises AttributeError
     (a path names no submodule), ValueError (a freeze pattern matches nothing) and whatever torch raises
     for a unit."""
     if freeze and not freeze_after:
@@ -232,7 +235,7 @@ def apply_fsdp(
     if grad_dtypes:
         set_grad_dtypes(root, grad_dtypes)
     groups = [[root.get_submodule(p) for p in u.module_paths] for u in units]
-    _fully_shard_units(root, mesh, units, groups, after_each)
+    _fully_shard_units(root, unit_mesh or (lambda unit: mesh), units, groups, after_each)
     if materialize is not None:
         materialize(root)
     _set_unit_options(units, groups)
@@ -255,7 +258,7 @@ def apply_fsdp(
 
 def _fully_shard_units(
     root: nn.Module,
-    mesh: DeviceMesh,
+    mesh_of: Callable[[ShardUnit], DeviceMesh],
     units: Sequence[ShardUnit],
     groups: list[list[nn.Module]],
     after_each: Callable[[ShardUnit, nn.Module], None] | None = None,
@@ -274,7 +277,7 @@ def _fully_shard_units(
             kwargs["ignored_params"] = {
                 current[fqn] for pat in unit.after.ignored_params for fqn in match_params(pat, list(current))
             }
-        fully_shard(modules if len(modules) > 1 else modules[0], mesh=mesh, **kwargs)
+        fully_shard(modules if len(modules) > 1 else modules[0], mesh=mesh_of(unit), **kwargs)
         if after_each is not None:
             after_each(unit, modules[0])
 

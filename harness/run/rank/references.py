@@ -19,6 +19,7 @@ from harness.run.rank.build import (
     replica_reference,
     torch_dtype,
 )
+from harness.run.rank.expert_parallel import ep_shards, expert_fsdp_groups
 from harness.run.rank.parallelize import ShardUnit, freeze_params, set_grad_dtypes
 from harness.run.rank.recorders.updates import schedule_reference
 from harness.run.rank.tensor_parallel import tp_shards
@@ -67,7 +68,8 @@ def _replica_references(body: RankBody, root: torch.nn.Module, shard_units: list
             body.coords,
             divisors=divisors(shard_units, replica, world_size, tp_size=setup.tp_size),
             shard_dims=shard_dims(shard_units, replica),
-            tp_shards=tp_shards(setup, replica, body.coords[-1]),
+            inner_shards={**tp_shards(setup, replica, body.coords[-1]), **ep_shards(setup, replica, body.coords[-1])},
+            fsdp_groups=expert_fsdp_groups(setup, replica, body.coords),
         )
     else:
         mp = setup.fsdp.mixed_precision
@@ -82,7 +84,7 @@ def _replica_references(body: RankBody, root: torch.nn.Module, shard_units: list
             world_size=world_size,
             rank=body.rank,
             shard_count=setup.shard_count,
-            shard_index=body.coords[setup.shard_mesh_dim],
+            shard_index=setup.shard_index(body.coords),
             compute_dtype=compute,
             reduce_dtype=reduce,
             on_step=functools.partial(_step_hooks, body),

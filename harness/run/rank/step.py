@@ -18,6 +18,7 @@ from harness.contract.instrument_names import memory_tracker_blocker
 from harness.load.setup import RunSetup
 from harness.run.rank.body import RankBody, Trained
 from harness.run.rank.build import attention_kernel, make_optimizer
+from harness.run.rank.expert_parallel import apply_expert_parallel, unit_meshes
 from harness.run.rank.instruments import Instruments, trace_device_activity
 from harness.run.rank.loop import run_steps
 from harness.run.rank.observe import compile_counts, environment, error_result, where_after_step
@@ -95,6 +96,7 @@ class RankStep(RankBody):
             references = numerics_references(self, root, shard_units)
             with phases.phase("setup"):  # outside the recorders: TP scatters nothing (src_data_rank=None)
                 apply_tensor_parallel(root, self.mesh, setup)
+                apply_expert_parallel(root, self.mesh, setup)
             instruments = self.got["instruments"] = Instruments(
                 phases,
                 self.group_dims,
@@ -118,6 +120,7 @@ class RankStep(RankBody):
                     root,
                     fsdp_mesh(setup, self.mesh),
                     shard_units,
+                    unit_mesh=unit_meshes(setup, self.mesh, self.world_mesh),
                     materialize=self._materializer(),
                     forward_prefetch=setup.fsdp.forward_prefetch,
                     backward_prefetch=setup.fsdp.backward_prefetch,

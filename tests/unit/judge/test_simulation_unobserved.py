@@ -37,6 +37,7 @@ def _judge(obs: dict, kind: str, **values):
         ("param", {"param": "self_attn.q_proj.weight", "layer": 0, "finite": True}, "finite not observed"),
         ("memory", {"layer": 0, "state": "Peak Backward", "sharded_grad": 0}, "its peaks are not a real rank's"),
         ("memory", {"layer": 0, "state": "After Pre-Forward", "temp": 0}, "temp not observed"),
+        ("collectives", {"select": {"op": "all_to_all"}, "count": 4}, "carry what the router chose"),
     ],
 )
 def test_what_fake_tensors_cannot_hold_is_skipped_with_the_reason(kind, values, words):
@@ -53,6 +54,12 @@ def test_the_same_kinds_structural_fields_are_still_checked():
     assert _judge(obs, "param", param="self_attn.q_proj.weight", layer=0, local_shape=[127, 512]).status == "fail"
     assert _judge(obs, "memory", layer=0, state="After Pre-Forward", unsharded_param="4.72 MB").status == "pass"
     assert _judge(obs, "memory", layer=0, state="After Pre-Forward", unsharded_param="4.73 MB").status == "fail"
+
+
+def test_an_entry_selecting_other_ops_beside_all_to_all_is_still_checked():
+    obs = _simulated()
+    assert _judge(obs, "collectives", select={"op": ["all_to_all", "all_gather"]}, count=0).status == "fail"
+    assert _judge(obs, "collectives", select={"op": "all_gather", "layer": 0}, count=2).status == "pass"
 
 
 def test_a_real_run_is_not_skipped():

@@ -87,7 +87,8 @@ def test_a_changed_collective_names_its_rank_position_field_and_path(document):
     changed["ranks"][0]["collectives"][2]["reduce_op"] = "MAX"
     differences = _compare(document, changed)
     assert [(d.key.part, d.key.rank, d.key.selector, d.key.field, d.key.path, d.b) for d in differences] == [
-        ("collectives", 0, (2,), "reduce_op", "collectives.reduce_op", "MAX")
+        # a collective is named by its issue index and op (the collectives kind's record key)
+        ("collectives", 0, (2, "all_gather"), "reduce_op", "collectives.reduce_op", "MAX")
     ]
 
 

@@ -12,36 +12,30 @@ from typing import Any
 import torch
 from torch import nn
 
+import model as qwen3
+
 __all__ = ["ExpertRecorder", "FUSED_EXPERT_PARAMS"]
 
 FUSED_EXPERT_PARAMS: tuple[str, ...] = ("gate_up_proj", "down_proj")
 """The fused expert parameters of ``model.Qwen3MoeExperts`` (dim 0 = expert)."""
 
 
-def _has_data(t: torch.Tensor) -> bool:
-    from torch._subclasses.fake_tensor import is_fake
-
-    return t.device.type != "meta" and not is_fake(t)
-
-
 def _held(param: Any, num_experts: int) -> tuple[list[int], int, int]:
-    """(experts held, first expert of the local rows, shard dim), by
-    ``Shard.local_shard_size_and_offset`` at each mesh dim's local rank: ``get_coordinate()`` is the
-    first rank's in a simulated run."""
+    """(experts held, first expert of the local rows, shard dim), by torch's
+    ``compute_local_shape_and_global_offset`` of the DTensor at this rank's mesh coordinate (it reads
+    an expert-parallel ``Shard(0)`` under FSDP's ``_StridedShard`` in the order torch cut them):
+    ``get_coordinate()`` is the first rank's in a simulated run."""
     from torch.distributed.tensor import DTensor, Shard
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+    from torch.utils._python_dispatch import _disable_current_modes
 
     if not isinstance(param, DTensor):  # not sharded: every expert
         return list(range(num_experts)), 0, -1
-    mesh = param.device_mesh
-    size, start, dim = num_experts, 0, -1
-    for mesh_dim, placement in enumerate(param.placements):
-        if isinstance(placement, Shard):
-            dim = placement.dim
-            if placement.dim == 0:
-                size, offset = Shard.local_shard_size_and_offset(
-                    size, mesh.size(mesh_dim), mesh.get_local_rank(mesh_dim)
-                )
-                start += int(offset)
+    dims = [pl.dim for pl in param.placements if isinstance(pl, Shard) or hasattr(pl, "split_factor")]
+    dim = dims[-1] if dims else -1
+    with _disable_current_modes():  # under FakeTensorMode (simulated) it would read a fake coordinate
+        shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh, param.placements)
+    size, start = int(shape[0]), int(offset[0])
     if param.to_local().numel() == 0 or size == 0:
         return [], start, dim
     return list(range(start, start + int(size))), start, dim
@@ -84,7 +78,7 @@ class ExpertRecorder:
         """Keep ``step9.tokens_per_expert``'s counts as ints."""
         if name != "step9.tokens_per_expert":
             return
-        counts = [int(c) for c in t.detach().tolist()] if _has_data(t) else None
+        counts = [int(c) for c in t.detach().tolist()] if not qwen3.has_no_data(t) else None
         self.tokens.append({"layer": int(layer), "step_index": step_index, "microbatch": microbatch, "counts": counts})
 
     def after_backward(self, step_index: int | None, microbatch: int | None) -> None:
@@ -97,7 +91,7 @@ class ExpertRecorder:
                 held, start, dim = _held(getattr(module, p), module.num_experts)
                 local = grad.to_local() if hasattr(grad, "to_local") else grad
                 zero = None
-                if _has_data(local):
+                if not qwen3.has_no_data(local):
                     # one expert row at a time: no temporary the size of the gradient, which the
                     # memory tracker would count as the run's
                     with torch.no_grad():

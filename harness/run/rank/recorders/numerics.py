@@ -36,7 +36,8 @@ class Reference:
     shard_count: int
     shard_index: int
     shard_dims: dict[str, int] | None = None
-    tp_shards: dict[str, tuple[int, int, int]] | None = None
+    inner_shards: dict[str, tuple[int, int, int]] | None = None
+    fsdp_groups: dict[str, tuple[int, int]] | None = None
 
 
 def _rows(t: torch.Tensor, count: int, index: int, dim: int = 0) -> torch.Tensor:
@@ -58,16 +59,19 @@ def _mean_rows(
     world_size: int,
     divisors: dict[str, float] | None,
     shard_dims: dict[str, int] | None,
-    tp_shards: dict[str, tuple[int, int, int]] | None = None,
+    inner_shards: dict[str, tuple[int, int, int]] | None = None,
+    fsdp_groups: dict[str, tuple[int, int]] | None = None,
 ) -> torch.Tensor:
-    """This rank's shard of a summed gradient, divided by its divisor (a copy): its TP chunk
-    (``tp_shards``: (dim, count, index)) if any, then FSDP's rows of that (shard ``shard_index``
-    along its shard dim), as FSDP shards the TP-local tensor."""
-    tp = (tp_shards or {}).get(fqn)
-    if tp is not None:
-        full = _rows(full, tp[1], tp[2], tp[0])
+    """This rank's shard of a summed gradient, divided by its divisor (a copy): its TP or EP chunk
+    (``inner_shards``: (dim, count, index)) if any, then FSDP's rows of that (shard ``shard_index``
+    of ``shard_count``, or the parameter's own ``fsdp_groups`` (count, index), along its shard dim),
+    as FSDP shards the TP- or EP-local tensor."""
+    inner = (inner_shards or {}).get(fqn)
+    if inner is not None:
+        full = _rows(full, inner[1], inner[2], inner[0])
+    count, index = (fsdp_groups or {}).get(fqn, (shard_count, shard_index))
     dim = (shard_dims or {}).get(fqn, 0)
-    return _rows(full, shard_count, shard_index, dim).div((divisors or {}).get(fqn, world_size))
+    return _rows(full, count, index, dim).div((divisors or {}).get(fqn, world_size))
 
 
 def compute_reference(
@@ -82,7 +86,8 @@ def compute_reference(
     all_reduce_sum: Callable[[torch.Tensor], None],
     divisors: dict[str, float] | None = None,
     shard_dims: dict[str, int] | None = None,
-    tp_shards: dict[str, tuple[int, int, int]] | None = None,
+    inner_shards: dict[str, tuple[int, int, int]] | None = None,
+    fsdp_groups: dict[str, tuple[int, int]] | None = None,
 ) -> Reference:
     """Run the replica on this rank's inputs and average the gradients over ranks.
 
@@ -90,7 +95,8 @@ def compute_reference(
     scalar; ``all_reduce_sum``: in-place float32 sum over ranks (same call sequence on each);
     ``divisors``: FQN -> what the sum is divided by (default ``world_size``: with TP every rank of
     a TP group ran the same samples, so the world's sum over ``world_size`` is the dp mean);
-    ``tp_shards``: FQN -> this rank's TP chunk (:func:`_mean_rows`). Frozen parameters get no rows.
+    ``inner_shards``: FQN -> this rank's TP or EP chunk, ``fsdp_groups``: FQN -> its FSDP group's
+    (size, this rank's index) where not ``shard_count``'s (:func:`_mean_rows`). Frozen parameters get no rows.
     """
     replica = _replica(model, replica_dtype)
     if replica is not model and inputs.is_floating_point():
@@ -116,7 +122,7 @@ def compute_reference(
         for fqn, p in named[start:stop]:
             full = bucket[offset : offset + p.numel()].view(p.shape)
             grad_rows[fqn] = _mean_rows(
-                fqn, full, shard_count, shard_index, world_size, divisors, shard_dims, tp_shards
+                fqn, full, shard_count, shard_index, world_size, divisors, shard_dims, inner_shards, fsdp_groups
             )
             offset += p.numel()
             p.grad = None
@@ -131,7 +137,8 @@ def compute_reference(
         shard_count=shard_count,
         shard_index=shard_index,
         shard_dims=dict(shard_dims or {}),
-        tp_shards=dict(tp_shards or {}),
+        inner_shards=dict(inner_shards or {}),
+        fsdp_groups=dict(fsdp_groups or {}),
     )
 
 
@@ -241,7 +248,7 @@ def compare(
             raise ValueError(f"{fqn}: no gradient after backward")
         if isinstance(grad, DTensor):
             problem = _placement_problem(
-                grad, (reference.shard_dims or {}).get(fqn, 0), (reference.tp_shards or {}).get(fqn)
+                grad, (reference.shard_dims or {}).get(fqn, 0), (reference.inner_shards or {}).get(fqn)
             )
             if problem:
                 raise ValueError(f"{fqn}: {problem}")
