@@ -142,6 +142,15 @@ class ExpertParallelSetup:
 
 
 @dataclass(frozen=True)
+class DpMeshDims:
+    """``fully_shard(dp_mesh_dims=DataParallelMeshDims(shard, replicate))``: the data-parallel dims of
+    a full SPMD mesh whose parameters are already DTensors on it."""
+
+    shard: str | None = key(None, doc="the mesh dim FSDP shards over (HSDP: dp_shard)")
+    replicate: str | None = key(None, doc="the mesh dim HSDP replicates over (dp_replicate); null: none")
+
+
+@dataclass(frozen=True)
 class FSDPSetup:
     """How ``fully_shard`` is applied.
 
@@ -180,6 +189,14 @@ class FSDPSetup:
         doc="the fully_shard calls in order, children before parents; the root is always the last call (default: one "
         "unit per decoder layer, then the root). A unit's name is torch's: its module's FQN, or its modules' FQNs "
         "joined by ', '",
+    )
+    dp_mesh_dims: DpMeshDims | None = key(
+        None,
+        null=True,
+        doc="run the model as full SPMD DTensor code: every parameter a Replicate() DTensor on the whole mesh "
+        "before fully_shard, which gets dp_mesh_dims naming the data-parallel dims (every mesh dim, once), and the "
+        "steps under DTensor's implicit_replication (plain inputs and buffers taken as replicated); null: plain "
+        "parameters",
     )
     forward_prefetch: tuple[tuple[str, tuple[str, ...]], ...] = key(
         (),
@@ -770,6 +787,7 @@ class RunSetup:
             ]
         problems += self._tensor_parallel_rules(given, where)
         problems += self._expert_parallel_rules(given, where)
+        problems += self._dp_mesh_dims_rules(given, where)
         if self.numerics_reference != "each_rank" and given.get("schedule"):
             problems.append(
                 (
@@ -809,6 +827,32 @@ class RunSetup:
             for name, why in refused.items()
             if given.get(name) not in (None, "each_rank")
         ]
+
+    def _dp_mesh_dims_rules(self, given: Mapping[str, Any], where: str) -> Problems:
+        """``fsdp.dp_mesh_dims`` names every mesh dim once, shard or replicate, and stands alone."""
+        dims = self.fsdp.dp_mesh_dims
+        if dims is None:
+            return []
+        at = f"{where}.fsdp.dp_mesh_dims"
+        refused = [
+            (at, f"dp_mesh_dims does not go with setup.{name} here: leave setup.{name} out")
+            for name in ("tensor_parallel", "expert_parallel", "schedule", "state_dict")
+            if given.get(name) is not None
+        ]
+        if refused:
+            return refused
+        named = [d for d in (dims.replicate, dims.shard) if d is not None]
+        if not named or sorted(named) != sorted(self.mesh_dim_names):
+            return [
+                (
+                    at,
+                    f"expected every mesh dim named once, as shard or replicate (the mesh's dims: "
+                    f"{list(self.mesh_dim_names)}), got shard {dims.shard!r}, replicate {dims.replicate!r}",
+                )
+            ]
+        if len(self.mesh_dim_names) == 2 and dims.shard != self.mesh_dim_names[-1]:
+            return [(f"{at}.shard", f"HSDP shards over the mesh's last dim {self.mesh_dim_names[-1]!r}")]
+        return []
 
     def _expert_parallel_rules(self, given: Mapping[str, Any], where: str) -> Problems:
         """``expert_parallel`` on a mesh that has its dim last, alone, and only with the default step."""

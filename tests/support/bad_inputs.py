@@ -640,6 +640,22 @@ def inputs() -> list[Case]:
             ("spec.yaml", "setup.expert_parallel.mesh_dim", "does not divide the config's num_experts 8"),
         ),
         v(
+            "dp_mesh_dims_naming_no_mesh_dim",
+            "4",
+            with_setup("  mesh:", "  fsdp: {dp_mesh_dims: {shard: dp_shard}}\n  mesh:"),
+            ("spec.yaml", "setup.fsdp.dp_mesh_dims", "every mesh dim named once", "got shard 'dp_shard'"),
+        ),
+        v(
+            "dp_mesh_dims_with_tensor_parallel",
+            "4",
+            with_setup(
+                "  mesh: {shape: [4], dim_names: [dp]}",
+                "  mesh: {shape: [2, 2], dim_names: [dp, tp]}\n  tensor_parallel: {}\n"
+                "  fsdp: {dp_mesh_dims: {shard: dp, replicate: tp}}",
+            ),
+            ("spec.yaml", "setup.fsdp.dp_mesh_dims", "does not go with setup.tensor_parallel"),
+        ),
+        v(
             "forward_methods_unknown_name",
             "4",
             with_setup("  mesh:", "  fsdp: {units: [layers.*, {modules: root, forward_methods: [generate]}]}\n  mesh:"),

@@ -7,6 +7,13 @@ the setter's effect fail: that shows the key reaches torch."""
 
 SETTER_CASES = [
     (
+        "dp_mesh_dims",
+        '[q_proj_sharded_on_dp, self_attn.q_proj.weight, [32, 64], ["Shard(dim=0)"], [dp]]',
+        '[q_proj_sharded_on_dp, self_attn.q_proj.weight, [32, 64], ["Replicate()"], [dp]]',
+        "q_proj_sharded_on_dp",
+        "Replicate()",
+    ),
+    (
         "expert_parallel",
         '[rank2_experts_2_3, [2], [2, 3], ["_StridedShard(dim=0, sf=2)", "Shard(dim=0)"]]',
         '[rank2_experts_2_3, [2], [4, 5], ["_StridedShard(dim=0, sf=2)", "Shard(dim=0)"]]',
@@ -212,6 +219,12 @@ SETTER_CASES = [
 ]
 
 SETTER_SETUP_CASES = [
+    (
+        "dp_mesh_dims_flash_attention",
+        "    dtype: float32\n  mesh:",
+        "    dtype: float32\n    attention_kernel: math\n  mesh:",  # the kernel DTensor knows: the step runs
+        ["no_strategy_for_cpu_flash_attention", "layer0_gathered", "nothing_reduced"],
+    ),
     (
         "expert_parallel",
         '      - {modules: "layers.*.mlp.experts", gradient_divide_factor: 4, force_sum_reduction_for_comms: true}\n',

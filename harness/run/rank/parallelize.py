@@ -17,6 +17,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import (
     CPUOffloadPolicy,
+    DataParallelMeshDims,
     FSDPModule,
     MixedPrecisionPolicy,
     OffloadPolicy,
@@ -47,6 +48,7 @@ __all__ = [
     "materialization_devices",
     "materialize_empty",
     "offloaded_params",
+    "replicate_on_mesh",
 ]
 
 
@@ -217,6 +219,7 @@ def apply_fsdp(
     after_each: Callable[[ShardUnit, nn.Module], None] | None = None,
     call_hook: Callable[..., Any] | None = None,
     unit_mesh: Callable[[ShardUnit], DeviceMesh] | None = None,
+    dp_mesh_dims: Any = None,
 ) -> list[Unit]:
     """``fully_shard(modules, mesh=mesh, **unit.options())`` per unit, in order, children first (a later
     unit containing an earlier one manages only the parameters left); per unit, a
@@ -227,7 +230,8 @@ def apply_fsdp(
     name, unit names), "" the root), ``freeze`` (before instead, unless ``freeze_after``) and
     ``compile()``. ``grad_dtypes`` are set first; ``after_each(unit, first module)`` runs after each
     call; ``call_hook(name, **kwargs)`` calls the hooks-file function a unit option names;
-    ``unit_mesh(unit)``: a unit's own mesh where not ``mesh`` (expert parallelism). Raises AttributeError
+    ``unit_mesh(unit)``: a unit's own mesh where not ``mesh`` (expert parallelism); ``dp_mesh_dims``:
+    ``setup.fsdp.dp_mesh_dims`` (every unit gets its ``DataParallelMeshDims``). Raises AttributeError
     (a path names no submodule), ValueError (a freeze pattern matches nothing) and whatever torch raises
     for a unit."""
     if freeze and not freeze_after:
@@ -235,7 +239,12 @@ def apply_fsdp(
     if grad_dtypes:
         set_grad_dtypes(root, grad_dtypes)
     groups = [[root.get_submodule(p) for p in u.module_paths] for u in units]
-    _fully_shard_units(root, unit_mesh or (lambda unit: mesh), units, groups, after_each)
+    extra = (
+        {}
+        if dp_mesh_dims is None
+        else {"dp_mesh_dims": DataParallelMeshDims(dp_mesh_dims.shard, dp_mesh_dims.replicate)}
+    )
+    _fully_shard_units(root, unit_mesh or (lambda unit: mesh), units, groups, after_each, extra)
     if materialize is not None:
         materialize(root)
     _set_unit_options(units, groups)
@@ -262,14 +271,16 @@ def _fully_shard_units(
     units: Sequence[ShardUnit],
     groups: list[list[nn.Module]],
     after_each: Callable[[ShardUnit, nn.Module], None] | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> None:
-    """Checkpointing where asked, then ``fully_shard`` of each unit's modules (``after_each`` after each)."""
+    """Checkpointing where asked, then ``fully_shard`` of each unit's modules (``after_each`` after
+    each; ``extra``: keyword arguments every call gets)."""
     names = {id(p): fqn for fqn, p in root.named_parameters()}
     for unit, modules in zip(units, groups):
         if unit.after is not None and unit.after.checkpoint:
             for m in modules:
                 apply_checkpoint(m, unit.after.checkpoint_style, unit.after.checkpoint_use_reentrant)
-        kwargs = unit.options()
+        kwargs = {**unit.options(), **(extra or {})}
         if unit.shard_placement:
             kwargs["shard_placement_fn"] = _placement_fn(unit.shard_placement, names)
         if unit.after is not None and unit.after.ignored_params:
@@ -378,6 +389,19 @@ def _managed(root: nn.Module, units: Sequence[ShardUnit], groups: list[list[nn.M
         managed = sorted((names[id(p)] for p in _fsdp_params(modules[0]) if id(p) in names), key=order.__getitem__)
         out.append(Unit(u.path, u.role, u.layer, modules[0], tuple(managed), tuple(modules), tuple(u.module_paths)))
     return out
+
+
+def replicate_on_mesh(root: nn.Module, mesh: DeviceMesh) -> None:
+    """Every parameter of ``root`` as a ``Replicate()`` DTensor on every dim of ``mesh``, in place
+    (``setup.fsdp.dp_mesh_dims``: the full SPMD style ``fully_shard(dp_mesh_dims=)`` requires);
+    ``src_data_rank=None``: each rank keeps the weights it built, the same on every rank."""
+    from torch.distributed.tensor import Replicate, distribute_tensor
+
+    placements = [Replicate()] * mesh.ndim
+    for module in root.modules():
+        for name, p in list(module.named_parameters(recurse=False)):
+            replicated = distribute_tensor(p.data, mesh, placements, src_data_rank=None)
+            module.register_parameter(name, nn.Parameter(replicated, requires_grad=p.requires_grad))
 
 
 def offloaded_params(root: nn.Module) -> set[int]:

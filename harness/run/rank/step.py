@@ -25,6 +25,7 @@ from harness.run.rank.observe import compile_counts, environment, error_result, 
 from harness.run.rank.parallelize import (
     ShardUnit,
     apply_fsdp,
+    replicate_on_mesh,
     unit_state,
     units_from_setup,
 )
@@ -37,6 +38,16 @@ from harness.run.rank.strategies import RealRank, SimulatedRank, strategy_for
 from harness.run.rank.tensor_parallel import apply_tensor_parallel, fsdp_mesh
 
 __all__ = ["run_step", "RankStep"]
+
+
+def spmd_steps(setup: RunSetup) -> contextlib.AbstractContextManager:
+    """Under ``fsdp.dp_mesh_dims`` the steps run as full SPMD DTensor code: DTensor's
+    ``implicit_replication`` takes the plain inputs and buffers (RoPE's tables) as replicated."""
+    if setup.fsdp.dp_mesh_dims is None:
+        return contextlib.nullcontext()
+    from torch.distributed.tensor.experimental import implicit_replication
+
+    return implicit_replication()
 
 
 def run_step(
@@ -97,6 +108,8 @@ class RankStep(RankBody):
             with phases.phase("setup"):  # outside the recorders: TP scatters nothing (src_data_rank=None)
                 apply_tensor_parallel(root, self.mesh, setup)
                 apply_expert_parallel(root, self.mesh, setup)
+                if setup.fsdp.dp_mesh_dims is not None:
+                    replicate_on_mesh(root, self.mesh)
             instruments = self.got["instruments"] = Instruments(
                 phases,
                 self.group_dims,
@@ -121,6 +134,7 @@ class RankStep(RankBody):
                     fsdp_mesh(setup, self.mesh),
                     shard_units,
                     unit_mesh=unit_meshes(setup, self.mesh, self.world_mesh),
+                    dp_mesh_dims=setup.fsdp.dp_mesh_dims,
                     materialize=self._materializer(),
                     forward_prefetch=setup.fsdp.forward_prefetch,
                     backward_prefetch=setup.fsdp.backward_prefetch,
@@ -142,6 +156,7 @@ class RankStep(RankBody):
             with (
                 instruments.observing(root, optimizer, units, inputs=(self.inputs.tensor,), updates=updates),
                 attention_kernel(setup.model.attention_kernel),
+                spmd_steps(setup),
             ):
                 outcome = run_steps(self.steps, root, self.loss_fn, optimizer, phases, instruments, self.hooks)
         return Trained(root, shard_units, units, optimizer, sharded, instruments, references, updates, outcome)

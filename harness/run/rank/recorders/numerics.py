@@ -234,6 +234,8 @@ def compare(
     """The schema's ``numerics`` object for this rank, after backward, before the optimizer;
     ValueError where a gradient is not a ``Shard(0)`` DTensor on the shard dim or not the replica's
     rows' shape."""
+    # a full-SPMD run's (fsdp.dp_mesh_dims) output and loss are Replicate() DTensors: this rank's own values
+    output, loss = (t.to_local() if isinstance(t, DTensor) else t for t in (output, loss))
     grads = []
     # ``params``: the sharded parameters as fully_shard left them (with reshard_after_backward
     # off the module holds unsharded tensors after backward; the gradients are on the shards).
