@@ -849,9 +849,15 @@ class TPLayerTables:
     mesh_dims: dict[str, tuple[str, ...]]
     tp_collectives: tuple[Collective, ...]
 
-    def tp_collective_count(self, phase: str) -> int:
-        """TP all-reduces of one layer in ``phase`` ("forward" or "backward")."""
-        return sum(c.phase == phase for c in self.tp_collectives)
+
+def tp_divisibility_problem(dims: Any, tp: int) -> str | None:
+    """Why TP size ``tp`` cannot split a Qwen3 layer of ``dims`` evenly (the colwise projections
+    split attention heads, KV heads and ``intermediate_size``), or None."""
+    for name in ("num_attention_heads", "num_key_value_heads", "intermediate_size"):
+        value = getattr(dims, name, None)
+        if isinstance(value, int) and value % tp:
+            return f"TP size {tp} does not divide the config's {name} {value}"
+    return None
 
 
 def tp_layer_tables(

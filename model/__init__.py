@@ -60,6 +60,7 @@ _LAZY = {
     "load_balancing_loss_func": "qwen3_moe",
     "causal_lm_loss": "qwen3_moe",
     "has_no_data": "qwen3_moe",
+    "swiglu_expert": "qwen3_moe",
 }
 
 
@@ -122,4 +123,5 @@ __all__ = [
     "load_balancing_loss_func",
     "causal_lm_loss",
     "has_no_data",
+    "swiglu_expert",
 ]

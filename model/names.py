@@ -109,11 +109,14 @@ MOE_LAYER_PARAM_NAMES_REGISTRATION: tuple[str, ...] = (
     *LAYER_PARAM_NAMES_REGISTRATION[9:],
 )
 
+EXPERTS_MODULE = "mlp.experts"
+"""A sparse layer's experts module (``Qwen3MoeExperts``), below the layer."""
+
 # Module paths below a sparse layer, registration order (the dense layer's with its MLP's replaced).
 MOE_LAYER_MODULE_NAMES: tuple[str, ...] = (
     *LAYER_MODULE_NAMES[:7],
     "mlp",
-    "mlp.experts",
+    EXPERTS_MODULE,
     "mlp.experts.act_fn",
     "mlp.gate",
     *LAYER_MODULE_NAMES[12:],

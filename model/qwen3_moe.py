@@ -39,7 +39,15 @@ __all__ = [
     "load_balancing_loss_func",
     "causal_lm_loss",
     "has_no_data",
+    "swiglu_expert",
 ]
+
+
+def swiglu_expert(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, act_fn) -> torch.Tensor:
+    """One expert's SwiGLU, x (n, d) -> (n, d), ``gate_up`` [2*d_moe, d] (gate rows first), ``down``
+    [d, d_moe]: transformers' ``Qwen3MoeExperts`` expert (EP calls it with a rank's own)."""
+    gate, up = F.linear(x, gate_up).chunk(2, dim=-1)  # (n, d_moe) each
+    return F.linear(act_fn(gate) * up, down)  # (n, d)
 
 
 def has_no_data(t: torch.Tensor) -> bool:
@@ -86,8 +94,7 @@ class Qwen3MoeExperts(StepObservable, nn.Module):
 
     def _expert(self, e, x: torch.Tensor) -> torch.Tensor:
         """Expert e's SwiGLU on x (n, d) -> (n, d), as transformers computes it."""
-        gate, up = F.linear(x, self.gate_up_proj[e]).chunk(2, dim=-1)  # (n, d_moe) each
-        return F.linear(self.act_fn(gate) * up, self.down_proj[e])  # (n, d)
+        return swiglu_expert(x, self.gate_up_proj[e], self.down_proj[e], self.act_fn)
 
     def forward(
         self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor

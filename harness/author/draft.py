@@ -179,7 +179,19 @@ def draft(
         backend = "fake"
     observe = [0, world_size - 1] if backend == "fake" and world_size > 1 else list(range(world_size))
     if tp > 1:
-        return _tp_draft(name, cfg, read, dims, world_size, tp, observe, locals())
+        options = {
+            "config": config,
+            "layers": layers,
+            "dtype": dtype,
+            "param_dtype": param_dtype,
+            "reduce_dtype": reduce_dtype,
+            "reshard_after_forward": reshard_after_forward,
+            "batch_per_rank": batch_per_rank,
+            "seq_len": seq_len,
+            "backend": backend,
+            "output": output,
+        }
+        return _tp_draft(name, read, dims, world_size, tp, observe, options)
     try:
         per_layer = [
             calc.layer_tables(
@@ -265,16 +277,16 @@ def draft(
 
 
 def _tp_draft(
-    name: str | None, cfg: Any, read: Any, dims: calc.Dims, world: int, tp: int, observe: list[int], a: dict
+    name: str | None, read: Any, dims: calc.Dims, world: int, tp: int, observe: list[int], a: Mapping[str, Any]
 ) -> tuple[list[str], dict[str, Any]]:
-    """:func:`draft` with ``tp`` > 1 (``a``: its arguments): FSDP over TP on ``[world / tp, tp]``."""
+    """:func:`draft` with ``tp`` > 1 (``a``: its other options): FSDP over TP on ``[world / tp, tp]``."""
     if world % tp:
         raise DraftError(f"--tp {tp}: does not divide --world-size {world}")
     if dims.num_experts:
         raise DraftError(f"--tp {tp}: the TP plan covers dense Qwen3 layers; {name or 'this config'} is MoE")
-    for field in ("num_attention_heads", "num_key_value_heads", "intermediate_size"):
-        if getattr(dims, field) % tp:
-            raise DraftError(f"--tp {tp}: does not divide the config's {field} {getattr(dims, field)}")
+    problem = calc.tp_divisibility_problem(dims, tp)
+    if problem:
+        raise DraftError(f"--tp {tp}: {problem}")
     mesh = (world // tp, tp)
     reshards = _layer_reshards(a["reshard_after_forward"], a["layers"])
     try:

@@ -13,7 +13,7 @@ import re
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping, Sequence
 
-from harness.calculator import QWEN3_TP_PLAN, TP_STYLES
+from harness.calculator import QWEN3_TP_PLAN, TP_STYLES, layer_params, tp_divisibility_problem
 from harness.contract.names import BANDWIDTH_OPS
 from harness.load.declare import Problems, build, key
 from harness.load.hooks import HooksSetup
@@ -30,7 +30,7 @@ from harness.load.units import (
     unit_entry_schema,
     unit_spec_from_yaml,
 )
-from model.names import module_paths
+from model.names import EXPERTS_MODULE, module_paths
 
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adamw")
 """Optimizers a setup names: ``torch.optim.SGD`` and ``torch.optim.AdamW``."""
@@ -129,7 +129,7 @@ class TensorParallelSetup:
         doc="module path within a decoder layer -> colwise, rowwise (ColwiseParallel / RowwiseParallel) or "
         "head_norm (SequenceParallel(sequence_dim=2): a norm over the TP-local heads). Default torchtitan's Qwen3 "
         "plan: colwise q_proj, k_proj, v_proj, gate_proj, up_proj; head_norm q_norm, k_norm; rowwise o_proj, "
-        "down_proj",
+        "down_proj. A plan written here replaces the default whole",
     )
 
 
@@ -146,8 +146,8 @@ class DpMeshDims:
     """``fully_shard(dp_mesh_dims=DataParallelMeshDims(shard, replicate))``: the data-parallel dims of
     a full SPMD mesh whose parameters are already DTensors on it."""
 
-    shard: str | None = key(None, doc="the mesh dim FSDP shards over (HSDP: dp_shard)")
-    replicate: str | None = key(None, doc="the mesh dim HSDP replicates over (dp_replicate); null: none")
+    shard: str | None = key(None, doc="the mesh dim FSDP shards over (required; on an HSDP mesh its last dim)")
+    replicate: str | None = key(None, doc="the mesh dim HSDP replicates over (an HSDP mesh's first dim); null: none")
 
 
 @dataclass(frozen=True)
@@ -600,8 +600,11 @@ class RunSetup:
     expert_parallel: ExpertParallelSetup | None = key(
         None,
         doc="expert parallelism: each sparse layer's experts Shard(0) over the mesh's last dim, tokens sent to "
-        "their owners by all-to-all; the experts' own unit shards over the first dim, the other units over the "
-        "whole world (a 1-D mesh 'dp') (harness/run/rank/expert_parallel.py)",
+        "their owners by all-to-all; each layer's mlp.experts must be an FSDP unit of its own, which shards over "
+        "the first dim, the other units over the whole world (a 1-D mesh 'dp'). Give the experts' units "
+        "gradient_divide_factor: <world size> (with force_sum_reduction_for_comms on gloo), as torchtitan does: "
+        "at FSDP's default their gradients are the mean times the EP size (specs/expert_parallel_divide_factor.yaml) "
+        "(harness/run/rank/expert_parallel.py)",
     )
     hooks: HooksSetup | None = key(
         None,
@@ -842,7 +845,9 @@ class RunSetup:
         if refused:
             return refused
         named = [d for d in (dims.replicate, dims.shard) if d is not None]
-        if not named or sorted(named) != sorted(self.mesh_dim_names):
+        if dims.shard is None:
+            return [(f"{at}.shard", f"expected the mesh dim FSDP shards over, one of {list(self.mesh_dim_names)}")]
+        if sorted(named) != sorted(self.mesh_dim_names):
             return [
                 (
                     at,
@@ -885,6 +890,13 @@ class RunSetup:
         return (*self.mesh_dim_names, *(("dp",) if self.expert_parallel is not None else ()))
 
 
+def expert_config_problem(setup: RunSetup, config: Any) -> str | None:
+    """Why ``expert_parallel`` cannot run on ``config`` at all (a dense config), or None."""
+    if setup.expert_parallel is not None and getattr(config, "num_experts", None) is None:
+        return "expert parallelism needs a MoE config (num_experts); this one is dense"
+    return None
+
+
 def expert_parallel_problems(setup: RunSetup, config: Any, plans: list[UnitPlan]) -> Problems:
     """EP against the model: a MoE config whose expert count the EP size divides, and every sparse
     layer's ``mlp.experts`` in an FSDP unit of its own (it shards over another mesh than the layer)."""
@@ -892,17 +904,18 @@ def expert_parallel_problems(setup: RunSetup, config: Any, plans: list[UnitPlan]
     if ep is None:
         return []
     at = "setup.expert_parallel.mesh_dim"
-    experts = getattr(config, "num_experts", None)
-    if experts is None:
-        return [(at, "expert parallelism needs a MoE config (num_experts); this one is dense")]
+    problem = expert_config_problem(setup, config)
+    if problem:
+        return [(at, problem)]
+    experts = config.num_experts
     size = setup.mesh_shape[-1]
     if experts % size:
         return [(at, f"EP size {size} does not divide the config's num_experts {experts}")]
-    own = {path for plan in plans if all(p.endswith(".mlp.experts") for p in plan.paths) for path in plan.paths}
+    own = {path for plan in plans if all(p.endswith(f".{EXPERTS_MODULE}") for p in plan.paths) for path in plan.paths}
     missing = [
-        f"{setup.layer_prefix}.{i}.mlp.experts"
+        f"{setup.layer_prefix}.{i}.{EXPERTS_MODULE}"
         for i in getattr(config, "moe_layers", ())
-        if f"{setup.layer_prefix}.{i}.mlp.experts" not in own
+        if f"{setup.layer_prefix}.{i}.{EXPERTS_MODULE}" not in own
     ]
     if missing:
         return [
@@ -910,7 +923,7 @@ def expert_parallel_problems(setup: RunSetup, config: Any, plans: list[UnitPlan]
                 "setup.fsdp.units",
                 f"under expert_parallel each sparse layer's experts are a unit of their own (they shard over "
                 f"efsdp, the rest over the world); {missing[:3]} {'are' if len(missing) > 1 else 'is'} not: expected "
-                f"e.g. units: [{{modules: '{setup.layer_prefix}.*.mlp.experts'}}, '{setup.layer_prefix}.*']",
+                f"e.g. units: [{{modules: '{setup.layer_prefix}.*.{EXPERTS_MODULE}'}}, '{setup.layer_prefix}.*']",
             )
         ]
     return []
@@ -932,17 +945,18 @@ def tensor_parallel_problems(setup: RunSetup, config: Any, fqns: tuple[str, ...]
             problems.append(
                 (f"{at}.plan", f"{path!r} names no module with a weight in {layer[:-1]}; modules: {in_layer}")
             )
-    size = setup.tp_size
-    for name in ("num_attention_heads", "num_key_value_heads", "intermediate_size"):
-        value = getattr(config, name, None)
-        if isinstance(value, int) and value % size:
-            problems.append(
-                (
-                    f"{at}.mesh_dim",
-                    f"TP size {size} (mesh dim {tp.mesh_dim!r}) does not divide the config's {name} {value}: "
-                    "colwise projections split it evenly",
-                )
-            )
+    shapes = {p.name: p.shape for p in layer_params(config)}
+    for path, style in tp.plan:
+        shape = shapes.get(f"{path}.weight")
+        want = 1 if style == "head_norm" else 2
+        if shape is not None and len(shape) != want:
+            kind = "a norm's weight (1 dim)" if want == 1 else "a Linear's weight (2 dims)"
+            problems.append((f"{at}.plan", f"{path!r}: {style} needs {kind}; its weight is {list(shape)}"))
+    problem = tp_divisibility_problem(config, setup.tp_size)
+    if problem:
+        problems.append(
+            (f"{at}.mesh_dim", f"{problem} (mesh dim {tp.mesh_dim!r}): colwise projections split it evenly")
+        )
     return problems
 
 

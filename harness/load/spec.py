@@ -31,6 +31,7 @@ from harness.load.schedule import schedule_problems
 from harness.load.setup import (
     RunSetup,
     SetupError,
+    expert_config_problem,
     expert_parallel_problems,
     reads_the_mesh,
     tensor_parallel_problems,
@@ -403,6 +404,9 @@ def _context(setup: RunSetup, config: Any) -> Context:
         tie_word_embeddings=config.tie_word_embeddings,
         sparse_layers=getattr(config, "moe_layers", ()),
     )
+    problem = expert_config_problem(setup, config)  # before the units, which would name experts it lacks
+    if problem:
+        raise SetupError("setup.expert_parallel.mesh_dim", problem)
     plans = setup.unit_plan(n, fqns, tuple(getattr(config, "moe_layers", ())))
     problems = tensor_parallel_problems(setup, config, fqns) + expert_parallel_problems(setup, config, plans)
     if problems:

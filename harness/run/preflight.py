@@ -272,7 +272,7 @@ def simulation_estimate(setup: Any) -> SimulationEstimate | None:
         return simulated_run_estimate(
             config,
             world_size=world,
-            shard_size=setup.mesh_shape[-1],
+            shard_size=setup.shard_count * setup.tp_size,  # the ways a TP weight is cut
             body=setup.model.body,
             dtype=setup.model.dtype,
             observed=observed,

@@ -580,7 +580,11 @@ def inputs() -> list[Case]:
                 "  mesh: {shape: [4], dim_names: [dp]}",
                 "  mesh: {shape: [1, 3], dim_names: [dp, tp]}\n  tensor_parallel: {}",
             ),
-            ("spec.yaml", "setup.tensor_parallel.mesh_dim", "does not divide the config's num_attention_heads"),
+            (
+                "spec.yaml",
+                "setup.tensor_parallel.mesh_dim",
+                "TP size 3 does not divide the config's num_attention_heads",
+            ),
         ),
         v(
             "tp_style_unknown",

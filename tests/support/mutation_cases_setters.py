@@ -7,6 +7,34 @@ the setter's effect fail: that shows the key reaches torch."""
 
 SETTER_CASES = [
     (
+        "dp_mesh_dims_flash_attention",
+        "raised: true, type: NotImplementedError, phase: forward,",
+        "raised: true, type: NotImplementedError, phase: backward,",
+        "no_strategy_for_cpu_flash_attention",
+        "backward",
+    ),
+    (
+        "expert_parallel_divide_factor",
+        'param: mlp.experts.gate_up_proj, grads_rel_diff: "<= 1.001"}',
+        'param: mlp.experts.gate_up_proj, grads_rel_diff: "<= 0.5"}',
+        "gate_up_not_more",
+        "<= 0.5",
+    ),
+    (
+        "expert_parallel_unrouted",
+        "{id: one_pair_per_rank, layer: 0, tokens_total: 1}",
+        "{id: one_pair_per_rank, layer: 0, tokens_total: 2}",
+        "one_pair_per_rank",
+        "expected 2",
+    ),
+    (
+        "dp_mesh_dims_hsdp",
+        "select: {op: all_reduce}, count: 2, mesh_dim: dp_replicate, numel_in: 18512}",
+        "select: {op: all_reduce}, count: 2, mesh_dim: dp_shard, numel_in: 18512}",
+        "all_reduces_over_dp_replicate",
+        "dp_replicate",
+    ),
+    (
         "dp_mesh_dims",
         '[q_proj_sharded_on_dp, self_attn.q_proj.weight, [32, 64], ["Shard(dim=0)"], [dp]]',
         '[q_proj_sharded_on_dp, self_attn.q_proj.weight, [32, 64], ["Replicate()"], [dp]]',

@@ -117,7 +117,7 @@ def make_inputs(
     tensor-parallel group shares its samples); ``samples`` is observed, not assumed. ``local_only``
     (simulated runs): the local shape only."""
     B, L = setup.batch_per_rank, setup.seq_len
-    rank, world_size = setup.data_rank(rank), world_size // setup.tp_size
+    rank, world_size = setup.data_rank(rank), setup.data_parallel_size
     n = B if local_only else world_size * B
     generator = torch.Generator().manual_seed(setup.seed + 1)
     if setup.model.body == "decoder_layers":
@@ -230,7 +230,7 @@ def reference_from_rank_0(
             replica,
             lambda r: make_inputs(setup, config, r, world_size, dtype, device, local_only=False).tensor,
             world_size=world_size,
-            shard_count=setup.mesh_shape[-1],
+            shard_count=setup.shard_count,
             loss_fn=loss_fn,
             replica_dtype=replica_dtype,
             divisors=divisors,
@@ -255,7 +255,7 @@ def reference_from_rank_0(
         output=saved["output"],
         loss=saved["loss"],
         grad_rows=saved["grad_rows"],
-        shard_count=setup.mesh_shape[-1],
-        shard_index=dist.get_rank() % setup.mesh_shape[-1],
+        shard_count=setup.shard_count,
+        shard_index=dist.get_rank() % setup.shard_count,
         shard_dims=dict(shard_dims or {}),
     )

@@ -20,11 +20,9 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import Shard, distribute_tensor
 
 import model as qwen3
+from model.names import EXPERTS_MODULE
 
-__all__ = ["EXPERTS_MODULE", "apply_expert_parallel", "ep_shards", "expert_fsdp_groups", "unit_meshes", "world_mesh"]
-
-EXPERTS_MODULE = "mlp.experts"
-"""A sparse layer's experts module, within the layer: the unit EP's experts are sharded in."""
+__all__ = ["apply_expert_parallel", "ep_shards", "expert_fsdp_groups", "unit_meshes", "world_mesh"]
 
 
 def world_mesh(setup: Any, device_type: str) -> DeviceMesh | None:
@@ -94,14 +92,13 @@ def _ep_forward(
     )  # (local, 2*d_moe, d), (local, d, d_moe)
 
     def expert(e: int, x: torch.Tensor) -> torch.Tensor:
-        gate, up = nn.functional.linear(x, gate_up[e]).chunk(2, dim=-1)
-        return nn.functional.linear(module.act_fn(gate) * up, down[e])
+        return qwen3.swiglu_expert(x, gate_up[e], down[e], module.act_fn)
 
     if simulated:
         computed = sum(expert(e, tokens) for e in range(local))
     else:
         # the received rows: per source rank, per local expert, in that order
-        expert_of_row = torch.arange(local).repeat(ep).repeat_interleave(received.reshape(-1))
+        expert_of_row = torch.arange(local, device=received.device).repeat(ep).repeat_interleave(received.reshape(-1))
         computed = tokens.new_zeros(tokens.shape)
         for e in range(local):
             rows = (expert_of_row == e).nonzero().flatten()

@@ -149,7 +149,7 @@ class RankStep(RankBody):
                 optimizer = make_optimizer(setup, root.parameters())
                 sharded = list(root.named_parameters())
             updates = (
-                ParamUpdates(root, setup.shard_count, self.coords[setup.shard_mesh_dim])
+                ParamUpdates(root, setup.shard_count, setup.shard_index(self.coords))
                 if self.plan.param_updates
                 else None
             )

@@ -50,19 +50,15 @@ def apply_tensor_parallel(root: nn.Module, mesh: DeviceMesh, setup: Any) -> None
 def tp_shards(setup: Any, root: nn.Module, tp_index: int) -> dict[str, tuple[int, int, int]]:
     """Parameter FQN -> (dim, TP size, this rank's TP index): the ``torch.chunk`` of the full
     parameter this rank's TP shard holds, before FSDP shards it; parameters TP leaves whole
-    (norms, a rowwise bias) are left out. ``root``: the model before ``parallelize_module``."""
+    (norms) are left out. ``root``: the model before ``parallelize_module``."""
     tp = setup.tensor_parallel
     if tp is None:
         return {}
-    names = {fqn for fqn, _ in root.named_parameters()}
     out: dict[str, tuple[int, int, int]] = {}
     for i in range(len(root.get_submodule(setup.layer_prefix))):
         for path, style in tp.plan:
             if style not in TP_STYLE_DIM:  # head_norm: a replicated weight
                 continue
-            weight = f"{setup.layer_prefix}.{i}.{path}.weight"
-            out[weight] = (TP_STYLE_DIM[style], setup.tp_size, tp_index)
-            bias = f"{setup.layer_prefix}.{i}.{path}.bias"
-            if style == "colwise" and bias in names:  # a rowwise bias is replicated
-                out[bias] = (0, setup.tp_size, tp_index)
+            # Qwen3's projections have no bias (model.config refuses attention_bias)
+            out[f"{setup.layer_prefix}.{i}.{path}.weight"] = (TP_STYLE_DIM[style], setup.tp_size, tp_index)
     return out

@@ -240,7 +240,7 @@ def test_a_tp_draft_lays_the_mesh_out_dp_then_tp_and_pins_each_ranks_placements(
     "config, world, tp, says",
     [
         ("walkthrough", 6, 4, "--tp 4: does not divide --world-size 6"),
-        ("walkthrough", 12, 3, "--tp 3: does not divide the config's num_attention_heads 8"),
+        ("walkthrough", 12, 3, "--tp 3: TP size 3 does not divide the config's num_attention_heads 8"),
         ("Qwen3-30B-A3B", 8, 2, "is MoE"),
     ],
 )

@@ -78,6 +78,6 @@ def test_a_gradient_placed_otherwise_is_named():
             self.placements = placements
 
     assert _placement_problem(Placed(Shard(0), Shard(1)), 0, (1, 2, 0)) is None
-    assert "then Shard(dim=0) on tp" in _placement_problem(Placed(Shard(0), Shard(1)), 0, (0, 2, 0))
+    assert "then the TP or EP Shard(dim=0)" in _placement_problem(Placed(Shard(0), Shard(1)), 0, (0, 2, 0))
     assert _placement_problem(Placed(Shard(0), Replicate()), 0, None) is None  # a TP-replicated norm
     assert "expected Shard(dim=0)" in _placement_problem(Placed(Replicate(), Replicate()), 0, None)

@@ -23,8 +23,7 @@ FUSED_EXPERT_PARAMS: tuple[str, ...] = ("gate_up_proj", "down_proj")
 def _held(param: Any, num_experts: int) -> tuple[list[int], int, int]:
     """(experts held, first expert of the local rows, shard dim), by torch's
     ``compute_local_shape_and_global_offset`` of the DTensor at this rank's mesh coordinate (it reads
-    an expert-parallel ``Shard(0)`` under FSDP's ``_StridedShard`` in the order torch cut them):
-    ``get_coordinate()`` is the first rank's in a simulated run."""
+    an expert-parallel ``Shard(0)`` under FSDP's ``_StridedShard`` in the order torch cut them)."""
     from torch.distributed.tensor import DTensor, Shard
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
     from torch.utils._python_dispatch import _disable_current_modes
@@ -51,7 +50,7 @@ class ExpertRecorder:
             if all(isinstance(getattr(module, p, None), nn.Parameter) for p in FUSED_EXPERT_PARAMS):
                 self._experts.append((int(module.layer_idx), name, module))
         self.shards: list[dict[str, Any]] = []
-        for layer, _name, module in self._experts:
+        for layer, module_fqn, module in self._experts:
             for p in FUSED_EXPERT_PARAMS:
                 param = getattr(module, p)
                 held, _, dim = _held(param, module.num_experts)
@@ -59,7 +58,7 @@ class ExpertRecorder:
                     {
                         "layer": layer,
                         "param": f"mlp.experts.{p}",
-                        "fqn": f"{name}.{p}",
+                        "fqn": f"{module_fqn}.{p}",
                         "placements": [repr(pl) for pl in getattr(param, "placements", ())],
                         "shard_dim": dim,
                         "num_experts": int(module.num_experts),

@@ -220,7 +220,7 @@ def _placement_problem(grad: DTensor, shard_dim: int, tp: tuple[int, int, int] |
         return None
     fsdp_ok = placements[0] == want or placements[0].startswith(f"_StridedShard(dim={shard_dim},")
     if len(placements) != 2 or not fsdp_ok or placements[1] != f"Shard(dim={tp[0]})":
-        return f"gradient placements {placements}, expected FSDP's {want} on dp, then Shard(dim={tp[0]}) on tp"
+        return f"gradient placements {placements}, expected FSDP's {want}, then the TP or EP Shard(dim={tp[0]})"
     return None
 
 
