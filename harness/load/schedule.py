@@ -125,6 +125,13 @@ class ScheduleStep:
         None, doc="torch.nn.utils.clip_grad_norm_ over the model's parameters before the optimizer step"
     )
     optimizer_step: bool = key(True, doc="call optimizer.step()")
+    post_optim_event: bool = key(
+        False,
+        doc="after the optimizer step record a torch.Event on the rank's device and hand it to the root's "
+        "FSDPModule.set_post_optim_event: the next root pre-forward waits its all-gather streams on that event "
+        "instead of the current stream. CUDA streams only: a CPU device has no events (torch raises; "
+        "specs/post_optim_event_on_gloo.yaml), scripts/gpu_check runs it on NCCL",
+    )
     zero_grad: bool | str = key(
         True,
         enum=list(ZERO_GRAD),
@@ -242,6 +249,8 @@ class ScheduleStep:
                 )
             if not self.backward:
                 problems.append((f"{where}.all_reduce", "a forward-only step reduces nothing; expected no all_reduce"))
+        if self.post_optim_event and not self.steps_optimizer:
+            problems.append((f"{where}.post_optim_event", "follows the optimizer step; this step takes none"))
         if self.unshard_async and not self.unshard:
             problems.append((f"{where}.unshard_async", "names no unit to unshard; expected unshard: [<unit>, ...]"))
         if self.abort_backward_at is not None:

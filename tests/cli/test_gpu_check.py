@@ -176,3 +176,13 @@ def test_a_wrong_reduction_no_spec_pins_fails():
     assert gc.judge_reduce_ops("reduce_ops", 1, _reduce_facts(op="all_reduce")).status == "FAIL"
     assert gc.judge_reduce_ops("reduce_ops", 4, _reduce_facts()).status == "FAIL"  # the pin is one rank's
     assert gc.judge_reduce_ops("reduce_ops", 1, _reduce_facts("2.10.0+cu128")).status == "FAIL"  # outside its range
+
+
+def test_every_spec_the_gpu_check_writes_loads(tmp_path):
+    """The GPU machine is lent for minutes: a spec of the script that does not load would waste them."""
+    from harness.load.spec import load_spec
+
+    for key, text in load_script().SPECS.items():
+        path = tmp_path / f"{key}.yaml"
+        path.write_text(text, encoding="utf-8")
+        assert load_spec(path).items, key

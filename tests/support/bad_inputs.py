@@ -660,6 +660,12 @@ def inputs() -> list[Case]:
             ("spec.yaml", "setup.fsdp.dp_mesh_dims", "does not go with setup.tensor_parallel"),
         ),
         v(
+            "post_optim_event_without_an_optimizer_step",
+            "4",
+            with_setup("  mesh:", "  schedule: {steps: [{post_optim_event: true, optimizer_step: false}]}\n  mesh:"),
+            ("spec.yaml", "setup.schedule.steps[0].post_optim_event", "follows the optimizer step"),
+        ),
+        v(
             "forward_methods_unknown_name",
             "4",
             with_setup("  mesh:", "  fsdp: {units: [layers.*, {modules: root, forward_methods: [generate]}]}\n  mesh:"),

@@ -7,6 +7,13 @@ the setter's effect fail: that shows the key reaches torch."""
 
 SETTER_CASES = [
     (
+        "post_optim_event_on_gloo",
+        "raised: true, type: RuntimeError, phase: optimizer,",
+        "raised: true, type: RuntimeError, phase: forward,",
+        "no_cpu_events",
+        "optimizer",
+    ),
+    (
         "dp_mesh_dims_flash_attention",
         "raised: true, type: NotImplementedError, phase: forward,",
         "raised: true, type: NotImplementedError, phase: backward,",
@@ -247,6 +254,12 @@ SETTER_CASES = [
 ]
 
 SETTER_SETUP_CASES = [
+    (
+        "post_optim_event_on_gloo",
+        "      - {post_optim_event: true}\n",
+        "      - {}\n",  # no event: both steps run
+        ["no_cpu_events", "no_step1"],
+    ),
     (
         "dp_mesh_dims_flash_attention",
         "    dtype: float32\n  mesh:",

@@ -130,6 +130,10 @@ def _finish_step(
     if spec.steps_optimizer:
         with instruments.phase("optimizer", step.index):
             optimizer.step()
+            if spec.post_optim_event:  # on the current accelerator; a CPU has no events: record() raises
+                event = torch.Event()
+                event.record()
+                root.set_post_optim_event(event)
         instruments.after_optimizer_step(step.index)
 
 
