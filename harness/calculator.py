@@ -832,6 +832,13 @@ QWEN3_TP_PLAN: tuple[tuple[str, str], ...] = (
 parallelize.py``, ``apply_non_moe_tp``): module path within the layer -> style."""
 
 
+SEQUENCE_PARALLEL_NORMS: tuple[str, ...] = ("input_layernorm", "post_attention_layernorm")
+"""The layer norms sequence parallelism runs on the rank's 1/tp of the sequence (``SequenceParallel``)."""
+
+SEQUENCE_GATHERED: tuple[str, ...] = ("self_attn", "mlp")
+"""The blocks whose input sequence parallelism all-gathers (torchtitan's ``PrepareModuleInput``)."""
+
+
 @dataclass(frozen=True)
 class TPLayerTables:
     """One decoder layer under TP on mesh dim ``tp``, then FSDP over ``dp``.
@@ -873,11 +880,16 @@ def tp_layer_tables(
     reduce_dtype: Any = None,
     reshard_after_forward: bool | int = True,
     layer_idx: int = 0,
+    sequence_parallel: bool = False,
 ) -> TPLayerTables:
     """:class:`TPLayerTables` of decoder layer ``layer_idx`` on a ``(dp, tp)`` mesh (``specs/
     fsdp_tp_2d.yaml``: tiny layer, [2, 2]: 9,296 elements per all-gather input, 4 forward and
-    10 + 4 backward TP all-reduces over 2 layers). ValueError where the TP size does not divide a
-    dim a style cuts, or the plan names no module with a weight in the layer."""
+    10 + 4 backward TP all-reduces over 2 layers). ``sequence_parallel`` (``fsdp_tp_sequence_parallel.
+    yaml``): the layer norms' weights ``Replicate()`` on tp, and per step an all-gather of the
+    sequence into self_attn and mlp and a reduce-scatter out of each rowwise module, reversed in
+    backward, with the 4 norms' weight gradients all-reduced. ValueError where the TP size does
+    not divide a dim a style cuts (or ``seq_len`` under sequence parallelism), or the plan names no
+    module with a weight in the layer."""
     if len(tuple(mesh_shape)) != 2:
         raise ValueError(f"mesh_shape must be (dp, tp), got {list(mesh_shape)}")
     dp, tp = (int(n) for n in mesh_shape)
@@ -908,6 +920,11 @@ def tp_layer_tables(
         reduce_dtype=reduce_dtype,
         reshard_after_forward=reshard_after_forward,
     )
+    if sequence_parallel:
+        if seq_len % tp:
+            raise ValueError(f"TP size {tp} does not divide seq_len {seq_len}")
+        for norm in SEQUENCE_PARALLEL_NORMS:
+            styles.setdefault(f"{norm}.weight", "sequence_norm")
     placements, mesh_dims = {}, {}
     for p in params:
         style = styles.get(p.name)
@@ -923,11 +940,25 @@ def tp_layer_tables(
     def all_reduce(phase: str, numel: int) -> Collective:
         return _collective("all_reduce", phase, tp_name, tp, compute, numel, numel)
 
-    forward = [all_reduce("forward", tokens * shapes[w][0]) for w, s in styles.items() if s == "rowwise"]
-    backward = [all_reduce("backward", tokens * shapes[w][1]) for w, s in styles.items() if s == "colwise"]
-    # a head norm's Partial weight gradient, made Replicate in the compute dtype by FSDP's post-backward
+    # a norm's Partial weight gradient, made Replicate in the compute dtype by FSDP's post-backward
     # reshard (FSDPParam's gradient redistribute), before foreach_reduce casts to the reduce dtype
-    backward += [all_reduce("backward", shapes[w][0]) for w, s in styles.items() if s == "head_norm"]
+    norms = [all_reduce("backward", shapes[w][0]) for w, s in styles.items() if s in ("head_norm", "sequence_norm")]
+    if not sequence_parallel:  # rowwise outputs and colwise input gradients all-reduced
+        forward = [all_reduce("forward", tokens * shapes[w][0]) for w, s in styles.items() if s == "rowwise"]
+        backward = [all_reduce("backward", tokens * shapes[w][1]) for w, s in styles.items() if s == "colwise"]
+        return TPLayerTables(tp, fsdp, placements, mesh_dims, tuple(forward + backward + norms))
+    d = shapes["input_layernorm.weight"][0]
+
+    def gather(phase: str, numel: int) -> Collective:  # the sequence's 1/tp -> all of it
+        return _collective("all_gather", phase, tp_name, tp, compute, numel // tp, numel)
+
+    def scatter(phase: str, numel: int) -> Collective:  # all of it, summed -> the sequence's 1/tp
+        return _collective("reduce_scatter", phase, tp_name, tp, compute, numel, numel // tp)
+
+    rowwise = [tokens * shapes[w][0] for w, s in styles.items() if s == "rowwise"]
+    forward = [gather("forward", tokens * d) for _ in SEQUENCE_GATHERED] + [scatter("forward", n) for n in rowwise]
+    backward = [gather("backward", n) for n in rowwise] + [scatter("backward", tokens * d) for _ in SEQUENCE_GATHERED]
+    return TPLayerTables(tp, fsdp, placements, mesh_dims, tuple(forward + backward + norms))
     return TPLayerTables(tp, fsdp, placements, mesh_dims, tuple(forward + backward))
 
 

@@ -130,6 +130,7 @@ def draft(
     backend: str = "auto",
     output: str | Path | None = None,
     tp: int = 1,
+    sequence_parallel: bool = False,
 ) -> tuple[list[str], dict[str, Any]]:
     """The drafted spec as (comment header lines, spec mapping).
 
@@ -151,7 +152,8 @@ def draft(
         output: where the spec will be written: a config file is referenced relative to it.
         tp: tensor-parallel size: above 1 the mesh is ``[world_size / tp, tp]`` (dp, tp) with
             torchtitan's Qwen3 TP plan inside each layer, and the draft tabulates each rank's
-            shards and placements, FSDP's collectives within dp and TP's all-reduces within tp.
+            shards and placements, FSDP's collectives within dp and TP's within tp;
+            ``sequence_parallel`` adds torchtitan's sequence parallelism (needs ``tp`` > 1).
 
     Raises:
         DraftError: an unknown config, an unreadable or refused config file, a dtype the
@@ -178,8 +180,11 @@ def draft(
     if backend == "auto" and world_size > REAL_RANKS_LIMIT:
         backend = "fake"
     observe = [0, world_size - 1] if backend == "fake" and world_size > 1 else list(range(world_size))
+    if sequence_parallel and tp < 2:
+        raise DraftError("--sequence-parallel: splits the sequence over TP ranks; give --tp 2 or more")
     if tp > 1:
         options = {
+            "sequence_parallel": sequence_parallel,
             "config": config,
             "layers": layers,
             "dtype": dtype,
@@ -301,15 +306,18 @@ def _tp_draft(
                 reduce_dtype=a["reduce_dtype"],
                 reshard_after_forward=reshards[i],
                 layer_idx=i,
+                sequence_parallel=a["sequence_parallel"],
             )
             for i in range(a["layers"])
         ]
     except ValueError as exc:
-        raise DraftError(f"--reshard-after-forward: {exc}") from None
+        option = "--seq-len" if "seq_len" in str(exc) else "--reshard-after-forward"
+        raise DraftError(f"{option}: {exc}") from None
     label = name if read is None else Path(read.path).stem
     header = [
         f"Drafted on {_dt.date.today().isoformat()} by: python -m harness draft --config {a['config']} "
-        f"--world-size {world} --tp {tp} --layers {a['layers']}",
+        f"--world-size {world} --tp {tp}{' --sequence-parallel' if a['sequence_parallel'] else ''} "
+        f"--layers {a['layers']}",
         "Every figure comes from harness/calculator.py (tp_layer_tables), not from a run. Each entry is",
         "marked 'drafted: true': review it against your own document, then remove the mark. Under TP the",
         "draft leaves out the step shapes, the reshard state and memory (tabulated for 1-D and HSDP meshes).",
@@ -330,7 +338,7 @@ def _tp_draft(
             "dtype": a["dtype"],
         },
         "mesh": {"shape": list(mesh), "dim_names": ["dp", "tp"]},
-        "tensor_parallel": {},
+        "tensor_parallel": {"sequence_parallel": True} if a["sequence_parallel"] else {},
         "batch_per_rank": a["batch_per_rank"],
         "seq_len": a["seq_len"],
         "fsdp": fsdp,
@@ -385,12 +393,13 @@ def _tp_tables(
                 {"id": f"layer{i}_{c.phase}_{c.op}", "select": select, "count": 1, **c.fields(), **_DRAFTED}
             )
     tp_entries = []
-    for phase in ("forward", "backward"):
-        chosen = [c for t in per_layer for c in t.tp_collectives if c.phase == phase]
+    kinds = dict.fromkeys((c.phase, c.op) for t in per_layer for c in t.tp_collectives)
+    for phase, op in kinds:
+        chosen = [c for t in per_layer for c in t.tp_collectives if (c.phase, c.op) == (phase, op)]
         tp_entries.append(
             {
-                "id": f"tp_all_reduces_in_{phase}",
-                "select": {"phase": phase, "op": "all_reduce", "mesh_dim": "tp"},
+                "id": f"tp_{op}s_in_{phase}",
+                "select": {"phase": phase, "op": op, "mesh_dim": "tp"},
                 "count": len(chosen),
                 "group_size": tp,
                 "total_buffer_bytes": sum(c.buffer_bytes for c in chosen),
@@ -413,7 +422,7 @@ def _tp_tables(
         },
         {
             "section": SECTION_SUMMARY,
-            "title": "TP's all-reduces, within tp",
+            "title": "TP's collectives, within tp",
             "check": "collectives",
             "entries": tp_entries,
         },

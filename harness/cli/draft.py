@@ -65,6 +65,11 @@ def add_arguments(sub: argparse._SubParsersAction) -> None:
         help="tensor-parallel size: a [world-size / tp, tp] (dp, tp) mesh with torchtitan's Qwen3 TP plan "
         "(default 1: FSDP alone on a 1-D mesh)",
     )
+    draft.add_argument(
+        "--sequence-parallel",
+        action="store_true",
+        help="with --tp: torchtitan's sequence parallelism (each rank's 1/tp of the sequence between projections)",
+    )
     draft.add_argument("--batch-per-rank", type=int, default=None, help="B (default: a spec's default)")
     draft.add_argument("--seq-len", type=int, default=None, help="L (default: a spec's default)")
     draft.add_argument("--backend", choices=BACKENDS, default=None)
@@ -243,6 +248,7 @@ def _drafted_for_this_machine(args: argparse.Namespace, err: Console) -> str | N
             backend=backend,
             output=args.output,
             tp=args.tp,
+            sequence_parallel=args.sequence_parallel,
         )
 
     backend = args.backend or "auto"

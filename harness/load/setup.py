@@ -131,6 +131,13 @@ class TensorParallelSetup:
         "plan: colwise q_proj, k_proj, v_proj, gate_proj, up_proj; head_norm q_norm, k_norm; rowwise o_proj, "
         "down_proj. A plan written here replaces the default whole",
     )
+    sequence_parallel: bool = key(
+        False,
+        doc="sequence parallelism between the projections, as torchtitan: each layer's input, residual stream and "
+        "output are the rank's 1/tp of the sequence (layer 0 cuts the replicated input), the norms run on it "
+        "(SequenceParallel), self_attn and mlp all-gather it (PrepareModuleInput) and the rowwise projections "
+        "reduce-scatter to it; the rank's loss is its share, the local loss over tp. decoder_layers only",
+    )
 
 
 @dataclass(frozen=True)
@@ -816,6 +823,16 @@ class RunSetup:
                     f"dim names {names}: expected e.g. mesh: {{shape: [2, 2], dim_names: [dp, {tp.mesh_dim}]}}",
                 )
             ]
+        if tp.sequence_parallel:
+            if self.model.body != "decoder_layers":
+                return [(f"{at}.sequence_parallel", "cuts the decoder layers' sequence: body decoder_layers only")]
+            if self.seq_len % shape[-1]:
+                return [
+                    (
+                        f"{at}.sequence_parallel",
+                        f"TP size {shape[-1]} does not divide seq_len {self.seq_len}: each rank holds 1/tp of it",
+                    )
+                ]
         refused = {
             "schedule": "the schedule's reference and update rows slice one Shard(0) per rank",
             "numerics_reference": "rank_0 hands each rank FSDP rows, not a TP shard's",

@@ -155,8 +155,9 @@ def test_a_drafted_policy_reshard_and_memory_pass_when_run(tmp_path, spec_observ
     [
         ("--config", "walkthrough", "--world-size", "4", "--tp", "2", "--dtype", "float32"),  # real gloo ranks
         ("--config", "Qwen3-8B", "--world-size", "64", "--tp", "8"),  # simulated, an 8 x 8 mesh
+        ("--config", "walkthrough", "--world-size", "4", "--tp", "2", "--sequence-parallel", "--dtype", "float32"),
     ],
-    ids=["walkthrough_2x2_gloo", "qwen3_8b_8x8_fake"],
+    ids=["walkthrough_2x2_gloo", "qwen3_8b_8x8_fake", "walkthrough_2x2_sequence_parallel"],
 )
 def test_a_drafted_fsdp_over_tp_spec_passes(tmp_path, spec_observation, args):
     path = _draft(tmp_path, *args)

@@ -666,6 +666,27 @@ def inputs() -> list[Case]:
             ("spec.yaml", "setup.schedule.steps[0].post_optim_event", "follows the optimizer step"),
         ),
         v(
+            "sequence_parallel_on_a_causal_lm",
+            "4",
+            with_setup(
+                "  model: {config: walkthrough, overrides: {num_hidden_layers: 2}}\n"
+                "  mesh: {shape: [4], dim_names: [dp]}",
+                "  model: {config: walkthrough, overrides: {num_hidden_layers: 2}, body: causal_lm}\n"
+                "  mesh: {shape: [2, 2], dim_names: [dp, tp]}\n  tensor_parallel: {sequence_parallel: true}",
+            ),
+            ("spec.yaml", "setup.tensor_parallel.sequence_parallel", "body decoder_layers only"),
+        ),
+        v(
+            "sequence_parallel_seq_len_not_divided",
+            "4",
+            with_setup(
+                "  mesh: {shape: [4], dim_names: [dp]}",
+                "  mesh: {shape: [2, 2], dim_names: [dp, tp]}\n  seq_len: 7\n"
+                "  tensor_parallel: {sequence_parallel: true}",
+            ),
+            ("spec.yaml", "setup.tensor_parallel.sequence_parallel", "does not divide seq_len 7"),
+        ),
+        v(
             "forward_methods_unknown_name",
             "4",
             with_setup("  mesh:", "  fsdp: {units: [layers.*, {modules: root, forward_methods: [generate]}]}\n  mesh:"),

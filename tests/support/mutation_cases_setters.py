@@ -7,6 +7,13 @@ the setter's effect fail: that shows the key reaches torch."""
 
 SETTER_CASES = [
     (
+        "fsdp_tp_sequence_parallel",
+        "count: 4, group_size: 2,\n         numel_in: 512, numel_out: 1024, buffer_bytes: 4096}",
+        "count: 4, group_size: 2,\n         numel_in: 1024, numel_out: 1024, buffer_bytes: 4096}",
+        "forward_gathers",
+        "expected 1,024",
+    ),
+    (
         "post_optim_event_on_gloo",
         "raised: true, type: RuntimeError, phase: optimizer,",
         "raised: true, type: RuntimeError, phase: forward,",
@@ -254,6 +261,19 @@ SETTER_CASES = [
 ]
 
 SETTER_SETUP_CASES = [
+    (
+        "fsdp_tp_sequence_parallel",
+        "  tensor_parallel: {sequence_parallel: true}\n",
+        "  tensor_parallel: {}\n",  # plain TP: all-reduces, the norms on dp alone
+        [
+            "input_layernorm_replicated_on_tp",
+            "forward_gathers",
+            "forward_reduce_scatters",
+            "no_forward_all_reduce",
+            "backward_gathers_and_scatters",
+            "norm_weight_grads_summed",
+        ],
+    ),
     (
         "post_optim_event_on_gloo",
         "      - {post_optim_event: true}\n",

@@ -23,6 +23,7 @@ from harness.run.rank.plan import RankPlan
 from harness.run.rank.recorders.phases import Phases
 from harness.run.rank.recorders.updates import ParamUpdates
 from harness.run.rank.step_plan import forward_count, global_batches, loss_function, step_plan
+from harness.run.rank.tensor_parallel import sequence_parallel_loss
 
 __all__ = ["RankBody", "Trained"]
 
@@ -77,7 +78,9 @@ class RankBody:
         base_loss = self.hooks.loss() or (
             make_loss(setup.model.body) if schedule is None else loss_function(schedule.loss_for(setup.model.body))
         )
-        self.loss_fn = with_router_aux_loss(base_loss, self.config)  # a MoE config's output_router_logits
+        self.loss_fn = sequence_parallel_loss(  # a MoE config's output_router_logits; a sequence-parallel share
+            with_router_aux_loss(base_loss, self.config), setup
+        )
         self.got: dict[str, Any] = {}
         self.inputs: Any = None
         self.batches: list[torch.Tensor] | None = None

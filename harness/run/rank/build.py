@@ -177,6 +177,7 @@ def replica_reference(
     shard_dims: dict[str, int] | None = None,
     inner_shards: dict[str, tuple[int, int, int]] | None = None,
     fsdp_groups: dict[str, tuple[int, int]] | None = None,
+    output_cut: tuple[int, int, int] | None = None,
 ) -> Reference:
     """The plain replica's step on this rank's inputs, before ``fully_shard`` (collective): in the
     policy's ``param_dtype`` if any, else ``dtype``; gradients summed by a plain all-reduce and divided
@@ -198,6 +199,7 @@ def replica_reference(
         shard_dims=shard_dims,
         inner_shards=inner_shards,
         fsdp_groups=fsdp_groups,
+        output_cut=output_cut,
     )
 
 

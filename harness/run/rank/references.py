@@ -22,7 +22,7 @@ from harness.run.rank.build import (
 from harness.run.rank.expert_parallel import ep_shards, expert_fsdp_groups
 from harness.run.rank.parallelize import ShardUnit, freeze_params, set_grad_dtypes
 from harness.run.rank.recorders.updates import schedule_reference
-from harness.run.rank.tensor_parallel import tp_shards
+from harness.run.rank.tensor_parallel import sequence_cut, tp_shards
 
 __all__ = ["numerics_references", "divisors", "shard_dims"]
 
@@ -70,6 +70,7 @@ def _replica_references(body: RankBody, root: torch.nn.Module, shard_units: list
             shard_dims=shard_dims(shard_units, replica),
             inner_shards={**tp_shards(setup, replica, body.coords[-1]), **ep_shards(setup, replica, body.coords[-1])},
             fsdp_groups=expert_fsdp_groups(setup, replica, body.coords),
+            output_cut=sequence_cut(setup, body.coords[-1]),
         )
     else:
         mp = setup.fsdp.mixed_precision

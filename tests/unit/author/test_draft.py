@@ -234,6 +234,16 @@ def test_a_tp_draft_lays_the_mesh_out_dp_then_tp_and_pins_each_ranks_placements(
     assert shards["input_layernorm.weight"]["mesh_dim_names"] == ["dp"]
     tp = {e["id"]: e for e in spec["tables"][2]["entries"]}
     assert (tp["tp_all_reduces_in_forward"]["count"], tp["tp_all_reduces_in_backward"]["count"]) == (4, 14)
+    _, sp = draft("walkthrough", 8, tp=2, dtype="float32", sequence_parallel=True)
+    assert sp["setup"]["tensor_parallel"] == {"sequence_parallel": True}
+    ops = {e["id"]: e["count"] for e in sp["tables"][2]["entries"]}
+    assert ops == {
+        "tp_all_gathers_in_forward": 4,
+        "tp_reduce_scatters_in_forward": 4,
+        "tp_all_gathers_in_backward": 4,
+        "tp_reduce_scatters_in_backward": 4,
+        "tp_all_reduces_in_backward": 8,
+    }
 
 
 @pytest.mark.parametrize(

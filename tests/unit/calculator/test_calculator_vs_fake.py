@@ -121,7 +121,7 @@ def tp_layer_and_mesh(draw):
     }
     dp = draw(st.one_of(st.integers(1, 5), st.integers(6, 256)))
     rank = draw(st.integers(0, dp * tp - 1))
-    return config, (dp, tp), rank, draw(st.sampled_from(["bfloat16", "float32"]))
+    return config, (dp, tp), rank, draw(st.sampled_from(["bfloat16", "float32"])), draw(st.booleans())
 
 
 @pytest.mark.slow
@@ -149,24 +149,27 @@ def tp_layer_and_mesh(draw):
         (2, 2),
         1,
         "float32",
+        True,
     )
 )
 def test_tp_calculator_matches_fake_backend(case):
-    """FSDP over TP: local shapes, placements, mesh dims, FSDP's collectives within dp and TP's
-    all-reduces within tp, per phase, as the calculator derives them."""
-    config, mesh, rank, dtype = case
+    """FSDP over TP, with sequence parallelism or not: local shapes, placements, mesh dims, FSDP's
+    collectives within dp and TP's within tp, per phase, as the calculator derives them."""
+    config, mesh, rank, dtype, sequence_parallel = case
     setup = RunSetup.from_mapping(
         {
             "model": {"config": config, "body": "decoder_layers", "dtype": dtype},
             "mesh": {"shape": list(mesh), "dim_names": ["dp", "tp"]},
-            "tensor_parallel": {},
+            "tensor_parallel": {"sequence_parallel": sequence_parallel},
             "batch_per_rank": 1,
             "seq_len": 4,
             "observe_ranks": [rank],
         }
     )
     obs = run_setup(setup, backend="fake", timeout_s=120)
-    tables = calc.tp_layer_tables(config, mesh, batch_per_rank=1, seq_len=4, storage_dtype=dtype)
+    tables = calc.tp_layer_tables(
+        config, mesh, batch_per_rank=1, seq_len=4, storage_dtype=dtype, sequence_parallel=sequence_parallel
+    )
     doc = obs["ranks"][0]
     dp_rank = rank // mesh[1]
     params = {p["fqn"].removeprefix("layers.0."): p for p in doc["params"]}
@@ -180,5 +183,5 @@ def test_tp_calculator_matches_fake_backend(case):
     assert [(c["phase"], c["op"], c["numel_in"], c["numel_out"]) for c in fsdp] == [
         (c.phase, c.op, c.numel_in, c.numel_out) for c in tables.fsdp.collectives
     ]
-    tp = sorted((c["phase"], c["numel_in"], c["dtype"]) for c in doc["collectives"] if c["mesh_dim"] == "tp")
-    assert tp == sorted((c.phase, c.numel_in, c.dtype) for c in tables.tp_collectives)
+    tp = sorted((c["phase"], c["op"], c["numel_in"], c["dtype"]) for c in doc["collectives"] if c["mesh_dim"] == "tp")
+    assert tp == sorted((c.phase, c.op, c.numel_in, c.dtype) for c in tables.tp_collectives)

@@ -88,6 +88,7 @@ def compute_reference(
     shard_dims: dict[str, int] | None = None,
     inner_shards: dict[str, tuple[int, int, int]] | None = None,
     fsdp_groups: dict[str, tuple[int, int]] | None = None,
+    output_cut: tuple[int, int, int] | None = None,
 ) -> Reference:
     """Run the replica on this rank's inputs and average the gradients over ranks.
 
@@ -97,6 +98,9 @@ def compute_reference(
     a TP group ran the same samples, so the world's sum over ``world_size`` is the dp mean);
     ``inner_shards``: FQN -> this rank's TP or EP chunk, ``fsdp_groups``: FQN -> its FSDP group's
     (size, this rank's index) where not ``shard_count``'s (:func:`_mean_rows`). Frozen parameters get no rows.
+    ``output_cut`` (dim, count, index), sequence parallelism: the rank outputs that chunk of the
+    replica's output and ``loss_fn`` of it is its share of the loss, so the replica's backward runs
+    ``count * loss_fn(output)`` (the whole loss) and its output and loss are compared as that chunk's.
     """
     replica = _replica(model, replica_dtype)
     if replica is not model and inputs.is_floating_point():
@@ -105,7 +109,13 @@ def compute_reference(
         p.grad = None
     out = replica(inputs)
     loss = loss_fn(out, inputs)
-    loss.backward()
+    if output_cut is not None:
+        dim, count, index = output_cut
+        (loss * count).backward()
+        out = _rows(out, count, index, dim)
+        loss = loss_fn(out, inputs)
+    else:
+        loss.backward()
     grad_rows: dict[str, torch.Tensor] = {}
     named = [(fqn, p) for fqn, p in replica.named_parameters() if p.grad is not None]
     # Sum over ranks in float32, in buckets of about _BUCKET_NUMEL elements (one all-reduce
