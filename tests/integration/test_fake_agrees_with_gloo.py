@@ -64,6 +64,7 @@ def test_the_exclusions_are_the_ones_named():
         "double_backward_segfault",
         "forward_input_user_dict",
         "moe_tiny_16_ranks",
+        "post_optim_event_on_gloo",
         "premul_sum_reduce_scatter_one_rank",
         "premul_sum_refused_hsdp",
         "premul_sum_refused_on_gloo",
