@@ -68,7 +68,8 @@ class ModelSetup:
     config: str | Mapping[str, Any] = key(
         "walkthrough",
         doc="a name in model.KNOWN_CONFIGS (walkthrough, Qwen3-0.6B, Qwen3-1.7B, Qwen3-4B, Qwen3-8B, "
-        "Qwen3-14B, Qwen3-32B) or its hub id (Qwen/Qwen3-8B), a mapping of Qwen3Config fields, or the path of a "
+        "Qwen3-14B, Qwen3-32B; MoE: moe-tiny, Qwen3-30B-A3B, Qwen3-235B-A22B) or its hub id (Qwen/Qwen3-8B), "
+        "a mapping of Qwen3Config fields, or the path of a "
         "transformers config.json relative to the spec file (its dtype, or torch_dtype, is the default model.dtype)",
     )
     overrides: Mapping[str, Any] = key(
@@ -203,7 +204,7 @@ class FSDPSetup:
         doc="run the model as full SPMD DTensor code: every parameter a Replicate() DTensor on the whole mesh "
         "before fully_shard, which gets dp_mesh_dims naming the data-parallel dims (every mesh dim, once), and the "
         "steps under DTensor's implicit_replication (plain inputs and buffers taken as replicated); null: plain "
-        "parameters",
+        "parameters. On CPU set model.attention_kernel: math (DTensor has no strategy for the CPU flash kernel)",
     )
     forward_prefetch: tuple[tuple[str, tuple[str, ...]], ...] = key(
         (),
@@ -819,8 +820,9 @@ class RunSetup:
             return [
                 (
                     f"{at}.mesh_dim",
-                    f"TP runs on the last dim of a 2-D mesh named [dp, {tp.mesh_dim}]; got mesh shape {shape}, "
-                    f"dim names {names}: expected e.g. mesh: {{shape: [2, 2], dim_names: [dp, {tp.mesh_dim}]}}",
+                    f"TP runs on the last dim of a 2-D mesh, named as tensor_parallel.mesh_dim ({tp.mesh_dim!r}); got "
+                    f"mesh shape {shape}, dim names {names}: expected e.g. mesh: {{shape: [2, 2], dim_names: "
+                    f"[dp, {tp.mesh_dim}]}}",
                 )
             ]
         if tp.sequence_parallel:
@@ -940,7 +942,9 @@ def expert_parallel_problems(setup: RunSetup, config: Any, plans: list[UnitPlan]
                 "setup.fsdp.units",
                 f"under expert_parallel each sparse layer's experts are a unit of their own (they shard over "
                 f"efsdp, the rest over the world); {missing[:3]} {'are' if len(missing) > 1 else 'is'} not: expected "
-                f"e.g. units: [{{modules: '{setup.layer_prefix}.*.{EXPERTS_MODULE}'}}, '{setup.layer_prefix}.*']",
+                f"e.g. units: [{{modules: '{setup.layer_prefix}.*.{EXPERTS_MODULE}', gradient_divide_factor: "
+                f"{setup.world_size}, force_sum_reduction_for_comms: true}}, '{setup.layer_prefix}.*'] (the "
+                "world size as the experts' divide factor, as torchtitan; summed on gloo, which has no PREMUL_SUM)",
             )
         ]
     return []

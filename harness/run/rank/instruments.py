@@ -19,6 +19,7 @@ from torch import nn
 
 import model as qwen3
 from harness.contract.instrument_names import INSTRUMENTS, chosen_instruments
+from harness.run.rank.error_hints import error_hint
 from harness.run.rank.recorders.all_gather_extensions import AllGatherExtensions
 from harness.run.rank.recorders.collectives import (
     CollectiveRecorder,
@@ -225,7 +226,7 @@ class Instruments:
                 f", microbatch {microbatch}" if microbatch is not None else ""
             )
             limit = tracker_limit_note(exc) if self.track_memory else None
-            for note in (limit, where):
+            for note in (limit, error_hint(exc), where):
                 if note is not None and note not in getattr(exc, "__notes__", ()):
                     exc.add_note(note)
             raise
