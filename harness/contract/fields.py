@@ -200,6 +200,8 @@ DOC_FSDP_UNITS = Records(
                     "param_dtype": Leaf({"type": ["string", "null"]}),
                     "reduce_dtype": Leaf({"type": ["string", "null"]}),
                     "output_dtype": Leaf({"type": ["string", "null"]}),
+                    "comm_ctx_unit": Leaf({"type": ["string", "null"]}),
+                    "comm_ctx_unit_at_setup": Leaf({"type": ["string", "null"]}),
                 },
                 closed=False,
                 schema={
@@ -211,7 +213,9 @@ DOC_FSDP_UNITS = Records(
                         "process group of its own), reduce_scatter_max_input_buffers, offload (a CPUOffloadPolicy), "
                         "the MixedPrecisionPolicy's "
                         "dtypes (null: keep), modules (how many the unit has); managed false for a unit with no "
-                        "parameters"
+                        "parameters; comm_ctx_unit: the unit whose state made the FSDPCommContext (CUDA streams, "
+                        "comm state) the unit holds after the step, comm_ctx_unit_at_setup the same right after the "
+                        "fully_shard calls and setup.fsdp.share_comm_ctx, before the root's lazy init ('' the root)"
                     )
                 },
             ),

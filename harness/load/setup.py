@@ -198,6 +198,14 @@ class FSDPSetup:
         "unit per decoder layer, then the root). A unit's name is torch's: its module's FQN, or its modules' FQNs "
         "joined by ', '",
     )
+    share_comm_ctx: tuple[str, ...] = key(
+        (),
+        minItems=2,
+        doc="torch.distributed.fsdp.share_comm_ctx over these units ('root' for the root) right after the "
+        "fully_shard calls: the later units take the first's FSDPCommContext (its CUDA streams). fsdp_units "
+        "records which units share one at setup and after the step, where the root's lazy init has handed its "
+        "own to every unit (it shares streams across separate roots: pipeline stages)",
+    )
     dp_mesh_dims: DpMeshDims | None = key(
         None,
         null=True,
@@ -659,6 +667,14 @@ class RunSetup:
         if param_fqns is not None:
             problems += _param_pattern_problems(self, plans, param_fqns)
         names = [p.name for p in plans]
+        for j, unit in enumerate(self.fsdp.share_comm_ctx):
+            if _unit_key(unit) not in names:
+                problems.append(
+                    (
+                        f"setup.fsdp.share_comm_ctx[{j}]",
+                        f"no FSDP unit named {unit!r}; units: {['root' if n == '' else n for n in names]}",
+                    )
+                )
         for prefetch, pairs in (
             ("forward_prefetch", self.fsdp.forward_prefetch),
             ("backward_prefetch", self.fsdp.backward_prefetch),

@@ -687,6 +687,12 @@ def inputs() -> list[Case]:
             ("spec.yaml", "setup.tensor_parallel.sequence_parallel", "does not divide seq_len 7"),
         ),
         v(
+            "share_comm_ctx_naming_no_unit",
+            "4",
+            with_setup("  mesh:", "  fsdp: {share_comm_ctx: [layers.0, layers.9]}\n  mesh:"),
+            ("spec.yaml", "setup.fsdp.share_comm_ctx[1]", "no FSDP unit named 'layers.9'"),
+        ),
+        v(
             "forward_methods_unknown_name",
             "4",
             with_setup("  mesh:", "  fsdp: {units: [layers.*, {modules: root, forward_methods: [generate]}]}\n  mesh:"),

@@ -7,6 +7,13 @@ the setter's effect fail: that shows the key reaches torch."""
 
 SETTER_CASES = [
     (
+        "share_comm_ctx",
+        "{id: layer0_holds_layer1s, unit: layers.0, comm_contexts_at_setup: [layers.1]}",
+        "{id: layer0_holds_layer1s, unit: layers.0, comm_contexts_at_setup: [layers.0]}",
+        "layer0_holds_layer1s",
+        "[layers.1]",
+    ),
+    (
         "fsdp_tp_sequence_parallel",
         "count: 4, group_size: 2,\n         numel_in: 512, numel_out: 1024, buffer_bytes: 4096}",
         "count: 4, group_size: 2,\n         numel_in: 1024, numel_out: 1024, buffer_bytes: 4096}",
@@ -261,6 +268,12 @@ SETTER_CASES = [
 ]
 
 SETTER_SETUP_CASES = [
+    (
+        "share_comm_ctx",
+        "  fsdp:\n    share_comm_ctx: [layers.1, layers.0]\n",
+        "",  # no sharing: each unit holds its own until the root's lazy init
+        ["shared_at_setup", "layer0_holds_layer1s"],
+    ),
     (
         "fsdp_tp_sequence_parallel",
         "  tensor_parallel: {sequence_parallel: true}\n",

@@ -82,6 +82,10 @@ class RankBody:
             with_router_aux_loss(base_loss, self.config), setup
         )
         self.got: dict[str, Any] = {}
+        # unit -> the unit whose state made the comm context it holds before the root's lazy init;
+        # the ids of the contexts the units made (FSDP makes no other later)
+        self.comm_ctx_at_setup: dict[str, str | None] = {}
+        self.comm_ctx_made_by: dict[int, str] = {}
         self.inputs: Any = None
         self.batches: list[torch.Tensor] | None = None
         self.steps: Any = None

@@ -49,6 +49,9 @@ __all__ = [
     "materialize_empty",
     "offloaded_params",
     "replicate_on_mesh",
+    "share_units_comm_ctx",
+    "comm_ctx_owners",
+    "comm_ctx_ids",
 ]
 
 
@@ -402,6 +405,26 @@ def replicate_on_mesh(root: nn.Module, mesh: DeviceMesh) -> None:
         for name, p in list(module.named_parameters(recurse=False)):
             replicated = distribute_tensor(p.data, mesh, placements, src_data_rank=None)
             module.register_parameter(name, nn.Parameter(replicated, requires_grad=p.requires_grad))
+
+
+def share_units_comm_ctx(units: Sequence[Unit], names: Sequence[str]) -> None:
+    """``torch.distributed.fsdp.share_comm_ctx`` over the units named (``root`` or "" the root), in
+    the order named: the later take the first's ``FSDPCommContext``."""
+    from torch.distributed.fsdp import share_comm_ctx
+
+    by_name = {u.name: u.module for u in units}
+    share_comm_ctx([by_name["" if n == "root" else n] for n in names])
+
+
+def comm_ctx_ids(units: Sequence[Unit]) -> dict[int, str]:
+    """``id`` of each unit's own ``FSDPCommContext`` -> its name (right after ``fully_shard``)."""
+    # FSDPState._comm_ctx has no public getter; only the ids are kept, no reference
+    return {id(fully_shard.state(u.module)._comm_ctx): u.name for u in units}
+
+
+def comm_ctx_owners(units: Sequence[Unit], made_by: Mapping[int, str]) -> dict[str, str | None]:
+    """Unit name -> the unit that made the ``FSDPCommContext`` it holds now (:func:`comm_ctx_ids`)."""
+    return {u.name: made_by.get(id(fully_shard.state(u.module)._comm_ctx)) for u in units}
 
 
 def offloaded_params(root: nn.Module) -> set[int]:

@@ -25,7 +25,10 @@ from harness.run.rank.observe import compile_counts, environment, error_result, 
 from harness.run.rank.parallelize import (
     ShardUnit,
     apply_fsdp,
+    comm_ctx_ids,
+    comm_ctx_owners,
     replicate_on_mesh,
+    share_units_comm_ctx,
     unit_state,
     units_from_setup,
 )
@@ -144,6 +147,10 @@ class RankStep(RankBody):
                     after_each=after_each,
                     call_hook=self.hooks.call_named,
                 )
+            self.comm_ctx_made_by = comm_ctx_ids(units)  # each unit's own, before any sharing
+            if setup.fsdp.share_comm_ctx:
+                share_units_comm_ctx(units, setup.fsdp.share_comm_ctx)
+            self.comm_ctx_at_setup = comm_ctx_owners(units, self.comm_ctx_made_by)  # before the root's lazy init
             strategy.after_sharding(self, stack, instruments, root)
             with phases.phase("setup"):
                 optimizer = make_optimizer(setup, root.parameters())
@@ -217,5 +224,16 @@ class RankStep(RankBody):
             entry["custom"] = self.hooks.records
         if any(u.after is not None and u.after.compile for u in trained.shard_units):
             entry["compile"] = compile_counts()
-        fsdp_units = [{**u.describe(), "state": unit_state(u)} for u in trained.units]
+        owners = comm_ctx_owners(trained.units, self.comm_ctx_made_by)
+        fsdp_units = [
+            {
+                **u.describe(),
+                "state": {
+                    **unit_state(u),
+                    "comm_ctx_unit": owners[u.name],
+                    "comm_ctx_unit_at_setup": self.comm_ctx_at_setup.get(u.name),
+                },
+            }
+            for u in trained.units
+        ]
         return {"entry": entry, "fsdp_units": fsdp_units, "environment": environment(self.device_type, self.device)}
