@@ -7,6 +7,13 @@ the setter's effect fail: that shows the key reaches torch."""
 
 SETTER_CASES = [
     (
+        "expert_parallel",
+        "total_buffer_bytes: 35840}",
+        "total_buffer_bytes: 32768}",
+        "rank1_tokens_bytes",
+        "35,840",
+    ),
+    (
         "share_comm_ctx",
         "{id: layer0_holds_layer1s, unit: layers.0, comm_contexts_at_setup: [layers.1]}",
         "{id: layer0_holds_layer1s, unit: layers.0, comm_contexts_at_setup: [layers.0]}",
