@@ -111,7 +111,9 @@ def _command(config: str, world_size: int, options: Mapping[str, Any]) -> str:
         flag = "--" + name.replace("_", "-")
         if name == "reshard_after_forward":
             words += [f"{flag} {unit}={str(v).lower()}" for unit, v in (value or {}).items()]
-        elif value is not None:
+        elif value is True:
+            words.append(flag)
+        elif value is not None and value is not False:
             words.append(f"{flag} {value}")
     return " ".join(words)
 
@@ -183,35 +185,37 @@ def draft(
     if sequence_parallel and tp < 2:
         raise DraftError("--sequence-parallel: splits the sequence over TP ranks; give --tp 2 or more")
     if tp > 1:
-        options = {
-            "sequence_parallel": sequence_parallel,
-            "config": config,
-            "layers": layers,
-            "dtype": dtype,
-            "param_dtype": param_dtype,
-            "reduce_dtype": reduce_dtype,
-            "reshard_after_forward": reshard_after_forward,
-            "batch_per_rank": batch_per_rank,
-            "seq_len": seq_len,
-            "backend": backend,
-            "output": output,
-        }
-        return _tp_draft(name, read, dims, world_size, tp, observe, options)
-    try:
-        per_layer = [
-            calc.layer_tables(
-                dims,
-                world_size,
-                storage_dtype=dtype,
-                gather_dtype=param_dtype,
-                reduce_dtype=reduce_dtype,
-                reshard_after_forward=reshards[i],
-                layer_idx=i,
-            )
-            for i in range(layers)
-        ]
-    except ValueError as exc:  # a group size that does not divide the shard group
-        raise DraftError(f"--reshard-after-forward: {exc}") from None
+        per_layer: list[Any] = _tp_layers(
+            name,
+            dims,
+            world_size,
+            tp,
+            reshards,
+            sequence_parallel,
+            batch_per_rank,
+            seq_len,
+            dtype,
+            param_dtype,
+            reduce_dtype,
+        )
+        mesh = {"shape": [world_size // tp, tp], "dim_names": ["dp", "tp"]}
+    else:
+        try:
+            per_layer = [
+                calc.layer_tables(
+                    dims,
+                    world_size,
+                    storage_dtype=dtype,
+                    gather_dtype=param_dtype,
+                    reduce_dtype=reduce_dtype,
+                    reshard_after_forward=reshards[i],
+                    layer_idx=i,
+                )
+                for i in range(layers)
+            ]
+        except ValueError as exc:  # a group size that does not divide the shard group
+            raise DraftError(f"--reshard-after-forward: {exc}") from None
+        mesh = {"shape": [world_size], "dim_names": list(per_layer[0].mesh_dim_names)}
     symbols = calc.step_symbols(dims, batch_per_rank, seq_len)
 
     if read is None:
@@ -226,13 +230,25 @@ def draft(
         "param_dtype": param_dtype,
         "reduce_dtype": reduce_dtype,
         "reshard_after_forward": reshard_after_forward,
+        "tp": tp if tp > 1 else None,
+        "sequence_parallel": sequence_parallel,
     }
     header = [
         f"Drafted on {_dt.date.today().isoformat()} by: {_command(config, world_size, options)}",
         "Every figure comes from harness/calculator.py (closed form), not from a run. Each entry is",
         "marked 'drafted: true': review it against your own document, then remove the mark.",
     ]
-    description = f"{label}: {layers} of its decoder layers as FSDP2 units on {world_size} ranks, drafted."
+    if tp > 1:
+        header.append(
+            "Under TP the draft leaves out the step shapes, the reshard state and memory (tabulated for 1-D "
+            "and HSDP meshes)."
+        )
+        description = (
+            f"{label}: {layers} of its decoder layers, TP over {tp} ranks inside each, FSDP over "
+            f"{world_size // tp}, drafted."
+        )
+    else:
+        description = f"{label}: {layers} of its decoder layers as FSDP2 units on {world_size} ranks, drafted."
     if read is not None:
         header.append(
             f"Model config: {read.path} (transformers config.json); accepted and ignored: "
@@ -259,7 +275,8 @@ def draft(
             "body": "decoder_layers",
             "dtype": dtype,
         },
-        "mesh": {"shape": [world_size], "dim_names": list(per_layer[0].mesh_dim_names)},
+        "mesh": mesh,
+        **({"tensor_parallel": {"sequence_parallel": True} if sequence_parallel else {}} if tp > 1 else {}),
         "batch_per_rank": batch_per_rank,
         "seq_len": seq_len,
         "fsdp": fsdp,
@@ -269,22 +286,37 @@ def draft(
         setup["observe_ranks"] = observe
 
     spec: dict[str, Any] = {
-        "spec": _slug(f"{label}_w{world_size}"),
-        "title": f"{label}: {layers} decoder layers under FSDP2 on {world_size} ranks (drafted)",
+        "spec": _slug(f"{label}_dp{world_size // tp}_tp{tp}" if tp > 1 else f"{label}_w{world_size}"),
+        "title": f"{label}: {layers} decoder layers under FSDP2 "
+        + (f"over TP on a {world_size // tp} x {tp} mesh (drafted)" if tp > 1 else f"on {world_size} ranks (drafted)"),
         "document": "drafted from harness/calculator.py; name the document you review it against",
         "description": description,
     }
     if backend != "auto":
         spec["backend"] = backend
     spec["setup"] = setup
-    spec["tables"] = _tables(per_layer, symbols, observe, param_dtype or dtype)
+    if tp > 1:
+        spec["tables"] = _tp_tables(per_layer, observe, tp, {p.name: p.shape for p in calc.layer_params(dims)})
+    else:
+        spec["tables"] = _tables(per_layer, symbols, observe, param_dtype or dtype)
     return header, spec
 
 
-def _tp_draft(
-    name: str | None, read: Any, dims: calc.Dims, world: int, tp: int, observe: list[int], a: Mapping[str, Any]
-) -> tuple[list[str], dict[str, Any]]:
-    """:func:`draft` with ``tp`` > 1 (``a``: its other options): FSDP over TP on ``[world / tp, tp]``."""
+def _tp_layers(
+    name: str | None,
+    dims: calc.Dims,
+    world: int,
+    tp: int,
+    reshards: list[bool | int],
+    sequence_parallel: bool,
+    batch_per_rank: int,
+    seq_len: int,
+    dtype: str,
+    param_dtype: str | None,
+    reduce_dtype: str | None,
+) -> list[calc.TPLayerTables]:
+    """Each layer's :func:`calc.tp_layer_tables` on ``[world / tp, tp]``; DraftError for a TP size the
+    world, the config or the sequence does not allow."""
     if world % tp:
         raise DraftError(f"--tp {tp}: does not divide --world-size {world}")
     if dims.num_experts:
@@ -292,73 +324,25 @@ def _tp_draft(
     problem = calc.tp_divisibility_problem(dims, tp)
     if problem:
         raise DraftError(f"--tp {tp}: {problem}")
-    mesh = (world // tp, tp)
-    reshards = _layer_reshards(a["reshard_after_forward"], a["layers"])
     try:
-        per_layer = [
+        return [
             calc.tp_layer_tables(
                 dims,
-                mesh,
-                batch_per_rank=a["batch_per_rank"],
-                seq_len=a["seq_len"],
-                storage_dtype=a["dtype"],
-                gather_dtype=a["param_dtype"],
-                reduce_dtype=a["reduce_dtype"],
-                reshard_after_forward=reshards[i],
+                (world // tp, tp),
+                batch_per_rank=batch_per_rank,
+                seq_len=seq_len,
+                storage_dtype=dtype,
+                gather_dtype=param_dtype,
+                reduce_dtype=reduce_dtype,
+                reshard_after_forward=reshard,
                 layer_idx=i,
-                sequence_parallel=a["sequence_parallel"],
+                sequence_parallel=sequence_parallel,
             )
-            for i in range(a["layers"])
+            for i, reshard in enumerate(reshards)
         ]
     except ValueError as exc:
         option = "--seq-len" if "seq_len" in str(exc) else "--reshard-after-forward"
         raise DraftError(f"{option}: {exc}") from None
-    label = name if read is None else Path(read.path).stem
-    header = [
-        f"Drafted on {_dt.date.today().isoformat()} by: python -m harness draft --config {a['config']} "
-        f"--world-size {world} --tp {tp}{' --sequence-parallel' if a['sequence_parallel'] else ''} "
-        f"--layers {a['layers']}",
-        "Every figure comes from harness/calculator.py (tp_layer_tables), not from a run. Each entry is",
-        "marked 'drafted: true': review it against your own document, then remove the mark. Under TP the",
-        "draft leaves out the step shapes, the reshard state and memory (tabulated for 1-D and HSDP meshes).",
-    ]
-    fsdp: dict[str, Any] = {"reshard_after_forward": True}
-    if a["param_dtype"] is not None or a["reduce_dtype"] is not None:
-        fsdp["mixed_precision"] = {k: a[k] for k in ("param_dtype", "reduce_dtype") if a[k] is not None}
-    if a["reshard_after_forward"]:
-        fsdp["units"] = [
-            f"layers.{i}" if r is True else {"modules": f"layers.{i}", "reshard_after_forward": r}
-            for i, r in enumerate(reshards)
-        ]
-    setup: dict[str, Any] = {
-        "model": {
-            "config": name if read is None else _config_reference(read.path, a["output"]),
-            "overrides": {"num_hidden_layers": a["layers"]},
-            "body": "decoder_layers",
-            "dtype": a["dtype"],
-        },
-        "mesh": {"shape": list(mesh), "dim_names": ["dp", "tp"]},
-        "tensor_parallel": {"sequence_parallel": True} if a["sequence_parallel"] else {},
-        "batch_per_rank": a["batch_per_rank"],
-        "seq_len": a["seq_len"],
-        "fsdp": fsdp,
-        "optimizer": {"name": "sgd", "lr": 0.01},
-    }
-    backend = a["backend"]
-    if backend == "fake":
-        setup["observe_ranks"] = observe
-    spec: dict[str, Any] = {
-        "spec": _slug(f"{label}_dp{mesh[0]}_tp{tp}"),
-        "title": f"{label}: {a['layers']} decoder layers under FSDP2 over TP on a {mesh[0]} x {tp} mesh (drafted)",
-        "document": "drafted from harness/calculator.py; name the document you review it against",
-        "description": f"{label}: {a['layers']} of its decoder layers, TP over {tp} ranks inside each, FSDP over "
-        f"{mesh[0]}, drafted.",
-    }
-    if backend != "auto":
-        spec["backend"] = backend
-    spec["setup"] = setup
-    spec["tables"] = _tp_tables(per_layer, observe, tp, {p.name: p.shape for p in calc.layer_params(dims)})
-    return header, spec
 
 
 def _tp_tables(
