@@ -857,14 +857,7 @@ class RunSetup:
             "state_dict": "the state-dict round trip reloads onto a 1-D mesh",
             "bandwidth": "the bandwidth sweep times the whole world's group, not dp's or tp's",
         }
-        return [
-            (
-                f"{at}",
-                f"tensor_parallel does not go with setup.{name} here ({why}): leave setup.{name} out",
-            )
-            for name, why in refused.items()
-            if given.get(name) not in (None, "each_rank")
-        ]
+        return _not_with(given, at, "tensor_parallel", refused)
 
     def _dp_mesh_dims_rules(self, given: Mapping[str, Any], where: str) -> Problems:
         """``fsdp.dp_mesh_dims`` names every mesh dim once, shard or replicate, and stands alone."""
@@ -872,11 +865,7 @@ class RunSetup:
         if dims is None:
             return []
         at = f"{where}.fsdp.dp_mesh_dims"
-        refused = [
-            (at, f"dp_mesh_dims does not go with setup.{name} here: leave setup.{name} out")
-            for name in ("tensor_parallel", "expert_parallel", "schedule", "state_dict")
-            if given.get(name) is not None
-        ]
+        refused = _not_with(given, at, "dp_mesh_dims", ("tensor_parallel", "expert_parallel", "schedule", "state_dict"))
         if refused:
             return refused
         named = [d for d in (dims.replicate, dims.shard) if d is not None]
@@ -910,19 +899,28 @@ class RunSetup:
                     f"mesh: {{shape: [2, 2], dim_names: [efsdp, {ep.mesh_dim}]}}",
                 )
             ]
-        refused = ["schedule", "state_dict", "bandwidth", "tensor_parallel"]
-        if given.get("numerics_reference") == "rank_0":
-            refused.append("numerics_reference")
-        return [
-            (at, f"expert_parallel does not go with setup.{name} here: leave setup.{name} out")
-            for name in refused
-            if given.get(name) is not None
-        ]
+        return _not_with(
+            given,
+            at,
+            "expert_parallel",
+            ("schedule", "state_dict", "bandwidth", "tensor_parallel", "numerics_reference"),
+        )
 
     @property
     def observed_mesh_dims(self) -> tuple[str, ...]:
         """The mesh dims a collective can run on: the mesh's (and EP's world ``dp``)."""
         return (*self.mesh_dim_names, *(("dp",) if self.expert_parallel is not None else ()))
+
+
+def _not_with(given: Mapping[str, Any], at: str, key: str, others: Mapping[str, str] | tuple[str, ...]) -> Problems:
+    """``key`` refused beside each of the setup keys ``others`` written in ``given`` (a mapping gives
+    each one's reason); ``numerics_reference`` counts only when not its default, each_rank."""
+    why = {name: f" ({reason})" for name, reason in others.items()} if isinstance(others, Mapping) else {}
+    return [
+        (at, f"{key} does not go with setup.{name} here{why.get(name, '')}: leave setup.{name} out")
+        for name in others
+        if given.get(name) not in (None, "each_rank")
+    ]
 
 
 def expert_config_problem(setup: RunSetup, config: Any) -> str | None:
